@@ -1,0 +1,1 @@
+"""paperarena agents package."""

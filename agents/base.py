@@ -1,0 +1,196 @@
+"""The Agent protocol, the observation an agent sees, and the decision it returns.
+
+An observation holds nothing timestamped after its decision time: :func:`assert_no_lookahead`
+checks it and the decision round calls it before every agent call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+CASH = "CASH"
+
+
+@dataclass(frozen=True, slots=True)
+class PricePoint:
+    """A price with the time it was observed at the source."""
+
+    ts: float
+    price: float
+
+
+@dataclass(frozen=True, slots=True)
+class NewsItem:
+    """A news item as an agent sees it."""
+
+    ts: float
+    headline: str
+    source: str = ""
+    summary: str = ""
+    url: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PastAllocation:
+    """A past applied allocation with the cumulative return the account had reached then."""
+
+    ts: float
+    weights: Mapping[str, float]
+    cumulative_return: float
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """A Polymarket binary question with its two tradable tokens."""
+
+    id: str
+    question: str
+    yes: str
+    no: str
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything an agent may know at ``decision_ts`` for one market."""
+
+    agent: str
+    market: str
+    decision_ts: float
+    assets: tuple[str, ...]
+    prices: Mapping[str, PricePoint]
+    history: Mapping[str, tuple[PricePoint, ...]]
+    """Daily closing prices per asset, oldest first (the current day is not included)."""
+    holdings: Mapping[str, float]
+    cash: float
+    value: float
+    initial_value: float
+    weights: Mapping[str, float]
+    recent_allocations: tuple[PastAllocation, ...] = ()
+    news: Mapping[str, tuple[NewsItem, ...]] = field(default_factory=dict)
+    questions: tuple[Question, ...] = ()
+
+    @property
+    def tradable(self) -> tuple[str, ...]:
+        """Return the assets that currently have a price (and so can be bought)."""
+        return tuple(a for a in self.assets if a in self.prices)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a plain JSON-ready mapping of this observation (exact round trip)."""
+        return {
+            "agent": self.agent,
+            "market": self.market,
+            "decision_ts": self.decision_ts,
+            "assets": list(self.assets),
+            "prices": {a: [p.ts, p.price] for a, p in sorted(self.prices.items())},
+            "history": {
+                a: [[p.ts, p.price] for p in h] for a, h in sorted(self.history.items())
+            },
+            "holdings": dict(sorted(self.holdings.items())),
+            "cash": self.cash,
+            "value": self.value,
+            "initial_value": self.initial_value,
+            "weights": dict(sorted(self.weights.items())),
+            "recent_allocations": [
+                [p.ts, dict(sorted(p.weights.items())), p.cumulative_return]
+                for p in self.recent_allocations
+            ],
+            "news": {
+                k: [[n.ts, n.headline, n.source, n.summary, n.url] for n in items]
+                for k, items in sorted(self.news.items())
+            },
+            "questions": [[q.id, q.question, q.yes, q.no] for q in self.questions],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Observation:
+        """Rebuild an observation from :meth:`to_dict` output."""
+        return cls(
+            agent=d["agent"],
+            market=d["market"],
+            decision_ts=float(d["decision_ts"]),
+            assets=tuple(d["assets"]),
+            prices={a: PricePoint(float(t), float(p)) for a, (t, p) in d["prices"].items()},
+            history={
+                a: tuple(PricePoint(float(t), float(p)) for t, p in h)
+                for a, h in d["history"].items()
+            },
+            holdings=dict(d["holdings"]),
+            cash=float(d["cash"]),
+            value=float(d["value"]),
+            initial_value=float(d["initial_value"]),
+            weights=dict(d["weights"]),
+            recent_allocations=tuple(
+                PastAllocation(float(t), dict(w), float(cr)) for t, w, cr in d["recent_allocations"]
+            ),
+            news={
+                k: tuple(NewsItem(float(t), h, s, su, u) for t, h, s, su, u in items)
+                for k, items in d["news"].items()
+            },
+            questions=tuple(Question(*q) for q in d["questions"]),
+        )
+
+    def canonical_json(self) -> bytes:
+        """Return the canonical JSON bytes of this observation (sorted keys, compact)."""
+        return msgspec.json.encode(self.to_dict(), order="sorted")
+
+    def sha256(self) -> str:
+        """Return the SHA-256 hex digest of :meth:`canonical_json` (hashed before any call)."""
+        return hashlib.sha256(self.canonical_json()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDecision:
+    """What an agent answered: the raw target allocation and, for LLM agents, the audit trail."""
+
+    allocation: Mapping[str, float] | None
+    raw_output: str = ""
+    reasoning: str = ""
+    outcome: str = "ok"
+    """``ok``, or why there is no valid allocation (``invalid``, ``error``, ``paused``...)."""
+    reason: str = ""
+    attempts: int = 1
+    usage: Mapping[str, float] = field(default_factory=dict)
+    template_version: str = ""
+    raw_responses: tuple[str, ...] = ()
+    calls: tuple[Mapping[str, Any], ...] = ()
+    """One record per model call: attempt, ts, model, raw_response, error, tokens_in,
+    tokens_out, latency_s, cost_usd (stored in the ``llm_calls`` table)."""
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """An agent maps an observation to a target allocation (weights over assets plus CASH)."""
+
+    id: str
+
+    async def decide(self, obs: Observation) -> AgentDecision:
+        """Return the target allocation for ``obs`` (validation happens outside)."""
+        ...
+
+
+class LookAheadError(AssertionError):
+    """An observation contains data timestamped after its decision time."""
+
+
+def assert_no_lookahead(obs: Observation) -> None:
+    """Raise :class:`LookAheadError` if anything in ``obs`` is later than its decision time."""
+    t = obs.decision_ts
+    for asset, pp in obs.prices.items():
+        if pp.ts > t:
+            raise LookAheadError(f"price of {asset} at {pp.ts} is after decision time {t}")
+    for asset, hist in obs.history.items():
+        for pp in hist:
+            if pp.ts > t:
+                raise LookAheadError(f"history of {asset} at {pp.ts} is after decision time {t}")
+    for key, items in obs.news.items():
+        for item in items:
+            if item.ts > t:
+                raise LookAheadError(f"news for {key} at {item.ts} is after decision time {t}")
+    for past in obs.recent_allocations:
+        if past.ts > t:
+            raise LookAheadError(f"past allocation at {past.ts} is after decision time {t}")

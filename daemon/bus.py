@@ -1,0 +1,354 @@
+"""In-process asyncio event bus with hierarchical topics and per-class delivery policies.
+
+- Topics are dot-separated; subscription patterns use MQTT-style wildcards: ``+`` matches one
+  level, ``#`` (last) matches any number of levels (``price.#``, ``decision.+``).
+- *Taps* are synchronous callables run inline by :meth:`Bus.publish`, in registration order, before
+  any subscriber sees the event. The price cache and the ledger's incremental mark are taps, so
+  the cache is always updated before handlers run.
+- Each subscriber has its own bounded queue and consumer task. Conflating topic classes (prices by
+  default) keep only the latest event per key while the subscriber is behind; memory is bounded by
+  ``max_keys`` (the oldest key is dropped and counted beyond it). Every other class is delivered in
+  full: a full queue makes ``publish`` wait (backpressure), it never drops.
+- A failing handler is logged and counted; delivery to it and to others goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any
+
+import structlog
+
+from daemon.events import PRICE, Event
+
+log = structlog.get_logger(__name__)
+
+Handler = Callable[[Any], Awaitable[None] | None]
+Tap = Callable[[Event], None]
+
+DEFAULT_QUEUE_SIZE = 10_000
+DEFAULT_MAX_KEYS = 100_000
+DEFAULT_CONFLATING: frozenset[str] = frozenset({PRICE})
+
+
+def topic_matches(pattern: str, topic: str) -> bool:
+    """Return whether ``topic`` matches an MQTT-style ``pattern`` (``+`` one level, ``#`` rest)."""
+    p_parts = pattern.split(".")
+    t_parts = topic.split(".")
+    for i, p in enumerate(p_parts):
+        if p == "#":
+            return True
+        if i >= len(t_parts):
+            return False
+        if p != "+" and p != t_parts[i]:
+            return False
+    return len(p_parts) == len(t_parts)
+
+
+@dataclass(slots=True)
+class SubscriptionStats:
+    """Delivery counters of one subscriber."""
+
+    delivered: int = 0
+    conflated: int = 0
+    dropped: int = 0
+    failed: int = 0
+    blocked: int = 0
+    by_class_conflated: dict[str, int] = field(default_factory=dict)
+    by_class_dropped: dict[str, int] = field(default_factory=dict)
+
+
+class Subscription:
+    """One subscriber: a pattern, a handler, a bounded queue and the task that drains it."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        name: str,
+        patterns: tuple[str, ...],
+        handler: Handler,
+        *,
+        maxsize: int,
+        max_keys: int,
+        batch: bool,
+    ) -> None:
+        self.bus = bus
+        self.name = name
+        self.patterns = patterns
+        self.handler = handler
+        self.maxsize = maxsize
+        self.max_keys = max_keys
+        self.batch = batch
+        self.stats = SubscriptionStats()
+        self._is_async = inspect.iscoroutinefunction(handler)
+        self._pending: OrderedDict[Any, Event] = OrderedDict()
+        self._n_reliable = 0
+        self._n_conflating = 0
+        self._seq = count()
+        self._wake = asyncio.Event()
+        self._space = asyncio.Event()
+        self._space.set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+
+    def matches(self, topic: str) -> bool:
+        """Return whether this subscription wants ``topic``."""
+        return any(topic_matches(p, topic) for p in self.patterns)
+
+    @property
+    def depth(self) -> int:
+        """Return the number of events waiting for this subscriber."""
+        return len(self._pending)
+
+    def offer_conflating(self, event: Event) -> None:
+        """Queue a conflating event: replace any pending one with the same key; never block."""
+        key = (0, event.key)
+        pending = self._pending
+        if key in pending:
+            pending[key] = event
+            pending.move_to_end(key)
+            self.stats.conflated += 1
+            cls = event.topic_class
+            self.stats.by_class_conflated[cls] = self.stats.by_class_conflated.get(cls, 0) + 1
+        else:
+            if self._n_conflating >= self.max_keys:
+                self._drop_oldest_conflating()
+            pending[key] = event
+            self._n_conflating += 1
+        self._idle.clear()
+        self._wake.set()
+
+    def _drop_oldest_conflating(self) -> None:
+        for k, ev in self._pending.items():
+            if k[0] == 0:
+                del self._pending[k]
+                self._n_conflating -= 1
+                self.stats.dropped += 1
+                cls = ev.topic_class
+                self.stats.by_class_dropped[cls] = self.stats.by_class_dropped.get(cls, 0) + 1
+                return
+
+    async def put_reliable(self, event: Event) -> None:
+        """Queue an event that must not be dropped; wait while the queue is full."""
+        while self._n_reliable >= self.maxsize:
+            self.stats.blocked += 1
+            self._space.clear()
+            await self._space.wait()
+        self._pending[(1, next(self._seq))] = event
+        self._n_reliable += 1
+        self._idle.clear()
+        self._wake.set()
+
+    def start(self) -> None:
+        """Start the consumer task."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"bus-sub-{self.name}"
+            )
+
+    async def stop(self) -> None:
+        """Cancel the consumer task (call :meth:`Bus.drain` first to deliver what is queued)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _take_all(self) -> list[Event]:
+        events = list(self._pending.values())
+        self._pending.clear()
+        self._n_reliable = 0
+        self._n_conflating = 0
+        self._space.set()
+        return events
+
+    def _take_one(self) -> Event:
+        key, event = self._pending.popitem(last=False)
+        if key[0] == 0:
+            self._n_conflating -= 1
+        else:
+            self._n_reliable -= 1
+            if self._n_reliable < self.maxsize:
+                self._space.set()
+        return event
+
+    async def _call(self, arg: Any) -> None:
+        try:
+            result = self.handler(arg)
+            if self._is_async or inspect.isawaitable(result):
+                await result  # type: ignore[misc]
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failing handler must not stop delivery
+            self.stats.failed += 1
+            log.error("bus handler failed", subscriber=self.name, error=repr(exc))
+
+    async def _run(self) -> None:
+        while True:
+            if not self._pending:
+                self._idle.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if self.batch:
+                events = self._take_all()
+                await self._call(events)
+                self.stats.delivered += len(events)
+            else:
+                # Deliver what is ready without yielding between sync handlers (throughput).
+                while self._pending:
+                    await self._call(self._take_one())
+                    self.stats.delivered += 1
+
+    async def wait_idle(self) -> None:
+        """Wait until the queue is empty and the handler has returned."""
+        await self._idle.wait()
+
+
+class Bus:
+    """Publish events to taps (inline) and subscribers (queued, per-class policy)."""
+
+    def __init__(
+        self,
+        *,
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        max_keys: int = DEFAULT_MAX_KEYS,
+        conflating: Iterable[str] = DEFAULT_CONFLATING,
+    ) -> None:
+        self.queue_size = queue_size
+        self.max_keys = max_keys
+        self.conflating = frozenset(conflating)
+        self._taps: list[tuple[str, Tap]] = []
+        self._subs: list[Subscription] = []
+        self._route_cache: dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]]] = {}
+        self._started = False
+        self.published = 0
+        self.published_by_class: dict[str, int] = {}
+
+    def add_tap(self, pattern: str, tap: Tap) -> None:
+        """Register a synchronous callable run inline, before subscribers, for matching events."""
+        self._taps.append((pattern, tap))
+        self._route_cache.clear()
+
+    def subscribe(
+        self,
+        patterns: str | Iterable[str],
+        handler: Handler,
+        *,
+        name: str,
+        maxsize: int | None = None,
+        max_keys: int | None = None,
+        batch: bool = False,
+    ) -> Subscription:
+        """Subscribe ``handler`` to topics matching ``patterns``; ``batch`` hands it lists."""
+        pats = (patterns,) if isinstance(patterns, str) else tuple(patterns)
+        sub = Subscription(
+            self,
+            name,
+            pats,
+            handler,
+            maxsize=maxsize or self.queue_size,
+            max_keys=max_keys or self.max_keys,
+            batch=batch,
+        )
+        self._subs.append(sub)
+        self._route_cache.clear()
+        if self._started:
+            sub.start()
+        return sub
+
+    def _route(self, topic: str) -> tuple[tuple[Tap, ...], tuple[Subscription, ...]]:
+        route = self._route_cache.get(topic)
+        if route is None:
+            taps = tuple(t for p, t in self._taps if topic_matches(p, topic))
+            subs = tuple(s for s in self._subs if s.matches(topic))
+            route = (taps, subs)
+            if len(self._route_cache) > 200_000:
+                self._route_cache.clear()
+            self._route_cache[topic] = route
+        return route
+
+    def _run_taps(self, taps: tuple[Tap, ...], event: Event) -> None:
+        for tap in taps:
+            try:
+                tap(event)
+            except Exception as exc:
+                log.error("bus tap failed", topic=event.topic, error=repr(exc))
+
+    async def publish(self, event: Event) -> None:
+        """Publish one event: taps first, then every matching subscriber by its class policy."""
+        taps, subs = self._route(event.topic)
+        cls = event.topic_class
+        self.published += 1
+        self.published_by_class[cls] = self.published_by_class.get(cls, 0) + 1
+        if taps:
+            self._run_taps(taps, event)
+        if cls in self.conflating:
+            for sub in subs:
+                sub.offer_conflating(event)
+        else:
+            for sub in subs:
+                await sub.put_reliable(event)
+
+    def publish_nowait(self, event: Event) -> None:
+        """Publish a conflating-class event from synchronous code (never blocks)."""
+        if event.topic_class not in self.conflating:
+            raise ValueError(f"publish_nowait is only for conflating events, not {event.topic}")
+        taps, subs = self._route(event.topic)
+        cls = event.topic_class
+        self.published += 1
+        self.published_by_class[cls] = self.published_by_class.get(cls, 0) + 1
+        if taps:
+            self._run_taps(taps, event)
+        for sub in subs:
+            sub.offer_conflating(event)
+
+    async def start(self) -> None:
+        """Start every subscriber's consumer task."""
+        self._started = True
+        for sub in self._subs:
+            sub.start()
+
+    async def drain(self) -> None:
+        """Wait until every subscriber has handled everything queued (including cascades)."""
+        while True:
+            busy = [s for s in self._subs if not s._idle.is_set()]
+            if not busy:
+                # One more turn lets handlers that just published get their events queued.
+                await asyncio.sleep(0)
+                if all(s._idle.is_set() for s in self._subs):
+                    return
+                continue
+            for s in busy:
+                await s.wait_idle()
+
+    async def stop(self) -> None:
+        """Deliver what is queued, then stop every consumer task."""
+        if self._started:
+            await self.drain()
+        for sub in self._subs:
+            await sub.stop()
+        self._started = False
+
+    @property
+    def subscriptions(self) -> tuple[Subscription, ...]:
+        """Return the current subscriptions."""
+        return tuple(self._subs)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Return conflated and dropped counts per topic class, summed over subscribers."""
+        conflated: dict[str, int] = {}
+        dropped: dict[str, int] = {}
+        for s in self._subs:
+            for k, v in s.stats.by_class_conflated.items():
+                conflated[k] = conflated.get(k, 0) + v
+            for k, v in s.stats.by_class_dropped.items():
+                dropped[k] = dropped.get(k, 0) + v
+        return {"conflated": conflated, "dropped": dropped}

@@ -1,0 +1,368 @@
+"""One TOML file validated at load into frozen, typed config objects.
+
+Every field's meaning and default is stated here, once. Unknown keys, wrong types and impossible
+values are refused with one clear line per problem (:class:`ConfigError`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_EQUITIES: tuple[str, ...] = (
+    "AAPL", "MSFT", "NVDA", "META", "JPM", "V", "XOM", "CAT",
+    "TSLA", "PG", "KO", "AMZN", "WMT", "JNJ", "UNH",
+)  # fmt: skip
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Parse ``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` or a number of seconds into seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as '30s', '15m' or a number of seconds")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        m = _DURATION.match(value)
+        if not m:
+            raise ValueError(f"invalid duration {value!r} (use e.g. '30s', '15m', '2h', '1d')")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise ValueError("expected a duration such as '30s', '15m' or a number of seconds")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError("duration must be a finite, non-negative number of seconds")
+    return seconds
+
+
+def _duration_field(default: float, description: str) -> Any:
+    return Field(default=default, description=description)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+
+class CostConfig(_Frozen):
+    """Transaction cost model: proportional fee and slippage in bps of traded value."""
+
+    preset: Literal["none", "realistic"] | None = Field(
+        default=None, description="'none' = 0/0; 'realistic' = 5 bps fee + 10 bps slippage"
+    )
+    fee_bps: Annotated[float, Field(ge=0, le=1000)] = 0.0
+    slippage_bps: Annotated[float, Field(ge=0, le=1000)] = 0.0
+
+    @model_validator(mode="after")
+    def _preset_excludes_numbers(self) -> CostConfig:
+        if self.preset is not None and (self.fee_bps or self.slippage_bps):
+            raise ValueError("give either preset or fee_bps/slippage_bps, not both")
+        return self
+
+    def rates(self) -> tuple[float, float]:
+        """Return (fee_bps, slippage_bps) with the preset applied."""
+        if self.preset == "realistic":
+            return 5.0, 10.0
+        if self.preset == "none":
+            return 0.0, 0.0
+        return self.fee_bps, self.slippage_bps
+
+
+class ScheduleConfig(_Frozen):
+    """When decisions are taken for one market."""
+
+    kind: Literal["nyse", "interval", "daily"] = Field(
+        description="nyse = NYSE session days only; interval / daily = 24/7"
+    )
+    times: tuple[str, ...] = Field(
+        default=("close-30m",), description="nyse: 'open+30m', 'close-30m', 'close' or 'HH:MM'"
+    )
+    every: float = Field(default=3600.0, description="interval: period (e.g. '1h')")
+    at: str = Field(default="00:00", description="daily: wall time HH:MM in timezone")
+    timezone: str = Field(default="America/New_York", description="IANA timezone of times/at")
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _every(cls, v: Any) -> float:
+        seconds = parse_duration(v)
+        if seconds < 1:
+            raise ValueError("interval must be at least 1 second")
+        return seconds
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown timezone {v!r}") from None
+        return v
+
+    @field_validator("times")
+    @classmethod
+    def _times(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        pat = re.compile(r"^(open|close)([+-]\d+m)?$|^\d{1,2}:\d{2}$")
+        for t in v:
+            if not pat.match(t):
+                raise ValueError(f"invalid time {t!r} (use 'open+30m', 'close-30m' or 'HH:MM')")
+        if not v:
+            raise ValueError("at least one time is required")
+        return v
+
+
+class PolymarketQuestion(_Frozen):
+    """A Polymarket binary question fixed in the config (id with its YES/NO token ids)."""
+
+    id: str
+    question: str = ""
+    yes: str
+    no: str
+
+
+class EquityMarketConfig(_Frozen):
+    """The US-equity paper market."""
+
+    enabled: bool = True
+    assets: tuple[str, ...] = DEFAULT_EQUITIES
+    initial_cash: Annotated[float, Field(gt=0)] = Field(default=1000.0, description="USD per agent")
+    cost: CostConfig = CostConfig()
+    schedule: ScheduleConfig = ScheduleConfig(kind="nyse")
+    risk_free_rate: Annotated[float, Field(ge=-0.05, le=0.5)] = Field(
+        default=0.04, description="annual risk-free rate used by Sharpe/Sortino"
+    )
+    stale_after: float = Field(default=900.0, description="price older than this is stale")
+
+    @field_validator("stale_after", mode="before")
+    @classmethod
+    def _stale(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("assets")
+    @classmethod
+    def _assets(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(v)) != len(v):
+            raise ValueError("duplicate asset")
+        for a in v:
+            if not re.match(r"^[A-Z][A-Z0-9.\-]{0,9}$", a):
+                raise ValueError(f"invalid ticker {a!r}")
+        return v
+
+
+class PolymarketMarketConfig(_Frozen):
+    """The Polymarket paper market (YES/NO tokens, 24/7)."""
+
+    enabled: bool = True
+    initial_cash: Annotated[float, Field(gt=0)] = Field(default=500.0, description="USD per agent")
+    cost: CostConfig = CostConfig()
+    schedule: ScheduleConfig = ScheduleConfig(kind="interval", every=86400.0, timezone="UTC")
+    questions: tuple[PolymarketQuestion, ...] = Field(
+        default=(), description="fixed questions; empty = discovered by the feed / recording"
+    )
+    top_n: Annotated[int, Field(ge=0, le=500)] = Field(
+        default=10, description="discovery: top N binary markets by 24h volume"
+    )
+    mark_price: Literal["mid", "last", "bid"] = Field(default="mid", description="marking price")
+    stale_after: float = 3600.0
+
+    @field_validator("stale_after", mode="before")
+    @classmethod
+    def _stale(cls, v: Any) -> float:
+        return parse_duration(v)
+
+
+class MarketsConfig(_Frozen):
+    """Both paper markets."""
+
+    equity: EquityMarketConfig = EquityMarketConfig()
+    polymarket: PolymarketMarketConfig = PolymarketMarketConfig()
+
+
+AgentKind = Literal["buy_and_hold", "equal_weight", "cash", "momentum", "llm"]
+
+
+class AgentConfig(_Frozen):
+    """One agent under evaluation."""
+
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
+    kind: AgentKind
+    markets: tuple[Literal["equity", "polymarket"], ...] = ("equity", "polymarket")
+    risk_profile: Literal["conservative", "balanced", "aggressive"] = "balanced"
+    max_drawdown: Annotated[float, Field(gt=0, lt=1)] | None = Field(
+        default=None, description="explicit drawdown limit; overrides the risk profile"
+    )
+    halt_on_breach: bool = False
+    # momentum
+    lookback_days: Annotated[int, Field(ge=1, le=250)] = 5
+    top_k: Annotated[int, Field(ge=1, le=100)] = 3
+    # llm (used by the LLM agent; ignored by baselines)
+    model: str | None = None
+    api_base: str | None = None
+    api_key_env: str | None = Field(default=None, description="env var holding the provider key")
+    temperature: Annotated[float, Field(ge=0, le=2)] = 0.3
+    max_tokens: Annotated[int, Field(ge=16, le=200_000)] = 4000
+    timeout: float = 60.0
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    max_concurrency: Annotated[int, Field(ge=1, le=256)] = 4
+    daily_budget_usd: Annotated[float, Field(ge=0)] | None = None
+    daily_budget_tokens: Annotated[int, Field(ge=0)] | None = None
+    memory: Annotated[int, Field(ge=0, le=100)] = Field(
+        default=5, description="how many past allocations the prompt shows"
+    )
+    news_window: float = Field(default=172800.0, description="news lookback (default 48h)")
+    news_per_asset: Annotated[int, Field(ge=0, le=50)] = 5
+
+    @field_validator("timeout", "news_window", mode="before")
+    @classmethod
+    def _durations(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @model_validator(mode="after")
+    def _llm_needs_model(self) -> AgentConfig:
+        if self.kind == "llm" and not self.model:
+            raise ValueError("an llm agent needs 'model' (a LiteLLM model string)")
+        if not self.markets:
+            raise ValueError("an agent must trade at least one market")
+        return self
+
+
+class SchedulerConfig(_Frozen):
+    """Scheduler behaviour shared by all schedules."""
+
+    misfire_grace: float = Field(
+        default=300.0, description="a decision later than this is recorded as missed, never run"
+    )
+
+    @field_validator("misfire_grace", mode="before")
+    @classmethod
+    def _grace(cls, v: Any) -> float:
+        return parse_duration(v)
+
+
+class StoreConfig(_Frozen):
+    """SQLite store."""
+
+    path: str = Field(default="paperarena.db", description="SQLite database file")
+    batch_size: Annotated[int, Field(ge=1, le=1_000_000)] = 5000
+    flush_interval: float = Field(default=1.0, description="max seconds between event flushes")
+
+    @field_validator("flush_interval", mode="before")
+    @classmethod
+    def _flush(cls, v: Any) -> float:
+        return parse_duration(v)
+
+
+class HttpConfig(_Frozen):
+    """HTTP server for /metrics, /healthz, /readyz and the JSON API."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 9464
+
+
+class LoggingConfig(_Frozen):
+    """structlog output."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = "auto"
+
+
+class Config(_Frozen):
+    """The whole daemon configuration."""
+
+    markets: MarketsConfig = MarketsConfig()
+    agents: tuple[AgentConfig, ...] = Field(
+        default_factory=lambda: default_agents(), description="agents under evaluation"
+    )
+    scheduler: SchedulerConfig = SchedulerConfig()
+    store: StoreConfig = StoreConfig()
+    http: HttpConfig = HttpConfig()
+    logging: LoggingConfig = LoggingConfig()
+    sources: dict[str, Any] = Field(
+        default_factory=dict, description="live source settings (see feeds); validated by feeds"
+    )
+    alerts: dict[str, Any] = Field(
+        default_factory=dict, description="alert notifiers (see docs); validated by the notifier"
+    )
+
+    @model_validator(mode="after")
+    def _unique_agents(self) -> Config:
+        ids = [a.id for a in self.agents]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"duplicate agent id(s): {', '.join(dupes)}")
+        return self
+
+    def enabled_markets(self) -> tuple[str, ...]:
+        """Return the markets that are enabled."""
+        out = []
+        if self.markets.equity.enabled:
+            out.append("equity")
+        if self.markets.polymarket.enabled:
+            out.append("polymarket")
+        return tuple(out)
+
+
+def default_agents() -> tuple[AgentConfig, ...]:
+    """Return the baseline agents used when the config names none."""
+    return (
+        AgentConfig(id="buy_and_hold", kind="buy_and_hold"),
+        AgentConfig(id="equal_weight", kind="equal_weight"),
+        AgentConfig(id="all_cash", kind="cash"),
+        AgentConfig(id="momentum", kind="momentum"),
+    )
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; ``problems`` holds one line per problem."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+
+
+def _format_errors(exc: ValidationError) -> list[str]:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        kind = err["type"]
+        msg = err["msg"]
+        if kind == "extra_forbidden":
+            msg = "unknown key"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        elif kind == "missing":
+            msg = "required key is missing"
+        lines.append(f"{loc}: {msg}")
+    return lines
+
+
+def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
+    """Validate a parsed TOML mapping into a :class:`Config` or raise :class:`ConfigError`."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, _format_errors(exc)) from None
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Load and validate the TOML file at ``path`` (``None`` gives the built-in defaults)."""
+    if path is None:
+        return Config()
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(p), [f"cannot read file: {exc.strerror or exc}"]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(p), [f"invalid TOML: {exc}"]) from None
+    return parse_config(data, str(p))

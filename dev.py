@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Bootstrap and run paperarena from a fresh clone with nothing but Python 3.11+.
+
+    python3 dev.py run [paperarena args...]   # create .venv if needed, then run the daemon
+    python3 dev.py test [pytest args...]      # create .venv if needed, then run the whole suite
+    python3 dev.py bench                      # run the benchmarks
+    python3 dev.py paperarena <args...>       # any paperarena command inside the venv
+
+The venv is (re)installed when pyproject.toml changes. ``test`` also installs what the end-to-end
+tests need from Debian packages (Prometheus, Alertmanager, Mosquitto) when run as root; elsewhere it
+says what to install and those tests are skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+STAMP = VENV / ".paperarena-installed"
+EXTRAS = "dev,llm"
+APT_PACKAGES = {
+    "prometheus": "prometheus",
+    "promtool": "prometheus",
+    "prometheus-alertmanager": "prometheus-alertmanager",
+    "mosquitto": "mosquitto",
+}
+
+
+def _say(msg: str) -> None:
+    sys.stderr.write(f"[dev] {msg}\n")
+    sys.stderr.flush()
+
+
+def _fingerprint() -> str:
+    data = (ROOT / "pyproject.toml").read_bytes() + EXTRAS.encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def ensure_venv() -> None:
+    """Create .venv and install the project (editable) with its extras when needed."""
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py may be run by an older python3
+        sys.exit("paperarena needs Python 3.11 or newer")
+    if not PY.exists():
+        _say("creating .venv")
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    if STAMP.exists() and STAMP.read_text() == _fingerprint():
+        return
+    _say(f"installing paperarena[{EXTRAS}] into .venv (first run takes a minute)")
+    subprocess.run(
+        [str(PY), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e",
+         f".[{EXTRAS}]"],
+        cwd=ROOT,
+        check=True,
+    )
+    STAMP.write_text(_fingerprint())
+
+
+def ensure_system_tools() -> None:
+    """Install the Debian packages the end-to-end tests use, when root and apt-get exist."""
+    missing = sorted({pkg for tool, pkg in APT_PACKAGES.items() if not _have(tool)})
+    if not missing:
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        _say(f"installing {' '.join(missing)} with apt-get")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=False, env=env,
+                       stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=False, env=env,
+                       stdout=subprocess.DEVNULL)
+    else:
+        _say(f"not root: install {' '.join(missing)} (Debian packages) to run every e2e test")
+
+
+def _have(tool: str) -> bool:
+    if shutil.which(tool):
+        return True
+    return Path(f"/usr/bin/{tool}").exists() or Path(f"/usr/sbin/{tool}").exists()
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch ``run``, ``test``, ``bench`` or ``paperarena``."""
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(__doc__)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    ensure_venv()
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    if cmd == "run":
+        return subprocess.call([str(BIN / "paperarena"), "run", *rest], cwd=ROOT, env=env)
+    if cmd == "test":
+        ensure_system_tools()
+        return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
+    if cmd == "bench":
+        return subprocess.call([str(PY), "bench/run_all.py", *rest], cwd=ROOT, env=env)
+    if cmd == "paperarena":
+        return subprocess.call([str(BIN / "paperarena"), *rest], cwd=ROOT, env=env)
+    _say(f"unknown command {cmd!r}: use run, test, bench or paperarena")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

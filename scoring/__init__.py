@@ -1,0 +1,1 @@
+"""paperarena scoring package."""

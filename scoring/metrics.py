@@ -1,0 +1,311 @@
+"""Per-agent performance metrics over an equity (portfolio value) series.
+
+Pure numpy functions implementing ``/work/shared/reference/scoring.md``.
+
+Conventions (see ``docs/scoring.md`` for the full table):
+
+* Simple returns ``r_t = v_t / v_{t-1} - 1``; a series of ``T`` values gives ``T - 1`` returns.
+* Annualisation factor ``N``: 252 for equities, 365 for Polymarket (trades every day).
+* Sample statistics use ``ddof = 1``.
+* The risk-free rate is given per year; the per-period rate is ``rf_annual / N`` (simple, not
+  compounded).
+* Drawdowns are positive fractions (0 = at the peak, 1 = total loss).
+* Series too short for a statistic give ``NaN``; these functions never raise for short input.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from itertools import pairwise
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "DDOF",
+    "TRADING_DAYS_EQUITY",
+    "TRADING_DAYS_POLYMARKET",
+    "PerformanceSummary",
+    "annualised_return",
+    "calmar",
+    "cumulative_return",
+    "drawdown_series",
+    "flip_rate",
+    "max_drawdown",
+    "mean_turnover",
+    "periods_per_year",
+    "sharpe",
+    "simple_returns",
+    "sortino",
+    "summarise",
+    "turnover",
+    "volatility",
+    "win_rate",
+]
+
+TRADING_DAYS_EQUITY = 252
+TRADING_DAYS_POLYMARKET = 365
+DDOF = 1
+
+# Relative tolerance under which a standard deviation counts as zero.
+_STD_ZERO_RTOL = 1e-12
+
+_NAN = float("nan")
+
+
+def periods_per_year(market: str) -> int:
+    """Return the annualisation factor N for a market kind.
+
+    ``"equity"`` -> 252, ``"polymarket"`` -> 365 (case-insensitive); anything else raises
+    ``ValueError``.
+    """
+    key = market.strip().lower()
+    if key == "equity":
+        return TRADING_DAYS_EQUITY
+    if key == "polymarket":
+        return TRADING_DAYS_POLYMARKET
+    raise ValueError(f"unknown market {market!r}; expected 'equity' or 'polymarket'")
+
+
+def _as_1d(values: ArrayLike) -> np.ndarray:
+    """Coerce input to a 1-D float array."""
+    return np.asarray(values, dtype=float).reshape(-1)
+
+
+def simple_returns(values: ArrayLike) -> np.ndarray:
+    """Return simple returns ``r_t = v_t / v_{t-1} - 1`` (length ``T - 1``).
+
+    Fewer than two values give an empty array. A zero previous value yields ``inf``/``nan``
+    for that step (no warning is emitted).
+    """
+    v = _as_1d(values)
+    if v.size < 2:
+        return np.empty(0, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return v[1:] / v[:-1] - 1.0
+
+
+def cumulative_return(values: ArrayLike) -> float:
+    """Return ``CR = v_T / v_0 - 1``; NaN for fewer than two values or ``v_0 == 0``."""
+    v = _as_1d(values)
+    if v.size < 2 or v[0] == 0.0:
+        return _NAN
+    return float(v[-1] / v[0] - 1.0)
+
+
+def _std_is_zero(std: float, mean: float) -> bool:
+    """Tell whether a standard deviation is numerically zero relative to the mean."""
+    return std <= _STD_ZERO_RTOL * max(1.0, abs(mean))
+
+
+def volatility(returns: ArrayLike, periods: int, *, annualise: bool = True) -> float:
+    """Return ``std(r, ddof=1)``, times ``sqrt(periods)`` when ``annualise``.
+
+    NaN for fewer than two returns.
+    """
+    r = _as_1d(returns)
+    if r.size < 2:
+        return _NAN
+    sigma = float(np.std(r, ddof=DDOF))
+    return sigma * math.sqrt(periods) if annualise else sigma
+
+
+def sharpe(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
+    """Return the annualised Sharpe ratio.
+
+    ``SR = (mean(r) - rf_annual / N) / std(r, ddof=1) * sqrt(N)`` with ``N = periods``.
+    NaN for fewer than two returns or a (numerically) zero standard deviation.
+    """
+    r = _as_1d(returns)
+    if r.size < 2:
+        return _NAN
+    mean = float(np.mean(r))
+    std = float(np.std(r, ddof=DDOF))
+    if not math.isfinite(std) or _std_is_zero(std, mean):
+        return _NAN
+    return (mean - rf_annual / periods) / std * math.sqrt(periods)
+
+
+def sortino(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
+    """Return the Sortino ratio of StockBench Eq. 3, annualised once.
+
+    ``R_p = (mean(r) - rf_annual / N) * N`` (mean excess return per period, annualised
+    arithmetically) and ``sigma_d = sqrt(mean_{r_t < 0} r_t**2) * sqrt(N)`` where the mean runs
+    over the ``N_d`` strictly negative raw returns only. Sortino ``= R_p / sigma_d``, which equals
+    ``(mean(r) - rf/N) / sqrt(mean_{r<0} r^2) * sqrt(N)``. NaN when there are no returns or no
+    negative returns.
+    """
+    r = _as_1d(returns)
+    if r.size == 0:
+        return _NAN
+    neg = r[r < 0.0]
+    if neg.size == 0:
+        return _NAN
+    r_p = (float(np.mean(r)) - rf_annual / periods) * periods
+    sigma_d = math.sqrt(float(np.mean(neg**2))) * math.sqrt(periods)
+    return r_p / sigma_d
+
+
+def drawdown_series(values: ArrayLike) -> np.ndarray:
+    """Return ``(peak_t - v_t) / peak_t`` per step with ``peak_t = max_{s<=t} v_s``.
+
+    Values lie in ``[0, 1]`` for non-negative series; a zero peak gives NaN at that step.
+    """
+    v = _as_1d(values)
+    if v.size == 0:
+        return np.empty(0, dtype=float)
+    peak = np.maximum.accumulate(v)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dd = (peak - v) / peak
+    dd[peak == 0.0] = np.nan
+    return dd
+
+
+def max_drawdown(values: ArrayLike) -> float:
+    """Return the maximum drawdown as a positive fraction; NaN for fewer than two values."""
+    v = _as_1d(values)
+    if v.size < 2:
+        return _NAN
+    dd = drawdown_series(v)
+    if np.isnan(dd).any():
+        return _NAN
+    return float(np.max(dd))
+
+
+def win_rate(returns: ArrayLike) -> float:
+    """Return the share of returns strictly above zero (over all ``T - 1`` steps); NaN if empty."""
+    r = _as_1d(returns)
+    if r.size == 0:
+        return _NAN
+    return float(np.count_nonzero(r > 0.0) / r.size)
+
+
+def annualised_return(returns: ArrayLike, periods: int) -> float:
+    """Return ``ARR = prod(1 + r) ** (N / T) - 1`` with ``T = len(returns)``; NaN if empty."""
+    r = _as_1d(returns)
+    if r.size == 0:
+        return _NAN
+    growth = float(np.prod(1.0 + r))
+    if not math.isfinite(growth) or growth < 0.0:
+        return _NAN
+    return growth ** (periods / r.size) - 1.0
+
+
+def calmar(returns: ArrayLike, values: ArrayLike, periods: int) -> float:
+    """Return ``annualised_return(returns) / max_drawdown(values)``; NaN if MDD is 0 or NaN."""
+    mdd = max_drawdown(values)
+    if not math.isfinite(mdd) or mdd == 0.0:
+        return _NAN
+    return annualised_return(returns, periods) / mdd
+
+
+def turnover(prev_weights: Mapping[str, float], new_weights: Mapping[str, float]) -> float:
+    """Return ``sum_i |w_new,i - w_old,i|`` over the union of keys (missing = 0).
+
+    For two long-only allocations on the simplex the result lies in ``[0, 2]``.
+    """
+    keys = set(prev_weights) | set(new_weights)
+    return float(
+        sum(abs(float(new_weights.get(k, 0.0)) - float(prev_weights.get(k, 0.0))) for k in keys)
+    )
+
+
+def mean_turnover(weight_seq: Sequence[Mapping[str, float]]) -> float:
+    """Return the mean turnover between consecutive allocations; NaN for fewer than two.
+
+    The initial allocation (from nothing) is not counted as a turnover step.
+    """
+    if len(weight_seq) < 2:
+        return _NAN
+    taus = [turnover(a, b) for a, b in pairwise(weight_seq)]
+    return float(np.mean(taus))
+
+
+def flip_rate(weight_seq: Sequence[Mapping[str, float]], eps: float = 1e-9) -> float:
+    """Return the share of weight changes that reverse the asset's previous non-zero change.
+
+    For every asset ``i`` (union of keys, missing weight = 0) and step ``t >= 1`` let
+    ``dw = w_t,i - w_{t-1},i``. A change counts only if ``|dw| > eps``. A counted change is
+    *eligible* if the same asset had an earlier counted change; it is a *flip* if its sign is
+    opposite to that asset's most recent counted change. Flip rate = flips / eligible changes.
+    Holding (``|dw| <= eps``) neither breaks nor resets the chain. NaN when nothing is eligible
+    (e.g. fewer than three allocations).
+    """
+    if len(weight_seq) < 2:
+        return _NAN
+    keys: list[str] = sorted({k for w in weight_seq for k in w})
+    last_sign: dict[str, float] = {}
+    flips = 0
+    eligible = 0
+    for prev, cur in pairwise(weight_seq):
+        for k in keys:
+            dw = float(cur.get(k, 0.0)) - float(prev.get(k, 0.0))
+            if abs(dw) <= eps:
+                continue
+            sign = 1.0 if dw > 0.0 else -1.0
+            if k in last_sign:
+                eligible += 1
+                if sign != last_sign[k]:
+                    flips += 1
+            last_sign[k] = sign
+    if eligible == 0:
+        return _NAN
+    return flips / eligible
+
+
+def _none_if_nan(x: float | int) -> float | int | None:
+    """Map NaN to None for JSON output."""
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return x
+
+
+@dataclass(frozen=True)
+class PerformanceSummary:
+    """Hold the per-agent performance metrics of one equity series."""
+
+    cumulative_return: float
+    annualised_return: float
+    volatility: float
+    sharpe: float
+    sortino: float
+    max_drawdown: float
+    calmar: float
+    win_rate: float
+    mean_turnover: float
+    flip_rate: float
+    n_periods: int
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        """Return the fields as a dict with NaN replaced by None."""
+        return {k: _none_if_nan(v) for k, v in asdict(self).items()}
+
+
+def summarise(
+    values: ArrayLike,
+    periods: int,
+    rf_annual: float = 0.0,
+    weight_seq: Iterable[Mapping[str, float]] = (),
+) -> PerformanceSummary:
+    """Compute every per-agent metric for an equity series (and optional allocation history).
+
+    ``volatility`` is annualised; ``n_periods`` is the number of returns (``T - 1``).
+    """
+    v = _as_1d(values)
+    r = simple_returns(v)
+    weights = list(weight_seq)
+    return PerformanceSummary(
+        cumulative_return=cumulative_return(v),
+        annualised_return=annualised_return(r, periods),
+        volatility=volatility(r, periods, annualise=True),
+        sharpe=sharpe(r, periods, rf_annual),
+        sortino=sortino(r, periods, rf_annual),
+        max_drawdown=max_drawdown(v),
+        calmar=calmar(r, v, periods),
+        win_rate=win_rate(r),
+        mean_turnover=mean_turnover(weights),
+        flip_rate=flip_rate(weights),
+        n_periods=int(r.size),
+    )
