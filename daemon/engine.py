@@ -1,0 +1,191 @@
+"""The evaluation engine: books, market state, store and agents wired to one bus and one clock.
+
+Live (``paperarena run``) and replay (``paperarena replay``) build the same :class:`Engine`; only
+the clock, the scheduler driving :meth:`Engine.on_job` and the event source differ.
+
+Data flow: event -> bus -> taps (price cache / history / book mark / store buffer) -> subscribers
+(metrics, alerts). Decision rounds and daily marks are scheduler jobs; each commits one store
+transaction that also carries the books and a checkpoint of the market state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+
+from agents.factory import build_agent
+from daemon.bus import Bus
+from daemon.clock import Clock
+from daemon.config import Config, CostConfig, ScheduleConfig
+from daemon.events import Event, ResolutionEvent
+from daemon.market_state import MarketState
+from daemon.rounds import AgentSlot, DecisionRound
+from daemon.schedule import ScheduleSpec, make_trigger
+from daemon.store import RoundCommit, Store
+from scoring.ledger import Book, CostModel
+
+log = structlog.get_logger(__name__)
+
+#: When each market's daily equity snapshot (used for daily returns and scoring) is taken.
+MARK_SCHEDULES: dict[str, ScheduleSpec] = {
+    "equity": ScheduleSpec(kind="nyse", times=("close",)),
+    "polymarket": ScheduleSpec(kind="daily", at="00:00", timezone="UTC"),
+}
+
+
+def cost_model(cfg: CostConfig) -> CostModel:
+    """Build the ledger cost model of a market's config."""
+    fee, slip = cfg.rates()
+    return CostModel(fee_bps=fee, slippage_bps=slip)
+
+
+def schedule_spec(cfg: ScheduleConfig) -> ScheduleSpec:
+    """Translate a market's schedule config into a trigger spec."""
+    return ScheduleSpec(kind=cfg.kind, times=tuple(cfg.times), every_seconds=cfg.every,
+                        at=cfg.at, timezone=cfg.timezone)
+
+
+class Engine:
+    """Everything between the bus and the store for every enabled market."""
+
+    def __init__(self, config: Config, *, clock: Clock, store: Store, bus: Bus | None = None
+                 ) -> None:
+        self.config = config
+        self.clock = clock
+        self.store = store
+        self.bus = bus or Bus()
+        self.markets = config.enabled_markets()
+        self.books: dict[str, Book] = {}
+        for m in self.markets:
+            mc = getattr(config.markets, m)
+            self.books[m] = Book(m, cost=cost_model(mc.cost), initial_cash=mc.initial_cash)
+        self.state = MarketState(self.books, on_resolved=self._on_resolved)
+        self.slots: dict[str, dict[str, AgentSlot]] = {m: {} for m in self.markets}
+        self.rounds = {m: DecisionRound(self, m) for m in self.markets}
+        self.seq: int | None = None
+        self._pending_resolutions: list[tuple[ResolutionEvent, Any]] = []
+        self._agents_built = False
+        self._wire_taps()
+
+    # -- setup ----------------------------------------------------------------------------------
+    def _wire_taps(self) -> None:
+        st = self.state
+        self.bus.add_tap("price.#", st.on_price)  # type: ignore[arg-type]
+        self.bus.add_tap("news.#", st.on_news)  # type: ignore[arg-type]
+        self.bus.add_tap("market.#", st.on_listed)  # type: ignore[arg-type]
+        self.bus.add_tap("resolution.#", st.on_resolution)  # type: ignore[arg-type]
+        for pattern in ("price.#", "news.#", "market.#", "resolution.#"):
+            self.bus.add_tap(pattern, self._store_tap)
+
+    def _store_tap(self, ev: Event) -> None:
+        self.store.add_events((ev,), self.seq)
+
+    def build_agents(self, agent_ids: Iterable[str] | None = None) -> None:
+        """Create the configured agents (optionally only ``agent_ids``) in their markets."""
+        wanted = None if agent_ids is None else set(agent_ids)
+        for acfg in self.config.agents:
+            if wanted is not None and acfg.id not in wanted:
+                continue
+            agent = build_agent(acfg)
+            for m in acfg.markets:
+                if m not in self.books:
+                    continue
+                self.books[m].add_agent(acfg.id)
+                self.slots[m][acfg.id] = AgentSlot(
+                    agent, news_window=acfg.news_window, news_per_key=acfg.news_per_asset,
+                    memory=max(acfg.memory, 1),
+                )
+        self._agents_built = True
+
+    def add_equity_universe(self, assets: Iterable[str]) -> None:
+        """Add the configured equities to the equity book."""
+        book = self.books.get("equity")
+        if book is not None:
+            for a in assets:
+                book.add_asset(a)
+
+    async def restore(self) -> int:
+        """Rebuild books and market state from the store; return the replay offset to resume."""
+        books = await self.store.load_books()
+        for m, st in books.items():
+            if m not in self.books:
+                continue
+            old = self.books[m]
+            book = Book.from_state(st, cost=old.cost)
+            for a in old.agents:
+                book.add_agent(a)
+            for a in old.assets:
+                book.add_asset(a)
+            self.books[m] = book
+        cp = await self.store.load_checkpoint()
+        if cp is not None:
+            self.state.restore(cp[2])
+        rows = await self.store.fetchall("SELECT agent, market, status, reason FROM agent_state")
+        for agent, market, status, reason in rows:
+            slot = self.slots.get(market, {}).get(agent)
+            if slot is not None:
+                slot.status, slot.reason = status, reason
+        if books:
+            log.info("books restored from store", markets=sorted(books),
+                     offset=self.state.offset)
+        return self.state.offset
+
+    def jobs(self) -> list[tuple[str, ScheduleSpec]]:
+        """Return (job id, schedule) of every decision and daily-mark job."""
+        out = []
+        for m in self.markets:
+            out.append((f"decide:{m}", schedule_spec(getattr(self.config.markets, m).schedule)))
+            out.append((f"mark:{m}", MARK_SCHEDULES[m]))
+        return out
+
+    def triggers(self) -> list[tuple[str, Any]]:
+        """Return (job id, APScheduler trigger) for every job."""
+        return [(job_id, make_trigger(spec)) for job_id, spec in self.jobs()]
+
+    # -- jobs -----------------------------------------------------------------------------------
+    async def on_job(self, job_id: str, fire_ts: float, missed: bool) -> None:
+        """Scheduler callback: run a decision round or take a daily equity mark."""
+        kind, market = job_id.split(":", 1)
+        try:
+            if kind == "decide":
+                await self.rounds[market].run(fire_ts, missed=missed)
+            elif kind == "mark":
+                await self.mark(market, fire_ts)
+        except Exception:
+            log.exception("job failed", job=job_id, fire_ts=fire_ts)
+
+    async def mark(self, market: str, ts: float) -> None:
+        """Record every agent's mark-to-market equity (daily snapshot) in one commit."""
+        rc = RoundCommit()
+        self.add_equity_rows(rc, market, ts, "daily")
+        await self.commit(rc)
+
+    def add_equity_rows(self, rc: RoundCommit, market: str, ts: float, kind: str) -> None:
+        """Append a (value, cash) snapshot of every agent in ``market`` to ``rc``."""
+        book = self.books[market]
+        values = book.mark()
+        cash = book.cash
+        for i, agent in enumerate(book.agents):
+            rc.equity.append((agent, market, ts, kind, float(values[i]), float(cash[i])))
+
+    def checkpoint(self) -> tuple[int, float, dict[str, Any]]:
+        """Return (offset, clock, market state) for a consistent restart point."""
+        self.state.clock = self.clock.now()
+        return self.state.offset, self.state.clock, self.state.state()
+
+    async def commit(self, rc: RoundCommit) -> None:
+        """Commit ``rc`` with every book, pending resolutions and a checkpoint, atomically."""
+        rc.books = {m: b.state() for m, b in self.books.items()}
+        rc.checkpoint = self.checkpoint()
+        resolutions, self._pending_resolutions = self._pending_resolutions, []
+        rc.resolutions = [
+            (ev.question_id, ev.market, ev.ts, dict(ev.payouts), ev.source)
+            for ev, _ in resolutions
+        ]
+        await self.store.commit_round(rc)
+
+    def _on_resolved(self, ev: ResolutionEvent, paid: Any) -> None:
+        self._pending_resolutions.append((ev, paid))
+        log.info("question resolved", question=ev.question_id, payouts=dict(ev.payouts))

@@ -1,0 +1,159 @@
+"""``paperarena run``: the engine on the live clock, driven by APScheduler and live sources.
+
+Start-up order: open (and lock) the store, rebuild books and market state from it, record missed
+rounds from the downtime, start the bus, the sources, the store flusher and the scheduler.
+SIGINT/SIGTERM stop scheduling, let in-flight rounds finish within a bound (or abandon them),
+flush the store, stop sources, and exit 0 with state committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from daemon.clock import LiveClock
+from daemon.config import Config
+from daemon.engine import Engine
+from daemon.schedule import LiveScheduler
+from daemon.store import Store
+
+log = structlog.get_logger(__name__)
+
+#: How long in-flight decision rounds may take to finish after SIGTERM.
+STOP_GRACE = 20.0
+
+SourceFactory = Callable[[Engine], list[Any]]
+
+
+class LiveDaemon:
+    """The running daemon: engine, scheduler, sources and background tasks."""
+
+    def __init__(self, config: Config, *, db: str | None = None, version: str = "",
+                 sources: SourceFactory | None = None) -> None:
+        self.config = config
+        self.db = db or config.store.path
+        self.version = version
+        self.clock = LiveClock()
+        self._source_factory = sources
+        self.engine: Engine | None = None
+        self.scheduler: LiveScheduler | None = None
+        self.sources: list[Any] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stop = asyncio.Event()
+        self.ready = asyncio.Event()
+        self.hooks_ready: list[Callable[[], Awaitable[None] | None]] = []
+
+    async def start(self) -> None:
+        """Open the store, restore, and start every component."""
+        store = await Store.open(self.db)
+        engine = self.engine = Engine(self.config, clock=self.clock, store=store)
+        engine.add_equity_universe(self.config.markets.equity.assets)
+        engine.build_agents()
+        await engine.restore()
+        cp = await store.load_checkpoint()
+        since = cp[1] if cp else 0.0
+        for market, asset, ts, price in await store.latest_prices_since(since):
+            from daemon.events import PriceEvent
+
+            if market in engine.books:
+                engine.state.on_price(PriceEvent(ts=ts, recv_ts=ts, market=market, asset=asset,
+                                                 price=price))
+        await store.begin_run(mode="live", version=self.version,
+                              config=self.config.model_dump(mode="json"), recording=None,
+                              started_ts=self.clock.now())
+        await engine.bus.start()
+        sched = self.scheduler = LiveScheduler(self.config.scheduler.misfire_grace)
+        now = self.clock.now()
+        for job_id, trigger in engine.triggers():
+            kind, market = job_id.split(":", 1)
+            if kind == "decide":
+                last = await store.last_decision_ts(market)
+                if last is not None:
+                    await sched.backfill_missed(job_id, trigger, engine.on_job, last, now)
+            sched.add_job(job_id, trigger, engine.on_job, start=now)
+        if self._source_factory is not None:
+            self.sources = self._source_factory(engine)
+        for src in self.sources:
+            self._tasks.append(asyncio.create_task(src.run(), name=f"source-{src.name}"))
+        self._tasks.append(asyncio.create_task(self._flusher(), name="store-flusher"))
+        sched.start()
+        for hook in self.hooks_ready:
+            res = hook()
+            if asyncio.iscoroutine(res):
+                await res
+        self.ready.set()
+        log.info("daemon ready", db=self.db, markets=list(engine.markets),
+                 agents=sorted({a for m in engine.slots.values() for a in m}),
+                 sources=[s.name for s in self.sources])
+
+    async def _flusher(self) -> None:
+        assert self.engine is not None
+        store = self.engine.store
+        interval = self.config.store.flush_interval
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await store.flush()
+            except Exception:
+                log.exception("store flush failed")
+
+    def request_stop(self) -> None:
+        """Ask the daemon to stop (signal handlers call this)."""
+        self._stop.set()
+
+    async def wait(self, duration: float | None = None) -> None:
+        """Run until a stop is requested (or ``duration`` seconds passed)."""
+        if duration is None:
+            await self._stop.wait()
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), duration)
+
+    async def stop(self) -> None:
+        """Stop scheduling, finish or abandon in-flight rounds, flush, close."""
+        log.info("daemon stopping")
+        if self.scheduler is not None:
+            try:
+                await asyncio.wait_for(self.scheduler.shutdown(wait=True), STOP_GRACE)
+            except TimeoutError:
+                log.warning("in-flight rounds abandoned at shutdown", grace_s=STOP_GRACE)
+                await self.scheduler.shutdown(wait=False)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self.engine is not None:
+            await self.engine.bus.stop()
+            store = self.engine.store
+            await store.flush()
+            await store.end_run(self.clock.now())
+            await store.close()
+        log.info("daemon stopped")
+
+
+async def run_live(config: Config, *, db: str | None = None, role: str = "all",
+                   duration: float | None = None, version: str = "") -> int:
+    """Run the daemon until SIGINT/SIGTERM (or ``duration``); return the exit code."""
+    from feeds.registry import build_sources
+
+    daemon = LiveDaemon(config, db=db, version=version,
+                        sources=lambda eng: build_sources(config, eng))
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, daemon.request_stop)
+    t0 = time.monotonic()
+    try:
+        await daemon.start()
+        await daemon.wait(duration)
+    finally:
+        await daemon.stop()
+    log.info("daemon exited", uptime_s=round(time.monotonic() - t0, 3), role=role)
+    return 0

@@ -1,0 +1,286 @@
+"""What the daemon knows of the markets: latest prices, daily closes, news and questions.
+
+:class:`MarketState` is a set of bus *taps* (run inline, before any handler): it updates the price
+cache, the daily-close history, the news cache and the books' incremental mark, applies
+Polymarket listings and resolutions to the books, and builds look-ahead-free observations.
+Its state round-trips through :meth:`MarketState.state` for checkpoints.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import structlog
+
+from agents.base import NewsItem, Observation, PastAllocation, PricePoint, Question
+from daemon.events import MarketListed, NewsEvent, PriceEvent, ResolutionEvent
+from scoring.ledger import CASH, Book
+
+log = structlog.get_logger(__name__)
+
+NY = ZoneInfo("America/New_York")
+HISTORY_DAYS = 30
+NEWS_PER_KEY = 50
+
+
+class _DayClock:
+    """Map epoch seconds to a local calendar day quickly (cached day bounds)."""
+
+    __slots__ = ("_end", "_key", "_start", "tz")
+
+    def __init__(self, tz: ZoneInfo) -> None:
+        self.tz = tz
+        self._start = 0.0
+        self._end = -1.0
+        self._key = ""
+
+    def day(self, ts: float) -> str:
+        if self._start <= ts < self._end:
+            return self._key
+        local = datetime.fromtimestamp(ts, self.tz)
+        midnight = local.replace(hour=0, minute=0, second=0, microsecond=0)
+        nxt = (midnight + timedelta(days=1)).replace(tzinfo=None)
+        self._start = midnight.timestamp()
+        self._end = nxt.replace(tzinfo=self.tz).timestamp()
+        self._key = midnight.date().isoformat()
+        return self._key
+
+
+class _AssetHistory:
+    """Daily closes of one asset plus the current day's latest price."""
+
+    __slots__ = ("closes", "day", "last")
+
+    def __init__(self, days: int) -> None:
+        self.closes: deque[PricePoint] = deque(maxlen=days)
+        self.day = ""
+        self.last: PricePoint | None = None
+
+
+class MarketState:
+    """Price cache, history, news and question registry for every market; bus taps."""
+
+    def __init__(
+        self,
+        books: dict[str, Book],
+        *,
+        history_days: int = HISTORY_DAYS,
+        on_resolved: Callable[[ResolutionEvent, Any], None] | None = None,
+    ) -> None:
+        self.books = books
+        self.history_days = history_days
+        self._days = {"equity": _DayClock(NY), "polymarket": _DayClock(ZoneInfo("UTC"))}
+        self.history: dict[str, dict[str, _AssetHistory]] = {m: {} for m in books}
+        self.news: dict[str, deque[NewsEvent]] = {}
+        self._news_ids: set[str] = set()
+        self.questions: dict[str, Question] = {}
+        self.resolved: dict[str, dict[str, float]] = {}
+        self.on_resolved = on_resolved
+        self.offset = 0
+        self.clock = 0.0
+
+    # -- taps -----------------------------------------------------------------------------------
+    def on_price(self, ev: PriceEvent) -> None:
+        """Update cache, history and the book's incremental mark for one price."""
+        book = self.books.get(ev.market)
+        if book is None:
+            return
+        ts = ev.ts if not ev.recv_ts or ev.ts <= ev.recv_ts else ev.recv_ts
+        hist = self.history[ev.market].get(ev.asset)
+        if hist is None:
+            if ev.market == "equity" and ev.asset not in book.assets:
+                return  # not in the configured universe
+            hist = self.history[ev.market][ev.asset] = _AssetHistory(self.history_days)
+        day = self._days[ev.market].day(ts)
+        if day != hist.day:
+            if hist.last is not None:
+                hist.closes.append(hist.last)
+            hist.day = day
+        hist.last = PricePoint(ts, ev.price)
+        if ev.asset in book.assets:
+            idx = book.asset_index(ev.asset)
+            if book.tradable[idx]:
+                book.set_price(idx, ev.price, ts)
+
+    def on_news(self, ev: NewsEvent) -> None:
+        """Keep a bounded, de-duplicated news list per key."""
+        if ev.id in self._news_ids:
+            return
+        self._news_ids.add(ev.id)
+        for key in ev.keys or ("general",):
+            q = self.news.get(key)
+            if q is None:
+                q = self.news[key] = deque(maxlen=NEWS_PER_KEY)
+            if q and len(q) == q.maxlen:
+                self._news_ids.discard(q[0].id)
+            q.append(ev)
+
+    def on_listed(self, ev: MarketListed) -> None:
+        """Make a Polymarket question's YES and NO tokens tradable assets of its book."""
+        book = self.books.get(ev.market)
+        if book is None or ev.question_id in self.resolved:
+            return
+        if ev.question_id not in self.questions:
+            self.questions[ev.question_id] = Question(
+                ev.question_id, ev.question, ev.yes_asset, ev.no_asset
+            )
+        book.add_asset(ev.yes_asset, question=ev.question_id)
+        book.add_asset(ev.no_asset, question=ev.question_id)
+
+    def on_resolution(self, ev: ResolutionEvent) -> None:
+        """Pay out a resolved question exactly once."""
+        book = self.books.get(ev.market)
+        if book is None or ev.question_id in self.resolved:
+            return
+        if ev.question_id not in book.questions():
+            log.warning("resolution of an unknown question ignored", question=ev.question_id)
+            return
+        paid = book.resolve(ev.question_id, ev.payouts, ev.ts)
+        self.resolved[ev.question_id] = dict(ev.payouts)
+        if self.on_resolved is not None:
+            self.on_resolved(ev, paid)
+
+    # -- observations ---------------------------------------------------------------------------
+    def observation(
+        self,
+        agent: str,
+        market: str,
+        decision_ts: float,
+        *,
+        recent: list[tuple[float, dict[str, float], float]],
+        news_window: float,
+        news_per_key: int,
+    ) -> Observation:
+        """Build what ``agent`` may know at ``decision_ts``: nothing timestamped after it."""
+        book = self.books[market]
+        hist_map = self.history[market]
+        tradable = book.tradable
+        assets = tuple(a for i, a in enumerate(book.assets) if tradable[i])
+        prices: dict[str, PricePoint] = {}
+        history: dict[str, tuple[PricePoint, ...]] = {}
+        for a in assets:
+            h = hist_map.get(a)
+            if h is None:
+                continue
+            closes = tuple(p for p in h.closes if p.ts <= decision_ts)
+            if h.last is not None and h.last.ts <= decision_ts:
+                prices[a] = h.last
+            elif closes:
+                prices[a] = closes[-1]
+            history[a] = closes
+        i = book.agent_index(agent)
+        holdings = {a: float(book.holdings[i, book.asset_index(a)]) for a in book.assets
+                    if book.holdings[i, book.asset_index(a)] != 0.0}
+        value = float(book.value(agent))
+        init = book.initial_cash
+        questions = tuple(
+            q for q in self.questions.values() if q.yes in assets and q.no in assets
+        )
+        news: dict[str, tuple[NewsItem, ...]] = {}
+        keys = list(assets) if market == "equity" else [q.id for q in questions]
+        lo = decision_ts - news_window
+        for k in keys:
+            items = [n for n in self.news.get(k, ()) if lo <= n.ts <= decision_ts]
+            if items:
+                items.sort(key=lambda n: (n.ts, n.id), reverse=True)
+                news[k] = tuple(
+                    NewsItem(n.ts, n.headline, n.source, n.summary, n.url)
+                    for n in items[:news_per_key]
+                )
+        past = tuple(
+            PastAllocation(ts, w, v / init - 1.0) for ts, w, v in recent if ts <= decision_ts
+        )
+        weights = book.weights(agent)
+        return Observation(
+            agent=agent,
+            market=market,
+            decision_ts=decision_ts,
+            assets=assets,
+            prices=prices,
+            history=history,
+            holdings=holdings,
+            cash=float(book.cash[i]),
+            value=value,
+            initial_value=init,
+            weights={k: float(v) for k, v in weights.items() if v != 0.0 or k == CASH},
+            recent_allocations=past,
+            news=news,
+            questions=questions,
+        )
+
+    # -- checkpoint -----------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Return a JSON-ready snapshot (history, news, questions, resolutions, offset)."""
+        return {
+            "offset": self.offset,
+            "clock": self.clock,
+            "history": {
+                m: {
+                    a: {
+                        "closes": [[p.ts, p.price] for p in h.closes],
+                        "day": h.day,
+                        "last": None if h.last is None else [h.last.ts, h.last.price],
+                    }
+                    for a, h in sorted(hm.items())
+                }
+                for m, hm in sorted(self.history.items())
+            },
+            "news": {
+                k: [n_to_list(n) for n in q] for k, q in sorted(self.news.items())
+            },
+            "questions": [[q.id, q.question, q.yes, q.no] for q in self.questions.values()],
+            "resolved": self.resolved,
+        }
+
+    def restore(self, st: dict[str, Any]) -> None:
+        """Load a snapshot made by :meth:`state`."""
+        self.offset = int(st.get("offset", 0))
+        self.clock = float(st.get("clock", 0.0))
+        for m, hm in st.get("history", {}).items():
+            target = self.history.setdefault(m, {})
+            for a, h in hm.items():
+                ah = _AssetHistory(self.history_days)
+                ah.closes.extend(PricePoint(t, p) for t, p in h["closes"])
+                ah.day = h["day"]
+                ah.last = None if h["last"] is None else PricePoint(*h["last"])
+                target[a] = ah
+        self.news.clear()
+        self._news_ids.clear()
+        for k, items in st.get("news", {}).items():
+            q = self.news[k] = deque(maxlen=NEWS_PER_KEY)
+            for it in items:
+                ev = n_from_list(it)
+                q.append(ev)
+                self._news_ids.add(ev.id)
+        self.questions = {q[0]: Question(*q) for q in st.get("questions", [])}
+        self.resolved = {k: dict(v) for k, v in st.get("resolved", {}).items()}
+
+    def seed_history(self, market: str, asset: str, closes: list[tuple[float, float]]) -> None:
+        """Add backfilled daily closes (from a REST history endpoint) before live data."""
+        h = self.history[market].setdefault(asset, _AssetHistory(self.history_days))
+        existing = {p.ts for p in h.closes}
+        merged = sorted({*((p.ts, p.price) for p in h.closes),
+                         *((t, p) for t, p in closes if t not in existing)})
+        h.closes.clear()
+        h.closes.extend(PricePoint(t, p) for t, p in merged[-self.history_days :])
+
+
+def n_to_list(n: NewsEvent) -> list[Any]:
+    """Serialise a news event compactly."""
+    return [n.ts, n.recv_ts, n.id, n.headline, n.source, n.url, n.summary, list(n.keys)]
+
+
+def n_from_list(it: list[Any]) -> NewsEvent:
+    """Inverse of :func:`n_to_list`."""
+    ts, recv, id_, headline, source, url, summary, keys = it
+    return NewsEvent(ts=ts, recv_ts=recv, id=id_, headline=headline, source=source, url=url,
+                     summary=summary, keys=tuple(keys))
+
+
+def utc_iso(ts: float) -> str:
+    """Format epoch seconds as an ISO-8601 UTC string."""
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")

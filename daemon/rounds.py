@@ -1,0 +1,181 @@
+"""One scheduled decision round: observe, ask every agent, validate, rebalance, commit, publish.
+
+Outcomes stored per decision:
+- ``ok``: a valid allocation was applied (a fill is stored, possibly with zero trades);
+- ``invalid``: the answer failed validation (the agent holds its current portfolio);
+- ``rejected``: the ledger refused it (e.g. no price) — holds;
+- ``error``: the agent raised or timed out — holds;
+- ``paused`` / ``halted``: the agent is not asked (budget, drawdown halt) — holds;
+- ``missed``: the round came later than the misfire grace and was not run.
+The whole round, with every buffered market event and the books, is one store transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+
+from agents.base import Agent, AgentDecision, Observation, assert_no_lookahead
+from agents.validation import InvalidAllocation, validate_allocation
+from daemon.events import DecisionEvent, FillEvent
+from daemon.store import DecisionRecord, FillRecord, RoundCommit
+from scoring.ledger import RebalanceRejected
+
+if TYPE_CHECKING:
+    from daemon.engine import Engine
+
+log = structlog.get_logger(__name__)
+
+#: An agent call longer than this is abandoned and recorded as ``error`` (LLM agents have their
+#: own, shorter per-call timeouts inside).
+AGENT_DEADLINE = 600.0
+
+
+@dataclass(slots=True)
+class AgentSlot:
+    """An agent as the engine runs it in one market."""
+
+    agent: Agent
+    news_window: float = 172_800.0
+    news_per_key: int = 5
+    memory: int = 5
+    status: str = "active"
+    """``active``, ``halted`` (drawdown) or ``paused`` (budget)."""
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class RoundResult:
+    """What a round did, for callers and tests."""
+
+    market: str
+    scheduled_ts: float
+    outcomes: dict[str, str] = field(default_factory=dict)
+
+
+class DecisionRound:
+    """Run one market's decision rounds for its agents."""
+
+    def __init__(self, engine: Engine, market: str,
+                 monotonic: Callable[[], float] = time.perf_counter) -> None:
+        self.engine = engine
+        self.market = market
+        self._monotonic = monotonic
+
+    async def run(self, scheduled_ts: float, *, missed: bool = False) -> RoundResult:
+        """Run (or record as missed) the round scheduled at ``scheduled_ts``."""
+        eng = self.engine
+        market = self.market
+        result = RoundResult(market, scheduled_ts)
+        slots = eng.slots[market]
+        done = await eng.store.decided(market, scheduled_ts)
+        todo = [a for a in slots if a not in done]
+        if not todo:
+            return result
+        now = eng.clock.now()
+        book = eng.books[market]
+        rc = RoundCommit()
+        events: list[DecisionEvent | FillEvent] = []
+        if missed:
+            for agent_id in todo:
+                rc.decisions.append(DecisionRecord(agent_id, market, scheduled_ts, now, "missed",
+                                                   reason="later than the misfire grace"))
+                result.outcomes[agent_id] = "missed"
+                events.append(DecisionEvent(ts=now, recv_ts=now, agent=agent_id, market=market,
+                                            scheduled_ts=scheduled_ts, outcome="missed"))
+            await eng.commit(rc)
+            await self._publish(events)
+            return result
+
+        observations: dict[str, Observation] = {}
+        calls: list[tuple[str, asyncio.Future[AgentDecision] | AgentDecision]] = []
+        for agent_id in todo:
+            slot = slots[agent_id]
+            recent = await eng.store.recent_allocations(agent_id, market, max(slot.memory, 1))
+            obs = eng.state.observation(
+                agent_id, market, now, recent=recent,
+                news_window=slot.news_window, news_per_key=slot.news_per_key,
+            )
+            assert_no_lookahead(obs)
+            observations[agent_id] = obs
+            if slot.status != "active":
+                calls.append((agent_id, AgentDecision(None, outcome=slot.status,
+                                                      reason=slot.reason)))
+            else:
+                calls.append((agent_id, asyncio.ensure_future(self._ask(slot.agent, obs))))
+        started = self._monotonic()
+        decisions: dict[str, AgentDecision] = {}
+        for agent_id, c in calls:
+            decisions[agent_id] = c if isinstance(c, AgentDecision) else await c
+        duration = self._monotonic() - started
+
+        for agent_id, _ in calls:
+            obs = observations[agent_id]
+            dec = decisions[agent_id]
+            outcome, reason, allocation = dec.outcome, dec.reason, None
+            fill_rec = None
+            if dec.allocation is not None and outcome == "ok":
+                try:
+                    allocation = validate_allocation(dec.allocation, obs)
+                    fill = book.rebalance(agent_id, allocation)
+                    fill_rec = FillRecord(
+                        agent_id, market, scheduled_ts, now,
+                        {a: float(q) for a, q in zip(fill.assets, fill.trades, strict=True)
+                         if q != 0.0},
+                        fill.traded_value, fill.cost, fill.value_before, fill.value_after,
+                        fill.weights_after,
+                    )
+                except InvalidAllocation as exc:
+                    outcome, reason, allocation = "invalid", str(exc), None
+                except RebalanceRejected as exc:
+                    outcome, reason = "rejected", str(exc)
+            elif outcome == "ok":
+                outcome, reason = "invalid", reason or "no allocation"
+            if fill_rec is not None:
+                rc.fills.append(fill_rec)
+                events.append(FillEvent(
+                    ts=now, recv_ts=now, agent=agent_id, market=market, scheduled_ts=scheduled_ts,
+                    trades=fill_rec.trades, traded_value=fill_rec.traded_value,
+                    cost=fill_rec.cost, value_before=fill_rec.value_before,
+                    value_after=fill_rec.value_after, weights=fill_rec.weights,
+                ))
+            raw = dec.raw_output or (json.dumps(dict(dec.allocation), sort_keys=True)
+                                     if dec.allocation is not None else "")
+            rc.decisions.append(DecisionRecord(
+                agent_id, market, scheduled_ts, now, outcome, reason=reason,
+                input_json=obs.canonical_json().decode(), input_sha256=obs.sha256(),
+                raw_output=raw, allocation=allocation, template_version=dec.template_version,
+                attempts=dec.attempts, duration_s=duration, calls=[dict(c) for c in dec.calls],
+            ))
+            result.outcomes[agent_id] = outcome
+            events.append(DecisionEvent(
+                ts=now, recv_ts=now, agent=agent_id, market=market, scheduled_ts=scheduled_ts,
+                outcome=outcome, allocation=allocation, reason=reason, duration_s=duration,
+            ))
+            if outcome not in ("ok", "paused", "halted"):
+                log.warning("decision not applied", agent=agent_id, market=market,
+                            outcome=outcome, reason=reason)
+        eng.add_equity_rows(rc, market, now, "decision")
+        await eng.commit(rc)
+        await self._publish(events)
+        return result
+
+    async def _ask(self, agent: Agent, obs: Observation) -> AgentDecision:
+        try:
+            return await asyncio.wait_for(agent.decide(obs), AGENT_DEADLINE)
+        except TimeoutError:
+            return AgentDecision(None, outcome="error", reason="agent deadline exceeded")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return AgentDecision(None, outcome="error", reason=f"agent raised {exc!r}"[:500])
+
+    async def _publish(self, events: list[DecisionEvent | FillEvent]) -> None:
+        for ev in events:
+            await self.engine.bus.publish(ev)

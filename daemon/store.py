@@ -1,0 +1,463 @@
+"""SQLite store (aiosqlite, WAL): runs, market events, decisions, fills, equity, alerts, books.
+
+Durability rules:
+- Market events are buffered and written in batches; a kill -9 loses at most the unflushed batch.
+- A decision round (its decisions, model calls, fills, the books it changed, equity snapshots and
+  the replay checkpoint) is written in ONE transaction, so a rebalance is never half-applied.
+- A decision is keyed by (agent, market, scheduled_ts): it is never stored, run or applied twice.
+- One daemon per database: an exclusive lock file refuses a second one with a clear message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import structlog
+
+from daemon.events import Event, NewsEvent, PriceEvent, encode_event
+
+log = structlog.get_logger(__name__)
+
+SCHEMA_VERSION = 2
+
+_V1 = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs(
+  id INTEGER PRIMARY KEY, started_ts REAL NOT NULL, stopped_ts REAL, mode TEXT NOT NULL,
+  version TEXT NOT NULL, config_json TEXT NOT NULL, recording TEXT);
+CREATE TABLE IF NOT EXISTS market_events(
+  id INTEGER PRIMARY KEY, seq INTEGER, ts REAL NOT NULL, recv_ts REAL NOT NULL, kind TEXT NOT NULL,
+  market TEXT, asset TEXT, price REAL, bid REAL, ask REAL, payload TEXT);
+CREATE TABLE IF NOT EXISTS decisions(
+  agent TEXT NOT NULL, market TEXT NOT NULL, scheduled_ts REAL NOT NULL, decided_ts REAL NOT NULL,
+  outcome TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', input_json TEXT,
+  input_sha256 TEXT, raw_output TEXT, allocation_json TEXT, template_version TEXT,
+  attempts INTEGER NOT NULL DEFAULT 0, duration_s REAL NOT NULL DEFAULT 0, run_id INTEGER,
+  PRIMARY KEY(agent, market, scheduled_ts));
+CREATE TABLE IF NOT EXISTS llm_calls(
+  id INTEGER PRIMARY KEY, agent TEXT NOT NULL, market TEXT NOT NULL, scheduled_ts REAL NOT NULL,
+  attempt INTEGER NOT NULL, ts REAL NOT NULL, model TEXT, raw_response TEXT, error TEXT,
+  finish_reason TEXT, tokens_in INTEGER, tokens_out INTEGER, latency_s REAL, cost_usd REAL);
+CREATE TABLE IF NOT EXISTS fills(
+  id INTEGER PRIMARY KEY, agent TEXT NOT NULL, market TEXT NOT NULL, scheduled_ts REAL NOT NULL,
+  ts REAL NOT NULL, trades_json TEXT NOT NULL, traded_value REAL NOT NULL, cost REAL NOT NULL,
+  value_before REAL NOT NULL, value_after REAL NOT NULL, weights_json TEXT NOT NULL,
+  UNIQUE(agent, market, scheduled_ts));
+CREATE TABLE IF NOT EXISTS books(market TEXT PRIMARY KEY, state_json TEXT NOT NULL,
+  updated_ts REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS equity(
+  agent TEXT NOT NULL, market TEXT NOT NULL, ts REAL NOT NULL, kind TEXT NOT NULL,
+  value REAL NOT NULL, cash REAL NOT NULL, PRIMARY KEY(agent, market, kind, ts));
+CREATE TABLE IF NOT EXISTS alerts(
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL,
+  agent TEXT, market TEXT, value REAL, limit_value REAL, message TEXT, payload TEXT);
+CREATE TABLE IF NOT EXISTS resolutions(
+  question_id TEXT PRIMARY KEY, market TEXT NOT NULL, ts REAL NOT NULL, payouts_json TEXT NOT NULL,
+  source TEXT);
+CREATE TABLE IF NOT EXISTS checkpoint(
+  id INTEGER PRIMARY KEY CHECK (id = 1), offset INTEGER NOT NULL, clock REAL NOT NULL,
+  state_json TEXT NOT NULL);
+"""
+
+# v2: indexes for the report and API, and per-agent operational state (halted / paused).
+_V2 = """
+CREATE INDEX IF NOT EXISTS market_events_asset_ts ON market_events(market, asset, ts);
+CREATE INDEX IF NOT EXISTS market_events_seq ON market_events(seq);
+CREATE INDEX IF NOT EXISTS fills_agent ON fills(agent, market, ts);
+CREATE INDEX IF NOT EXISTS llm_calls_agent ON llm_calls(agent, ts);
+CREATE TABLE IF NOT EXISTS agent_state(
+  agent TEXT NOT NULL, market TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
+  ts REAL NOT NULL, PRIMARY KEY(agent, market));
+"""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2}
+
+
+class StoreLockedError(RuntimeError):
+    """Another daemon already holds this database."""
+
+
+class StoreSchemaError(RuntimeError):
+    """The database was written by a newer paperarena."""
+
+
+@dataclass(slots=True)
+class DecisionRecord:
+    """One stored decision with its audit trail."""
+
+    agent: str
+    market: str
+    scheduled_ts: float
+    decided_ts: float
+    outcome: str
+    reason: str = ""
+    input_json: str | None = None
+    input_sha256: str | None = None
+    raw_output: str | None = None
+    allocation: dict[str, float] | None = None
+    template_version: str = ""
+    attempts: int = 0
+    duration_s: float = 0.0
+    calls: Sequence[dict[str, Any]] = ()
+
+
+@dataclass(slots=True)
+class FillRecord:
+    """One applied rebalance."""
+
+    agent: str
+    market: str
+    scheduled_ts: float
+    ts: float
+    trades: dict[str, float]
+    traded_value: float
+    cost: float
+    value_before: float
+    value_after: float
+    weights: dict[str, float]
+
+
+@dataclass(slots=True)
+class RoundCommit:
+    """Everything one decision round (or one daily mark) writes, in one transaction."""
+
+    decisions: list[DecisionRecord] = field(default_factory=list)
+    fills: list[FillRecord] = field(default_factory=list)
+    books: dict[str, dict[str, Any]] = field(default_factory=dict)
+    equity: list[tuple[str, str, float, str, float, float]] = field(default_factory=list)
+    """(agent, market, ts, kind, value, cash)"""
+    agent_states: list[tuple[str, str, str, str, float]] = field(default_factory=list)
+    checkpoint: tuple[int, float, dict[str, Any]] | None = None
+    resolutions: list[tuple[str, str, float, dict[str, float], str]] = field(default_factory=list)
+    """(question_id, market, ts, payouts, source) paid out since the last commit."""
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+class Store:
+    """Async SQLite store with one writer connection."""
+
+    def __init__(self, path: str, db: aiosqlite.Connection, lock_fd: int | None) -> None:
+        self.path = path
+        self.db = db
+        self._lock_fd = lock_fd
+        self._pending: list[tuple[Any, ...]] = []
+        self.run_id: int | None = None
+        self.events_written = 0
+        self._tx = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str], *, lock: bool = True) -> Store:
+        """Open (creating and migrating) the database at ``path``; lock it for this process."""
+        p = str(path)
+        lock_fd = _acquire_lock(p) if lock and p != ":memory:" else None
+        try:
+            db = await aiosqlite.connect(p, isolation_level=None)
+            await db.execute("PRAGMA journal_mode=WAL")
+            await db.execute("PRAGMA synchronous=NORMAL")
+            await db.execute("PRAGMA foreign_keys=ON")
+            await db.execute("PRAGMA busy_timeout=5000")
+            store = cls(p, db, lock_fd)
+            await store._migrate()
+        except BaseException:
+            if lock_fd is not None:
+                os.close(lock_fd)
+            raise
+        return store
+
+    async def _migrate(self) -> None:
+        await self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
+        async with self.db.execute("SELECT value FROM meta WHERE key='schema_version'") as cur:
+            row = await cur.fetchone()
+        current = int(row[0]) if row else 0
+        if current > SCHEMA_VERSION:
+            raise StoreSchemaError(
+                f"{self.path} has schema v{current}, newer than this paperarena (v{SCHEMA_VERSION})"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            await self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for stmt in _statements(MIGRATIONS[version]):
+                    await self.db.execute(stmt)
+                await self.db.execute(
+                    "INSERT INTO meta(key, value) VALUES('schema_version', ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                    (str(version),),
+                )
+                await self.db.execute("COMMIT")
+            except BaseException:
+                await self.db.execute("ROLLBACK")
+                raise
+            log.info("store migrated", path=self.path, version=version)
+
+    async def schema_version(self) -> int:
+        """Return the schema version recorded in the database."""
+        async with self.db.execute("SELECT value FROM meta WHERE key='schema_version'") as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def close(self) -> None:
+        """Flush pending events and close the database and its lock."""
+        with contextlib.suppress(Exception):
+            await self.flush()
+        await self.db.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- runs ---------------------------------------------------------------------------------
+    async def begin_run(self, *, mode: str, version: str, config: dict[str, Any],
+                        recording: str | None, started_ts: float) -> int:
+        """Record the start of a process run and return its id."""
+        cur = await self.db.execute(
+            "INSERT INTO runs(started_ts, mode, version, config_json, recording) "
+            "VALUES(?,?,?,?,?)",
+            (started_ts, mode, version, _dumps(config), recording),
+        )
+        self.run_id = cur.lastrowid
+        return int(cur.lastrowid or 0)
+
+    async def end_run(self, stopped_ts: float) -> None:
+        """Record a clean stop of the current run."""
+        if self.run_id is not None:
+            await self.db.execute(
+                "UPDATE runs SET stopped_ts=? WHERE id=?", (stopped_ts, self.run_id)
+            )
+
+    # -- market events --------------------------------------------------------------------------
+    def add_events(self, events: Iterable[Event], seq: int | None = None) -> None:
+        """Buffer market-data events for the next flush."""
+        pend = self._pending
+        for ev in events:
+            if isinstance(ev, PriceEvent):
+                pend.append((seq, ev.ts, ev.recv_ts, "price", ev.market, ev.asset, ev.price,
+                             ev.bid, ev.ask, None))
+            else:
+                market = getattr(ev, "market", None)
+                asset = ev.id if isinstance(ev, NewsEvent) else getattr(ev, "question_id", None)
+                pend.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, market, asset, None,
+                             None, None, encode_event(ev).decode()))
+
+    @property
+    def pending_events(self) -> int:
+        """Return the number of buffered, unwritten market events."""
+        return len(self._pending)
+
+    async def _write_pending(self) -> None:
+        if self._pending:
+            rows, self._pending = self._pending, []
+            await self.db.executemany(
+                "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price, bid, ask,"
+                " payload) VALUES(?,?,?,?,?,?,?,?,?,?)",
+                rows,
+            )
+            self.events_written += len(rows)
+
+    async def flush(self, checkpoint: tuple[int, float, dict[str, Any]] | None = None) -> None:
+        """Write buffered events (and optionally a checkpoint) in one transaction."""
+        if not self._pending and checkpoint is None:
+            return
+        async with self._tx:
+            await self._flush(checkpoint)
+
+    async def _flush(self, checkpoint: tuple[int, float, dict[str, Any]] | None) -> None:
+        await self.db.execute("BEGIN IMMEDIATE")
+        try:
+            await self._write_pending()
+            if checkpoint is not None:
+                await self._write_checkpoint(checkpoint)
+            await self.db.execute("COMMIT")
+        except BaseException:
+            await self.db.execute("ROLLBACK")
+            raise
+
+    async def _write_checkpoint(self, cp: tuple[int, float, dict[str, Any]]) -> None:
+        offset, clock, state = cp
+        await self.db.execute(
+            "INSERT INTO checkpoint(id, offset, clock, state_json) VALUES(1,?,?,?) "
+            "ON CONFLICT(id) DO UPDATE SET offset=excluded.offset, clock=excluded.clock, "
+            "state_json=excluded.state_json",
+            (offset, clock, _dumps(state)),
+        )
+
+    # -- rounds ---------------------------------------------------------------------------------
+    async def commit_round(self, rc: RoundCommit) -> None:
+        """Write one round atomically together with every buffered market event."""
+        async with self._tx:
+            await self._commit_round(rc)
+
+    async def _commit_round(self, rc: RoundCommit) -> None:
+        db = self.db
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            await self._write_pending()
+            for d in rc.decisions:
+                await db.execute(
+                    "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
+                    " reason, input_json, input_sha256, raw_output, allocation_json,"
+                    " template_version, attempts, duration_s, run_id)"
+                    " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
+                     d.input_json, d.input_sha256, d.raw_output,
+                     None if d.allocation is None else _dumps(d.allocation),
+                     d.template_version, d.attempts, d.duration_s, self.run_id),
+                )
+                for c in d.calls:
+                    await db.execute(
+                        "INSERT INTO llm_calls(agent, market, scheduled_ts, attempt, ts, model,"
+                        " raw_response, error, finish_reason, tokens_in, tokens_out, latency_s,"
+                        " cost_usd) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (d.agent, d.market, d.scheduled_ts, int(c.get("attempt", 0)),
+                         float(c.get("ts", d.decided_ts)), c.get("model"), c.get("raw_response"),
+                         c.get("error"), c.get("finish_reason"), c.get("tokens_in"),
+                         c.get("tokens_out"), c.get("latency_s"), c.get("cost_usd")),
+                    )
+            for f in rc.fills:
+                await db.execute(
+                    "INSERT INTO fills(agent, market, scheduled_ts, ts, trades_json, traded_value,"
+                    " cost, value_before, value_after, weights_json) VALUES(?,?,?,?,?,?,?,?,?,?)",
+                    (f.agent, f.market, f.scheduled_ts, f.ts, _dumps(f.trades), f.traded_value,
+                     f.cost, f.value_before, f.value_after, _dumps(f.weights)),
+                )
+            for market, state in rc.books.items():
+                await db.execute(
+                    "INSERT INTO books(market, state_json, updated_ts) VALUES(?,?,?) "
+                    "ON CONFLICT(market) DO UPDATE SET state_json=excluded.state_json, "
+                    "updated_ts=excluded.updated_ts",
+                    (market, _dumps(state), _now_of(rc)),
+                )
+            if rc.equity:
+                await db.executemany(
+                    "INSERT OR REPLACE INTO equity(agent, market, ts, kind, value, cash) "
+                    "VALUES(?,?,?,?,?,?)",
+                    rc.equity,
+                )
+            for row in rc.agent_states:
+                await db.execute(
+                    "INSERT INTO agent_state(agent, market, status, reason, ts) VALUES(?,?,?,?,?) "
+                    "ON CONFLICT(agent, market) DO UPDATE SET status=excluded.status, "
+                    "reason=excluded.reason, ts=excluded.ts",
+                    row,
+                )
+            for qid, market, ts, payouts, source in rc.resolutions:
+                await db.execute(
+                    "INSERT OR IGNORE INTO resolutions(question_id, market, ts, payouts_json,"
+                    " source) VALUES(?,?,?,?,?)",
+                    (qid, market, ts, _dumps(payouts), source),
+                )
+            if rc.checkpoint is not None:
+                await self._write_checkpoint(rc.checkpoint)
+            await db.execute("COMMIT")
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+
+    async def record_alert(self, ts: float, kind: str, severity: str, agent: str, market: str,
+                           value: float, limit: float, message: str) -> None:
+        """Persist one alert."""
+        async with self._tx:
+            await self.db.execute(
+                "INSERT INTO alerts(ts, kind, severity, agent, market, value, limit_value,"
+                " message) VALUES(?,?,?,?,?,?,?,?)",
+                (ts, kind, severity, agent, market, value, limit, message),
+            )
+
+    # -- reads ----------------------------------------------------------------------------------
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a read query and return every row."""
+        async with self.db.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    async def decided(self, market: str, scheduled_ts: float) -> set[str]:
+        """Return the agents that already have a decision for this market and time."""
+        rows = await self.fetchall(
+            "SELECT agent FROM decisions WHERE market=? AND scheduled_ts=?", (market, scheduled_ts)
+        )
+        return {r[0] for r in rows}
+
+    async def last_decision_ts(self, market: str) -> float | None:
+        """Return the latest scheduled time with a decision in ``market``."""
+        rows = await self.fetchall(
+            "SELECT MAX(scheduled_ts) FROM decisions WHERE market=?", (market,)
+        )
+        return rows[0][0] if rows and rows[0][0] is not None else None
+
+    async def load_books(self) -> dict[str, dict[str, Any]]:
+        """Return the last committed state of every book."""
+        rows = await self.fetchall("SELECT market, state_json FROM books")
+        return {m: json.loads(s) for m, s in rows}
+
+    async def load_checkpoint(self) -> tuple[int, float, dict[str, Any]] | None:
+        """Return the last (offset, clock, state) checkpoint, if any."""
+        rows = await self.fetchall("SELECT offset, clock, state_json FROM checkpoint WHERE id=1")
+        if not rows:
+            return None
+        offset, clock, state = rows[0]
+        return int(offset), float(clock), json.loads(state)
+
+    async def recent_allocations(self, agent: str, market: str, limit: int
+                                 ) -> list[tuple[float, dict[str, float], float]]:
+        """Return the agent's last ``limit`` fills as (ts, weights, value_after), oldest first."""
+        rows = await self.fetchall(
+            "SELECT ts, weights_json, value_after FROM fills WHERE agent=? AND market=? "
+            "ORDER BY scheduled_ts DESC LIMIT ?",
+            (agent, market, limit),
+        )
+        return [(ts, json.loads(w), v) for ts, w, v in reversed(rows)]
+
+    async def latest_prices_since(self, ts: float) -> list[tuple[str, str, float, float]]:
+        """Return the last stored (market, asset, ts, price) per asset newer than ``ts``."""
+        return await self.fetchall(
+            "SELECT market, asset, MAX(ts), price FROM market_events WHERE kind='price' AND ts > ?"
+            " GROUP BY market, asset ORDER BY market, asset",
+            (ts,),
+        )
+
+    async def delete_events_from(self, seq: int) -> None:
+        """Delete replayed market events at or after recording offset ``seq`` (resume)."""
+        await self.db.execute("DELETE FROM market_events WHERE seq >= ?", (seq,))
+
+
+def _now_of(rc: RoundCommit) -> float:
+    if rc.checkpoint is not None:
+        return rc.checkpoint[1]
+    if rc.decisions:
+        return rc.decisions[0].decided_ts
+    if rc.equity:
+        return rc.equity[0][2]
+    return 0.0
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def _acquire_lock(path: str) -> int:
+    lock_path = f"{path}.lock"
+    Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = ""
+        with contextlib.suppress(OSError):
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        os.close(fd)
+        who = f" (pid {holder})" if holder else ""
+        raise StoreLockedError(
+            f"{path} is in use by another paperarena daemon{who}; stop it or use another --db"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
