@@ -151,7 +151,8 @@ class AgentDecision:
     raw_output: str = ""
     reasoning: str = ""
     outcome: str = "ok"
-    """``ok``, or why there is no valid allocation (``invalid``, ``error``, ``paused``...)."""
+    """``ok`` (apply ``allocation``), ``hold`` (keep the portfolio as it is, a valid choice), or
+    why there is no valid allocation (``invalid``, ``error``, ``paused``...)."""
     reason: str = ""
     attempts: int = 1
     usage: Mapping[str, float] = field(default_factory=dict)

@@ -66,7 +66,7 @@ class BuyAndHold:
     """Buy equal weights once, then hold (StockBench's passive baseline).
 
     It buys at the first decision that has something to buy (no past allocation held anything
-    but cash); afterwards it answers the current (drifted) weights, which trades nothing. Cash
+    but cash); afterwards it answers ``hold`` (keep the drifted portfolio, trade nothing). Cash
     freed by a Polymarket resolution stays in cash.
     """
 
@@ -74,13 +74,13 @@ class BuyAndHold:
         self.id = agent_id
 
     async def decide(self, obs: Observation) -> AgentDecision:
-        """Buy equal weights once; afterwards return the current weights."""
+        """Buy equal weights once; afterwards hold."""
         bought = any(
             w > 0 for p in obs.recent_allocations for a, w in p.weights.items() if a != CASH
         ) or any(q > 0 for q in obs.holdings.values())
         if not bought:
             return _decision(equal_weights(_investable(obs)), "initial equal-weight buy")
-        return _decision(dict(obs.weights), "hold")
+        return AgentDecision(allocation=None, outcome="hold", reasoning="hold")
 
 
 class Momentum:

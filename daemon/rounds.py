@@ -2,6 +2,7 @@
 
 Outcomes stored per decision:
 - ``ok``: a valid allocation was applied (a fill is stored, possibly with zero trades);
+- ``hold``: the agent chose to keep its portfolio as it is (no fill);
 - ``invalid``: the answer failed validation (the agent holds its current portfolio);
 - ``rejected``: the ledger refused it (e.g. no price) — holds;
 - ``error``: the agent raised or timed out — holds;
@@ -137,6 +138,8 @@ class DecisionRound:
                     outcome, reason = "rejected", str(exc)
             elif outcome == "ok":
                 outcome, reason = "invalid", reason or "no allocation"
+            if outcome == "hold":
+                allocation = None
             if fill_rec is not None:
                 rc.fills.append(fill_rec)
                 events.append(FillEvent(
@@ -158,7 +161,7 @@ class DecisionRound:
                 ts=now, recv_ts=now, agent=agent_id, market=market, scheduled_ts=scheduled_ts,
                 outcome=outcome, allocation=allocation, reason=reason, duration_s=duration,
             ))
-            if outcome not in ("ok", "paused", "halted"):
+            if outcome not in ("ok", "hold", "paused", "halted"):
                 log.warning("decision not applied", agent=agent_id, market=market,
                             outcome=outcome, reason=reason)
         eng.add_equity_rows(rc, market, now, "decision")
