@@ -80,7 +80,7 @@ class Engine:
             self.bus.add_tap(pattern, self._store_tap)
 
     def _store_tap(self, ev: Event) -> None:
-        self.store.add_events((ev,), self.seq)
+        self.store.add_event(ev, self.seq)
 
     def build_agents(self, agent_ids: Iterable[str] | None = None) -> None:
         """Create the configured agents (optionally only ``agent_ids``) in their markets."""

@@ -89,10 +89,13 @@ class MarketState:
         book = self.books.get(ev.market)
         if book is None:
             return
-        ts = ev.ts if not ev.recv_ts or ev.ts <= ev.recv_ts else ev.recv_ts
+        ts = ev.ts
+        if ev.recv_ts and ts > ev.recv_ts:
+            ts = ev.recv_ts  # never trust a source clock ahead of ours
+        known = book.has_asset(ev.asset)
         hist = self.history[ev.market].get(ev.asset)
         if hist is None:
-            if ev.market == "equity" and ev.asset not in book.assets:
+            if ev.market == "equity" and not known:
                 return  # not in the configured universe
             hist = self.history[ev.market][ev.asset] = _AssetHistory(self.history_days)
         day = self._days[ev.market].day(ts)
@@ -101,10 +104,8 @@ class MarketState:
                 hist.closes.append(hist.last)
             hist.day = day
         hist.last = PricePoint(ts, ev.price)
-        if ev.asset in book.assets:
-            idx = book.asset_index(ev.asset)
-            if book.tradable[idx]:
-                book.set_price(idx, ev.price, ts)
+        if known:
+            book.set_price(ev.asset, ev.price, ts)  # ignored for resolved tokens
 
     def on_news(self, ev: NewsEvent) -> None:
         """Keep a bounded, de-duplicated news list per key."""

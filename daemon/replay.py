@@ -137,7 +137,7 @@ async def _drive(engine: Engine, sched: SimScheduler, clock: SimClock, rec: str,
             if bar is not None and n % 4096 == 0:
                 bar.update(4096)
             if store.pending_events >= batch:
-                await store.flush()
+                store.flush_soon()
         decisions += await sched.run_until(end, inclusive=True)
         if end > clock.now():
             clock.advance(end)

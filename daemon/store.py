@@ -156,6 +156,7 @@ class Store:
         self.run_id: int | None = None
         self.events_written = 0
         self._tx = asyncio.Lock()
+        self._inflight: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, lock: bool = True) -> Store:
@@ -210,6 +211,7 @@ class Store:
     async def close(self) -> None:
         """Flush pending events and close the database and its lock."""
         with contextlib.suppress(Exception):
+            await self.wait_flushed()
             await self.flush()
         await self.db.close()
         if self._lock_fd is not None:
@@ -236,6 +238,38 @@ class Store:
             )
 
     # -- market events --------------------------------------------------------------------------
+    def add_event(self, ev: Event, seq: int | None = None) -> None:
+        """Buffer one market-data event for the next flush (hot path)."""
+        if type(ev) is PriceEvent:
+            self._pending.append((seq, ev.ts, ev.recv_ts, "price", ev.market, ev.asset,
+                                  ev.price, ev.bid, ev.ask, None))
+        else:
+            self.add_events((ev,), seq)
+
+    def flush_soon(self) -> None:
+        """Start writing the buffered events in the background (ordered by the write lock)."""
+        if not self._pending:
+            return
+        rows, self._pending = self._pending, []
+        task = asyncio.get_running_loop().create_task(self._flush_rows(rows))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def _flush_rows(self, rows: list[tuple[Any, ...]]) -> None:
+        async with self._tx:
+            await self.db.execute("BEGIN IMMEDIATE")
+            try:
+                await self._insert_events(rows)
+                await self.db.execute("COMMIT")
+            except BaseException:
+                await self.db.execute("ROLLBACK")
+                raise
+
+    async def wait_flushed(self) -> None:
+        """Wait for background flushes started by :meth:`flush_soon`."""
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight))
+
     def add_events(self, events: Iterable[Event], seq: int | None = None) -> None:
         """Buffer market-data events for the next flush."""
         pend = self._pending
@@ -257,12 +291,15 @@ class Store:
     async def _write_pending(self) -> None:
         if self._pending:
             rows, self._pending = self._pending, []
-            await self.db.executemany(
-                "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price, bid, ask,"
-                " payload) VALUES(?,?,?,?,?,?,?,?,?,?)",
-                rows,
-            )
-            self.events_written += len(rows)
+            await self._insert_events(rows)
+
+    async def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
+        await self.db.executemany(
+            "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price, bid, ask,"
+            " payload) VALUES(?,?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
+        self.events_written += len(rows)
 
     async def flush(self, checkpoint: tuple[int, float, dict[str, Any]] | None = None) -> None:
         """Write buffered events (and optionally a checkpoint) in one transaction."""
@@ -302,34 +339,37 @@ class Store:
         await db.execute("BEGIN IMMEDIATE")
         try:
             await self._write_pending()
-            for d in rc.decisions:
-                await db.execute(
-                    "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
-                    " reason, input_json, input_sha256, raw_output, allocation_json,"
-                    " template_version, attempts, duration_s, run_id)"
-                    " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
-                     d.input_json, d.input_sha256, d.raw_output,
-                     None if d.allocation is None else _dumps(d.allocation),
-                     d.template_version, d.attempts, d.duration_s, self.run_id),
+            await db.executemany(
+                "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
+                " reason, input_json, input_sha256, raw_output, allocation_json,"
+                " template_version, attempts, duration_s, run_id)"
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
+                  d.input_json, d.input_sha256, d.raw_output,
+                  None if d.allocation is None else _dumps(d.allocation),
+                  d.template_version, d.attempts, d.duration_s, self.run_id)
+                 for d in rc.decisions],
+            )
+            calls = [
+                (d.agent, d.market, d.scheduled_ts, int(c.get("attempt", 0)),
+                 float(c.get("ts", d.decided_ts)), c.get("model"), c.get("raw_response"),
+                 c.get("error"), c.get("finish_reason"), c.get("tokens_in"),
+                 c.get("tokens_out"), c.get("latency_s"), c.get("cost_usd"))
+                for d in rc.decisions for c in d.calls
+            ]
+            if calls:
+                await db.executemany(
+                    "INSERT INTO llm_calls(agent, market, scheduled_ts, attempt, ts, model,"
+                    " raw_response, error, finish_reason, tokens_in, tokens_out, latency_s,"
+                    " cost_usd) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    calls,
                 )
-                for c in d.calls:
-                    await db.execute(
-                        "INSERT INTO llm_calls(agent, market, scheduled_ts, attempt, ts, model,"
-                        " raw_response, error, finish_reason, tokens_in, tokens_out, latency_s,"
-                        " cost_usd) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (d.agent, d.market, d.scheduled_ts, int(c.get("attempt", 0)),
-                         float(c.get("ts", d.decided_ts)), c.get("model"), c.get("raw_response"),
-                         c.get("error"), c.get("finish_reason"), c.get("tokens_in"),
-                         c.get("tokens_out"), c.get("latency_s"), c.get("cost_usd")),
-                    )
-            for f in rc.fills:
-                await db.execute(
-                    "INSERT INTO fills(agent, market, scheduled_ts, ts, trades_json, traded_value,"
-                    " cost, value_before, value_after, weights_json) VALUES(?,?,?,?,?,?,?,?,?,?)",
-                    (f.agent, f.market, f.scheduled_ts, f.ts, _dumps(f.trades), f.traded_value,
-                     f.cost, f.value_before, f.value_after, _dumps(f.weights)),
-                )
+            await db.executemany(
+                "INSERT INTO fills(agent, market, scheduled_ts, ts, trades_json, traded_value,"
+                " cost, value_before, value_after, weights_json) VALUES(?,?,?,?,?,?,?,?,?,?)",
+                [(f.agent, f.market, f.scheduled_ts, f.ts, _dumps(f.trades), f.traded_value,
+                  f.cost, f.value_before, f.value_after, _dumps(f.weights)) for f in rc.fills],
+            )
             for market, state in rc.books.items():
                 await db.execute(
                     "INSERT INTO books(market, state_json, updated_ts) VALUES(?,?,?) "

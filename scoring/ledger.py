@@ -254,6 +254,10 @@ class Book:
         """Return asset names in column order."""
         return self._assets
 
+    def has_asset(self, asset: str) -> bool:
+        """Return whether ``asset`` is a column of this book."""
+        return asset in self._asset_idx
+
     def agent_index(self, agent: str) -> int:
         """Return the row of ``agent``; raise KeyError if unknown."""
         try:
