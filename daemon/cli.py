@@ -149,9 +149,12 @@ def _replay(args: argparse.Namespace) -> int:
     if not Path(args.recording).exists():
         return _fail(f"{args.recording}: no such recording")
     try:
+        from daemon.components import default_components
+
         summary = asyncio.run(replay(args.recording, cfg, db, speed=args.speed,
                                      progress=False if args.no_progress else None,
-                                     window=(args.start, args.end), version=package_version()))
+                                     window=(args.start, args.end), version=package_version(),
+                                     components=default_components(cfg, mode="replay")))
     except (ReplayError, RecordingError, StoreLockedError) as exc:
         return _fail(str(exc))
     sys.stderr.write(

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from daemon.clock import LiveClock
+from daemon.components import Component, default_components
 from daemon.config import Config
 from daemon.engine import Engine
 from daemon.schedule import LiveScheduler
@@ -35,7 +36,8 @@ class LiveDaemon:
     """The running daemon: engine, scheduler, sources and background tasks."""
 
     def __init__(self, config: Config, *, db: str | None = None, version: str = "",
-                 sources: SourceFactory | None = None) -> None:
+                 sources: SourceFactory | None = None,
+                 components: list[Component] | None = None) -> None:
         self.config = config
         self.db = db or config.store.path
         self.version = version
@@ -48,6 +50,8 @@ class LiveDaemon:
         self._stop = asyncio.Event()
         self.ready = asyncio.Event()
         self.hooks_ready: list[Callable[[], Awaitable[None] | None]] = []
+        self.components: list[Component] = list(components or [])
+        self._started_components: list[Component] = []
 
     async def start(self) -> None:
         """Open the store, restore, and start every component."""
@@ -82,6 +86,9 @@ class LiveDaemon:
         for src in self.sources:
             self._tasks.append(asyncio.create_task(src.run(), name=f"source-{src.name}"))
         self._tasks.append(asyncio.create_task(self._flusher(), name="store-flusher"))
+        for comp in self.components:
+            await comp.start(engine, sources=self.sources)
+            self._started_components.append(comp)
         sched.start()
         for hook in self.hooks_ready:
             res = hook()
@@ -124,6 +131,12 @@ class LiveDaemon:
             except TimeoutError:
                 log.warning("in-flight rounds abandoned at shutdown", grace_s=STOP_GRACE)
                 await self.scheduler.shutdown(wait=False)
+        for comp in reversed(self._started_components):
+            try:
+                await comp.stop()
+            except Exception:
+                log.exception("component stop failed", component=comp.name)
+        self._started_components.clear()
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
@@ -144,7 +157,8 @@ async def run_live(config: Config, *, db: str | None = None, role: str = "all",
     from feeds.registry import build_sources
 
     daemon = LiveDaemon(config, db=db, version=version,
-                        sources=lambda eng: build_sources(config, eng))
+                        sources=lambda eng: build_sources(config, eng),
+                        components=default_components(config, mode="live"))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):

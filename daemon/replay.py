@@ -17,6 +17,7 @@ from pathlib import Path
 import structlog
 
 from daemon.clock import SimClock
+from daemon.components import Component
 from daemon.config import Config
 from daemon.engine import Engine
 from daemon.schedule import SimScheduler
@@ -55,6 +56,7 @@ async def replay(
     agent_ids: list[str] | None = None,
     window: tuple[float | None, float | None] = (None, None),
     version: str = "",
+    components: list[Component] | None = None,
 ) -> ReplaySummary:
     """Replay ``recording`` into ``db``; ``speed`` None = as fast as possible, else a factor."""
     rec = str(recording)
@@ -88,10 +90,21 @@ async def replay(
         for job_id, trigger in engine.triggers():
             sched.add_job(job_id, trigger, engine.on_job, start=clock.now())
         await engine.bus.start()
-        t0 = time.perf_counter()
-        n, decisions = await _drive(engine, sched, clock, rec, offset, start, end, speed,
-                                    _want_progress(progress))
-        return ReplaySummary(n, offset, decisions, time.perf_counter() - t0)
+        started: list[Component] = []
+        try:
+            for comp in components or ():
+                await comp.start(engine, sources=[])
+                started.append(comp)
+            t0 = time.perf_counter()
+            n, decisions = await _drive(engine, sched, clock, rec, offset, start, end, speed,
+                                        _want_progress(progress))
+            return ReplaySummary(n, offset, decisions, time.perf_counter() - t0)
+        finally:
+            for comp in reversed(started):
+                try:
+                    await comp.stop()
+                except Exception:
+                    log.exception("component stop failed", component=comp.name)
     finally:
         await engine_stop(locals().get("engine"))
         await store.close()
