@@ -89,6 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     cc = sub.add_parser("check-config", help="validate a config file")
     cc.add_argument("file")
+
+    rec = sub.add_parser("record", help="record live market data to a replayable file")
+    rec.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
+    rec.add_argument("--duration", type=float, default=None, help="seconds (default: until signal)")
+    rec.add_argument("--config", "-c")
+    rec.add_argument("--db", default=None, help="SQLite database (default: <out>.db)")
+
+    pr = sub.add_parser("probe", help="re-issue a stored decision input K times (LLM consistency)")
+    pr.add_argument("--agent", required=True)
+    pr.add_argument("--repeats", type=int, default=5)
+    pr.add_argument("--db", default="paperarena.db")
+    pr.add_argument("--config", "-c")
     return p
 
 
@@ -117,6 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args)
         if args.cmd == "run":
             return _run(args)
+        if args.cmd == "record":
+            return _record(args)
+        if args.cmd == "probe":
+            return _probe(args)
     except ConfigError as exc:
         for line in exc.problems:
             sys.stderr.write(f"{exc.source}: {line}\n")
@@ -176,6 +192,40 @@ def _run(args: argparse.Namespace) -> int:
                                     version=package_version()))
     except StoreLockedError as exc:
         return _fail(str(exc))
+
+
+def _record(args: argparse.Namespace) -> int:
+    from daemon.live import run_live
+    from daemon.logs import configure_logging
+    from daemon.record import recorder_components
+    from daemon.store import StoreLockedError
+
+    cfg = _load(args.config)
+    configure_logging(cfg.logging.level, cfg.logging.format)
+    cfg = cfg.model_copy(update={"agents": ()})  # record market data only
+    try:
+        return asyncio.run(run_live(cfg, db=args.db or f"{args.out}.db", duration=args.duration,
+                                    version=package_version(),
+                                    components=recorder_components(args.out, cfg)))
+    except StoreLockedError as exc:
+        return _fail(str(exc))
+
+
+def _probe(args: argparse.Namespace) -> int:
+    import json
+
+    if args.repeats < 2:
+        return _fail("--repeats must be at least 2")
+    if not Path(args.db).exists():
+        return _fail(f"{args.db}: no such database")
+    from agents.probe import run_probe_command
+
+    try:
+        result = asyncio.run(run_probe_command(args.config, args.db, args.agent, args.repeats))
+    except (LookupError, ValueError) as exc:
+        return _fail(str(exc))
+    sys.stdout.write(json.dumps(result, sort_keys=True, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":

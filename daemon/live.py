@@ -152,13 +152,14 @@ class LiveDaemon:
 
 
 async def run_live(config: Config, *, db: str | None = None, role: str = "all",
-                   duration: float | None = None, version: str = "") -> int:
+                   duration: float | None = None, version: str = "",
+                   components: list[Component] | None = None) -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration``); return the exit code."""
     from feeds.registry import build_sources
 
+    comps = default_components(config, mode="live") + list(components or [])
     daemon = LiveDaemon(config, db=db, version=version,
-                        sources=lambda eng: build_sources(config, eng),
-                        components=default_components(config, mode="live"))
+                        sources=lambda eng: build_sources(config, eng), components=comps)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):

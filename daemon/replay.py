@@ -9,6 +9,7 @@ and ends in the same state as an uninterrupted run.
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -65,7 +66,9 @@ async def replay(
     except FileNotFoundError:
         raise ReplayError(f"{rec}: no such recording") from None
     start = header.start if window[0] is None else max(header.start, window[0])
-    end = header.end if window[1] is None else min(header.end, window[1])
+    # A live recording cannot know its end when its header is written: without a window end,
+    # replay to the last event (or the header's end, whichever is later).
+    end = math.inf if window[1] is None else window[1]
     store = await Store.open(str(db))
     try:
         runs = await store.fetchall("SELECT recording FROM runs WHERE mode='replay' LIMIT 1")
@@ -96,8 +99,8 @@ async def replay(
                 await comp.start(engine, sources=[])
                 started.append(comp)
             t0 = time.perf_counter()
-            n, decisions = await _drive(engine, sched, clock, rec, offset, start, end, speed,
-                                        _want_progress(progress))
+            n, decisions = await _drive(engine, sched, clock, rec, offset, start, end,
+                                        header.end, speed, _want_progress(progress))
             return ReplaySummary(n, offset, decisions, time.perf_counter() - t0)
         finally:
             for comp in reversed(started):
@@ -111,7 +114,8 @@ async def replay(
 
 
 async def _drive(engine: Engine, sched: SimScheduler, clock: SimClock, rec: str, offset: int,
-                 start: float, end: float, speed: float | None, show: bool) -> tuple[int, int]:
+                 start: float, end: float, header_end: float, speed: float | None,
+                 show: bool) -> tuple[int, int]:
     store = engine.store
     state = engine.state
     bus = engine.bus
@@ -151,9 +155,10 @@ async def _drive(engine: Engine, sched: SimScheduler, clock: SimClock, rec: str,
                 bar.update(4096)
             if store.pending_events >= batch:
                 store.flush_soon()
-        decisions += await sched.run_until(end, inclusive=True)
-        if end > clock.now():
-            clock.advance(end)
+        last = max(clock.now(), header_end) if end == math.inf else end
+        decisions += await sched.run_until(last, inclusive=True)
+        if last > clock.now():
+            clock.advance(last)
         await bus.drain()
         # Final commit: everything buffered, books and the end checkpoint.
         from daemon.store import RoundCommit

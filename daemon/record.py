@@ -1,0 +1,83 @@
+"""``paperarena record``: write the normalised market events a live run sees to a recording.
+
+The recorder is a bus tap on market data (prices, news, listings, resolutions), so it writes
+exactly what the engine's taps apply, in the same order. Event times are made non-decreasing in
+arrival order (an event stamped earlier than one already written, or later than its receipt, is
+written at the nearest admissible time), which is the order a live run applied them in; a replay
+of the file therefore reproduces the live books.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import structlog
+
+from daemon.components import Component
+from daemon.config import Config
+from daemon.events import Event
+from feeds.recording import RecordingHeader, RecordingWriter
+
+log = structlog.get_logger(__name__)
+
+MARKET_DATA = ("price.#", "news.#", "market.#", "resolution.#")
+
+
+class Recorder:
+    """A component that taps market data on the bus and appends it to a recording file."""
+
+    name = "recorder"
+
+    def __init__(self, out: str | Path, config: Config, *, description: str = "") -> None:
+        self.out = Path(out)
+        self.config = config
+        self.description = description or "live recording"
+        self.writer: RecordingWriter | None = None
+        self._last = 0.0
+        self.written = 0
+
+    async def start(self, engine: Any, *, sources: list[Any]) -> None:
+        """Open the recording and start tapping market data."""
+        now = engine.clock.now()
+        header = RecordingHeader(
+            start=now, end=now, description=self.description,
+            equities=tuple(self.config.markets.equity.assets),
+            questions=tuple({"id": q.id, "question": q.question, "yes": q.yes, "no": q.no}
+                            for q in self.config.markets.polymarket.questions),
+            meta={"recorded_by": "paperarena record", "sources": [s.name for s in sources],
+                  "started_wall": time.time()},
+        )
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.writer = RecordingWriter(self.out, header)
+        self._last = now - 86_400.0
+        for pattern in MARKET_DATA:
+            engine.bus.add_tap(pattern, self._write)
+
+    def _write(self, ev: Event) -> None:
+        if self.writer is None:
+            return
+        ts = ev.ts
+        if ev.recv_ts and ts > ev.recv_ts:
+            ts = ev.recv_ts
+        if ts < self._last:
+            ts = self._last
+        if ts != ev.ts:
+            ev = msgspec.structs.replace(ev, ts=ts)
+        self._last = ts
+        self.writer.write(ev)
+        self.written += 1
+
+    async def stop(self) -> None:
+        """Flush and close the recording."""
+        if self.writer is not None:
+            self.writer.close()
+            log.info("recording closed", path=str(self.out), events=self.written)
+            self.writer = None
+
+
+def recorder_components(out: str, config: Config) -> list[Component]:
+    """Return the components of a recording run."""
+    return [Recorder(out, config)]
