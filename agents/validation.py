@@ -42,13 +42,19 @@ def validate_allocation(
             raise InvalidAllocation(f"unknown asset {key!r}")
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InvalidAllocation(f"weight of {key} is not a number: {value!r}")
-        w = float(value)
+        try:
+            w = float(value)
+        except OverflowError:
+            raise InvalidAllocation(f"weight of {key} is out of range") from None
         if not math.isfinite(w):
             raise InvalidAllocation(f"weight of {key} is not finite: {value!r}")
         if w < 0:
             raise InvalidAllocation(f"weight of {key} is negative: {w}")
         weights[key] = weights.get(key, 0.0) + w
-    total = math.fsum(weights.values())
+    try:
+        total = math.fsum(weights.values())
+    except OverflowError:
+        raise InvalidAllocation("weights are out of range") from None
     if abs(total - 1.0) > tolerance:
         raise InvalidAllocation(f"weights sum to {total:.6g}, not 1 (tolerance {tolerance})")
     for key, w in weights.items():

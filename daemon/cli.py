@@ -218,11 +218,11 @@ def _probe(args: argparse.Namespace) -> int:
         return _fail("--repeats must be at least 2")
     if not Path(args.db).exists():
         return _fail(f"{args.db}: no such database")
-    from agents.probe import run_probe_command
+    from agents.probe import ProbeError, run_probe_command
 
     try:
         result = asyncio.run(run_probe_command(args.config, args.db, args.agent, args.repeats))
-    except (LookupError, ValueError) as exc:
+    except (ProbeError, LookupError, ValueError) as exc:
         return _fail(str(exc))
     sys.stdout.write(json.dumps(result, sort_keys=True, indent=2) + "\n")
     return 0

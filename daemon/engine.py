@@ -11,6 +11,7 @@ transaction that also carries the books and a checkpoint of the market state.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -127,10 +128,30 @@ class Engine:
             slot = self.slots.get(market, {}).get(agent)
             if slot is not None:
                 slot.status, slot.reason = status, reason
+        await self._restore_llm_usage()
         if books:
             log.info("books restored from store", markets=sorted(books),
                      offset=self.state.offset)
         return self.state.offset
+
+    async def _restore_llm_usage(self) -> None:
+        """Give LLM agents today's (UTC) spend from the store so budgets survive restarts."""
+        day = datetime.fromtimestamp(self.clock.now(), UTC).date().isoformat()
+        seen: set[str] = set()
+        for slots in self.slots.values():
+            for agent_id, slot in slots.items():
+                restore = getattr(slot.agent, "restore_usage", None)
+                if restore is None or agent_id in seen:
+                    continue
+                seen.add(agent_id)
+                rows = await self.store.fetchall(
+                    "SELECT COALESCE(SUM(COALESCE(tokens_in,0)+COALESCE(tokens_out,0)),0),"
+                    " COALESCE(SUM(cost_usd),0) FROM llm_calls WHERE agent=?"
+                    " AND date(scheduled_ts,'unixepoch')=?",
+                    (agent_id, day),
+                )
+                tokens, cost = rows[0]
+                restore(day, int(tokens), float(cost))
 
     def jobs(self) -> list[tuple[str, ScheduleSpec]]:
         """Return (job id, schedule) of every decision and daily-mark job."""

@@ -2,8 +2,9 @@
 
 Start-up order: open (and lock) the store, rebuild books and market state from it, record missed
 rounds from the downtime, start the bus, the sources, the store flusher and the scheduler.
-SIGINT/SIGTERM stop scheduling, let in-flight rounds finish within a bound (or abandon them),
-flush the store, stop sources, and exit 0 with state committed.
+SIGINT/SIGTERM stop scheduling, let in-flight rounds finish within a bound (or abandon them,
+recorded with outcome ``abandoned``), flush the store, stop sources, and exit 0 with state
+committed. SIGHUP reloads the agent and alert configuration, validated first.
 """
 
 from __future__ import annotations
@@ -60,9 +61,7 @@ class LiveDaemon:
         engine.add_equity_universe(self.config.markets.equity.assets)
         engine.build_agents()
         await engine.restore()
-        cp = await store.load_checkpoint()
-        since = cp[1] if cp else 0.0
-        for market, asset, ts, price in await store.latest_prices_since(since):
+        for market, asset, ts, price in await store.latest_prices_after_checkpoint():
             from daemon.events import PriceEvent
 
             if market in engine.books:
@@ -94,6 +93,10 @@ class LiveDaemon:
             res = hook()
             if asyncio.iscoroutine(res):
                 await res
+        for comp in self._started_components:  # e.g. systemd READY=1: everything runs now
+            on_ready = getattr(comp, "on_ready", None)
+            if on_ready is not None:
+                await on_ready()
         self.ready.set()
         log.info("daemon ready", db=self.db, markets=list(engine.markets),
                  agents=sorted({a for m in engine.slots.values() for a in m}),
@@ -114,6 +117,39 @@ class LiveDaemon:
         """Ask the daemon to stop (signal handlers call this)."""
         self._stop.set()
 
+    async def reload(self, path: str | None) -> bool:
+        """Re-read ``path`` and apply agent and alert changes; refuse anything invalid."""
+        from daemon.config import ConfigError, load_config
+        from daemon.logs import register_config_secrets
+        from daemon.systemd import monotonic_usec, notify
+
+        if self.engine is None:
+            return False
+        if path is None:
+            log.error("config reload refused: the daemon was started without --config")
+            return False
+        notify(f"RELOADING=1\nMONOTONIC_USEC={monotonic_usec()}")
+        try:
+            new = load_config(path)
+            register_config_secrets(new)
+            changes = await self.engine.reload(new)
+            for comp in self._started_components:
+                comp_reload = getattr(comp, "reload", None)
+                if comp_reload is not None:
+                    await comp_reload(new)
+        except ConfigError as exc:
+            log.error("config reload refused, running config kept",
+                      error="; ".join(f"{exc.source}: {p}" for p in exc.problems))
+            return False
+        except Exception as exc:
+            log.error("config reload refused, running config kept", error=str(exc))
+            return False
+        finally:
+            notify("READY=1")
+        self.config = new
+        log.info("config reloaded", path=path, changes=changes)
+        return True
+
     async def wait(self, duration: float | None = None) -> None:
         """Run until a stop is requested (or ``duration`` seconds passed)."""
         if duration is None:
@@ -131,6 +167,13 @@ class LiveDaemon:
             except TimeoutError:
                 log.warning("in-flight rounds abandoned at shutdown", grace_s=STOP_GRACE)
                 await self.scheduler.shutdown(wait=False)
+            if self.engine is not None:
+                from daemon.rounds import record_abandoned
+
+                try:
+                    await record_abandoned(self.engine)
+                except Exception:
+                    log.exception("recording abandoned decisions failed")
         for comp in reversed(self._started_components):
             try:
                 await comp.stop()
@@ -153,17 +196,39 @@ class LiveDaemon:
 
 async def run_live(config: Config, *, db: str | None = None, role: str = "all",
                    duration: float | None = None, version: str = "",
-                   components: list[Component] | None = None) -> int:
-    """Run the daemon until SIGINT/SIGTERM (or ``duration``); return the exit code."""
+                   components: list[Component] | None = None,
+                   config_path: str | None = None) -> int:
+    """Run the daemon until SIGINT/SIGTERM (or ``duration``); return the exit code.
+
+    SIGHUP re-reads ``config_path`` and applies agent and alert changes (see
+    :meth:`LiveDaemon.reload`).
+    """
+    from daemon.systemd import notify
     from feeds.registry import build_sources
 
     comps = default_components(config, mode="live") + list(components or [])
     daemon = LiveDaemon(config, db=db, version=version,
                         sources=lambda eng: build_sources(config, eng), components=comps)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+
+    def on_stop_signal() -> None:
+        notify("STOPPING=1")
+        daemon.request_stop()
+
+    reloads: set[asyncio.Task[bool]] = set()
+
+    def on_hup() -> None:
+        if daemon.ready.is_set():
+            task = loop.create_task(daemon.reload(config_path), name="config-reload")
+            reloads.add(task)
+            task.add_done_callback(reloads.discard)
+        else:
+            log.warning("SIGHUP ignored: the daemon is not ready yet")
+
+    for sig, handler in ((signal.SIGINT, on_stop_signal), (signal.SIGTERM, on_stop_signal),
+                         (signal.SIGHUP, on_hup)):
         with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, daemon.request_stop)
+            loop.add_signal_handler(sig, handler)
     t0 = time.monotonic()
     try:
         await daemon.start()

@@ -35,6 +35,7 @@ from typing import Any, Self
 import msgspec
 
 from daemon.events import (
+    Event,
     MarketData,
     MarketListed,
     NewsEvent,
@@ -138,8 +139,8 @@ class RecordingHeader:
         if not isinstance(equities, list) or not isinstance(questions, list):
             raise RecordingError("invalid header: equities and questions must be lists")
         return cls(
-            start=data.get("start"),  # type: ignore[arg-type]  # validated in __post_init__
-            end=data.get("end"),  # type: ignore[arg-type]
+            start=data.get("start"),  # validated in __post_init__
+            end=data.get("end"),
             description=data.get("description", ""),
             equities=tuple(equities),
             questions=tuple(questions),
@@ -165,9 +166,14 @@ class RecordingWriter:
         self._count = 0
         self._closed = False
         self._file = open(path, "wb")  # noqa: SIM115  # closed by close()
-        self._buffer += _header_encoder.encode(header.to_dict())
-        self._buffer += b"\n"
-        self.flush()
+        try:
+            self._buffer += _header_encoder.encode(header.to_dict())
+            self._buffer += b"\n"
+            self.flush()
+        except BaseException:
+            self._closed = True
+            self._file.close()
+            raise
 
     @property
     def count(self) -> int:
@@ -179,7 +185,7 @@ class RecordingWriter:
         """Return the ts of the last event written (``-inf`` before the first)."""
         return self._last_ts
 
-    def write(self, event: Any) -> None:
+    def write(self, event: Event) -> None:
         """Append one market-data event; refuse other types and a ts before the previous one."""
         if self._closed:
             raise RecordingError(f"{self._name}: recording is closed")
@@ -330,7 +336,7 @@ def read_header(path: StrPath) -> RecordingHeader:
     raise RecordingError(f"{name}: empty file, not a paperarena recording")  # pragma: no cover
 
 
-def _decode_block(data: bytes, offset: int, name: str) -> Iterator[tuple[int, Any]]:
+def _decode_block(data: bytes, offset: int, name: str) -> Iterator[tuple[int, Event]]:
     """Decode a block of whole lines; on any problem find and report the first bad line."""
     expected = data.count(b"\n")
     try:
@@ -359,7 +365,7 @@ def _skip_lines(data: bytes, n: int) -> bytes:
     return data[pos:]
 
 
-def _decode_tail(tail: bytes) -> Any | None:
+def _decode_tail(tail: bytes) -> Event | None:
     """Decode the unterminated last line; ``None`` if it was cut short (or is empty)."""
     if not tail.strip():
         return None
@@ -369,7 +375,7 @@ def _decode_tail(tail: bytes) -> Any | None:
         return None
 
 
-def iter_events(path: StrPath, *, start_offset: int = 0) -> Iterator[tuple[int, Any]]:
+def iter_events(path: StrPath, *, start_offset: int = 0) -> Iterator[tuple[int, Event]]:
     """Yield ``(offset, event)`` from ``start_offset`` on, without decoding skipped lines.
 
     Raise :class:`RecordingError` on a bad header or a bad line (with its line number); an

@@ -1,0 +1,76 @@
+"""Run every benchmark and print one JSON document (machine, date, figures beside floors).
+
+    python3 dev.py bench            # all
+    python3 dev.py bench replay     # only the named ones
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent))
+sys.path.insert(0, str(ROOT))
+
+BENCHES = {
+    "ledger": "bench_ledger",
+    "replay": "bench_replay",
+    "polymarket_decode": "bench_polymarket_decode",
+    "equity_decode": "bench_equity_decode",
+    "mqtt": "bench_mqtt",
+    "soak": "soak",
+}
+
+
+def machine() -> dict:
+    """Describe the machine the figures were measured on."""
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory": mem, "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def main(argv: list[str]) -> int:
+    """Run the selected benchmarks."""
+    wanted = argv or [k for k in BENCHES if k != "soak"]
+    out: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
+                 "results": {}}
+    for name in wanted:
+        mod_name = BENCHES.get(name)
+        if mod_name is None:
+            print(f"unknown benchmark {name!r}: {', '.join(BENCHES)}", file=sys.stderr)
+            return 2
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError as exc:
+            out["results"][name] = {"skipped": f"not available: {exc}"}
+            continue
+        t0 = time.perf_counter()
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        out["results"][name] = mod.run()
+        out["results"][name]["wall_s"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(out, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
