@@ -1,0 +1,414 @@
+"""An LLM agent called through LiteLLM, with strict validation, retries, audit trail and budget.
+
+Retry policy (as CapitalBench): a decision is retried, up to ``max_attempts`` calls with a small
+exponential backoff, only for infrastructure or format failures: transport errors, timeouts,
+HTTP 408/409/429/5xx, truncated output (``finish_reason == "length"``), unparsable or
+schema-invalid output. A valid answer is never retried, whatever it chose. Other provider errors
+(authentication, bad request, unknown model...) stop at once. After the last failed attempt the
+decision has no allocation and ``outcome`` is ``invalid`` (the model answered, badly) or ``error``
+(no usable response); the decision round then holds the current portfolio.
+
+Every attempt is recorded in :attr:`AgentDecision.calls` and its response text in
+:attr:`AgentDecision.raw_responses` (``""`` when there was none), in attempt order.
+
+Daily budget: spend (tokens in + out, and USD where LiteLLM knows the price) is summed per UTC day
+of the observation's decision time. Once a limit is reached no model call is made and the
+decision is ``paused``. :meth:`LlmAgent.restore_usage` restores a day's spend after a restart.
+
+LiteLLM is imported lazily (it takes seconds) when the first :class:`LlmAgent` is built, with
+``LITELLM_LOCAL_MODEL_COST_MAP=True`` so that no price list is fetched from the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any
+
+import structlog
+
+from agents.base import AgentDecision, Observation
+from agents.llm_output import InvalidOutput, check_response
+from agents.prompting import RenderedPrompt, render_prompt
+from agents.validation import SUM_TOLERANCE
+from daemon.config import AgentConfig
+
+log = structlog.get_logger(__name__)
+
+#: HTTP statuses worth retrying (timeout, conflict, rate limit); 5xx are retried too.
+RETRY_STATUSES = frozenset({408, 409, 429})
+#: Seconds added to the configured timeout before the call is cancelled from outside.
+TIMEOUT_GRACE_S = 5.0
+#: Longest error text kept in a call record.
+ERROR_CHARS = 500
+
+_litellm: ModuleType | None = None
+
+
+def load_litellm() -> ModuleType:
+    """Import LiteLLM once, offline (local price map, no debug banner)."""
+    global _litellm
+    if _litellm is None:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        try:
+            import litellm
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise RuntimeError("LLM agents need LiteLLM: pip install 'paperarena[llm]'") from exc
+        litellm.suppress_debug_info = True
+        litellm.telemetry = False
+        _litellm = litellm
+    return _litellm
+
+
+def utc_day(ts: float) -> str:
+    """Return the UTC calendar day (``YYYY-MM-DD``) of the epoch time ``ts``."""
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d")
+
+
+def _one_line(s: str, limit: int = ERROR_CHARS) -> str:
+    flat = " ".join(str(s).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """The outcome of one model call."""
+
+    record: dict[str, Any]
+    content: str
+    kind: str
+    """``ok``, ``invalid`` (bad output, retry), ``error`` (infra, retry) or ``fatal`` (stop)."""
+    error: str = ""
+    parsed: Any = None
+
+
+class LlmAgent:
+    """An agent that asks an LLM (through LiteLLM) for the target allocation."""
+
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng_seed: int | None = None,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 8.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Build the agent from its config; ``sleep``/``backoff_*`` set the retry waits."""
+        if not cfg.model:
+            raise ValueError(f"agent {cfg.id}: an LLM agent needs a model")
+        self.id = cfg.id
+        self.cfg = cfg
+        self.markets = cfg.markets
+        self._litellm = load_litellm()
+        self._sleep = sleep
+        self._rng = random.Random(rng_seed)
+        self._backoff_base = backoff_base
+        self._backoff_cap = backoff_cap
+        self._clock = clock
+        self._sem = asyncio.Semaphore(cfg.max_concurrency)
+        self._spend: dict[str, tuple[int, float]] = {}
+        self._cost_unknown_logged = False
+        if cfg.api_key_env and not os.environ.get(cfg.api_key_env):
+            log.warning("llm.api_key_missing", agent=self.id, env=cfg.api_key_env)
+
+    # -- budget ---------------------------------------------------------------------------------
+    def restore_usage(self, day: str, tokens: int, cost_usd: float) -> None:
+        """Set the spend of UTC ``day`` (``YYYY-MM-DD``), e.g. from the store after a restart."""
+        datetime.strptime(day, "%Y-%m-%d")  # refuse anything but a UTC day
+        self._spend[day] = (int(tokens), float(cost_usd))
+
+    def spent(self, day: str) -> tuple[int, float]:
+        """Return (tokens, USD) spent on UTC ``day``."""
+        return self._spend.get(day, (0, 0.0))
+
+    def _add_spend(self, day: str, tokens: int, cost: float) -> None:
+        t, c = self.spent(day)
+        self._spend[day] = (t + tokens, c + cost)
+        for old in sorted(self._spend)[:-7]:  # keep a week
+            del self._spend[old]
+
+    def budget_exceeded(self, day: str) -> str | None:
+        """Return why the budget of ``day`` is exhausted, or ``None`` if calls may go on."""
+        tokens, cost = self.spent(day)
+        cfg = self.cfg
+        if cfg.daily_budget_tokens is not None and tokens >= cfg.daily_budget_tokens:
+            return (
+                f"daily budget exceeded: {tokens} tokens >= {cfg.daily_budget_tokens}"
+                f" on {day} (UTC)"
+            )
+        if cfg.daily_budget_usd is not None and cost >= cfg.daily_budget_usd:
+            return (
+                f"daily budget exceeded: {cost:.4f} USD >= {cfg.daily_budget_usd:.4f}"
+                f" on {day} (UTC)"
+            )
+        return None
+
+    # -- deciding -------------------------------------------------------------------------------
+    def render(self, obs: Observation) -> RenderedPrompt:
+        """Return the prompt this agent sends for ``obs``."""
+        cfg = self.cfg
+        return render_prompt(
+            obs,
+            memory=cfg.memory,
+            news_window=cfg.news_window,
+            news_per_asset=cfg.news_per_asset,
+            tolerance=SUM_TOLERANCE,
+        )
+
+    def backoff(self, attempt: int) -> float:
+        """Return the wait after failed attempt ``attempt`` (base * 2^(attempt-1), jittered)."""
+        delay = self._backoff_base * (2.0 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
+        return min(self._backoff_cap, delay)
+
+    async def decide(self, obs: Observation) -> AgentDecision:
+        """Ask the model for the allocation of ``obs``; see the module doc for the policy."""
+        day = utc_day(obs.decision_ts)
+        try:
+            prompt = self.render(obs)
+        except Exception as exc:
+            log.exception("llm.render_failed", agent=self.id, market=obs.market)
+            return AgentDecision(
+                allocation=None,
+                outcome="error",
+                reason=_one_line(f"prompt rendering failed: {exc}", 300),
+                attempts=0,
+                usage=_usage(()),
+            )
+        paused = self.budget_exceeded(day)
+        if paused:
+            log.info("llm.paused", agent=self.id, market=obs.market, reason=paused)
+            return AgentDecision(
+                allocation=None,
+                outcome="paused",
+                reason=paused,
+                attempts=0,
+                usage=_usage(()),
+                template_version=prompt.template_version,
+            )
+        api_key: str | None = None
+        if self.cfg.api_key_env:
+            api_key = os.environ.get(self.cfg.api_key_env)
+            if not api_key:
+                return AgentDecision(
+                    allocation=None,
+                    outcome="error",
+                    reason=f"environment variable {self.cfg.api_key_env} (api_key_env) is not set",
+                    attempts=0,
+                    usage=_usage(()),
+                    template_version=prompt.template_version,
+                )
+        messages = [{"role": "user", "content": prompt.text}]
+        attempts: list[_Attempt] = []
+        stop_reason = ""
+        for n in range(1, self.cfg.max_attempts + 1):
+            if n > 1:
+                stop_reason = self.budget_exceeded(day) or ""
+                if stop_reason:
+                    break
+                await self._sleep(self.backoff(n - 1))
+            att = await self._attempt(n, messages, api_key, obs, prompt)
+            attempts.append(att)
+            self._add_spend(
+                day,
+                int(att.record["tokens_in"]) + int(att.record["tokens_out"]),
+                float(att.record["cost_usd"]),
+            )
+            if att.kind in ("ok", "fatal"):
+                break
+        return self._decision(obs, prompt, attempts, stop_reason)
+
+    def _decision(
+        self, obs: Observation, prompt: RenderedPrompt, attempts: list[_Attempt], paused: str
+    ) -> AgentDecision:
+        calls = tuple(a.record for a in attempts)
+        raws = tuple(a.content for a in attempts)
+        usage = _usage(calls)
+        last = attempts[-1]
+        common: dict[str, Any] = {
+            "attempts": len(attempts),
+            "usage": usage,
+            "template_version": prompt.template_version,
+            "raw_responses": raws,
+            "calls": calls,
+            "raw_output": last.content,
+        }
+        if last.kind == "ok":
+            outcome, reason = "ok", ""
+            decision = AgentDecision(
+                allocation=last.parsed.allocation,
+                reasoning=last.parsed.reasoning,
+                outcome="ok",
+                **common,
+            )
+        else:
+            if paused:
+                outcome = "paused"
+                reason = f"{paused} (after {len(attempts)} failed attempt(s): {last.error})"
+            else:
+                outcome = "invalid" if last.kind == "invalid" else "error"
+                reason = f"{last.error} (attempt {len(attempts)} of {self.cfg.max_attempts})"
+            decision = AgentDecision(
+                allocation=None, outcome=outcome, reason=_one_line(reason, 300), **common
+            )
+        log.info(
+            "llm.decision",
+            agent=self.id,
+            market=obs.market,
+            outcome=outcome,
+            reason=reason,
+            attempts=len(attempts),
+            tokens_in=usage["tokens_in"],
+            tokens_out=usage["tokens_out"],
+            cost_usd=usage["cost_usd"],
+            latency_s=round(usage["latency_s"], 3),
+        )
+        return decision
+
+    async def _attempt(
+        self,
+        n: int,
+        messages: list[dict[str, str]],
+        api_key: str | None,
+        obs: Observation,
+        prompt: RenderedPrompt,
+    ) -> _Attempt:
+        """Make call number ``n`` and classify its result."""
+        cfg = self.cfg
+        litellm = self._litellm
+        kwargs: dict[str, Any] = {
+            "model": cfg.model,
+            "messages": messages,
+            "temperature": cfg.temperature,
+            "max_tokens": cfg.max_tokens,
+            "timeout": cfg.timeout,
+            "max_retries": 0,
+            "drop_params": True,
+        }
+        if cfg.api_base:
+            kwargs["api_base"] = cfg.api_base
+        if api_key:
+            kwargs["api_key"] = api_key
+        record: dict[str, Any] = {
+            "attempt": n,
+            "ts": 0.0,
+            "model": cfg.model,
+            "raw_response": "",
+            "error": None,
+            "finish_reason": None,
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "latency_s": 0.0,
+            "cost_usd": 0.0,
+        }
+        async with self._sem:
+            record["ts"] = self._clock()
+            t0 = time.monotonic()
+            try:
+                async with asyncio.timeout(cfg.timeout + TIMEOUT_GRACE_S):
+                    response = await litellm.acompletion(**kwargs)
+            except Exception as exc:
+                record["latency_s"] = time.monotonic() - t0
+                kind, error = self._classify(exc)
+                record["error"] = error
+                log.warning(
+                    "llm.call_failed", agent=self.id, market=obs.market, attempt=n, error=error
+                )
+                return _Attempt(record=record, content="", kind=kind, error=error)
+            record["latency_s"] = time.monotonic() - t0
+        content, finish_reason = _content(response)
+        tokens_in, tokens_out = _tokens(response)
+        record.update(
+            raw_response=content,
+            finish_reason=finish_reason,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            cost_usd=self._cost(response),
+        )
+        try:
+            parsed = check_response(content, finish_reason, obs, key_map=prompt.key_map)
+        except InvalidOutput as exc:
+            error = f"invalid output: {exc}"
+            record["error"] = error
+            log.warning(
+                "llm.invalid_output", agent=self.id, market=obs.market, attempt=n, error=error
+            )
+            return _Attempt(record=record, content=content, kind="invalid", error=error)
+        return _Attempt(record=record, content=content, kind="ok", parsed=parsed)
+
+    def _classify(self, exc: BaseException) -> tuple[str, str]:
+        """Return (``error`` or ``fatal``, one-line message) for a failed call."""
+        if isinstance(exc, self._litellm.Timeout):
+            return "error", _one_line(f"timeout after {self.cfg.timeout:g}s: {exc}")
+        if isinstance(exc, TimeoutError):
+            return "error", f"timeout after {self.cfg.timeout + TIMEOUT_GRACE_S:g}s"
+        message = _one_line(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, self._litellm.APIConnectionError):
+            return "error", message
+        status = getattr(exc, "status_code", None)
+        if isinstance(status, int) and 400 <= status < 500 and status not in RETRY_STATUSES:
+            return "fatal", message
+        return "error", message
+
+    def _cost(self, response: Any) -> float:
+        """Return the USD cost of ``response`` as LiteLLM prices it (0.0 when unknown)."""
+        try:
+            cost = float(self._litellm.completion_cost(completion_response=response))
+        except Exception as exc:
+            if not self._cost_unknown_logged:
+                self._cost_unknown_logged = True
+                log.info(
+                    "llm.cost_unknown",
+                    agent=self.id,
+                    model=self.cfg.model,
+                    error=_one_line(str(exc), 200),
+                )
+            return 0.0
+        return cost if math.isfinite(cost) and cost >= 0 else 0.0
+
+
+def _content(response: Any) -> tuple[str, str | None]:
+    """Return (response text, finish_reason) of a chat completion response.
+
+    LiteLLM moves a leading ``<think>...</think>`` block of the content (and a provider's
+    separate reasoning) into ``reasoning_content``; it is put back in front, inside ``<think>``
+    tags, so the recorded text keeps everything the model wrote.
+    """
+    try:
+        choice = response.choices[0]
+    except (AttributeError, IndexError, TypeError):
+        return "", None
+    message = getattr(choice, "message", None)
+    content = getattr(message, "content", None)
+    text = content if isinstance(content, str) else ""
+    reasoning = getattr(message, "reasoning_content", None)
+    if isinstance(reasoning, str) and reasoning:
+        text = f"<think>{reasoning}</think>{text}"
+    finish = getattr(choice, "finish_reason", None)
+    return text, (str(finish) if finish is not None else None)
+
+
+def _tokens(response: Any) -> tuple[int, int]:
+    """Return (prompt tokens, completion tokens) of a response (0 when unreported)."""
+    usage = getattr(response, "usage", None)
+    tin = getattr(usage, "prompt_tokens", 0) or 0
+    tout = getattr(usage, "completion_tokens", 0) or 0
+    return int(tin), int(tout)
+
+
+def _usage(calls: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Return tokens_in, tokens_out, cost_usd and latency_s summed over ``calls``."""
+    return {
+        "tokens_in": sum(int(c["tokens_in"]) for c in calls),
+        "tokens_out": sum(int(c["tokens_out"]) for c in calls),
+        "cost_usd": math.fsum(float(c["cost_usd"]) for c in calls),
+        "latency_s": math.fsum(float(c["latency_s"]) for c in calls),
+    }

@@ -1,0 +1,1 @@
+"""Prompt templates of the LLM agents (``equity.txt``, ``polymarket.txt``), shipped as data."""
