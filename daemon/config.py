@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from feeds.settings import SourcesSettings
+
 DEFAULT_EQUITIES: tuple[str, ...] = (
     "AAPL", "MSFT", "NVDA", "META", "JPM", "V", "XOM", "CAT",
     "TSLA", "PG", "KO", "AMZN", "WMT", "JNJ", "UNH",
@@ -165,10 +167,6 @@ class PolymarketMarketConfig(_Frozen):
     questions: tuple[PolymarketQuestion, ...] = Field(
         default=(), description="fixed questions; empty = discovered by the feed / recording"
     )
-    top_n: Annotated[int, Field(ge=0, le=500)] = Field(
-        default=10, description="discovery: top N binary markets by 24h volume"
-    )
-    mark_price: Literal["mid", "last", "bid"] = Field(default="mid", description="marking price")
     stale_after: float = 3600.0
 
     @field_validator("stale_after", mode="before")
@@ -264,6 +262,9 @@ class HttpConfig(_Frozen):
     enabled: bool = True
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 9464
+    replay: bool = Field(
+        default=False, description="also serve HTTP (/metrics, API) during `paperarena replay`"
+    )
 
 
 class LoggingConfig(_Frozen):
@@ -284,8 +285,8 @@ class Config(_Frozen):
     store: StoreConfig = StoreConfig()
     http: HttpConfig = HttpConfig()
     logging: LoggingConfig = LoggingConfig()
-    sources: dict[str, Any] = Field(
-        default_factory=dict, description="live source settings (see feeds); validated by feeds"
+    sources: SourcesSettings = Field(
+        default_factory=SourcesSettings, description="live sources and their endpoints"
     )
     alerts: dict[str, Any] = Field(
         default_factory=dict, description="alert notifiers (see docs); validated by the notifier"

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import structlog
 
 from daemon.config import Config
+from daemon.events import MarketListed
+from daemon.schedule import get_nyse_calendar
+from feeds.connection import SourceCounters, SourceState
+from feeds.equities import build_equity_sources
+from feeds.news import build_news_sources, equity_news_queries, question_query
+from feeds.polymarket import build_polymarket_source
+from feeds.yahoo import backfill_daily_closes
 
 if TYPE_CHECKING:
     from daemon.engine import Engine
@@ -14,10 +23,72 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 
+class EquityHistoryBackfill:
+    """A one-shot source: seed the observation history with recent daily closes at start-up."""
+
+    name = "equity-backfill"
+
+    def __init__(self, config: Config, engine: Engine) -> None:
+        self.config = config
+        self.engine = engine
+        self.state = SourceState.CONNECTING
+        self.counters = SourceCounters()
+
+    async def run(self) -> None:
+        """Fetch daily closes once (errors are logged, never raised)."""
+        symbols = list(self.config.markets.equity.assets)
+        try:
+            async with aiohttp.ClientSession() as session:
+                closes = await backfill_daily_closes(
+                    session, self.config.sources.equity.yahoo, symbols, now=self.engine.clock.now
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.state = SourceState.DOWN
+            log.warning("equity history backfill failed", error=repr(exc))
+            return
+        for sym, rows in closes.items():
+            self.engine.state.seed_history("equity", sym, rows)
+            self.counters.messages += len(rows)
+        got = sum(1 for rows in closes.values() if rows)
+        self.state = SourceState.LIVE if got else SourceState.DOWN
+        log.info("equity history backfilled", symbols=got, of=len(symbols))
+
+
 def build_sources(config: Config, engine: Engine) -> list[Any]:
-    """Return the sources to run for ``config`` (wired to the engine's bus and clock)."""
+    """Return the sources to run for ``config``, wired to the engine's bus and clock."""
+    src_cfg = config.sources
+    if not src_cfg.enabled:
+        return []
+    bus, now = engine.bus, engine.clock.now
     sources: list[Any] = []
-    del engine
-    if config.sources.get("enabled", True) is False:
-        return sources
+    equities = tuple(config.markets.equity.assets) if "equity" in engine.books else ()
+    if equities:
+        sources += build_equity_sources(src_cfg.equity, equities, bus=bus, now=now,
+                                        is_open=get_nyse_calendar().is_open)
+        if src_cfg.backfill:
+            sources.append(EquityHistoryBackfill(config, engine))
+    if "polymarket" in engine.books:
+
+        def seed(history: dict[str, list[tuple[float, float]]]) -> None:
+            for token, rows in history.items():
+                engine.state.seed_history("polymarket", token, rows)
+
+        questions = [q.model_dump() for q in config.markets.polymarket.questions]
+        sources.append(build_polymarket_source(
+            src_cfg.polymarket, bus=bus, now=now, questions=questions or None,
+            history_sink=seed if src_cfg.backfill else None,
+        ))
+    queries = equity_news_queries(equities)
+    news = build_news_sources(src_cfg.news, queries, bus=bus, now=now, symbols=equities)
+    if news:
+
+        def add_question(ev: MarketListed) -> None:
+            queries[ev.question_id] = question_query(ev.question)
+            for poller in news:
+                poller.set_queries(queries)
+
+        bus.add_tap("market.#", add_question)  # type: ignore[arg-type]
+        sources += news
     return sources

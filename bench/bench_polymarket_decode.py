@@ -1,0 +1,191 @@
+"""Benchmark the Polymarket market-channel decoder against the bare msgspec decoding floor.
+
+Builds realistic frames (JSON arrays of ``price_change`` events, several entries each, with
+77-digit token ids, hashes and best bid/ask like the live feed) and reports ``price_changes``
+entries per second for:
+
+- ``floor_untyped``: ``msgspec.json.decode`` of the frames to builtins (the machine's floor);
+- ``floor_typed``: msgspec decoding into the decoder's typed Structs;
+- ``full``: :meth:`PolymarketDecoder.decode` (decode + book update + PriceEvent creation).
+
+Run ``python -m bench.bench_polymarket_decode`` or call :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from typing import Any
+
+import msgspec
+
+from feeds.polymarket_decode import _FRAME, PolymarketDecoder
+
+__all__ = ["TARGET_ENTRIES_PER_S", "build_frames", "main", "run"]
+
+#: Required full-decoder throughput on one core (price_changes entries per second).
+TARGET_ENTRIES_PER_S = 100_000
+
+
+def _token(rng: random.Random) -> str:
+    return str(rng.randrange(10**76, 10**77))
+
+
+def _hex(rng: random.Random, n: int) -> str:
+    return "".join(rng.choice("0123456789abcdef") for _ in range(n))
+
+
+def build_frames(
+    *,
+    n_tokens: int = 200,
+    n_frames: int = 2000,
+    events_per_frame: int = 5,
+    entries_per_event: int = 4,
+    seed: int = 7,
+) -> tuple[list[str], list[str], list[bytes]]:
+    """Return (tokens, snapshot frames, price_change frames as bytes)."""
+    rng = random.Random(seed)
+    tokens = [_token(rng) for _ in range(n_tokens)]
+    ts0 = 1_786_604_072_222
+    snapshots = []
+    mids = {}
+    for t in tokens:
+        mid = rng.randint(10, 90) / 100
+        mids[t] = mid
+        bids = [
+            {"price": f"{mid - i / 100:.2f}", "size": f"{rng.uniform(10, 5000):.2f}"}
+            for i in range(30, 0, -1)
+            if mid - i / 100 > 0
+        ]
+        asks = [
+            {"price": f"{mid + i / 100:.2f}", "size": f"{rng.uniform(10, 5000):.2f}"}
+            for i in range(30, 0, -1)
+            if mid + i / 100 < 1
+        ]
+        snapshots.append(
+            json.dumps(
+                {
+                    "event_type": "book",
+                    "market": "0x" + _hex(rng, 64),
+                    "asset_id": t,
+                    "timestamp": str(ts0),
+                    "hash": _hex(rng, 40),
+                    "bids": bids,
+                    "asks": asks,
+                    "tick_size": "0.01",
+                    "last_trade_price": f"{mid:.3f}",
+                }
+            )
+        )
+    frames: list[bytes] = []
+    for f in range(n_frames):
+        events: list[dict[str, Any]] = []
+        for e in range(events_per_frame):
+            entries = []
+            for _ in range(entries_per_event):
+                t = rng.choice(tokens)
+                mid = mids[t]
+                side = rng.choice(("BUY", "SELL"))
+                off = rng.randint(1, 12) / 100
+                price = mid - off if side == "BUY" else mid + off
+                price = min(max(price, 0.01), 0.99)
+                size = "0" if rng.random() < 0.2 else f"{rng.uniform(1, 3000):.2f}"
+                entries.append(
+                    {
+                        "asset_id": t,
+                        "price": f"{price:.2f}",
+                        "size": size,
+                        "side": side,
+                        "hash": _hex(rng, 40),
+                        "best_bid": f"{mid - rng.choice((0.01, 0.02)):.2f}",
+                        "best_ask": f"{mid + rng.choice((0.01, 0.02)):.2f}",
+                    }
+                )
+            events.append(
+                {
+                    "event_type": "price_change",
+                    "market": "0x" + _hex(rng, 64),
+                    "timestamp": str(ts0 + f * 10 + e),
+                    "price_changes": entries,
+                }
+            )
+        frames.append(json.dumps(events).encode())
+    return tokens, snapshots, frames
+
+
+def _rate(n_entries: int, fn: Any, frames: list[bytes], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(frames)
+        best = min(best, time.perf_counter() - t0)
+    return n_entries / best
+
+
+def run(
+    *, n_frames: int = 2000, events_per_frame: int = 5, entries_per_event: int = 4, repeat: int = 3
+) -> dict[str, Any]:
+    """Run the benchmark and return entries/s for the floor(s) and the full decoder."""
+    tokens, snapshots, frames = build_frames(
+        n_frames=n_frames, events_per_frame=events_per_frame, entries_per_event=entries_per_event
+    )
+    n_entries = n_frames * events_per_frame * entries_per_event
+    untyped = msgspec.json.Decoder()
+
+    def floor_untyped(fr: list[bytes]) -> None:
+        dec = untyped.decode
+        for x in fr:
+            dec(x)
+
+    def floor_typed(fr: list[bytes]) -> None:
+        dec = _FRAME.decode
+        for x in fr:
+            dec(x)
+
+    decoder = PolymarketDecoder()
+    decoder.reset(tokens)
+    for snap in snapshots:
+        decoder.decode(snap, 0.0)
+    n_events = 0
+
+    def full(fr: list[bytes]) -> None:
+        nonlocal n_events
+        dec = decoder.decode
+        for x in fr:
+            n_events += len(dec(x, 1.0).events)
+
+    out: dict[str, Any] = {
+        "entries": n_entries,
+        "frames": n_frames,
+        "bytes_per_frame": sum(map(len, frames)) // len(frames),
+        "floor_untyped_entries_per_s": _rate(n_entries, floor_untyped, frames, repeat),
+        "floor_typed_entries_per_s": _rate(n_entries, floor_typed, frames, repeat),
+    }
+    n_events = 0
+    out["full_entries_per_s"] = _rate(n_entries, full, frames, repeat)
+    out["price_events_per_frame"] = n_events / (n_frames * repeat)
+    out["full_vs_floor"] = out["full_entries_per_s"] / out["floor_untyped_entries_per_s"]
+    out["target_entries_per_s"] = TARGET_ENTRIES_PER_S
+    out["target_met"] = out["full_entries_per_s"] >= TARGET_ENTRIES_PER_S
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark, print a table (or JSON) and fail if below the target rate."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print results as JSON")
+    ap.add_argument("--frames", type=int, default=2000, help="frames per pass")
+    args = ap.parse_args(argv)
+    res = run(n_frames=args.frames)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    else:
+        for k, v in res.items():
+            print(f"{k:32s} {v:,.2f}" if isinstance(v, float) else f"{k:32s} {v}")
+    return 0 if res["target_met"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

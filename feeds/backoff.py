@@ -1,0 +1,82 @@
+"""Exponential reconnect backoff with full jitter, shared by every feed source.
+
+``delay = uniform(0, cap)`` with ``cap = penalty * min(maximum, initial * multiplier**attempt)``;
+each call to :meth:`Backoff.next_delay` counts one attempt. A connection that stays up for
+``reset_after`` seconds resets the attempt counter (see :meth:`Backoff.maybe_reset`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+__all__ = ["Backoff", "BackoffPolicy"]
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    """Parameters of a :class:`Backoff` (seconds)."""
+
+    initial: float = 1.0
+    maximum: float = 60.0
+    multiplier: float = 2.0
+    reset_after: float = 60.0
+
+    def __post_init__(self) -> None:
+        """Validate the parameters."""
+        if not (self.initial > 0 and self.maximum >= self.initial):
+            raise ValueError(f"need 0 < initial <= maximum, got {self.initial}, {self.maximum}")
+        if not self.multiplier >= 1.0:
+            raise ValueError(f"multiplier must be >= 1, got {self.multiplier}")
+        if not self.reset_after >= 0:
+            raise ValueError(f"reset_after must be >= 0, got {self.reset_after}")
+
+
+class Backoff:
+    """Exponential backoff with full jitter, bounded, reset after a stable connection."""
+
+    def __init__(self, policy: BackoffPolicy, *, rng: random.Random | None = None) -> None:
+        """Create a backoff in its initial state (attempt 0)."""
+        self.policy = policy
+        self.attempt = 0
+        self._rng = rng if rng is not None else random.Random()
+        self._connected_at: float | None = None
+
+    def cap(self, *, penalty: float = 1.0) -> float:
+        """Return the upper bound of the next delay (without consuming an attempt)."""
+        p = self.policy
+        try:
+            raw = p.initial * p.multiplier**self.attempt
+        except OverflowError:
+            raw = math.inf
+        return min(p.maximum, raw) * max(penalty, 0.0)
+
+    def next_delay(self, *, penalty: float = 1.0) -> float:
+        """Return a delay drawn uniformly in ``[0, cap]`` and count one more attempt.
+
+        ``penalty`` multiplies the cap (e.g. 4.0 after HTTP 429); the delay stays bounded by
+        ``maximum * penalty``. A failure also ends the current stable period.
+        """
+        cap = self.cap(penalty=penalty)
+        self.attempt += 1
+        self._connected_at = None
+        return self._rng.uniform(0.0, cap)
+
+    def connected(self, now: float) -> None:
+        """Record that a connection became healthy at ``now``."""
+        self._connected_at = now
+
+    def maybe_reset(self, now: float) -> None:
+        """Reset the attempt counter if connected for at least ``reset_after`` seconds."""
+        if self._connected_at is not None and now - self._connected_at >= self.policy.reset_after:
+            self.attempt = 0
+
+    def reset(self) -> None:
+        """Reset the attempt counter unconditionally."""
+        self.attempt = 0
+
+    @property
+    def stable_since(self) -> float | None:
+        """Return when the current healthy period started (None while failing)."""
+        return self._connected_at

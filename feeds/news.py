@@ -1,0 +1,800 @@
+"""News pollers: Google News RSS (keyless default), Finnhub company news, Alpaca news.
+
+Each provider is one :class:`NewsPoller` source. A poll cycle runs one request per query (per
+asset for Google and Finnhub, per chunk of symbols for Alpaca), spaced by ``request_spacing``,
+then publishes the new items with ``await bus.publish`` and sleeps until ``poll_interval`` after
+the cycle start.
+
+Rules applied to every item:
+
+- ``ts`` is the item's own publication time (UTC epoch seconds), ``recv_ts`` the poll time.
+- Duplicates are dropped across polls and across providers: an item is a duplicate when its
+  provider id (Google guid, Finnhub / Alpaca id) or its normalised headline was already seen
+  (bounded LRU memory shared by the sources of one :func:`build_news_sources` call). Within one
+  cycle, the same item found for several keys is published once with all of its keys.
+- Future-dated items: published more than ``future_skew`` after now are DROPPED (counted as
+  ``rejected``, not remembered, so they come through once their time has come); items within the
+  skew are CLAMPED to now, so that ``ts <= recv_ts`` always holds and an observation taken at a
+  decision time never contains an item stamped after it.
+- Items older than ``max_age`` and items without a parsable time are skipped.
+- HTTP 429 (and 403) back off with ``rate_limit_penalty`` (and at least Retry-After) and retry
+  the same request; other failures back off and move on to the next request.
+- Bodies above ``max_bytes`` are refused; RSS with DTD / entity declarations is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import html
+import math
+import re
+import unicodedata
+import xml.etree.ElementTree as ET
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, Literal, Protocol
+
+import aiohttp
+import msgspec
+import structlog
+from pydantic import BaseModel, ConfigDict, Field
+
+from daemon.bus import Bus
+from daemon.events import NewsEvent, SourceStatus
+from feeds.alpaca import parse_rfc3339, secret_from_env
+from feeds.backoff import Backoff, BackoffPolicy
+from feeds.connection import SourceCounters, SourceState
+from feeds.finnhub import redact_text
+from feeds.yahoo import (
+    BROWSER_USER_AGENT,
+    PayloadTooLarge,
+    RateLimited,
+    read_limited,
+    retry_after_of,
+)
+
+__all__ = [
+    "DEFAULT_COMPANY_NAMES",
+    "NewsDeduper",
+    "NewsItem",
+    "NewsPoller",
+    "NewsSettings",
+    "build_news_sources",
+    "equity_news_queries",
+    "normalise_title",
+    "parse_alpaca_news",
+    "parse_finnhub_news",
+    "parse_google_rss",
+    "question_query",
+]
+
+log = structlog.get_logger(__name__)
+
+NewsProvider = Literal["google", "finnhub", "alpaca"]
+
+#: Company names of the default equity universe (used to build news queries).
+DEFAULT_COMPANY_NAMES: Mapping[str, str] = {
+    "AAPL": "Apple",
+    "MSFT": "Microsoft",
+    "NVDA": "Nvidia",
+    "META": "Meta Platforms",
+    "JPM": "JPMorgan Chase",
+    "V": "Visa",
+    "XOM": "Exxon Mobil",
+    "CAT": "Caterpillar",
+    "TSLA": "Tesla",
+    "PG": "Procter & Gamble",
+    "KO": "Coca-Cola",
+    "AMZN": "Amazon",
+    "WMT": "Walmart",
+    "JNJ": "Johnson & Johnson",
+    "UNH": "UnitedHealth",
+}
+
+_TICKER = re.compile(r"[A-Z][A-Z0-9.\-]{0,9}")
+
+
+class NewsSettings(BaseModel):
+    """News polling settings; credentials come from the named environment variables."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    providers: tuple[NewsProvider, ...] = ("google",)
+    google_url: str = "https://news.google.com/rss/search"
+    google_when: str = "1d"
+    google_hl: str = "en-US"
+    google_gl: str = "US"
+    google_ceid: str = "US:en"
+    finnhub_url: str = "https://finnhub.io/api/v1"
+    finnhub_key_env: str = "FINNHUB_API_KEY"
+    alpaca_url: str = "https://data.alpaca.markets/v1beta1/news"
+    alpaca_key_env: str = "APCA_API_KEY_ID"
+    alpaca_secret_env: str = "APCA_API_SECRET_KEY"
+    alpaca_symbols_per_request: int = Field(default=10, ge=1)
+    alpaca_max_pages: int = Field(default=3, ge=1)
+    poll_interval: float = Field(default=300.0, gt=0)
+    request_spacing: float = Field(default=1.0, ge=0)
+    lookback: float = Field(default=172_800.0, gt=0, description="Finnhub/Alpaca query window")
+    max_age: float = Field(default=172_800.0, gt=0, description="older items are skipped")
+    future_skew: float = Field(default=300.0, ge=0)
+    max_items_per_response: int = Field(default=200, ge=1)
+    max_bytes: int = Field(default=5_000_000, gt=0)
+    max_summary_chars: int = Field(default=1000, ge=0)
+    request_timeout: float = Field(default=20.0, gt=0)
+    dedupe_capacity: int = Field(default=50_000, ge=1)
+    user_agent: str = BROWSER_USER_AGENT
+    backoff_initial: float = Field(default=5.0, gt=0)
+    backoff_max: float = Field(default=900.0, gt=0)
+    rate_limit_penalty: float = Field(default=4.0, ge=1.0)
+    down_after: int = Field(default=5, ge=1)
+
+    def backoff_policy(self) -> BackoffPolicy:
+        """Return the backoff policy used between failed requests."""
+        return BackoffPolicy(
+            initial=self.backoff_initial, maximum=max(self.backoff_max, self.backoff_initial)
+        )
+
+
+# --------------------------------------------------------------------------------- items
+
+
+@dataclass(frozen=True)
+class NewsItem:
+    """One parsed item before de-duplication (``native_id`` is stable across polls)."""
+
+    provider: str
+    native_id: str
+    headline: str
+    published: float
+    source: str = ""
+    url: str = ""
+    summary: str = ""
+    keys: tuple[str, ...] = ()
+
+    @property
+    def event_id(self) -> str:
+        """Return the stable event id (``<provider>:<native id>``)."""
+        return f"{self.provider}:{self.native_id}"
+
+
+_PUNCT = re.compile(r"[^\w]+", re.UNICODE)
+
+
+def normalise_title(title: str) -> str:
+    """Return a headline reduced for comparison (case, accents, punctuation, spacing)."""
+    text = unicodedata.normalize("NFKD", title)
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    return _PUNCT.sub(" ", text.casefold()).strip()
+
+
+def _stable_hash(*parts: str) -> str:
+    return hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:20]
+
+
+_TAG = re.compile(r"<[^>]*>")
+_SPACE = re.compile(r"\s+")
+
+
+def _plain(text: str, limit: int) -> str:
+    out = _SPACE.sub(" ", html.unescape(_TAG.sub(" ", text))).strip()
+    return out[:limit]
+
+
+def split_publisher(title: str, publisher: str) -> str:
+    """Return a Google News title without its ``" - Publisher"`` suffix."""
+    title = title.strip()
+    if publisher and title.endswith(f" - {publisher}"):
+        return title[: -len(publisher) - 3].rstrip()
+    head, sep, _tail = title.rpartition(" - ")
+    return head.rstrip() if sep and head else title
+
+
+class NewsParseError(ValueError):
+    """A news payload could not be parsed."""
+
+
+def _rfc822(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        dt = parsedate_to_datetime(text.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def parse_google_rss(
+    body: bytes, key: str, *, max_items: int = 200, max_summary: int = 1000
+) -> tuple[list[NewsItem], int]:
+    """Parse a Google News RSS document into items for ``key``; return (items, bad item count).
+
+    Raise :class:`NewsParseError` if the document is not RSS or declares a DTD / entities.
+    """
+    head = body[:4096]
+    if b"<!DOCTYPE" in head.upper() or b"<!ENTITY" in body.upper():
+        raise NewsParseError("RSS with DTD or entity declarations refused")
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError as exc:
+        raise NewsParseError(f"invalid XML: {exc}") from exc
+    channel = root.find("channel")
+    if root.tag != "rss" or channel is None:
+        raise NewsParseError(f"not an RSS document (root {root.tag!r})")
+    items: list[NewsItem] = []
+    bad = 0
+    for el in channel.iterfind("item"):
+        if len(items) >= max_items:
+            break
+        raw_title = (el.findtext("title") or "").strip()
+        src_el = el.find("source")
+        publisher = (src_el.text or "").strip() if src_el is not None else ""
+        published = _rfc822(el.findtext("pubDate"))
+        if not raw_title or published is None:
+            bad += 1
+            continue
+        headline = split_publisher(raw_title, publisher)
+        link = (el.findtext("link") or "").strip()
+        guid = (el.findtext("guid") or "").strip() or _stable_hash(link or headline)
+        summary = _plain(el.findtext("description") or "", max_summary)
+        norm_sum = normalise_title(summary)
+        if norm_sum.startswith(normalise_title(headline)):
+            summary = ""  # Google's description only repeats the headline and publisher
+        items.append(
+            NewsItem(
+                provider="google",
+                native_id=guid,
+                headline=headline,
+                published=published,
+                source=publisher,
+                url=link,
+                summary=summary,
+                keys=(key,),
+            )
+        )
+    return items, bad
+
+
+def _text(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def parse_finnhub_news(
+    payload: Any, symbol: str, *, max_items: int = 200, max_summary: int = 1000
+) -> tuple[list[NewsItem], int]:
+    """Parse a Finnhub ``company-news`` list for ``symbol``; return (items, bad item count)."""
+    if not isinstance(payload, list):
+        raise NewsParseError("company-news payload is not a list")
+    items: list[NewsItem] = []
+    bad = 0
+    for raw in payload[:max_items]:
+        if not isinstance(raw, dict):
+            bad += 1
+            continue
+        headline = _text(raw.get("headline"))
+        t = raw.get("datetime")
+        if not headline or isinstance(t, bool) or not isinstance(t, int | float) or t <= 0:
+            bad += 1
+            continue
+        native = raw.get("id")
+        native_id = (
+            str(native)
+            if native not in (None, "", 0)
+            else _stable_hash(_text(raw.get("url")) or headline)
+        )
+        items.append(
+            NewsItem(
+                provider="finnhub",
+                native_id=native_id,
+                headline=headline,
+                published=float(t),
+                source=_text(raw.get("source")),
+                url=_text(raw.get("url")),
+                summary=_plain(_text(raw.get("summary")), max_summary),
+                keys=(symbol,),
+            )
+        )
+    return items, bad
+
+
+def parse_alpaca_news(
+    payload: Any, wanted: Sequence[str], *, max_items: int = 200, max_summary: int = 1000
+) -> tuple[list[NewsItem], int, str | None]:
+    """Parse an Alpaca news page; keys are the item's symbols among ``wanted``.
+
+    Return (items, bad item count, next_page_token).
+    """
+    if not isinstance(payload, dict) or not isinstance(payload.get("news"), list):
+        raise NewsParseError("alpaca news payload has no 'news' list")
+    want = set(wanted)
+    items: list[NewsItem] = []
+    bad = 0
+    for raw in payload["news"][:max_items]:
+        if not isinstance(raw, dict):
+            bad += 1
+            continue
+        headline = _text(raw.get("headline"))
+        try:
+            published = parse_rfc3339(_text(raw.get("created_at")))
+        except (ValueError, IndexError):
+            bad += 1
+            continue
+        symbols = raw.get("symbols") if isinstance(raw.get("symbols"), list) else []
+        keys = tuple(s for s in symbols if s in want)
+        if not headline or not keys:
+            bad += 1
+            continue
+        native = raw.get("id")
+        native_id = str(native) if native not in (None, "") else _stable_hash(headline)
+        items.append(
+            NewsItem(
+                provider="alpaca",
+                native_id=native_id,
+                headline=headline,
+                published=published,
+                source=_text(raw.get("source")),
+                url=_text(raw.get("url")),
+                summary=_plain(_text(raw.get("summary")), max_summary),
+                keys=keys,
+            )
+        )
+    token = payload.get("next_page_token")
+    return items, bad, token if isinstance(token, str) and token else None
+
+
+# --------------------------------------------------------------------------------- dedupe
+
+
+class NewsDeduper:
+    """Bounded LRU memory of item identities (provider id and normalised headline)."""
+
+    def __init__(self, capacity: int = 50_000) -> None:
+        """Create an empty memory of at most ``capacity`` identities."""
+        self.capacity = capacity
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    @staticmethod
+    def identities(item: NewsItem) -> tuple[str, ...]:
+        """Return the identities of ``item``."""
+        norm = normalise_title(item.headline)
+        ids = [f"id:{item.event_id}"]
+        if norm:
+            ids.append(f"title:{norm}")
+        return tuple(ids)
+
+    def is_duplicate(self, item: NewsItem) -> bool:
+        """Return whether any identity of ``item`` was already remembered."""
+        return any(i in self._seen for i in self.identities(item))
+
+    def remember(self, item: NewsItem) -> None:
+        """Remember every identity of ``item`` (evicting the oldest beyond capacity)."""
+        for i in self.identities(item):
+            self._seen[i] = None
+            self._seen.move_to_end(i)
+        while len(self._seen) > self.capacity:
+            self._seen.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+# --------------------------------------------------------------------------------- fetchers
+
+
+class FetchError(Exception):
+    """A news request failed (network, HTTP status, payload)."""
+
+
+@dataclass(frozen=True)
+class _Request:
+    label: str
+    keys: tuple[str, ...]
+    query: str
+
+
+class _Fetcher(Protocol):
+    provider: str
+
+    def requests(self, queries: Mapping[str, str]) -> list[_Request]: ...
+
+    async def fetch(
+        self, session: aiohttp.ClientSession, req: _Request, now: float
+    ) -> tuple[list[NewsItem], int]: ...
+
+
+async def _get(
+    session: aiohttp.ClientSession,
+    settings: NewsSettings,
+    url: str,
+    params: Mapping[str, str],
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    hdrs = {"User-Agent": settings.user_agent, **(headers or {})}
+    timeout = aiohttp.ClientTimeout(total=settings.request_timeout)
+    try:
+        async with session.get(url, params=params, headers=hdrs, timeout=timeout) as resp:
+            if resp.status in (429, 403):
+                raise RateLimited(resp.status, retry_after_of(resp))
+            if resp.status != 200:
+                raise FetchError(f"HTTP {resp.status}")
+            return await read_limited(resp, settings.max_bytes)
+    except PayloadTooLarge as exc:
+        raise FetchError(str(exc)) from exc
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise FetchError(redact_text(f"request failed: {exc!r}")) from exc
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise NewsParseError("invalid JSON") from exc
+
+
+def _day(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d")
+
+
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class GoogleNewsFetcher:
+    """One RSS search per key: ``<google_url>?q=<query> when:1d&hl=..&gl=..&ceid=..``."""
+
+    provider = "google"
+
+    def __init__(self, settings: NewsSettings) -> None:
+        """Create the fetcher."""
+        self.settings = settings
+
+    def requests(self, queries: Mapping[str, str]) -> list[_Request]:
+        """Return one request per key."""
+        return [_Request(k, (k,), q) for k, q in queries.items() if q.strip()]
+
+    async def fetch(
+        self, session: aiohttp.ClientSession, req: _Request, now: float
+    ) -> tuple[list[NewsItem], int]:
+        """Run one search and parse it."""
+        s = self.settings
+        q = f"{req.query} when:{s.google_when}" if s.google_when else req.query
+        params = {"q": q, "hl": s.google_hl, "gl": s.google_gl, "ceid": s.google_ceid}
+        body = await _get(session, s, s.google_url, params)
+        return parse_google_rss(
+            body, req.keys[0], max_items=s.max_items_per_response, max_summary=s.max_summary_chars
+        )
+
+
+class FinnhubNewsFetcher:
+    """One ``company-news`` request per ticker over the last ``lookback`` seconds."""
+
+    provider = "finnhub"
+
+    def __init__(self, settings: NewsSettings, token: str, symbols: Sequence[str]) -> None:
+        """Create the fetcher for ``symbols`` (the token is never logged)."""
+        self.settings = settings
+        self._token = token
+        self.symbols = list(symbols)
+
+    def requests(self, queries: Mapping[str, str]) -> list[_Request]:
+        """Return one request per ticker key."""
+        return [_Request(s, (s,), s) for s in self.symbols]
+
+    async def fetch(
+        self, session: aiohttp.ClientSession, req: _Request, now: float
+    ) -> tuple[list[NewsItem], int]:
+        """Fetch and parse the company news of one symbol."""
+        s = self.settings
+        params = {
+            "symbol": req.query,
+            "from": _day(now - s.lookback),
+            "to": _day(now),
+            "token": self._token,
+        }
+        body = await _get(session, s, f"{s.finnhub_url.rstrip('/')}/company-news", params)
+        return parse_finnhub_news(
+            _json(body),
+            req.keys[0],
+            max_items=s.max_items_per_response,
+            max_summary=s.max_summary_chars,
+        )
+
+
+class AlpacaNewsFetcher:
+    """Alpaca news per chunk of symbols, newest first, following a few pages."""
+
+    provider = "alpaca"
+
+    def __init__(
+        self, settings: NewsSettings, key: str, secret: str, symbols: Sequence[str]
+    ) -> None:
+        """Create the fetcher for ``symbols`` (credentials are never logged)."""
+        self.settings = settings
+        self._headers = {"APCA-API-KEY-ID": key, "APCA-API-SECRET-KEY": secret}
+        self.symbols = list(symbols)
+
+    def requests(self, queries: Mapping[str, str]) -> list[_Request]:
+        """Return one request per chunk of symbols."""
+        n = self.settings.alpaca_symbols_per_request
+        out = []
+        for i in range(0, len(self.symbols), n):
+            chunk = tuple(self.symbols[i : i + n])
+            out.append(_Request(",".join(chunk), chunk, ",".join(chunk)))
+        return out
+
+    async def fetch(
+        self, session: aiohttp.ClientSession, req: _Request, now: float
+    ) -> tuple[list[NewsItem], int]:
+        """Fetch up to ``alpaca_max_pages`` pages of news for one chunk."""
+        s = self.settings
+        params = {
+            "symbols": req.query,
+            "start": _rfc3339(now - s.lookback),
+            "end": _rfc3339(now + 60.0),
+            "limit": "50",
+            "sort": "desc",
+        }
+        items: list[NewsItem] = []
+        bad = 0
+        for _ in range(s.alpaca_max_pages):
+            body = await _get(session, s, s.alpaca_url, params, self._headers)
+            page, page_bad, token = parse_alpaca_news(
+                _json(body),
+                req.keys,
+                max_items=s.max_items_per_response,
+                max_summary=s.max_summary_chars,
+            )
+            items.extend(page)
+            bad += page_bad
+            if token is None:
+                break
+            params = {**params, "page_token": token}
+        return items, bad
+
+
+# --------------------------------------------------------------------------------- poller
+
+
+class NewsPoller:
+    """A polling news :class:`~feeds.connection.Source` for one provider."""
+
+    def __init__(
+        self,
+        fetcher: _Fetcher,
+        settings: NewsSettings,
+        queries: Mapping[str, str],
+        *,
+        bus: Bus,
+        now: Callable[[], float],
+        deduper: NewsDeduper | None = None,
+        session: aiohttp.ClientSession | None = None,
+        name: str | None = None,
+    ) -> None:
+        """Prepare the poller; nothing is requested before :meth:`run`."""
+        self.fetcher = fetcher
+        self.settings = settings
+        self.name = name or f"news-{fetcher.provider}"
+        self.state = SourceState.CONNECTING
+        self.counters = SourceCounters()
+        self.deduper = deduper if deduper is not None else NewsDeduper(settings.dedupe_capacity)
+        self.published = 0
+        self.duplicates = 0
+        self.future_dropped = 0
+        self.cycles = 0
+        self.backoff = Backoff(settings.backoff_policy())
+        self.last_delay: float | None = None
+        self._queries = dict(queries)
+        self._bus = bus
+        self._now = now
+        self._session = session
+        self._failures = 0
+        self._status: SourceState | None = None
+
+    def set_queries(self, queries: Mapping[str, str]) -> None:
+        """Replace the key -> query map (takes effect at the next cycle)."""
+        self._queries = dict(queries)
+
+    async def run(self) -> None:
+        """Poll until cancelled; never raise on network or payload errors."""
+        own = self._session is None
+        session = self._session or aiohttp.ClientSession()
+        try:
+            await self._set_state(SourceState.CONNECTING)
+            while True:
+                start = self._now()
+                await self.poll_once(session)
+                wait = start + self.settings.poll_interval - self._now()
+                await asyncio.sleep(max(wait, 0.0))
+        finally:
+            if own:
+                await session.close()
+
+    async def poll_once(self, session: aiohttp.ClientSession) -> int:
+        """Run one cycle over every request; publish and return the number of new items."""
+        collected: dict[str, NewsItem] = {}
+        by_title: dict[str, str] = {}
+        requests = self.fetcher.requests(self._queries)
+        for i, req in enumerate(requests):
+            if i and self.settings.request_spacing:
+                await asyncio.sleep(self.settings.request_spacing)
+            items = await self._fetch_with_backoff(session, req)
+            for item in items:
+                norm = normalise_title(item.headline)
+                ident = by_title.get(norm, item.event_id) if norm else item.event_id
+                prev = collected.get(ident)
+                if prev is None:
+                    collected[ident] = item
+                    if norm:
+                        by_title.setdefault(norm, ident)
+                else:
+                    keys = tuple(dict.fromkeys(prev.keys + item.keys))
+                    collected[ident] = replace(prev, keys=keys)
+        self.cycles += 1
+        return await self._publish(list(collected.values()))
+
+    async def _fetch_with_backoff(
+        self, session: aiohttp.ClientSession, req: _Request
+    ) -> list[NewsItem]:
+        while True:
+            try:
+                items, bad = await self.fetcher.fetch(session, req, self._now())
+            except RateLimited as exc:
+                delay = self.backoff.next_delay(penalty=self.settings.rate_limit_penalty)
+                if exc.retry_after is not None:
+                    delay = max(delay, exc.retry_after)
+                await self._failed(f"{exc} on {req.label}", delay)
+                continue  # retry the same request
+            except (FetchError, NewsParseError) as exc:
+                if isinstance(exc, NewsParseError):
+                    self.counters.decode_errors += 1
+                delay = self.backoff.next_delay()
+                await self._failed(f"{exc} on {req.label}", delay)
+                return []
+            self._failures = 0
+            self.backoff.reset()
+            now = self._now()
+            self.counters.messages += 1
+            self.counters.last_message_ts = now
+            self.counters.decode_errors += bad
+            await self._set_state(SourceState.LIVE)
+            return items
+
+    async def _failed(self, reason: str, delay: float) -> None:
+        self._failures += 1
+        self.last_delay = delay
+        state = (
+            SourceState.DOWN
+            if self._failures >= self.settings.down_after
+            else SourceState.BACKING_OFF
+        )
+        log.warning(
+            "news request failed",
+            source=self.name,
+            reason=redact_text(reason),
+            failures=self._failures,
+            delay=round(delay, 3),
+        )
+        await self._set_state(state, redact_text(reason))
+        await asyncio.sleep(delay)
+
+    async def _publish(self, items: list[NewsItem]) -> int:
+        now = self._now()
+        s = self.settings
+        fresh: list[NewsItem] = []
+        for item in sorted(items, key=lambda it: it.published):
+            if not math.isfinite(item.published):
+                continue
+            if item.published > now + s.future_skew:
+                self.future_dropped += 1
+                self.counters.rejected += 1
+                continue
+            if item.published < now - s.max_age:
+                continue
+            if self.deduper.is_duplicate(item):
+                self.duplicates += 1
+                continue
+            self.deduper.remember(item)
+            fresh.append(item)
+        for item in fresh:
+            await self._bus.publish(
+                NewsEvent(
+                    ts=min(item.published, now),
+                    recv_ts=now,
+                    id=item.event_id,
+                    headline=item.headline,
+                    source=item.source,
+                    url=item.url,
+                    summary=item.summary,
+                    keys=item.keys,
+                )
+            )
+        if fresh:
+            self.published += len(fresh)
+            self.counters.data_messages += 1
+            self.counters.last_data_ts = now
+        return len(fresh)
+
+    async def _set_state(self, state: SourceState, detail: str = "") -> None:
+        self.state = state
+        if state == self._status:
+            return
+        self._status = state
+        now = self._now()
+        log.info("feed state", source=self.name, state=str(state), detail=detail)
+        await self._bus.publish(
+            SourceStatus(ts=now, recv_ts=now, source=self.name, state=str(state), detail=detail)
+        )
+
+
+# --------------------------------------------------------------------------------- builders
+
+
+def equity_news_queries(
+    symbols: Sequence[str], names: Mapping[str, str] = DEFAULT_COMPANY_NAMES
+) -> dict[str, str]:
+    """Return a Google News query per ticker: ``TICKER OR "Company Name"`` if the name is known."""
+    out = {}
+    for s in symbols:
+        name = names.get(s)
+        out[s] = f'{s} OR "{name}"' if name else s
+    return out
+
+
+_QUESTION_LEAD = re.compile(r"^(will|is|are|does|do|did|has|have|can|should)\s+", re.IGNORECASE)
+
+
+def question_query(question: str, *, max_words: int = 12) -> str:
+    """Turn a Polymarket question into a search query (no leading auxiliary, no punctuation)."""
+    text = _QUESTION_LEAD.sub("", question.strip())
+    text = re.sub(r"[?!\"“”]", " ", text)
+    words = text.split()
+    return " ".join(words[:max_words])
+
+
+def build_news_sources(
+    settings: NewsSettings,
+    keys_to_queries: Mapping[str, str],
+    *,
+    bus: Bus,
+    now: Callable[[], float],
+    symbols: Sequence[str] | None = None,
+) -> list[NewsPoller]:
+    """Build one poller per configured provider, sharing one de-duplication memory.
+
+    Google searches every key's query; Finnhub and Alpaca only query tickers (``symbols``,
+    by default the keys that look like tickers). Raise ``MissingCredentialError`` when a keyed
+    provider has no credentials.
+    """
+    tickers = (
+        list(symbols)
+        if symbols is not None
+        else [k for k in keys_to_queries if _TICKER.fullmatch(k)]
+    )
+    deduper = NewsDeduper(settings.dedupe_capacity)
+    sources: list[NewsPoller] = []
+    for provider in dict.fromkeys(settings.providers):
+        fetcher: _Fetcher
+        if provider == "google":
+            fetcher = GoogleNewsFetcher(settings)
+        elif provider == "finnhub":
+            fetcher = FinnhubNewsFetcher(
+                settings, secret_from_env(settings.finnhub_key_env), tickers
+            )
+        else:
+            fetcher = AlpacaNewsFetcher(
+                settings,
+                secret_from_env(settings.alpaca_key_env),
+                secret_from_env(settings.alpaca_secret_env),
+                tickers,
+            )
+        sources.append(
+            NewsPoller(fetcher, settings, keys_to_queries, bus=bus, now=now, deduper=deduper)
+        )
+    return sources

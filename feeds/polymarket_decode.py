@@ -1,0 +1,461 @@
+"""Fast, pure decoder of Polymarket CLOB market-channel frames into order books and prices.
+
+Frames are one JSON object or a JSON array of events; numbers are strings. The decoder keeps one
+book per subscribed token, built from a ``book`` snapshot and kept up to date by
+``price_change`` deltas (``size`` is the new total at a level, ``"0"`` removes it, ``BUY`` is the
+bid side). Deltas for a token whose snapshot has not arrived (after :meth:`reset`, i.e. after
+every (re)subscription) are dropped.
+
+Top of book: the ``best_bid`` / ``best_ask`` the server sends with every ``price_change`` entry
+and in ``best_bid_ask`` events are authoritative when present; otherwise the best levels of our
+book (the snapshot's level order is ignored: bids arrive ascending and asks descending, the
+decoder takes max/min itself). A best bid of 0 or a best ask of 1 means that side is empty.
+
+Mark (``mark="mid"``, the default): mid of best bid and best ask; with one side empty, the other
+side's best price; with both empty, the last trade price; none at all -> no price. With
+``mark="last"``: the last trade price, falling back to the mid rule before the first trade;
+``mark="bid"``: the best bid, falling back to the mid rule when there is no bid.
+
+A :class:`~daemon.events.PriceEvent` is emitted per token at the end of a frame when its
+(mark, bid, ask) changed, and after every snapshot. ``ts`` is the event's ``timestamp`` (ms) in
+seconds, ``recv_ts`` the receive time.
+
+Non-JSON frames ``PONG`` and ``NO NEW ASSETS`` are ignored; other undecodable frames count as
+decode errors; the legacy ``price_change`` shape (top-level ``asset_id`` + ``changes``) is
+rejected; unknown event types are counted and ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+import msgspec
+
+from daemon.events import Event, PriceEvent
+from feeds.connection import DecodeResult
+
+__all__ = [
+    "IGNORED_TEXT",
+    "Change",
+    "Level",
+    "MarkMode",
+    "PolymarketDecoder",
+    "TokenBook",
+    "WsEvent",
+]
+
+MarkMode = Literal["mid", "last", "bid"]
+
+#: Non-JSON text frames the server sends that are not errors.
+IGNORED_TEXT: frozenset[str] = frozenset({"PONG", "NO NEW ASSETS"})
+
+
+class Level(msgspec.Struct, gc=False):
+    """One price level of a ``book`` snapshot."""
+
+    price: str
+    size: str
+
+
+class Change(msgspec.Struct, gc=False):
+    """One entry of a ``price_change`` event."""
+
+    asset_id: str = ""
+    price: str = ""
+    size: str = ""
+    side: str = ""
+    best_bid: str = ""
+    best_ask: str = ""
+
+
+class WsEvent(msgspec.Struct, gc=False):
+    """Any market-channel event (the union of the fields we read; the rest is skipped)."""
+
+    event_type: str = ""
+    asset_id: str = ""
+    market: str = ""
+    timestamp: str = ""
+    bids: list[Level] | None = None
+    asks: list[Level] | None = None
+    price_changes: list[Change] | None = None
+    changes: Any = None
+    price: str = ""
+    best_bid: str = ""
+    best_ask: str = ""
+    last_trade_price: str = ""
+    tick_size: str = ""
+    new_tick_size: str = ""
+    assets_ids: list[str] | None = None
+    winning_asset_id: str = ""
+    winning_outcome: str = ""
+    id: str = ""
+
+
+_FRAME = msgspec.json.Decoder(WsEvent | list[WsEvent])
+_ANY = msgspec.json.Decoder()
+
+#: Called for ``market_resolved`` events: (event, ts) -> event to publish, if any.
+ResolvedHook = Callable[[WsEvent, float], Event | None]
+
+
+class TokenBook:
+    """Order book of one token: price -> size per side, plus the last top of book published."""
+
+    __slots__ = ("ask", "asks", "bid", "bids", "hint_ask", "hint_bid", "published")
+
+    def __init__(self) -> None:
+        """Create an empty book."""
+        self.bids: dict[float, float] = {}
+        self.asks: dict[float, float] = {}
+        self.bid: float | None = None
+        self.ask: float | None = None
+        self.hint_bid: str | None = None
+        self.hint_ask: str | None = None
+        self.published: tuple[float, float | None, float | None] | None = None
+
+    def sorted_bids(self) -> list[tuple[float, float]]:
+        """Return bid levels, best (highest) first."""
+        return sorted(self.bids.items(), reverse=True)
+
+    def sorted_asks(self) -> list[tuple[float, float]]:
+        """Return ask levels, best (lowest) first."""
+        return sorted(self.asks.items())
+
+
+def _coerce(obj: Any) -> Any:
+    """Turn JSON numbers into strings, recursively (for servers that send numbers)."""
+    if isinstance(obj, dict):
+        return {k: _coerce(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_coerce(v) for v in obj]
+    if isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        return str(obj)
+    return obj
+
+
+def _ts(raw: str, default: float) -> float:
+    try:
+        return int(raw) / 1000.0
+    except ValueError:
+        try:
+            return float(raw) / 1000.0
+        except ValueError:
+            return default
+
+
+def _levels(levels: list[Level] | None) -> dict[float, float]:
+    out: dict[float, float] = {}
+    for lv in levels or ():
+        size = float(lv.size)
+        if size > 0:
+            out[float(lv.price)] = size
+    return out
+
+
+class PolymarketDecoder:
+    """Decode market-channel frames, maintain books and emit PriceEvents on mark changes."""
+
+    def __init__(
+        self,
+        *,
+        mark: MarkMode = "mid",
+        source: str = "polymarket",
+        on_resolved: ResolvedHook | None = None,
+    ) -> None:
+        """Create a decoder with no subscribed token."""
+        if mark not in ("mid", "last", "bid"):
+            raise ValueError(f"mark must be 'mid', 'last' or 'bid', got {mark!r}")
+        self.mark = mark
+        self.source = source
+        self.on_resolved = on_resolved
+        self.books: dict[str, TokenBook] = {}
+        self.subscribed: set[str] = set()
+        self.last_trade: dict[str, float] = {}
+        self.tick_size: dict[str, float] = {}
+        self.dropped_deltas = 0
+        self.ignored_text = 0
+
+    # ----------------------------------------------------------------------------- state
+
+    def reset(self, tokens: Iterable[str]) -> None:
+        """Subscribe ``tokens`` and discard their books: deltas are dropped until a snapshot."""
+        for t in tokens:
+            self.subscribed.add(t)
+            self.books.pop(t, None)
+
+    def forget(self, tokens: Iterable[str]) -> None:
+        """Stop tracking ``tokens``."""
+        for t in tokens:
+            self.subscribed.discard(t)
+            self.books.pop(t, None)
+            self.last_trade.pop(t, None)
+            self.tick_size.pop(t, None)
+
+    def top(self, token: str) -> tuple[float | None, float | None, float | None]:
+        """Return (best bid, best ask, mark) of ``token`` (None where unknown)."""
+        book = self.books.get(token)
+        if book is None:
+            return None, None, None
+        return book.bid, book.ask, self._mark(book.bid, book.ask, self.last_trade.get(token))
+
+    def _mark(self, bid: float | None, ask: float | None, last: float | None) -> float | None:
+        if self.mark != "mid":
+            if self.mark == "last" and last is not None:
+                return last
+            if self.mark == "bid" and bid is not None:
+                return bid
+        if bid is not None:
+            return (bid + ask) / 2.0 if ask is not None else bid
+        if ask is not None:
+            return ask
+        return last
+
+    # ----------------------------------------------------------------------------- decoding
+
+    def decode(self, frame: str | bytes, now: float) -> DecodeResult:
+        """Decode one frame received at ``now`` into events and counts."""
+        res = DecodeResult()
+        if not frame:
+            res.decode_errors = 1
+            return res
+        first = frame[:1]
+        if first not in ("{", "[", b"{", b"["):
+            text = frame.decode(errors="replace") if isinstance(frame, bytes) else frame
+            text = text.strip()
+            if text in IGNORED_TEXT:
+                self.ignored_text += 1
+                return res
+            if not text.startswith(("{", "[")):
+                res.decode_errors = 1
+                return res
+        try:
+            obj = _FRAME.decode(frame)
+            events: list[WsEvent] = obj if isinstance(obj, list) else [obj]
+        except msgspec.ValidationError:
+            events = self._slow_events(frame, res)
+        except msgspec.DecodeError:
+            res.decode_errors = 1
+            return res
+        touched: dict[str, float] = {}
+        data: dict[str, None] = {}
+        fresh: set[str] = set()
+        for ev in events:
+            et = ev.event_type
+            if et == "price_change":
+                self._price_change(ev, now, res, touched, data)
+            elif et == "book":
+                self._book(ev, now, res, touched, data, fresh)
+            elif et == "last_trade_price":
+                self._last_trade(ev, now, res, touched, data)
+            elif et == "best_bid_ask":
+                self._best_bid_ask(ev, now, touched, data)
+            elif et == "tick_size_change":
+                tok = ev.asset_id
+                if tok in self.subscribed:
+                    try:
+                        self.tick_size[tok] = float(ev.new_tick_size)
+                    except ValueError:
+                        res.decode_errors += 1
+                        continue
+                    data[tok] = None
+            elif et == "market_resolved":
+                if self.on_resolved is not None:
+                    out = self.on_resolved(ev, _ts(ev.timestamp, now))
+                    if out is not None:
+                        res.events.append(out)
+            elif et == "new_market":
+                continue
+            else:
+                res.unknown += 1
+        if touched:
+            self._emit(touched, fresh, now, res)
+        if data:
+            res.data_keys = list(data)
+        return res
+
+    def _slow_events(self, frame: str | bytes, res: DecodeResult) -> list[WsEvent]:
+        """Decode a frame whose fields have unexpected types, event by event."""
+        try:
+            raw = _ANY.decode(frame)
+        except msgspec.DecodeError:
+            res.decode_errors += 1
+            return []
+        items = raw if isinstance(raw, list) else [raw]
+        out: list[WsEvent] = []
+        for item in items:
+            if not isinstance(item, dict):
+                res.decode_errors += 1
+                continue
+            try:
+                out.append(msgspec.convert(_coerce(item), WsEvent))
+            except msgspec.ValidationError:
+                res.decode_errors += 1
+        return out
+
+    def _price_change(
+        self,
+        ev: WsEvent,
+        now: float,
+        res: DecodeResult,
+        touched: dict[str, float],
+        data: dict[str, None],
+    ) -> None:
+        pcs = ev.price_changes
+        if pcs is None:
+            res.rejected += 1  # legacy shape (asset_id + changes) or malformed
+            return
+        ts = _ts(ev.timestamp, now)
+        books = self.books
+        dropped = 0
+        for c in pcs:
+            tok = c.asset_id
+            book = books.get(tok)
+            if book is None:
+                dropped += 1
+                continue
+            try:
+                price = float(c.price)
+                size = float(c.size)
+            except ValueError:
+                res.decode_errors += 1
+                continue
+            side = c.side
+            if side == "BUY":
+                levels = book.bids
+            elif side == "SELL":
+                levels = book.asks
+            else:
+                res.rejected += 1
+                continue
+            if size > 0.0:
+                levels[price] = size
+            else:
+                levels.pop(price, None)
+            book.hint_bid = c.best_bid or None
+            book.hint_ask = c.best_ask or None
+            touched[tok] = ts
+            data[tok] = None
+        if dropped:
+            self.dropped_deltas += dropped
+
+    def _book(
+        self,
+        ev: WsEvent,
+        now: float,
+        res: DecodeResult,
+        touched: dict[str, float],
+        data: dict[str, None],
+        fresh: set[str],
+    ) -> None:
+        tok = ev.asset_id
+        if tok not in self.subscribed:
+            return
+        book = TokenBook()
+        try:
+            book.bids = _levels(ev.bids)
+            book.asks = _levels(ev.asks)
+        except ValueError:
+            res.decode_errors += 1
+            return
+        old = self.books.get(tok)
+        if old is not None:
+            book.published = old.published
+        self.books[tok] = book
+        if ev.last_trade_price:
+            with contextlib.suppress(ValueError):
+                self.last_trade[tok] = float(ev.last_trade_price)
+        if ev.tick_size:
+            with contextlib.suppress(ValueError):
+                self.tick_size[tok] = float(ev.tick_size)
+        touched[tok] = _ts(ev.timestamp, now)
+        data[tok] = None
+        fresh.add(tok)
+
+    def _last_trade(
+        self,
+        ev: WsEvent,
+        now: float,
+        res: DecodeResult,
+        touched: dict[str, float],
+        data: dict[str, None],
+    ) -> None:
+        tok = ev.asset_id
+        if tok not in self.subscribed:
+            return
+        try:
+            self.last_trade[tok] = float(ev.price)
+        except ValueError:
+            res.decode_errors += 1
+            return
+        data[tok] = None
+        if tok in self.books:
+            touched[tok] = _ts(ev.timestamp, now)
+
+    def _best_bid_ask(
+        self, ev: WsEvent, now: float, touched: dict[str, float], data: dict[str, None]
+    ) -> None:
+        book = self.books.get(ev.asset_id)
+        if book is None:
+            if ev.asset_id in self.subscribed:
+                self.dropped_deltas += 1
+            return
+        book.hint_bid = ev.best_bid or None
+        book.hint_ask = ev.best_ask or None
+        touched[ev.asset_id] = _ts(ev.timestamp, now)
+        data[ev.asset_id] = None
+
+    def _emit(
+        self, touched: dict[str, float], fresh: set[str], now: float, res: DecodeResult
+    ) -> None:
+        books = self.books
+        last_trade = self.last_trade
+        events = res.events
+        source = self.source
+        for tok, ts in touched.items():
+            book = books.get(tok)
+            if book is None:
+                continue
+            hb = book.hint_bid
+            ha = book.hint_ask
+            bid: float | None
+            ask: float | None
+            try:
+                if hb is not None:
+                    bid = float(hb)
+                    if bid <= 0.0:
+                        bid = None
+                else:
+                    bid = max(book.bids) if book.bids else None
+                if ha is not None:
+                    ask = float(ha)
+                    if ask >= 1.0:
+                        ask = None
+                else:
+                    ask = min(book.asks) if book.asks else None
+            except ValueError:
+                bid = max(book.bids) if book.bids else None
+                ask = min(book.asks) if book.asks else None
+            book.hint_bid = book.hint_ask = None
+            book.bid = bid
+            book.ask = ask
+            mark = self._mark(bid, ask, last_trade.get(tok))
+            if mark is None:
+                continue
+            state = (mark, bid, ask)
+            if state == book.published and tok not in fresh:
+                continue
+            book.published = state
+            events.append(
+                PriceEvent(
+                    ts=ts,
+                    recv_ts=now,
+                    market="polymarket",
+                    asset=tok,
+                    price=mark,
+                    bid=bid,
+                    ask=ask,
+                    source=source,
+                )
+            )

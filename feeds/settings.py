@@ -1,0 +1,21 @@
+"""The ``[sources]`` section of the config: which live sources run and where they connect."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from feeds.equities import EquitySourcesSettings
+from feeds.news import NewsSettings
+from feeds.polymarket import PolymarketSettings
+
+
+class SourcesSettings(BaseModel):
+    """Live sources; the defaults are the keyless ones (Yahoo, Polymarket, Google News RSS)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(default=True, description="false: run without live sources")
+    equity: EquitySourcesSettings = EquitySourcesSettings()
+    polymarket: PolymarketSettings = PolymarketSettings()
+    news: NewsSettings = NewsSettings()
+    backfill: bool = Field(default=True, description="fetch recent daily history at start-up")

@@ -1,0 +1,1 @@
+"""Local fake servers used by the feed tests."""
