@@ -1,10 +1,12 @@
 """``paperarena record``: write the normalised market events a live run sees to a recording.
 
 The recorder is a bus tap on market data (prices, news, listings, resolutions), so it writes
-exactly what the engine's taps apply, in the same order. Event times are made non-decreasing in
-arrival order (an event stamped earlier than one already written, or later than its receipt, is
-written at the nearest admissible time), which is the order a live run applied them in; a replay
-of the file therefore reproduces the live books.
+exactly what the engine's taps apply, in the same order. Each event is written at the time the
+daemon received it (``ts = recv_ts``, kept non-decreasing): a recording is what the daemon saw,
+when it saw it. A live round at T acted on the events received before T, and a replay round at
+T sees exactly the recorded events with ts <= T, so a replay reproduces the live books. The
+source's own timestamp is lost for prices; news keeps its publication time in its id-stable
+record only through ``recv_ts`` ordering (published-before-decision filtering uses ``ts``).
 """
 
 from __future__ import annotations
@@ -59,9 +61,7 @@ class Recorder:
     def _write(self, ev: Event) -> None:
         if self.writer is None:
             return
-        ts = ev.ts
-        if ev.recv_ts and ts > ev.recv_ts:
-            ts = ev.recv_ts
+        ts = ev.recv_ts or ev.ts
         if ts < self._last:
             ts = self._last
         if ts != ev.ts:
