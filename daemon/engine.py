@@ -61,7 +61,10 @@ class Engine:
         self.books: dict[str, Book] = {}
         for m in self.markets:
             mc = getattr(config.markets, m)
-            self.books[m] = Book(m, cost=cost_model(mc.cost), initial_cash=mc.initial_cash)
+            # Lazy marking: ticks only record prices; values are re-marked when read (rounds,
+            # daily marks, alert checks, scrapes), which happens far less often than ticks.
+            self.books[m] = Book(m, cost=cost_model(mc.cost), initial_cash=mc.initial_cash,
+                                 lazy_mark=True)
         self.state = MarketState(self.books, on_resolved=self._on_resolved)
         self.slots: dict[str, dict[str, AgentSlot]] = {m: {} for m in self.markets}
         self.rounds = {m: DecisionRound(self, m) for m in self.markets}
@@ -100,6 +103,75 @@ class Engine:
                 )
         self._agents_built = True
 
+    async def reload(self, new_config: Config) -> list[str]:
+        """Apply the agents and alerts of ``new_config`` (SIGHUP); return what changed.
+
+        Every new or changed agent is built before anything is touched, so a failing reload
+        changes nothing. Removed agents leave the slots (their books stay); a halted or paused
+        agent whose limits changed is resumed (the alerts re-check it). Changes to any other
+        section raise ``ValueError("restart required for: ...")``.
+        """
+        old, new = self.config.model_dump(), new_config.model_dump()
+        fixed = sorted(k for k in old if k not in ("agents", "alerts") and old[k] != new.get(k))
+        if fixed:
+            raise ValueError(f"restart required for: {', '.join(fixed)}")
+        old_cfgs = {a.id: a for a in self.config.agents}
+        current = {aid: slot.agent for ss in self.slots.values() for aid, slot in ss.items()}
+        built: dict[str, Any] = {}
+        for acfg in new_config.agents:
+            prev = old_cfgs.get(acfg.id)
+            if (acfg.id not in current or prev is None
+                    or prev.model_copy(update={"markets": acfg.markets}) != acfg):
+                built[acfg.id] = build_agent(acfg)  # may raise: nothing changed yet
+        day = datetime.fromtimestamp(self.clock.now(), UTC).date().isoformat()
+        for aid, agent in built.items():  # carry today's LLM spend over to the rebuilt agent
+            prev_agent = current.get(aid)
+            if hasattr(prev_agent, "spent") and hasattr(agent, "restore_usage"):
+                agent.restore_usage(day, *prev_agent.spent(day))
+        changes: list[str] = []
+        states: list[tuple[str, str, str, str, float]] = []
+        now = self.clock.now()
+        for m in self.markets:
+            slots = dict(self.slots[m])  # copy on write: running rounds keep their snapshot
+            for aid in list(slots):
+                acfg = next((a for a in new_config.agents if a.id == aid), None)
+                if acfg is None or m not in acfg.markets:
+                    del slots[aid]
+                    changes.append(f"removed {aid} from {m}")
+            for acfg in new_config.agents:
+                if m not in acfg.markets:
+                    continue
+                prev_slot = slots.get(acfg.id)
+                if prev_slot is None or acfg.id in built:
+                    slot = AgentSlot(built.get(acfg.id) or current[acfg.id])
+                else:
+                    slot = prev_slot  # same object: status updates elsewhere are kept
+                slot.news_window, slot.news_per_key = acfg.news_window, acfg.news_per_asset
+                slot.memory = max(acfg.memory, 1)
+                if prev_slot is None:
+                    self.books[m].add_agent(acfg.id)
+                    changes.append(f"added {acfg.id} to {m}")
+                else:
+                    slot.status, slot.reason = prev_slot.status, prev_slot.reason
+                    prev = old_cfgs.get(acfg.id)
+                    if acfg.id in built:
+                        changes.append(f"updated {acfg.id} in {m}")
+                    limits = ("risk_profile", "max_drawdown", "halt_on_breach") \
+                        if slot.status == "halted" else ("daily_budget_usd", "daily_budget_tokens")
+                    if slot.status != "active" and prev is not None and any(
+                            getattr(prev, f) != getattr(acfg, f) for f in limits):
+                        changes.append(f"resumed {acfg.id} in {m} (was {slot.status})")
+                        slot.status, slot.reason = "active", ""
+                        states.append((acfg.id, m, "active", "limits changed by reload", now))
+                slots[acfg.id] = slot
+            self.slots[m] = slots
+        if old["alerts"] != new["alerts"]:
+            changes.append("alerts")
+        self.config = new_config
+        if states:
+            await self.store.commit_round(RoundCommit(agent_states=states))
+        return changes
+
     def add_equity_universe(self, assets: Iterable[str]) -> None:
         """Add the configured equities to the equity book."""
         book = self.books.get("equity")
@@ -114,7 +186,7 @@ class Engine:
             if m not in self.books:
                 continue
             old = self.books[m]
-            book = Book.from_state(st, cost=old.cost)
+            book = Book.from_state(st, cost=old.cost, lazy_mark=True)
             for a in old.agents:
                 book.add_agent(a)
             for a in old.assets:

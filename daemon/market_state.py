@@ -58,7 +58,8 @@ class _AssetHistory:
     def __init__(self, days: int) -> None:
         self.closes: deque[PricePoint] = deque(maxlen=days)
         self.day = ""
-        self.last: PricePoint | None = None
+        self.last: tuple[float, float] | None = None
+        """(ts, price) of the latest tick (a tuple: built once per tick, on the hot path)."""
 
 
 class MarketState:
@@ -101,9 +102,9 @@ class MarketState:
         day = self._days[ev.market].day(ts)
         if day != hist.day:
             if hist.last is not None:
-                hist.closes.append(hist.last)
+                hist.closes.append(PricePoint(*hist.last))
             hist.day = day
-        hist.last = PricePoint(ts, ev.price)
+        hist.last = (ts, ev.price)
         if known:
             book.set_price(ev.asset, ev.price, ts)  # ignored for resolved tokens
 
@@ -168,8 +169,8 @@ class MarketState:
             if h is None:
                 continue
             closes = tuple(p for p in h.closes if p.ts <= decision_ts)
-            if h.last is not None and h.last.ts <= decision_ts:
-                prices[a] = h.last
+            if h.last is not None and h.last[0] <= decision_ts:
+                prices[a] = PricePoint(*h.last)
             elif closes:
                 prices[a] = closes[-1]
             history[a] = closes
@@ -224,7 +225,7 @@ class MarketState:
                     a: {
                         "closes": [[p.ts, p.price] for p in h.closes],
                         "day": h.day,
-                        "last": None if h.last is None else [h.last.ts, h.last.price],
+                        "last": None if h.last is None else list(h.last),
                     }
                     for a, h in sorted(hm.items())
                 }
@@ -247,7 +248,7 @@ class MarketState:
                 ah = _AssetHistory(self.history_days)
                 ah.closes.extend(PricePoint(t, p) for t, p in h["closes"])
                 ah.day = h["day"]
-                ah.last = None if h["last"] is None else PricePoint(*h["last"])
+                ah.last = None if h["last"] is None else (h["last"][0], h["last"][1])
                 target[a] = ah
         self.news.clear()
         self._news_ids.clear()

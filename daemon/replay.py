@@ -120,6 +120,7 @@ async def _drive(engine: Engine, sched: SimScheduler, clock: SimClock, rec: str,
     state = engine.state
     bus = engine.bus
     batch = engine.config.store.batch_size
+    conflating = bus.conflating
     bar = None
     if show:
         from tqdm import tqdm
@@ -148,7 +149,10 @@ async def _drive(engine: Engine, sched: SimScheduler, clock: SimClock, rec: str,
                     if delay > 0:
                         await asyncio.sleep(delay)
                 engine.seq = i
-                await bus.publish(ev)
+                if ev.topic_class in conflating:
+                    bus.publish_nowait(ev)  # prices: sync path, no coroutine per tick
+                else:
+                    await bus.publish(ev)
             state.offset = i + 1
             n += 1
             if bar is not None and n % 4096 == 0:

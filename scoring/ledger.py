@@ -107,7 +107,12 @@ class Book:
     CASH = CASH
 
     def __init__(
-        self, market: str, *, cost: CostModel = _NO_COST, initial_cash: float = 1000.0
+        self,
+        market: str,
+        *,
+        cost: CostModel = _NO_COST,
+        initial_cash: float = 1000.0,
+        lazy_mark: bool = False,
     ) -> None:
         """Create an empty book for ``market``; agents start with ``initial_cash`` unless told."""
         if not isinstance(cost, CostModel):
@@ -135,6 +140,11 @@ class Book:
         self._pt = np.full(cx, np.nan, dtype=np.float64)
         self._trad = np.ones(cx, dtype=bool)
         self._vview = self._vals[:0]
+        #: Lazy marking: ``set_price`` only records the price and the values are re-marked in
+        #: full when next read. Cheaper when ticks outnumber reads (the daemon's case); the
+        #: default incremental mark keeps values current on every tick.
+        self.lazy_mark = lazy_mark
+        self._dirty = False
         self._cols: list[np.ndarray] = []
 
     # ------------------------------------------------------------------ universe
@@ -339,12 +349,17 @@ class Book:
         pz[j] = price
         p[j] = price
         self._pt[j] = ts
+        if self.lazy_mark:
+            self._dirty = True
+            return
         if d:
             v = self._vview
             v += self._cols[j] * d
 
     def values(self) -> np.ndarray:
         """Return a copy of the incrementally maintained mark-to-market value per agent."""
+        if self._dirty:
+            self.mark()
         return self._vals[: self._na].copy()
 
     def mark(self) -> np.ndarray:
@@ -352,10 +367,13 @@ class Book:
         na, nx = self._na, self._nx
         full = self._cash[:na] + self._h[:na, :nx] @ self._pz[:nx]
         self._vals[:na] = full
+        self._dirty = False
         return full
 
     def value(self, agent: str) -> float:
         """Return the current (incremental) value of ``agent``."""
+        if self._dirty:
+            self.mark()
         return float(self._vals[self.agent_index(agent)])
 
     def _row_value(self, i: int) -> float:
@@ -584,9 +602,11 @@ class Book:
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], *, cost: CostModel) -> Book:
+    def from_state(cls, state: dict[str, Any], *, cost: CostModel, lazy_mark: bool = False) -> Book:
         """Rebuild a book from :meth:`state` output (exact round trip)."""
-        book = cls(state["market"], cost=cost, initial_cash=state["initial_cash"])
+        book = cls(
+            state["market"], cost=cost, initial_cash=state["initial_cash"], lazy_mark=lazy_mark
+        )
         qof: dict[str, str] = {}
         for q, members in state.get("questions", {}).items():
             for m in members:

@@ -495,3 +495,31 @@ def test_held_without_price_cannot_be_sold() -> None:
     assert odd.value("a") == 1006.0
     odd.rebalance("a", {CASH: 1.0})
     assert odd.cash[0] == 1006.0 and not odd.holdings.any()
+
+
+def test_lazy_mark_gives_the_same_values_as_incremental() -> None:
+    """A lazily marked book reads exactly what an incrementally marked one holds."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    books = [Book("equity", lazy_mark=lazy) for lazy in (False, True)]
+    for b in books:
+        for a in ("a", "b", "c"):
+            b.add_agent(a)
+        for x in ("X", "Y"):
+            b.add_asset(x)
+        b.set_price("X", 10.0, 0.0)
+        b.set_price("Y", 20.0, 0.0)
+        b.rebalance("a", {"X": 0.5, "Y": 0.3, "CASH": 0.2})
+        b.rebalance("b", {"Y": 1.0})
+    for t in range(1, 500):
+        x, y = float(rng.uniform(5, 15)), float(rng.uniform(15, 25))
+        for b in books:
+            b.set_price("X", x, float(t))
+            b.set_price("Y", y, float(t))
+            if t % 97 == 0:
+                b.rebalance("c", {"X": 0.25, "CASH": 0.75})
+    eager, lazy = books
+    np.testing.assert_allclose(lazy.values(), eager.values(), rtol=1e-12)
+    assert lazy.value("b") == pytest.approx(eager.value("b"), rel=1e-12)
+    np.testing.assert_allclose(lazy.values(), lazy.mark(), rtol=0)
