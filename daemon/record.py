@@ -5,8 +5,8 @@ exactly what the engine's taps apply, in the same order. Each event is written a
 daemon received it (``ts = recv_ts``, kept non-decreasing): a recording is what the daemon saw,
 when it saw it. A live round at T acted on the events received before T, and a replay round at
 T sees exactly the recorded events with ts <= T, so a replay reproduces the live books. The
-source's own timestamp is lost for prices; news keeps its publication time in its id-stable
-record only through ``recv_ts`` ordering (published-before-decision filtering uses ``ts``).
+cost: the source's own timestamp is not kept in the file (a news item is stamped when it was
+received, which is never before it was published).
 """
 
 from __future__ import annotations
