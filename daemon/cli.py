@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="process role when split over MQTT (default: all)")
     run.add_argument("--duration", type=float, default=None,
                      help="stop after this many seconds (default: run until signalled)")
+    _role_arguments(run)
 
     rp = sub.add_parser("replay", help="replay a recording through the whole pipeline")
     rp.add_argument("recording")
@@ -81,14 +82,48 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--end", type=_when, default=None, help="replay until this time (ISO 8601)")
     rp.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    rpub = sub.add_parser("replay-publish",
+                          help="publish a recording over MQTT to replay-evaluate processes")
+    rpub.add_argument("recording")
+    rpub.add_argument("--config", "-c", help="TOML config file with an [mqtt] section")
+    rpub.add_argument("--evaluators", type=int, default=1, metavar="N",
+                      help="wait for N evaluators before streaming (default: 1)")
+    rpub.add_argument("--window", type=int, default=500,
+                      help="events in flight beyond the slowest evaluator (default: 500)")
+    rpub.add_argument("--wait", type=float, default=120.0, metavar="SECONDS",
+                      help="how long to wait for the evaluators (default: 120)")
+    rpub.add_argument("--process-id", default=None, help="MQTT process id (default: derived)")
+
+    rev = sub.add_parser("replay-evaluate",
+                         help="replay a recording received from replay-publish over MQTT")
+    rev.add_argument("--config", "-c", help="TOML config file with an [mqtt] section")
+    rev.add_argument("--db", default=None, help="SQLite database (default: replay.db)")
+    rev.add_argument("--stall-timeout", type=float, default=30.0, metavar="SECONDS",
+                     help="fail when missing events do not arrive in time (default: 30)")
+    _role_arguments(rev)
+
     rep = sub.add_parser("report", help="print the leaderboard")
     rep.add_argument("--db", default="paperarena.db")
     rep.add_argument("--json", action="store_true", help="JSON instead of a table")
     rep.add_argument("--start", type=_when, default=None)
     rep.add_argument("--end", type=_when, default=None)
+    rep.add_argument("--html", metavar="FILE", default=None,
+                     help="also write a self-contained offline HTML report to FILE")
 
     cc = sub.add_parser("check-config", help="validate a config file")
     cc.add_argument("file")
+
+    bk = sub.add_parser("backup", help="consistent online copy of the database (daemon may run)")
+    bk.add_argument("--out", "-o", required=True, help="backup file to write")
+    bk.add_argument("--db", default="paperarena.db")
+    bk.add_argument("--no-verify", action="store_true", help="skip PRAGMA integrity_check")
+
+    ex = sub.add_parser("export", help="export decisions, fills and equity to CSV or Parquet")
+    ex.add_argument("--db", default="paperarena.db")
+    ex.add_argument("--out", "-o", required=True, help="output directory")
+    ex.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    ex.add_argument("--what", default="decisions,fills,equity",
+                    help="comma-separated tables (default: decisions,fills,equity)")
 
     rec = sub.add_parser("record", help="record live market data to a replayable file")
     rec.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
@@ -102,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--db", default="paperarena.db")
     pr.add_argument("--config", "-c")
     return p
+
+
+def _role_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--agents", default=None, metavar="A,B",
+                        help="agents this evaluator owns (default: [evaluator] agents, else all)")
+    parser.add_argument("--process-id", default=None,
+                        help="stable MQTT process id (default: role + hash of host and db)")
 
 
 def _load(path: str | None) -> Config:
@@ -125,10 +167,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.cmd == "report":
             return _report(args)
+        if args.cmd in ("backup", "export"):
+            return _backup_or_export(args)
         if args.cmd == "replay":
             return _replay(args)
         if args.cmd == "run":
             return _run(args)
+        if args.cmd in ("replay-publish", "replay-evaluate"):
+            return _replay_roles(args)
         if args.cmd == "record":
             return _record(args)
         if args.cmd == "probe":
@@ -142,25 +188,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _fail(f"unknown command {args.cmd}")
 
 
-def _report(args: argparse.Namespace) -> int:
-    from scoring.leaderboard import leaderboard, to_json, to_table
+def _backup_or_export(args: argparse.Namespace) -> int:
+    import json
+
+    from daemon.backup import BackupError, backup, export
 
     try:
-        board = leaderboard(args.db, window=(args.start, args.end))
+        if args.cmd == "backup":
+            info = backup(args.db, args.out, verify=not args.no_verify)
+            sys.stdout.write(json.dumps(info, sort_keys=True) + "\n")
+        else:
+            what = [w.strip() for w in args.what.split(",") if w.strip()]
+            for path in export(args.db, args.out, args.format, what):
+                sys.stdout.write(f"{path}\n")
+    except BackupError as exc:
+        return _fail(str(exc))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from scoring.leaderboard import load_report, to_json, to_table
+
+    try:
+        report = load_report(args.db, window=(args.start, args.end))
     except FileNotFoundError as exc:
         return _fail(str(exc))
+    if args.html:
+        from scoring.report_html import render_html
+
+        try:
+            Path(args.html).write_text(render_html(report), encoding="utf-8")
+        except OSError as exc:
+            return _fail(f"{args.html}: cannot write: {exc.strerror or exc}")
+    board = report.board
     sys.stdout.write(to_json(board) if args.json else to_table(board))
     return 0
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from daemon.logs import configure_logging
+    from daemon.logs import configure_logging, register_config_secrets
     from daemon.replay import ReplayError, replay
     from daemon.store import StoreLockedError
     from feeds.recording import RecordingError
 
     cfg = _load(args.config)
     configure_logging(cfg.logging.level, cfg.logging.format)
+    register_config_secrets(cfg)
     db = args.db or "replay.db"
     if not Path(args.recording).exists():
         return _fail(f"{args.recording}: no such recording")
@@ -182,16 +255,57 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from daemon.live import run_live
-    from daemon.logs import configure_logging
+    from daemon.logs import configure_logging, register_config_secrets
+    from daemon.roles import RoleError, parse_agents, with_overrides
     from daemon.store import StoreLockedError
 
-    cfg = _load(args.config)
+    cfg = with_overrides(_load(args.config), agents=parse_agents(args.agents),
+                         process_id=args.process_id)
     configure_logging(cfg.logging.level, cfg.logging.format)
+    register_config_secrets(cfg)
     try:
         return asyncio.run(run_live(cfg, db=args.db, role=args.role, duration=args.duration,
-                                    version=package_version()))
-    except StoreLockedError as exc:
+                                    version=package_version(), config_path=args.config))
+    except (StoreLockedError, RoleError) as exc:
         return _fail(str(exc))
+
+
+def _replay_roles(args: argparse.Namespace) -> int:
+    from daemon.components import default_components
+    from daemon.logs import configure_logging, register_config_secrets
+    from daemon.replay import ReplayError
+    from daemon.roles import (
+        RoleError,
+        parse_agents,
+        replay_evaluate,
+        replay_publish,
+        summary_line,
+        with_overrides,
+    )
+    from daemon.store import StoreLockedError
+    from feeds.recording import RecordingError
+
+    cfg = with_overrides(_load(args.config), agents=parse_agents(getattr(args, "agents", None)),
+                         process_id=args.process_id)
+    configure_logging(cfg.logging.level, cfg.logging.format)
+    register_config_secrets(cfg)
+    try:
+        if args.cmd == "replay-publish":
+            if not Path(args.recording).exists():
+                return _fail(f"{args.recording}: no such recording")
+            if args.evaluators < 1 or args.window < 1:
+                return _fail("--evaluators and --window must be at least 1")
+            summary = asyncio.run(replay_publish(args.recording, cfg, evaluators=args.evaluators,
+                                                 window=args.window, wait_timeout=args.wait))
+        else:
+            summary = asyncio.run(replay_evaluate(
+                cfg, args.db or "replay.db", version=package_version(),
+                stall_timeout=args.stall_timeout,
+                components=default_components(cfg, mode="replay")))
+    except (ReplayError, RoleError, RecordingError, StoreLockedError) as exc:
+        return _fail(str(exc))
+    sys.stderr.write(summary_line(summary) + "\n")
+    return 0
 
 
 def _record(args: argparse.Namespace) -> int:
@@ -202,6 +316,9 @@ def _record(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config)
     configure_logging(cfg.logging.level, cfg.logging.format)
+    from daemon.logs import register_config_secrets
+
+    register_config_secrets(cfg)
     cfg = cfg.model_copy(update={"agents": ()})  # record market data only
     try:
         return asyncio.run(run_live(cfg, db=args.db or f"{args.out}.db", duration=args.duration,
@@ -224,7 +341,15 @@ def _probe(args: argparse.Namespace) -> int:
         result = asyncio.run(run_probe_command(args.config, args.db, args.agent, args.repeats))
     except (ProbeError, LookupError, ValueError) as exc:
         return _fail(str(exc))
-    sys.stdout.write(json.dumps(result, sort_keys=True, indent=2) + "\n")
+    import time
+
+    from daemon.store import StoreSchemaError, record_probe
+
+    try:
+        record_probe(args.db, result, time.time())
+    except StoreSchemaError as exc:
+        return _fail(str(exc))
+    sys.stdout.write(json.dumps(result, sort_keys=True, indent=2, default=str) + "\n")
     return 0
 
 

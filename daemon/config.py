@@ -14,12 +14,23 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from daemon.mqtt import MqttSettings
 from feeds.settings import SourcesSettings
 
 DEFAULT_EQUITIES: tuple[str, ...] = (
     "AAPL", "MSFT", "NVDA", "META", "JPM", "V", "XOM", "CAT",
     "TSLA", "PG", "KO", "AMZN", "WMT", "JNJ", "UNH",
 )  # fmt: skip
+
+#: Default asset classes (sectors) of the default universe, used by the PortBench diversification
+#: scores (s_intra / s_inter / s_corr) of the leaderboard.
+DEFAULT_ASSET_CLASSES: dict[str, str] = {
+    "AAPL": "tech", "MSFT": "tech", "NVDA": "tech", "META": "tech", "AMZN": "tech",
+    "JPM": "financials", "V": "financials",
+    "XOM": "energy_industrials", "CAT": "energy_industrials",
+    "TSLA": "consumer", "PG": "consumer", "KO": "consumer", "WMT": "consumer",
+    "JNJ": "health", "UNH": "health",
+}  # fmt: skip
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -140,11 +151,24 @@ class EquityMarketConfig(_Frozen):
         default=0.04, description="annual risk-free rate used by Sharpe/Sortino"
     )
     stale_after: float = Field(default=900.0, description="price older than this is stale")
+    asset_classes: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_ASSET_CLASSES),
+        description="asset -> class (sector) for the leaderboard's diversification scores; an "
+        "asset missing from the map is its own class",
+    )
 
     @field_validator("stale_after", mode="before")
     @classmethod
     def _stale(cls, v: Any) -> float:
         return parse_duration(v)
+
+    @field_validator("asset_classes")
+    @classmethod
+    def _classes(cls, v: dict[str, str]) -> dict[str, str]:
+        for asset, klass in v.items():
+            if not klass.strip():
+                raise ValueError(f"empty asset class for {asset!r}")
+        return v
 
     @field_validator("assets")
     @classmethod
@@ -274,6 +298,14 @@ class LoggingConfig(_Frozen):
     format: Literal["auto", "json", "console"] = "auto"
 
 
+class EvaluatorConfig(_Frozen):
+    """What an evaluator process (``--role evaluator``, ``replay-evaluate``) owns."""
+
+    agents: tuple[str, ...] = Field(
+        default=(), description="ids of the agents this evaluator runs; empty = every agent"
+    )
+
+
 class Config(_Frozen):
     """The whole daemon configuration."""
 
@@ -291,6 +323,10 @@ class Config(_Frozen):
     alerts: dict[str, Any] = Field(
         default_factory=dict, description="alert notifiers (see docs); validated by the notifier"
     )
+    mqtt: MqttSettings | None = Field(
+        default=None, description="MQTT broker for split roles (docs/distributed.md)"
+    )
+    evaluator: EvaluatorConfig = EvaluatorConfig()
 
     @model_validator(mode="after")
     def _unique_agents(self) -> Config:
@@ -298,6 +334,9 @@ class Config(_Frozen):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"duplicate agent id(s): {', '.join(dupes)}")
+        unknown = sorted(set(self.evaluator.agents) - set(ids))
+        if unknown:
+            raise ValueError(f"evaluator.agents: unknown agent(s): {', '.join(unknown)}")
         return self
 
     def enabled_markets(self) -> tuple[str, ...]:

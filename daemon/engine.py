@@ -80,7 +80,8 @@ class Engine:
         self.bus.add_tap("news.#", st.on_news)  # type: ignore[arg-type]
         self.bus.add_tap("market.#", st.on_listed)  # type: ignore[arg-type]
         self.bus.add_tap("resolution.#", st.on_resolution)  # type: ignore[arg-type]
-        for pattern in ("price.#", "news.#", "market.#", "resolution.#"):
+        self.bus.add_tap("history.#", st.on_history)  # type: ignore[arg-type]
+        for pattern in ("price.#", "news.#", "market.#", "resolution.#", "history.#"):
             self.bus.add_tap(pattern, self._store_tap)
 
     def _store_tap(self, ev: Event) -> None:
@@ -107,9 +108,10 @@ class Engine:
         """Apply the agents and alerts of ``new_config`` (SIGHUP); return what changed.
 
         Every new or changed agent is built before anything is touched, so a failing reload
-        changes nothing. Removed agents leave the slots (their books stay); a halted or paused
-        agent whose limits changed is resumed (the alerts re-check it). Changes to any other
-        section raise ``ValueError("restart required for: ...")``.
+        changes nothing. Removed agents leave the slots (their books stay); slot parameters
+        follow the config; a halted agent stays halted (resume it through the API), and an agent
+        added back gets its persisted status. Changes to any other section raise
+        ``ValueError("restart required for: ...")``.
         """
         old, new = self.config.model_dump(), new_config.model_dump()
         fixed = sorted(k for k in old if k not in ("agents", "alerts") and old[k] != new.get(k))
@@ -128,48 +130,38 @@ class Engine:
             prev_agent = current.get(aid)
             if hasattr(prev_agent, "spent") and hasattr(agent, "restore_usage"):
                 agent.restore_usage(day, *prev_agent.spent(day))
+        persisted = {(a, m): (st, r) for a, m, st, r in await self.store.fetchall(
+            "SELECT agent, market, status, reason FROM agent_state")}
+        wanted = {a.id: a for a in new_config.agents}
         changes: list[str] = []
-        states: list[tuple[str, str, str, str, float]] = []
-        now = self.clock.now()
         for m in self.markets:
             slots = dict(self.slots[m])  # copy on write: running rounds keep their snapshot
             for aid in list(slots):
-                acfg = next((a for a in new_config.agents if a.id == aid), None)
-                if acfg is None or m not in acfg.markets:
+                if aid not in wanted or m not in wanted[aid].markets:
                     del slots[aid]
                     changes.append(f"removed {aid} from {m}")
             for acfg in new_config.agents:
                 if m not in acfg.markets:
                     continue
                 prev_slot = slots.get(acfg.id)
-                if prev_slot is None or acfg.id in built:
-                    slot = AgentSlot(built.get(acfg.id) or current[acfg.id])
+                if prev_slot is not None and acfg.id not in built:
+                    slot = prev_slot  # same object: status changes made elsewhere are kept
                 else:
-                    slot = prev_slot  # same object: status updates elsewhere are kept
+                    slot = AgentSlot(built.get(acfg.id) or current[acfg.id])
+                    if prev_slot is not None:
+                        slot.status, slot.reason = prev_slot.status, prev_slot.reason
+                        changes.append(f"updated {acfg.id} in {m}")
+                    else:
+                        slot.status, slot.reason = persisted.get((acfg.id, m), ("active", ""))
+                        self.books[m].add_agent(acfg.id)
+                        changes.append(f"added {acfg.id} to {m}")
                 slot.news_window, slot.news_per_key = acfg.news_window, acfg.news_per_asset
                 slot.memory = max(acfg.memory, 1)
-                if prev_slot is None:
-                    self.books[m].add_agent(acfg.id)
-                    changes.append(f"added {acfg.id} to {m}")
-                else:
-                    slot.status, slot.reason = prev_slot.status, prev_slot.reason
-                    prev = old_cfgs.get(acfg.id)
-                    if acfg.id in built:
-                        changes.append(f"updated {acfg.id} in {m}")
-                    limits = ("risk_profile", "max_drawdown", "halt_on_breach") \
-                        if slot.status == "halted" else ("daily_budget_usd", "daily_budget_tokens")
-                    if slot.status != "active" and prev is not None and any(
-                            getattr(prev, f) != getattr(acfg, f) for f in limits):
-                        changes.append(f"resumed {acfg.id} in {m} (was {slot.status})")
-                        slot.status, slot.reason = "active", ""
-                        states.append((acfg.id, m, "active", "limits changed by reload", now))
                 slots[acfg.id] = slot
             self.slots[m] = slots
         if old["alerts"] != new["alerts"]:
             changes.append("alerts")
         self.config = new_config
-        if states:
-            await self.store.commit_round(RoundCommit(agent_states=states))
         return changes
 
     def add_equity_universe(self, assets: Iterable[str]) -> None:

@@ -25,6 +25,8 @@ DECISION = "decision"
 FILL = "fill"
 ALERT = "alert"
 STATUS = "status"
+HISTORY = "history"
+CLOCK = "clock"
 
 
 class Event(msgspec.Struct, frozen=True, tag=True, kw_only=True):
@@ -181,6 +183,31 @@ class SourceStatus(Event, frozen=True, tag=True, kw_only=True):
         return f"status.{self.source}"
 
 
+class HistoryEvent(Event, frozen=True, tag=True, kw_only=True):
+    """Backfilled daily closes of one asset (from a REST history endpoint), oldest first."""
+
+    topic_class: ClassVar[str] = HISTORY
+    market: Market
+    asset: str
+    points: tuple[tuple[float, float], ...]
+    source: str = ""
+
+    @property
+    def topic(self) -> str:
+        return f"history.{self.market}.{self.asset}"
+
+
+class ClockEvent(Event, frozen=True, tag=True, kw_only=True):
+    """Time passed with no market data (e.g. the end of a live recording); moves replay clocks."""
+
+    topic_class: ClassVar[str] = CLOCK
+    reason: str = ""
+
+    @property
+    def topic(self) -> str:
+        return "clock.tick"
+
+
 AnyEvent = (
     PriceEvent
     | NewsEvent
@@ -190,10 +217,12 @@ AnyEvent = (
     | FillEvent
     | AlertEvent
     | SourceStatus
+    | HistoryEvent
+    | ClockEvent
 )
 
 #: Events that come from the outside world (recorded and replayed).
-MarketData = PriceEvent | NewsEvent | MarketListed | ResolutionEvent
+MarketData = PriceEvent | NewsEvent | MarketListed | ResolutionEvent | HistoryEvent | ClockEvent
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)

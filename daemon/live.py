@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from daemon.clock import LiveClock
-from daemon.components import Component, default_components
+from daemon.components import Component
 from daemon.config import Config
 from daemon.engine import Engine
 from daemon.schedule import LiveScheduler
@@ -53,6 +53,8 @@ class LiveDaemon:
         self.hooks_ready: list[Callable[[], Awaitable[None] | None]] = []
         self.components: list[Component] = list(components or [])
         self._started_components: list[Component] = []
+        #: Applied to a reloaded config before use (a split role keeps only its own agents).
+        self.config_filter: Callable[[Config], Config] | None = None
 
     async def start(self) -> None:
         """Open the store, restore, and start every component."""
@@ -131,6 +133,11 @@ class LiveDaemon:
         notify(f"RELOADING=1\nMONOTONIC_USEC={monotonic_usec()}")
         try:
             new = load_config(path)
+            if self.config_filter is not None:
+                new = self.config_filter(new)
+            from daemon.alerts import parse_alerts_config
+
+            parse_alerts_config(new.alerts, source=path)  # validate all before applying any
             register_config_secrets(new)
             changes = await self.engine.reload(new)
             for comp in self._started_components:
@@ -160,6 +167,8 @@ class LiveDaemon:
 
     async def stop(self) -> None:
         """Stop scheduling, finish or abandon in-flight rounds, flush, close."""
+        if self.engine is None and not self._tasks and not self._started_components:
+            return  # never started (e.g. the store is locked by another daemon)
         log.info("daemon stopping")
         if self.scheduler is not None:
             try:
@@ -188,7 +197,11 @@ class LiveDaemon:
         if self.engine is not None:
             await self.engine.bus.stop()
             store = self.engine.store
-            await store.flush()
+            # Commit books, resolutions paid since the last round and a checkpoint together
+            # with the last market events, so a restart loses nothing that was applied.
+            from daemon.store import RoundCommit
+
+            await self.engine.commit(RoundCommit())
             await store.end_run(self.clock.now())
             await store.close()
         log.info("daemon stopped")
@@ -203,12 +216,11 @@ async def run_live(config: Config, *, db: str | None = None, role: str = "all",
     SIGHUP re-reads ``config_path`` and applies agent and alert changes (see
     :meth:`LiveDaemon.reload`).
     """
+    from daemon.roles import role_daemon
     from daemon.systemd import notify
-    from feeds.registry import build_sources
 
-    comps = default_components(config, mode="live") + list(components or [])
-    daemon = LiveDaemon(config, db=db, version=version,
-                        sources=lambda eng: build_sources(config, eng), components=comps)
+    # all: sources + agents in one process; feeds / evaluator: split over MQTT (daemon/roles.py).
+    daemon = role_daemon(config, role, db=db, version=version, components=components)
     loop = asyncio.get_running_loop()
 
     def on_stop_signal() -> None:

@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from agents.base import NewsItem, Observation, PastAllocation, PricePoint, Question
-from daemon.events import MarketListed, NewsEvent, PriceEvent, ResolutionEvent
+from daemon.events import HistoryEvent, MarketListed, NewsEvent, PriceEvent, ResolutionEvent
 from scoring.ledger import CASH, Book
 
 log = structlog.get_logger(__name__)
@@ -107,6 +107,11 @@ class MarketState:
         hist.last = (ts, ev.price)
         if known:
             book.set_price(ev.asset, ev.price, ts)  # ignored for resolved tokens
+
+    def on_history(self, ev: HistoryEvent) -> None:
+        """Seed an asset's daily closes from a backfill (only points before the event time)."""
+        if ev.market in self.history:
+            self.seed_history(ev.market, ev.asset, [(t, p) for t, p in ev.points if t <= ev.ts])
 
     def on_news(self, ev: NewsEvent) -> None:
         """Keep a bounded, de-duplicated news list per key."""

@@ -4,8 +4,17 @@ Wire format
     Topic ``paperarena/<namespace>/<event topic, dots → slashes>``; payload a versioned envelope
     ``{"v": 1, "id": <sha1 of the event JSON>, "origin": <process id>, "event": <event JSON>}``.
     The id is a content hash, so every copy of the same event (re-sends, broker redeliveries)
-    carries the same id. Process liveness is the retained ``online``/``offline`` payload at
+    carries the same id. Events of a replay stream (:meth:`MqttBridge.send` with ``seq``) also
+    carry ``"run"`` and ``"seq"``; they are deduplicated by ``(run, seq)`` instead of content.
+    Process liveness is the retained ``online``/``offline`` payload at
     ``paperarena/<namespace>/status/<process id>`` (``offline`` is also the Last Will).
+
+Control subtrees
+    ``paperarena/<namespace>/owners/...`` and ``.../replay/...`` carry raw control messages
+    (agent ownership claims, replay stream markers and acknowledgements; see ``daemon/roles.py``),
+    never events: :meth:`MqttBridge.watch` hands them to a callback, other bridges ignore them.
+    :meth:`MqttBridge.announce` publishes a retained control message and re-publishes it after
+    every reconnect, so it survives a broker that lost its retained store.
 
 Egress (bus → broker)
     A synchronous bus tap copies matching local events into the bridge's own bounded buffers, so
@@ -42,6 +51,7 @@ import socket
 import ssl
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from itertools import count
 from typing import NamedTuple
 
@@ -63,18 +73,33 @@ OFFLINE = b"offline"
 PUBLISH_WINDOW = 64
 #: Seconds between repeated warnings about the same condition.
 WARN_INTERVAL = 10.0
+#: Topic subtrees (second level under the namespace) that carry control messages, not events.
+CONTROL_SUBTREES: frozenset[str] = frozenset({"owners", "replay"})
 
 _LEVEL_UNSAFE = re.compile(r"[%/+#\x00]")
 _NAME_UNSAFE = re.compile(r"[/+#\x00]")
 
 
-class Envelope(msgspec.Struct, frozen=True):
-    """The versioned MQTT payload around one encoded event."""
+class Envelope(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The versioned MQTT payload around one encoded event (``run``/``seq``: replay streams)."""
 
     v: int
     id: str
     origin: str
     event: msgspec.Raw
+    run: str | None = None
+    seq: int | None = None
+
+    @property
+    def dedupe_key(self) -> str:
+        """Return the identity used to drop duplicates: ``run:seq`` if sequenced, else the id."""
+        return self.id if self.seq is None else f"{self.run}:{self.seq}"
+
+
+#: Receives every new remote event instead of the local bus (see ``MqttBridge(sink=...)``).
+Sink = Callable[[Envelope, Event], None]
+#: Receives raw control messages: (topic below the subtree, payload, retained flag).
+ControlHandler = Callable[[str, bytes, bool], None]
 
 
 _envelope_encoder = msgspec.json.Encoder()
@@ -109,6 +134,18 @@ class MqttSettings(BaseModel):
     dedupe_window: int = Field(default=100_000, ge=1)
     reconnect_initial: float = Field(default=0.5, gt=0)
     reconnect_max: float = Field(default=30.0, gt=0)
+    process_id: str | None = Field(
+        default=None,
+        description="this process's stable id (status topic, envelope origin); default: derived"
+        " from the role, the hostname and the database (daemon/roles.py)",
+    )
+
+    @field_validator("process_id")
+    @classmethod
+    def _check_process_id(cls, value: str | None) -> str | None:
+        if value is not None and (not value or _NAME_UNSAFE.search(value)):
+            raise ValueError("process_id must be non-empty without '/', '+', '#' or NUL")
+        return value
 
     @field_validator("namespace")
     @classmethod
@@ -169,6 +206,14 @@ def default_client_id(namespace: str, process_id: str) -> str:
     return f"{ROOT}-{namespace}-{socket.gethostname()}-{process_id}"
 
 
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Wait up to ``timeout`` s for ``event``; never swallow a cancellation (unlike wait_for)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    return event.is_set()
+
+
 def event_id(data: bytes) -> str:
     """Return the stable id of an encoded event (identical events share it)."""
     return hashlib.sha1(data, usedforsecurity=False).hexdigest()
@@ -181,13 +226,20 @@ class _Out(NamedTuple):
     topic: str
     payload: bytes
     qos: int
+    retain: bool = False
 
 
 class MqttBridge:
     """Forward local bus events to MQTT and publish remote MQTT events on the local bus."""
 
-    def __init__(self, bus: Bus, settings: MqttSettings, *, process_id: str) -> None:
-        """Prepare the bridge for ``bus``; nothing connects before :meth:`start`."""
+    def __init__(
+        self, bus: Bus, settings: MqttSettings, *, process_id: str, sink: Sink | None = None
+    ) -> None:
+        """Prepare the bridge for ``bus``; nothing connects before :meth:`start`.
+
+        With ``sink``, new remote events go to ``sink(envelope, event)`` (called from the reader,
+        must not block) instead of being published on ``bus``; egress is unchanged.
+        """
         if not process_id or _NAME_UNSAFE.search(process_id):
             raise ValueError(f"invalid process id {process_id!r} (no '/', '+', '#', NUL)")
         self.bus = bus
@@ -195,7 +247,13 @@ class MqttBridge:
         self.process_id = process_id
         self.client_id = settings.client_id or default_client_id(settings.namespace, process_id)
         self.status_topic = status_topic(settings.namespace, process_id)
+        self._ns_prefix = f"{ROOT}/{settings.namespace}/"
         self._status_prefix = f"{ROOT}/{settings.namespace}/status/"
+        self._sink = sink
+        self._watchers: dict[str, ControlHandler] = {}
+        self._announcements: dict[str, bytes] = {}
+        #: Called with (process id, status) whenever a peer's known status changes.
+        self.on_peer: Callable[[str, str], None] | None = None
         self._cap = settings.egress_queue
         self._conflating = bus.conflating
         self._tls_context = (
@@ -302,11 +360,7 @@ class MqttBridge:
 
     async def wait_connected(self, timeout: float) -> bool:
         """Wait until connected and subscribed; return False if ``timeout`` seconds pass first."""
-        try:
-            await asyncio.wait_for(self._connected.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._connected, timeout)
 
     async def flush(self, timeout: float) -> bool:
         """Wait until every buffered event has been handed to the broker; False on timeout."""
@@ -344,6 +398,59 @@ class MqttBridge:
             "connected": self._connected.is_set(),
         }
 
+    # ------------------------------------------------------------------ control and streams
+
+    def control_topic(self, subtopic: str) -> str:
+        """Return the MQTT topic of a control subtopic (``owners/e1`` → ``.../owners/e1``)."""
+        return self._ns_prefix + subtopic
+
+    def watch(self, subtree: str, handler: ControlHandler) -> None:
+        """Subscribe to the control ``subtree`` (see ``CONTROL_SUBTREES``); call before start."""
+        if subtree not in CONTROL_SUBTREES:
+            raise ValueError(f"{subtree!r} is not a control subtree ({sorted(CONTROL_SUBTREES)})")
+        if self._runner is not None:
+            raise RuntimeError("watch() must be called before start()")
+        self._watchers[subtree] = handler
+
+    def send(self, event: Event, *, run: str | None = None, seq: int | None = None) -> None:
+        """Queue ``event`` for the broker at QoS 1 whatever its class (never conflated).
+
+        ``run`` and ``seq`` mark it as event ``seq`` of replay stream ``run``. Unlike the bus
+        tap, this ignores ``publish_patterns``. Overflow of ``egress_queue`` counts in ``lost``.
+        """
+        if not self._accepting:
+            raise RuntimeError("the bridge is not started")
+        self._queue_reliable(self._encode(event, 1, run=run, seq=seq))
+
+    def publish_control(self, subtopic: str, payload: bytes, *, retain: bool = False) -> None:
+        """Queue a raw QoS 1 control message (at-least-once, in order with other QoS 1 sends)."""
+        if not self._accepting:
+            raise RuntimeError("the bridge is not started")
+        out = _Out(next(self._seq), self.control_topic(subtopic), payload, 1, retain)
+        self._queue_reliable(out)
+
+    def announce(self, subtopic: str, payload: bytes) -> None:
+        """Publish a retained control message now and again after every reconnect.
+
+        An empty ``payload`` withdraws the announcement (clears the retained message).
+        """
+        topic = self.control_topic(subtopic)
+        if payload:
+            self._announcements[topic] = payload
+        else:
+            self._announcements.pop(topic, None)
+        if self._accepting:
+            self._queue_reliable(_Out(next(self._seq), topic, payload, 1, True))
+
+    def _queue_reliable(self, item: Event | _Out) -> None:
+        """Append to the QoS 1 FIFO, discarding (and counting) the oldest on overflow."""
+        if len(self._reliable) >= self._cap:
+            self._reliable.popleft()
+            self._lost += 1
+            self._warn("lost", "mqtt egress buffer full: oldest reliable event discarded")
+        self._reliable.append(item)
+        self._wake_workers(1)
+
     # ------------------------------------------------------------------ egress
 
     def _tap(self, event: Event) -> None:
@@ -371,11 +478,8 @@ class MqttBridge:
                     self._dropped_prices += 1
                 prices[key] = event
         else:
-            if len(self._reliable) >= self._cap:
-                self._reliable.popleft()
-                self._lost += 1
-                self._warn("lost", "mqtt egress buffer full: oldest reliable event discarded")
-            self._reliable.append(event)
+            self._queue_reliable(event)
+            return
         self._wake_workers(1)
 
     def _wake_workers(self, n: int) -> None:
@@ -397,11 +501,18 @@ class MqttBridge:
             self._topic_cache[topic] = cached
         return cached
 
-    def _encode(self, event: Event, qos: int) -> _Out:
+    def _encode(
+        self, event: Event, qos: int, *, run: str | None = None, seq: int | None = None
+    ) -> _Out:
         """Wrap one event in its envelope, ready to publish."""
         data = encode_event(event)
         envelope = Envelope(
-            v=ENVELOPE_VERSION, id=event_id(data), origin=self.process_id, event=msgspec.Raw(data)
+            v=ENVELOPE_VERSION,
+            id=event_id(data),
+            origin=self.process_id,
+            event=msgspec.Raw(data),
+            run=run,
+            seq=seq,
         )
         payload = _envelope_encoder.encode(envelope)
         return _Out(next(self._seq), self._mqtt_topic(event.topic), payload, qos)
@@ -430,7 +541,9 @@ class MqttBridge:
             if out.qos:
                 self._inflight[out.seq] = out
                 try:
-                    await client.publish(out.topic, out.payload, qos=1, timeout=math.inf)
+                    await client.publish(
+                        out.topic, out.payload, qos=1, retain=out.retain, timeout=math.inf
+                    )
                 except ValueError as exc:  # refused by the client (size, topic): never retry
                     del self._inflight[out.seq]
                     self._lost += 1
@@ -472,6 +585,16 @@ class MqttBridge:
             self._invalid += 1
             return
         topic = message.topic.value
+        if topic.startswith(self._ns_prefix):
+            head, _, rest = topic[len(self._ns_prefix) :].partition("/")
+            if head in CONTROL_SUBTREES:
+                handler = self._watchers.get(head)
+                if handler is not None:
+                    try:
+                        handler(rest, bytes(payload), message.retain)
+                    except Exception as exc:
+                        log.error("mqtt control handler failed", topic=topic, error=repr(exc))
+                return
         if topic.startswith(self._status_prefix) and not payload.startswith(b"{"):
             self._on_status(topic[len(self._status_prefix) :], bytes(payload), message.retain)
             return
@@ -491,11 +614,12 @@ class MqttBridge:
             self._own += 1
             return
         seen = self._seen
-        if envelope.id in seen:
-            seen.move_to_end(envelope.id)
+        key = envelope.dedupe_key
+        if key in seen:
+            seen.move_to_end(key)
             self._duplicates += 1
             return
-        seen[envelope.id] = None
+        seen[key] = None
         if len(seen) > self.settings.dedupe_window:
             seen.popitem(last=False)
         try:
@@ -505,6 +629,13 @@ class MqttBridge:
             self._warn(
                 "invalid", "mqtt envelope holds an invalid event", topic=topic, error=str(exc)
             )
+            return
+        if self._sink is not None:
+            self._received += 1
+            try:
+                self._sink(envelope, event)
+            except Exception as exc:
+                log.error("mqtt ingress sink failed", topic=topic, error=repr(exc))
             return
         self._inbox.append(event)
         self._inbox_ready.set()
@@ -524,10 +655,18 @@ class MqttBridge:
                 self._background.add(task)
                 task.add_done_callback(self._background.discard)
             return
+        previous = self.peers.get(process_id)
         if payload:
-            self.peers[process_id] = payload.decode("utf-8", "replace")
+            status = payload.decode("utf-8", "replace")
+            self.peers[process_id] = status
         else:
+            status = ""
             self.peers.pop(process_id, None)
+        if status != (previous or "") and self.on_peer is not None:
+            try:
+                self.on_peer(process_id, status)
+            except Exception as exc:
+                log.error("mqtt peer callback failed", peer=process_id, error=repr(exc))
 
     async def _reassert_online(self) -> None:
         """Publish our retained ``online`` again over a stale ``offline``."""
@@ -594,6 +733,7 @@ class MqttBridge:
         own_status = f"status.{self.process_id}"
         if not any(topic_matches(p, own_status) for p in self.settings.subscribe_patterns):
             filters.append(self.status_topic)
+        filters.extend(f"{self._ns_prefix}{subtree}/#" for subtree in self._watchers)
         return [(f, 1) for f in dict.fromkeys(filters)]
 
     async def _run(self) -> None:
@@ -630,16 +770,15 @@ class MqttBridge:
                 self._requeue_inflight()
             if self._stop_requested.is_set():
                 break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._stop_requested.wait(), delay * random.uniform(0.8, 1.2)
-                )
+            await wait_event(self._stop_requested, delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2.0, s.reconnect_max)
 
     async def _session(self, client: aiomqtt.Client) -> None:
         """Subscribe, announce ``online``, then pump both directions until drop or stop."""
         await client.subscribe(self._filters())
         await client.publish(self.status_topic, ONLINE, qos=1, retain=True)
+        for topic, payload in list(self._announcements.items()):
+            await client.publish(topic, payload, qos=1, retain=True)
         loop = asyncio.get_running_loop()
         reader = loop.create_task(self._reader(client))
         stopper = loop.create_task(self._stop_requested.wait())

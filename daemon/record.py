@@ -20,12 +20,12 @@ import structlog
 
 from daemon.components import Component
 from daemon.config import Config
-from daemon.events import Event
+from daemon.events import ClockEvent, Event
 from feeds.recording import RecordingHeader, RecordingWriter
 
 log = structlog.get_logger(__name__)
 
-MARKET_DATA = ("price.#", "news.#", "market.#", "resolution.#")
+MARKET_DATA = ("price.#", "news.#", "market.#", "resolution.#", "history.#")
 
 
 class Recorder:
@@ -52,6 +52,7 @@ class Recorder:
             meta={"recorded_by": "paperarena record", "sources": [s.name for s in sources],
                   "started_wall": time.time()},
         )
+        self._clock = engine.clock
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.writer = RecordingWriter(self.out, header)
         self._last = now - 86_400.0
@@ -71,8 +72,10 @@ class Recorder:
         self.written += 1
 
     async def stop(self) -> None:
-        """Flush and close the recording."""
+        """Write a final clock event (so a replay runs up to now), flush and close."""
         if self.writer is not None:
+            now = self._clock.now()
+            self._write(ClockEvent(ts=now, recv_ts=now, reason="recording stopped"))
             self.writer.close()
             log.info("recording closed", path=str(self.out), events=self.written)
             self.writer = None

@@ -7,7 +7,8 @@ Outcomes stored per decision:
 - ``rejected``: the ledger refused it (e.g. no price) — holds;
 - ``error``: the agent raised or timed out — holds;
 - ``paused`` / ``halted``: the agent is not asked (budget, drawdown halt) — holds;
-- ``missed``: the round came later than the misfire grace and was not run.
+- ``missed``: the round came later than the misfire grace and was not run;
+- ``abandoned``: the daemon stopped before the round finished (see :func:`record_abandoned`).
 The whole round, with every buffered market event and the books, is one store transaction.
 """
 
@@ -18,13 +19,14 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from agents.base import Agent, AgentDecision, Observation, assert_no_lookahead
 from agents.validation import InvalidAllocation, validate_allocation
 from daemon.events import DecisionEvent, FillEvent
+from daemon.logs import redact_text
 from daemon.store import DecisionRecord, FillRecord, RoundCommit
 from scoring.ledger import RebalanceRejected
 
@@ -68,9 +70,22 @@ class DecisionRound:
         self.engine = engine
         self.market = market
         self._monotonic = monotonic
+        self.in_flight: dict[float, tuple[str, ...]] = {}
+        """scheduled_ts -> agents of rounds started and not finished (kept when cancelled)."""
 
     async def run(self, scheduled_ts: float, *, missed: bool = False) -> RoundResult:
         """Run (or record as missed) the round scheduled at ``scheduled_ts``."""
+        self.in_flight[scheduled_ts] = tuple(self.engine.slots[self.market])
+        try:
+            result = await self._run(scheduled_ts, missed=missed)
+        except Exception:
+            self.in_flight.pop(scheduled_ts, None)
+            raise
+        # A cancelled round (shutdown) stays in flight for record_abandoned().
+        self.in_flight.pop(scheduled_ts, None)
+        return result
+
+    async def _run(self, scheduled_ts: float, *, missed: bool = False) -> RoundResult:
         eng = self.engine
         market = self.market
         result = RoundResult(market, scheduled_ts)
@@ -150,11 +165,13 @@ class DecisionRound:
                 ))
             raw = dec.raw_output or (json.dumps(dict(dec.allocation), sort_keys=True)
                                      if dec.allocation is not None else "")
+            reason = redact_text(reason)  # provider errors can echo credentials
             rc.decisions.append(DecisionRecord(
                 agent_id, market, scheduled_ts, now, outcome, reason=reason,
                 input_json=obs.canonical_json().decode(), input_sha256=obs.sha256(),
                 raw_output=raw, allocation=allocation, template_version=dec.template_version,
-                attempts=dec.attempts, duration_s=duration, calls=[dict(c) for c in dec.calls],
+                attempts=dec.attempts, duration_s=duration,
+                calls=[_redacted_call(c) for c in dec.calls],
             ))
             result.outcomes[agent_id] = outcome
             events.append(DecisionEvent(
@@ -182,3 +199,39 @@ class DecisionRound:
     async def _publish(self, events: list[DecisionEvent | FillEvent]) -> None:
         for ev in events:
             await self.engine.bus.publish(ev)
+
+
+async def record_abandoned(engine: Engine) -> int:
+    """Record every undecided agent of a cancelled, in-flight round as ``abandoned``."""
+    n = 0
+    for rnd in engine.rounds.values():
+        for scheduled_ts, agents in sorted(rnd.in_flight.items()):
+            done = await engine.store.decided(rnd.market, scheduled_ts)
+            now = engine.clock.now()
+            rc = RoundCommit()
+            events: list[DecisionEvent | FillEvent] = []
+            for agent_id in agents:
+                if agent_id in done:
+                    continue
+                rc.decisions.append(DecisionRecord(
+                    agent_id, rnd.market, scheduled_ts, now, "abandoned",
+                    reason="daemon stopped before the decision finished"))
+                events.append(DecisionEvent(ts=now, recv_ts=now, agent=agent_id,
+                                            market=rnd.market, scheduled_ts=scheduled_ts,
+                                            outcome="abandoned"))
+            if rc.decisions:
+                await engine.commit(rc)
+                await rnd._publish(events)
+                n += len(rc.decisions)
+                log.warning("decisions abandoned at shutdown", market=rnd.market,
+                            scheduled_ts=scheduled_ts, agents=[d.agent for d in rc.decisions])
+        rnd.in_flight.clear()
+    return n
+
+
+def _redacted_call(call: Any) -> dict[str, Any]:
+    """Return a model-call record with credentials removed from its error text."""
+    out = dict(call)
+    if isinstance(out.get("error"), str):
+        out["error"] = redact_text(out["error"])
+    return out

@@ -27,7 +27,7 @@ from daemon.events import Event, NewsEvent, PriceEvent, encode_event
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -87,7 +87,17 @@ DROP INDEX IF EXISTS market_events_seq;
 ALTER TABLE checkpoint ADD COLUMN events_id INTEGER NOT NULL DEFAULT 0;
 """
 
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3}
+# v4: consistency probes of LLM agents (paperarena probe), shown beside their rank.
+_V4 = """
+CREATE TABLE IF NOT EXISTS probes(
+  id INTEGER PRIMARY KEY, agent TEXT NOT NULL, market TEXT NOT NULL,
+  scheduled_ts REAL NOT NULL, ts REAL NOT NULL, repeats INTEGER NOT NULL,
+  valid INTEGER NOT NULL, mean_l1 REAL, std_l1 REAL, min_l1 REAL, max_l1 REAL,
+  input_sha256 TEXT, result_json TEXT);
+CREATE INDEX IF NOT EXISTS probes_agent_ts ON probes(agent, ts);
+"""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 
 class StoreLockedError(RuntimeError):
@@ -490,6 +500,29 @@ class Store:
     async def delete_events_from(self, seq: int) -> None:
         """Delete replayed market events at or after recording offset ``seq`` (resume)."""
         await self.db.execute("DELETE FROM market_events WHERE seq >= ?", (seq,))
+
+
+def record_probe(db_path: str, result: dict[str, Any], ts: float) -> None:
+    """Append a probe result to ``db_path`` (works while a daemon holds the database)."""
+    import sqlite3
+
+    con = sqlite3.connect(db_path, timeout=30)
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None or int(row[0]) < 4:
+            raise StoreSchemaError(f"{db_path}: run the daemon once to migrate it before probing")
+        with con:
+            con.execute(
+                "INSERT INTO probes(agent, market, scheduled_ts, ts, repeats, valid, mean_l1,"
+                " std_l1, min_l1, max_l1, input_sha256, result_json)"
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                (result["agent"], result["market"], result["scheduled_ts"], ts,
+                 result["repeats"], result["valid"], result.get("mean_l1"),
+                 result.get("std_l1"), result.get("min_l1"), result.get("max_l1"),
+                 result.get("input_sha256"), json.dumps(result, sort_keys=True, default=str)),
+            )
+    finally:
+        con.close()
 
 
 def _now_of(rc: RoundCommit) -> float:

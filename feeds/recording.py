@@ -35,7 +35,9 @@ from typing import Any, Self
 import msgspec
 
 from daemon.events import (
+    ClockEvent,
     Event,
+    HistoryEvent,
     MarketData,
     MarketListed,
     NewsEvent,
@@ -49,7 +51,9 @@ HEADER_KEY = "paperarena_recording"
 QUESTION_KEYS: tuple[str, ...] = ("id", "question", "yes", "no")
 
 #: Event types a recording may hold (the market-data union of :mod:`daemon.events`).
-RECORDED_TYPES: tuple[type, ...] = (PriceEvent, NewsEvent, MarketListed, ResolutionEvent)
+RECORDED_TYPES: tuple[type, ...] = (
+    PriceEvent, NewsEvent, MarketListed, ResolutionEvent, HistoryEvent, ClockEvent,
+)
 
 StrPath = str | os.PathLike[str]
 

@@ -9,7 +9,7 @@ import aiohttp
 import structlog
 
 from daemon.config import Config
-from daemon.events import MarketListed
+from daemon.events import HistoryEvent, MarketListed
 from daemon.schedule import get_nyse_calendar
 from feeds.connection import SourceCounters, SourceState
 from feeds.equities import build_equity_sources
@@ -48,8 +48,14 @@ class EquityHistoryBackfill:
             self.state = SourceState.DOWN
             log.warning("equity history backfill failed", error=repr(exc))
             return
+        now = self.engine.clock.now()
         for sym, rows in closes.items():
-            self.engine.state.seed_history("equity", sym, rows)
+            if rows:
+                # Through the bus, so the recorder keeps it and a replay sees the same history.
+                await self.engine.bus.publish(HistoryEvent(
+                    ts=now, recv_ts=now, market="equity", asset=sym,
+                    points=tuple((float(t), float(p)) for t, p in rows), source="yahoo-rest",
+                ))
             self.counters.messages += len(rows)
         got = sum(1 for rows in closes.values() if rows)
         self.state = SourceState.LIVE if got else SourceState.DOWN
@@ -71,9 +77,15 @@ def build_sources(config: Config, engine: Engine) -> list[Any]:
             sources.append(EquityHistoryBackfill(config, engine))
     if "polymarket" in engine.books:
 
-        def seed(history: dict[str, list[tuple[float, float]]]) -> None:
+        async def seed(history: dict[str, list[tuple[float, float]]]) -> None:
+            t = now()
             for token, rows in history.items():
-                engine.state.seed_history("polymarket", token, rows)
+                if rows:
+                    await bus.publish(HistoryEvent(
+                        ts=t, recv_ts=t, market="polymarket", asset=token,
+                        points=tuple((float(a), float(b)) for a, b in rows),
+                        source="polymarket-history",
+                    ))
 
         questions = [q.model_dump() for q in config.markets.polymarket.questions]
         sources.append(build_polymarket_source(

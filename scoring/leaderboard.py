@@ -4,6 +4,20 @@ Returns are daily: the equity series is the initial cash followed by the daily m
 for equities, 00:00 UTC for Polymarket), so Sharpe and volatility annualise with 252 / 365
 periods (see docs/scoring.md). The risk-free rate is the equity market's configured one; 0 for
 Polymarket. Output is deterministic: the same store gives byte-identical JSON.
+
+Besides the per-agent performance summary, every row carries the benchmark measures of
+``scoring.benchmarks`` (section "Leaderboard" of docs/scoring.md states every convention):
+
+* rolling-k deltas (LiveTradeBench Eq. 6) on a panel rebuilt at the daily marks: units held at a
+  mark are the cumulated ``trades_json`` unit deltas of every fill up to it (resolved Polymarket
+  tokens drop to 0 units), cash is the stored mark's cash, prices are the last traded price of
+  each asset at or before the mark (``market_events``; a resolved token is priced at its payout);
+* the StockBench composite score and rank, the CapitalBench window score and regret, PortBench
+  s_intra / s_inter / s_corr, 95% historical VaR, risk-profile checks and alignment;
+* bootstrap intervals of the headline figures and a ``tied_with_next`` flag for rank differences
+  that are not significant;
+* the market regime of the window and a per-regime split of each agent's daily returns;
+* the latest consistency-probe result of the agent when the store has a ``probes`` table.
 """
 
 from __future__ import annotations
@@ -12,20 +26,161 @@ import json
 import math
 import sqlite3
 from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scoring.metrics import periods_per_year, summarise
+import numpy as np
+
+from scoring.benchmarks import (
+    CASH,
+    RISK_PROFILES,
+    ROLLING_KS,
+    RiskProfile,
+    bootstrap_ci,
+    capitalbench_score,
+    composite_rank,
+    diversification_from_returns,
+    historical_var,
+    profile_alignment,
+    regime_label,
+    rolling_k_delta,
+    rolling_k_return,
+)
+from scoring.metrics import drawdown_series, periods_per_year, sharpe, simple_returns, summarise
+
+__all__ = [
+    "BOOTSTRAP_LEVEL",
+    "BOOTSTRAP_N",
+    "BOOTSTRAP_SEED",
+    "FIELDS",
+    "LIVE_FIELDS",
+    "AgentCurves",
+    "Report",
+    "leaderboard",
+    "live_figures",
+    "load_report",
+    "to_json",
+    "to_table",
+]
 
 FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sortino",
           "max_drawdown", "calmar", "win_rate", "mean_turnover", "flip_rate")
 
+BOOTSTRAP_N = 1000
+BOOTSTRAP_LEVEL = 0.95
+BOOTSTRAP_SEED = 0
+VAR_LEVEL = 0.95
+VAR_WINDOW = 60
+VAR_MIN_PERIODS = 20
+REGIME_WINDOW = 20
+REGIME_MIN_RETURNS = 5
+REGIME_UNKNOWN = "unknown"
+POLYMARKET_SIDES = ("YES", "NO")
+_DAY = 86400.0
+_HELD_EPS = 1e-12
+_NAN = float("nan")
+
+#: Figures :func:`live_figures` returns per (agent, market), when finite.
+LIVE_FIELDS: tuple[str, ...] = (
+    "final_value", "days", "costs", "rank", "cumulative_return", "annualised_return",
+    "volatility", "sharpe", "sortino", "max_drawdown", "current_drawdown", "calmar", "win_rate",
+    "mean_turnover", "flip_rate", "mean_daily_return", "sharpe_ci_low", "sharpe_ci_high",
+    "mean_daily_return_ci_low", "mean_daily_return_ci_high", "composite_score",
+    "capitalbench_score", "regret", "s_intra", "s_inter", "s_corr", "var_95",
+    "profile_alignment", "rolling_k_cr0",
+    *(f"rolling_k_delta_{k}" for k in ROLLING_KS),
+    "consistency_mean_l1", "consistency_std_l1",
+)  # fmt: skip
+
+Key = tuple[str, str]
+
+
+# ----------------------------------------------------------------------------- data classes
+
+
+@dataclass(frozen=True)
+class AgentCurves:
+    """Hold one agent's time series in one market for the charts (window applied)."""
+
+    agent: str
+    market: str
+    ts: tuple[float, ...]
+    values: tuple[float, ...]
+    cash: tuple[float, ...]
+    allocations: tuple[tuple[float, dict[str, float]], ...]  # (fill ts, weights set)
+
+    def drawdowns(self) -> list[float]:
+        """Return the drawdown (positive fraction) at every point of ``values``."""
+        return [float(x) for x in drawdown_series(self.values)]
+
+    def cash_ratios(self) -> list[float]:
+        """Return cash / value at every point (NaN where the value is not positive)."""
+        return [c / v if v > 0 else _NAN for c, v in zip(self.cash, self.values, strict=True)]
+
+
+@dataclass(frozen=True)
+class Report:
+    """Hold the leaderboard with the series the HTML report draws."""
+
+    board: dict[str, Any]
+    curves: dict[Key, AgentCurves]
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class _Fill:
+    ts: float
+    trades: dict[str, float]
+    weights: dict[str, float]
+    cost: float
+
+
+@dataclass
+class _Panel:
+    """Last price of every asset at each daily mark of one market (whole store)."""
+
+    marks: np.ndarray
+    assets: list[str]
+    prices: np.ndarray
+    index: dict[float, int] = field(default_factory=dict)
+
+    def rows(self, ts: Sequence[float]) -> np.ndarray:
+        """Return the price rows of the marks ``ts`` (each must be a mark of the panel)."""
+        return self.prices[[self.index[t] for t in ts]] if len(ts) else self.prices[:0]
+
+
+@dataclass
+class _Store:
+    """Everything the leaderboard reads, loaded once."""
+
+    markets_cfg: dict[str, Any]
+    agents_cfg: dict[str, dict[str, Any]]
+    series: dict[Key, list[tuple[float, float, float]]]
+    fills: dict[Key, list[_Fill]]
+    outcomes: dict[Key, dict[str, list[float]]]
+    resolutions: dict[str, list[tuple[float, dict[str, float]]]]
+    questions: dict[str, dict[str, list[str]]]
+    question_text: dict[str, str]
+    probes: dict[Key, dict[str, Any]]
+    panels: dict[str, _Panel]
+
+
+# ----------------------------------------------------------------------------- helpers
+
 
 def _clean(x: Any) -> Any:
-    if isinstance(x, float):
+    """Round floats to 12 significant digits and map non-finite values to None."""
+    if isinstance(x, bool | None):
+        return x
+    if isinstance(x, float | np.floating):
+        x = float(x)
         if not math.isfinite(x):
             return None
         return float(f"{x:.12g}")
+    if isinstance(x, np.integer):
+        return int(x)
     if isinstance(x, dict):
         return {k: _clean(v) for k, v in x.items()}
     if isinstance(x, list | tuple):
@@ -33,88 +188,585 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def leaderboard(db_path: str | Path, *, window: tuple[float | None, float | None] = (None, None)
-                ) -> dict[str, Any]:
-    """Compute the leaderboard of the database at ``db_path`` (read-only)."""
+def _finite(x: float | None) -> bool:
+    """Tell whether ``x`` is a finite number."""
+    return x is not None and math.isfinite(x)
+
+
+def _table_columns(con: sqlite3.Connection, table: str) -> list[str]:
+    """Return the column names of ``table`` (empty if it does not exist)."""
+    return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+
+
+def _day_bucket_sql() -> str:
+    """Return the SQL expression of a price's day bucket, ``ceil(ts / 86400)``."""
+    # ceil(ts / 86400): a mark at 00:00 UTC closes the UTC day before it, a close mark its day.
+    return "CAST(ts / 86400 AS INTEGER) + (ts / 86400 > CAST(ts / 86400 AS INTEGER))"
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
+    """Read configs, series, fills, resolutions, books, probes and price panels."""
+    runs = [json.loads(r[0]) for r in con.execute("SELECT config_json FROM runs ORDER BY id")]
+    markets_cfg = runs[0].get("markets", {}) if runs else {}
+    agents_cfg: dict[str, dict[str, Any]] = {}
+    for cfg in runs:  # later runs (reloads, restarts) override earlier ones
+        for a in cfg.get("agents", []):
+            agents_cfg[str(a.get("id"))] = a
+    series: dict[Key, list[tuple[float, float, float]]] = defaultdict(list)
+    for agent, market, ts, value, cash in con.execute(
+        "SELECT agent, market, ts, value, cash FROM equity WHERE kind='daily'"
+        " ORDER BY agent, market, ts"
+    ):
+        series[(agent, market)].append((ts, value, cash))
+    fills: dict[Key, list[_Fill]] = defaultdict(list)
+    for agent, market, ts, trades, w, cost in con.execute(
+        "SELECT agent, market, ts, trades_json, weights_json, cost FROM fills"
+        " ORDER BY agent, market, scheduled_ts"
+    ):
+        fills[(agent, market)].append(_Fill(ts, json.loads(trades), json.loads(w), cost))
+    resolutions: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
+    for market, ts, payouts in con.execute(
+        "SELECT market, ts, payouts_json FROM resolutions ORDER BY ts, question_id"
+    ):
+        resolutions[market].append((ts, {k: float(v) for k, v in json.loads(payouts).items()}))
+    questions: dict[str, dict[str, list[str]]] = {}
+    for market, state in con.execute("SELECT market, state_json FROM books ORDER BY market"):
+        questions[market] = {q: list(m) for q, m in json.loads(state).get("questions", {}).items()}
+    question_text = {
+        str(q.get("id")): str(q.get("question", ""))
+        for q in markets_cfg.get("polymarket", {}).get("questions", [])
+    }
+    for (payload,) in con.execute(
+        "SELECT payload FROM market_events WHERE kind='MarketListed' ORDER BY id"
+    ):
+        ev = json.loads(payload or "{}")
+        if ev.get("question_id") and ev.get("question"):
+            question_text.setdefault(str(ev["question_id"]), str(ev["question"]))
+    marks: dict[str, set[float]] = defaultdict(set)
+    for (_, market), pts in series.items():
+        marks[market].update(t for t, _, _ in pts)
+    panels = {m: _load_panel(con, m, sorted(ts), resolutions.get(m, []))
+              for m, ts in sorted(marks.items())}
+    return _Store(markets_cfg, agents_cfg, series, fills, _load_outcomes(con), resolutions,
+                  questions, question_text, _load_probes(con, hi), panels)
+
+
+def _load_outcomes(con: sqlite3.Connection) -> dict[Key, dict[str, list[float]]]:
+    """Return the scheduled times of every decision per (agent, market) and outcome."""
+    out: dict[Key, dict[str, list[float]]] = {}
+    for agent, market, outcome, ts in con.execute(
+        "SELECT agent, market, outcome, scheduled_ts FROM decisions"
+        " ORDER BY agent, market, scheduled_ts"
+    ):
+        out.setdefault((agent, market), {}).setdefault(outcome, []).append(ts)
+    return out
+
+
+def _load_panel(con: sqlite3.Connection, market: str, marks: list[float],
+                resolutions: list[tuple[float, dict[str, float]]]) -> _Panel:
+    """Return the last price of every asset at each mark (one grouped scan of market_events)."""
+    if not marks:
+        return _Panel(np.empty(0), [], np.empty((0, 0)))
+    rows = con.execute(
+        f"SELECT asset, {_day_bucket_sql()} AS day, MAX(ts), price FROM market_events"
+        " WHERE kind='price' AND market=? AND ts <= ? GROUP BY asset, day",
+        (market, marks[-1]),
+    ).fetchall()
+    rows.sort(key=lambda r: (r[2], r[0]))
+    assets = sorted({r[0] for r in rows} | {a for _, p in resolutions for a in p})
+    col = {a: j for j, a in enumerate(assets)}
+    prices = np.full((len(marks), len(assets)), np.nan)
+    last = np.full(len(assets), np.nan)
+    payout: dict[int, float] = {}  # a resolved token stays at its payout; later ticks ignored
+    i = r = 0
+    for t, m in enumerate(marks):
+        while i < len(rows) and rows[i][2] <= m:
+            if rows[i][3] is not None:
+                last[col[rows[i][0]]] = rows[i][3]
+            i += 1
+        while r < len(resolutions) and resolutions[r][0] <= m:
+            payout.update({col[a]: x for a, x in resolutions[r][1].items()})
+            r += 1
+        for j, x in payout.items():
+            last[j] = x
+        prices[t] = last
+    return _Panel(np.asarray(marks, dtype=float), assets, prices,
+                  {m: t for t, m in enumerate(marks)})
+
+
+def _load_probes(con: sqlite3.Connection, hi: float) -> dict[Key, dict[str, Any]]:
+    """Return the latest probe result (ts <= ``hi``) per (agent, market or '')."""
+    cols = _table_columns(con, "probes")
+    need = {"agent", "ts", "repeats", "mean_l1", "std_l1"}
+    if not need <= set(cols):
+        return {}
+    market = "market" if "market" in cols else "''"
+    out: dict[Key, dict[str, Any]] = {}
+    for agent, mkt, ts, repeats, mean_l1, std_l1 in con.execute(
+        f"SELECT agent, {market}, ts, repeats, mean_l1, std_l1 FROM probes WHERE ts <= ?"
+        " ORDER BY agent, ts",
+        (min(hi, 1e18),),
+    ):
+        out[(agent, mkt or "")] = {"ts": ts, "repeats": repeats, "mean_l1": mean_l1,
+                                   "std_l1": std_l1}
+    return out
+
+
+# ----------------------------------------------------------------------------- per agent
+
+
+def _holdings(store: _Store, key: Key, ts: Sequence[float], assets: Sequence[str]
+              ) -> np.ndarray:
+    """Return units held at each mark in ``ts`` (fills with ts <= mark, resolutions applied)."""
+    col = {a: j for j, a in enumerate(assets)}
+    events: list[tuple[float, int, int]] = [(f.ts, 0, n) for n, f in
+                                            enumerate(store.fills.get(key, []))]
+    events += [(t, 1, n) for n, (t, _) in enumerate(store.resolutions.get(key[1], []))]
+    events.sort()
+    q = np.zeros(len(assets))
+    out = np.zeros((len(ts), len(assets)))
+    e = 0
+    for row, m in enumerate(ts):
+        while e < len(events) and events[e][0] <= m:
+            _, kind, n = events[e]
+            if kind == 0:
+                for a, d in store.fills[key][n].trades.items():
+                    if a in col:
+                        q[col[a]] += float(d)
+            else:
+                for a in store.resolutions[key[1]][n][1]:
+                    if a in col:
+                        q[col[a]] = 0.0
+            e += 1
+        out[row] = q
+    return out
+
+
+def _rolling_k(h: np.ndarray, p: np.ndarray) -> dict[str, Any]:
+    """Return CR^(0), CR^(k) and both Delta_k variants for every k of ROLLING_KS."""
+    if h.shape[0] < 2:
+        nan_k = {str(k): _NAN for k in ROLLING_KS}
+        return {"cr0": _NAN, "cr": nan_k, "delta": dict(nan_k),
+                "delta_same_window": dict(nan_k)}
+    return {
+        "cr0": rolling_k_return(h, p, 0),
+        "cr": {str(k): rolling_k_return(h, p, k) for k in ROLLING_KS},
+        "delta": {str(k): rolling_k_delta(h, p, k) for k in ROLLING_KS},
+        "delta_same_window": {str(k): rolling_k_delta(h, p, k, same_window=True)
+                              for k in ROLLING_KS},
+    }
+
+
+def _asset_returns(prices: np.ndarray) -> np.ndarray:
+    """Return mark-to-mark simple returns per asset (NaN where a price is missing or 0)."""
+    if prices.shape[0] < 2:
+        return np.empty((0, prices.shape[1]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = prices[1:] / prices[:-1] - 1.0
+    r[~np.isfinite(r)] = np.nan
+    return r
+
+
+def _window_asset_returns(assets: Sequence[str], p0: np.ndarray, p1: np.ndarray
+                          ) -> dict[str, float]:
+    """Return each asset's return between two price rows, CASH (0) included."""
+    out = {CASH: 0.0}
+    for j, a in enumerate(assets):
+        if math.isfinite(p0[j]) and math.isfinite(p1[j]) and p0[j] > 0:
+            out[a] = float(p1[j] / p0[j] - 1.0)
+    return out
+
+
+def _first_priced(prices: np.ndarray) -> int:
+    """Return the first row with any finite price (the CapitalBench window start), else -1."""
+    rows = np.flatnonzero(np.isfinite(prices).any(axis=1)) if prices.size else []
+    return int(rows[0]) if len(rows) else -1
+
+
+def _capitalbench(values: Sequence[float], assets: Sequence[str], prices: np.ndarray
+                  ) -> tuple[float, float]:
+    """Score the realised window return the way capitalbench_score scores ``sum(w r)``.
+
+    The window runs from the first mark with a price in the market to the last mark; the
+    portfolio return is the agent's value ratio over it, the universe every asset priced at both
+    ends plus CASH (return 0).
+    """
+    i = _first_priced(prices)
+    if i < 0 or len(values) - i < 2 or values[i] <= 0:
+        return _NAN, _NAN
+    pr = values[-1] / values[i] - 1.0
+    rets = _window_asset_returns(assets, prices[i], prices[-1])
+    _, best = capitalbench_score({}, rets)  # empty weights: regret = best - 0 = best
+    return (100.0 * pr / best if best > 0 else _NAN), best - pr
+
+
+def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
+                     assets: list[str], returns: np.ndarray) -> dict[str, float]:
+    """Return the mean over marks of s_intra / s_inter / s_corr of the portfolio held.
+
+    ``h`` and ``pz`` are the units and prices panels (CASH last); correlations come from the
+    window's mark-to-mark asset returns ``returns``.
+    """
+    panel = np.column_stack([returns, np.zeros(returns.shape[0])])
+    names = [*assets, CASH]
+    cls = {**{a: classes.get(a, a) for a in assets}, CASH: "cash"}
+    acc: dict[str, list[float]] = {"s_intra": [], "s_inter": [], "s_corr": []}
+    if panel.shape[0] < 2:
+        return {k: _NAN for k in acc}
+    held = h * pz
+    for row in held:
+        v = float(row.sum())
+        if not v > 0:
+            continue
+        w = {names[j]: float(x / v) for j, x in enumerate(row) if x / v > _HELD_EPS}
+        for k, x in diversification_from_returns(w, cls, panel, names).items():
+            if math.isfinite(x):
+                acc[k].append(x)
+    return {k: float(np.mean(v)) if v else _NAN for k, v in acc.items()}
+
+
+def _profile(agent_cfg: Mapping[str, Any], mdd: float, var95: float) -> dict[str, Any]:
+    """Return the configured risk profile, its alignment and the checks against every profile."""
+    name = str(agent_cfg.get("risk_profile") or "balanced")
+    base = RISK_PROFILES.get(name, RISK_PROFILES["balanced"])
+    own_dd = agent_cfg.get("max_drawdown")
+    own = RiskProfile(base.name, float(own_dd) if own_dd else base.max_drawdown, base.var_limit)
+    checks = {}
+    for pname, prof in sorted(RISK_PROFILES.items()):
+        checks[pname] = {
+            "max_drawdown_ok": (mdd <= prof.max_drawdown) if math.isfinite(mdd) else None,
+            "var_ok": (var95 >= prof.var_limit) if math.isfinite(var95) else None,
+            "alignment": profile_alignment(mdd, var95, prof),
+        }
+    return {"risk_profile": base.name, "max_drawdown_limit": own.max_drawdown,
+            "profile_alignment": profile_alignment(mdd, var95, own), "profile_checks": checks}
+
+
+def _ci(r: np.ndarray, stat: Callable[[np.ndarray], float]) -> list[float]:
+    """Return the seeded bootstrap interval of ``stat`` over the daily returns."""
+    lo, hi = bootstrap_ci(r, stat, n_boot=BOOTSTRAP_N, level=BOOTSTRAP_LEVEL, seed=BOOTSTRAP_SEED)
+    return [lo, hi]
+
+
+def _by_regime(r: np.ndarray, labels: Sequence[str]) -> dict[str, dict[str, float | int]]:
+    """Group daily returns by regime label: days and mean per label."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for x, lab in zip(r.tolist(), labels, strict=True):
+        if math.isfinite(x):
+            groups[lab].append(x)
+    return {lab: {"days": len(xs), "mean_daily_return": float(np.mean(xs))}
+            for lab, xs in sorted(groups.items())}
+
+
+# ----------------------------------------------------------------------------- regime
+
+
+def _regime_by_mark(store: _Store) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Return (equity marks, trailing regime label at each mark, equal-weight index returns)."""
+    panel = store.panels.get("equity")
+    if panel is None or panel.marks.size == 0:
+        return np.empty(0), [], np.empty(0)
+    universe = store.markets_cfg.get("equity", {}).get("assets") or panel.assets
+    cols = [j for j, a in enumerate(panel.assets) if a in set(universe)]
+    r = _asset_returns(panel.prices[:, cols])
+    idx = np.full(panel.marks.size, np.nan)  # idx[t]: index return from mark t-1 to mark t
+    for t in range(1, panel.marks.size):
+        row = r[t - 1][np.isfinite(r[t - 1])]
+        if row.size:
+            idx[t] = float(np.mean(row))
+    labels = [REGIME_UNKNOWN]
+    for t in range(1, panel.marks.size):
+        hist = idx[1 : t + 1]
+        labels.append(regime_label(hist, window=min(REGIME_WINDOW, t))
+                      if t >= REGIME_MIN_RETURNS else REGIME_UNKNOWN)
+    return panel.marks, labels, idx
+
+
+def _label_at(marks: np.ndarray, labels: Sequence[str], ts: float) -> str:
+    """Return the label of the latest equity mark at or before ``ts``."""
+    i = int(np.searchsorted(marks, ts, side="right")) - 1
+    return labels[i] if i >= 0 else REGIME_UNKNOWN
+
+
+# ----------------------------------------------------------------------------- the board
+
+
+def load_report(db_path: str | Path, *, window: tuple[float | None, float | None] = (None, None)
+                ) -> Report:
+    """Compute the leaderboard and the chart series of the database at ``db_path`` (read-only)."""
     p = Path(db_path)
     if not p.exists():
         raise FileNotFoundError(f"{db_path}: no such database")
     con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
     try:
-        return _leaderboard(con, window)
+        return _report(con, window)
     finally:
         con.close()
 
 
-def _leaderboard(con: sqlite3.Connection, window: tuple[float | None, float | None]
-                 ) -> dict[str, Any]:
+def leaderboard(db_path: str | Path, *, window: tuple[float | None, float | None] = (None, None)
+                ) -> dict[str, Any]:
+    """Compute the leaderboard of the database at ``db_path`` (read-only)."""
+    return load_report(db_path, window=window).board
+
+
+def _report(con: sqlite3.Connection, window: tuple[float | None, float | None]) -> Report:
+    """Build the board and the chart series for ``window``."""
     lo = -math.inf if window[0] is None else window[0]
     hi = math.inf if window[1] is None else window[1]
-    row = con.execute("SELECT config_json FROM runs ORDER BY id LIMIT 1").fetchone()
-    config = json.loads(row[0]) if row else {}
-    markets_cfg = config.get("markets", {})
-    rf = {"equity": float(markets_cfg.get("equity", {}).get("risk_free_rate", 0.0)),
-          "polymarket": 0.0}
-    initial = {m: float(markets_cfg.get(m, {}).get("initial_cash", 0.0)) for m in rf}
-    series: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for agent, market, ts, value in con.execute(
-        "SELECT agent, market, ts, value FROM equity WHERE kind='daily' ORDER BY agent, market, ts"
-    ):
-        if lo <= ts <= hi:
-            series[(agent, market)].append((ts, value))
-    weights: dict[tuple[str, str], list[dict[str, float]]] = defaultdict(list)
-    costs: dict[tuple[str, str], float] = defaultdict(float)
-    for agent, market, ts, w, cost in con.execute(
-        "SELECT agent, market, ts, weights_json, cost FROM fills ORDER BY agent, market,"
-        " scheduled_ts"
-    ):
-        if lo <= ts <= hi:
-            weights[(agent, market)].append(json.loads(w))
-            costs[(agent, market)] += cost
-    outcomes: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
-    for agent, market, outcome, n in con.execute(
-        "SELECT agent, market, outcome, COUNT(*) FROM decisions WHERE scheduled_ts BETWEEN ? AND ?"
-        " GROUP BY agent, market, outcome ORDER BY agent, market, outcome",
-        (max(lo, -1e18), min(hi, 1e18)),
-    ):
-        outcomes[(agent, market)][outcome] = n
-    rows = []
-    keys = sorted(set(series) | set(outcomes))
-    for agent, market in keys:
-        pts = series.get((agent, market), [])
-        start_value = initial.get(market) or (pts[0][1] if pts else 0.0)
-        values = [start_value] + [v for _, v in pts] if window[0] is None else [v for _, v in pts]
-        summary = summarise(values, periods_per_year(market), rf.get(market, 0.0),
-                            weights.get((agent, market), []))
-        rows.append({
-            "agent": agent,
-            "market": market,
-            "final_value": pts[-1][1] if pts else None,
-            "days": len(pts),
-            "costs": costs.get((agent, market), 0.0),
-            "decisions": outcomes.get((agent, market), {}),
-            **summary.to_dict(),
-        })
-    for market in sorted({r["market"] for r in rows}):
-        ranked = sorted(
-            (r for r in rows if r["market"] == market),
-            key=lambda r: (-(r["cumulative_return"] if r["cumulative_return"] is not None
-                             else -math.inf), r["agent"]),
-        )
-        for rank, r in enumerate(ranked, 1):
-            r["rank"] = rank
-    rows.sort(key=lambda r: (r["market"], r["rank"]))
-    return _clean({
-        "conventions": {
-            "returns": "daily simple returns from daily marks",
-            "periods_per_year": {"equity": 252, "polymarket": 365},
-            "ddof": 1,
-            "risk_free_rate": rf,
-        },
-        "window": {"start": None if window[0] is None else window[0],
-                   "end": None if window[1] is None else window[1]},
+    store = _load_store(con, hi)
+    cfg = store.markets_cfg
+    rf = {"equity": float(cfg.get("equity", {}).get("risk_free_rate", 0.0)), "polymarket": 0.0}
+    initial = {m: float(cfg.get(m, {}).get("initial_cash", 0.0)) for m in rf}
+    classes = _asset_classes(store)
+    eq_marks, eq_labels, eq_index = _regime_by_mark(store)
+    rows: list[dict[str, Any]] = []
+    curves: dict[Key, AgentCurves] = {}
+    for key in sorted(set(store.series) | set(store.outcomes)):
+        if not (any(lo <= p[0] <= hi for p in store.series.get(key, []))
+                or any(lo <= t <= hi for ts in store.outcomes.get(key, {}).values() for t in ts)):
+            continue
+        row, curve = _row(store, key, lo, hi, window[0] is None, rf, initial, classes,
+                          (eq_marks, eq_labels))
+        rows.append(row)
+        if curve is not None:
+            curves[key] = curve
+    markets = {m: _market_summary(store, m, lo, hi) for m in sorted({r["market"] for r in rows})}
+    _rank(rows)
+    regime = _window_regime(eq_marks, eq_index, eq_labels, lo, hi)
+    board = _clean({
+        "conventions": _conventions(rf),
+        "window": {"start": window[0], "end": window[1]},
+        "regime": regime,
+        "markets": markets,
         "rows": rows,
     })
+    return Report(board, curves, _labels(store))
+
+
+def _asset_classes(store: _Store) -> dict[str, dict[str, str]]:
+    """Return asset -> class per market (config sectors; one class per question)."""
+    eq = store.markets_cfg.get("equity", {}).get("asset_classes")
+    if eq is None:
+        from daemon.config import DEFAULT_ASSET_CLASSES
+
+        eq = DEFAULT_ASSET_CLASSES
+    poly = {a: q for q, members in store.questions.get("polymarket", {}).items() for a in members}
+    return {"equity": dict(eq), "polymarket": poly}
+
+
+def _labels(store: _Store) -> dict[str, dict[str, str]]:
+    """Return display names of Polymarket tokens ('<question> YES' / 'NO')."""
+    out: dict[str, dict[str, str]] = {}
+    for market, qs in store.questions.items():
+        names: dict[str, str] = {}
+        for q, members in qs.items():
+            title = store.question_text.get(q) or q
+            for side, a in zip(POLYMARKET_SIDES, members, strict=False):
+                names[a] = f"{title} {side}"
+        if names:
+            out[market] = names
+    return out
+
+
+def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
+         rf: Mapping[str, float], initial: Mapping[str, float],
+         classes: Mapping[str, Mapping[str, str]],
+         regime: tuple[np.ndarray, list[str]]) -> tuple[dict[str, Any], AgentCurves | None]:
+    agent, market = key
+    pts = [p for p in store.series.get(key, []) if lo <= p[0] <= hi]
+    fills = [f for f in store.fills.get(key, []) if lo <= f.ts <= hi]
+    weights = [f.weights for f in fills]
+    n = periods_per_year(market)
+    start_value = initial.get(market) or (pts[0][1] if pts else 0.0)
+    values = [start_value] + [v for _, v, _ in pts] if from_start else [v for _, v, _ in pts]
+    summary = summarise(values, n, rf.get(market, 0.0), weights).to_dict()
+    r = simple_returns(values)
+    agent_cfg = store.agents_cfg.get(agent, {})
+    mark_ts = [t for t, _, _ in pts]
+    panel = store.panels.get(market)
+    figures: dict[str, Any] = {}
+    if panel is not None and mark_ts:
+        prices = panel.rows(mark_ts)
+        q = _holdings(store, key, mark_ts, panel.assets)
+        cash = np.array([c for _, _, c in pts])[:, None]
+        h = np.hstack([q, cash])
+        pz = np.hstack([np.nan_to_num(prices, nan=0.0), np.ones((len(mark_ts), 1))])
+        figures["rolling_k"] = _rolling_k(h, pz)
+        score, regret = _capitalbench([v for _, v, _ in pts], panel.assets, prices)
+        figures |= {"capitalbench_score": score, "regret": regret}
+        figures |= _diversification(h, pz, classes.get(market, {}), panel.assets,
+                                    _asset_returns(prices))
+    else:
+        figures["rolling_k"] = _rolling_k(np.empty((0, 1)), np.empty((0, 1)))
+        figures |= {"capitalbench_score": _NAN, "regret": _NAN, "s_intra": _NAN,
+                    "s_inter": _NAN, "s_corr": _NAN}
+    var95 = historical_var(r, VAR_LEVEL, VAR_WINDOW, min_periods=VAR_MIN_PERIODS)
+    mdd = summary["max_drawdown"]
+    dd = drawdown_series(values)
+    ends = mark_ts[-len(r):] if len(r) else []
+    labels = [_label_at(regime[0], regime[1], t) for t in ends]
+    consistency = store.probes.get((agent, market)) or store.probes.get((agent, ""))
+    outcomes = {k: sum(lo <= t <= hi for t in ts)
+                for k, ts in store.outcomes.get(key, {}).items()}
+    row = {
+        "agent": agent,
+        "market": market,
+        "kind": agent_cfg.get("kind"),
+        "final_value": pts[-1][1] if pts else None,
+        "days": len(pts),
+        "costs": float(sum(f.cost for f in fills)),
+        "decisions": {k: v for k, v in sorted(outcomes.items()) if v},
+        **summary,
+        "current_drawdown": float(dd[-1]) if dd.size else None,
+        "mean_daily_return": float(np.mean(r)) if r.size else None,
+        "cumulative_return_ci": _ci(r, lambda x: float(np.prod(1.0 + x) - 1.0)),
+        "mean_daily_return_ci": _ci(r, lambda x: float(np.mean(x))),
+        "sharpe_ci": _ci(r, lambda x: sharpe(x, n, rf.get(market, 0.0))),
+        **figures,
+        "var_95": var95,
+        **_profile(agent_cfg, mdd if mdd is not None else _NAN, var95),
+        "by_regime": _by_regime(r, labels),
+        "consistency": consistency,
+    }
+    curve = None
+    if pts:
+        first = min([pts[0][0]] + [f.ts for f in fills[:1]])
+        ts = ([first] if from_start else []) + mark_ts
+        cash_pts = ([start_value] if from_start else []) + [c for _, _, c in pts]
+        before = [f for f in store.fills.get(key, []) if f.ts < lo]
+        # The allocation in force when the window opens starts the allocation chart.
+        held = [(ts[0], dict(before[-1].weights))] if before and (not fills or
+                                                                  fills[0].ts > ts[0]) else []
+        curve = AgentCurves(agent, market, tuple(ts), tuple(values), tuple(cash_pts),
+                            tuple(held + [(f.ts, dict(f.weights)) for f in fills]))
+    return row, curve
+
+
+def _market_summary(store: _Store, market: str, lo: float, hi: float) -> dict[str, Any]:
+    """Return the market's marks in the window and its best CapitalBench asset."""
+    panel = store.panels.get(market)
+    if panel is None:
+        return {"marks": 0, "best_asset": None, "best_asset_return": None}
+    ts = [float(t) for t in panel.marks if lo <= t <= hi]
+    if len(ts) < 2:
+        return {"marks": len(ts), "best_asset": None, "best_asset_return": None}
+    p = panel.rows(ts)
+    i = _first_priced(p)
+    if i < 0 or len(ts) - i < 2:
+        return {"marks": len(ts), "best_asset": None, "best_asset_return": None}
+    rets = _window_asset_returns(panel.assets, p[i], p[-1])
+    best = max(sorted(rets), key=lambda a: rets[a])
+    return {"marks": len(ts), "best_asset": best, "best_asset_return": rets[best],
+            "capitalbench_start": ts[i]}
+
+
+def _window_regime(marks: np.ndarray, index: np.ndarray, labels: Sequence[str], lo: float,
+                   hi: float) -> dict[str, Any]:
+    """Label the window's regime from the index returns between its equity marks."""
+    inside = [t for t in range(marks.size) if lo <= marks[t] <= hi]
+    r = index[inside[1:]] if len(inside) >= 2 else np.empty(0)
+    label = regime_label(r, window=max(r.size, 2)) if r.size >= 2 else REGIME_UNKNOWN
+    days: dict[str, int] = defaultdict(int)
+    for t in inside:
+        days[labels[t]] += 1
+    return {"label": label, "index_return": float(np.prod(1.0 + r) - 1.0) if r.size else None,
+            "index_days": int(r.size), "days_by_label": dict(sorted(days.items()))}
+
+
+def _rank(rows: list[dict[str, Any]]) -> None:
+    """Rank by cumulative return, flag insignificant gaps, add the composite score and rank."""
+    for market in sorted({r["market"] for r in rows}):
+        mine = [r for r in rows if r["market"] == market]
+        ranked = sorted(mine, key=lambda r: (
+            -(r["cumulative_return"] if _finite(r["cumulative_return"]) else -math.inf),
+            r["agent"]))
+        for i, r in enumerate(ranked):
+            r["rank"] = i + 1
+            r["tied_with_next"] = (i + 1 < len(ranked)
+                                   and _overlap(r["cumulative_return_ci"],
+                                                ranked[i + 1]["cumulative_return_ci"]))
+
+        def num(x: float | None) -> float:
+            return x if x is not None else _NAN
+
+        comp = composite_rank({r["agent"]: num(r["cumulative_return"]) for r in mine},
+                              {r["agent"]: num(r["max_drawdown"]) for r in mine},
+                              {r["agent"]: num(r["sortino"]) for r in mine})
+        order = sorted(mine, key=lambda r: (
+            -comp[r["agent"]] if math.isfinite(comp[r["agent"]]) else math.inf, r["agent"]))
+        for i, r in enumerate(order):
+            r["composite_score"] = comp[r["agent"]]
+            r["composite_rank"] = i + 1 if math.isfinite(comp[r["agent"]]) else None
+    rows.sort(key=lambda r: (r["market"], r["rank"]))
+
+
+def _overlap(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Tell whether two intervals overlap; an interval with a NaN end overlaps everything."""
+    if not all(math.isfinite(x) for x in (*a, *b)):
+        return True
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def _conventions(rf: Mapping[str, float]) -> dict[str, Any]:
+    """Return the conventions block of the JSON output."""
+    return {
+        "returns": "daily simple returns from daily marks",
+        "periods_per_year": {"equity": 252, "polymarket": 365},
+        "ddof": 1,
+        "risk_free_rate": dict(rf),
+        "bootstrap": {"n": BOOTSTRAP_N, "level": BOOTSTRAP_LEVEL, "seed": BOOTSTRAP_SEED,
+                      "over": "daily returns, i.i.d. resampling"},
+        "rank": "by cumulative_return; tied_with_next when the cumulative_return_ci intervals "
+                "of adjacent ranks overlap (or one is undefined)",
+        "composite": "StockBench Eq. 4 (z(CR) + z(-MDD) + z(Sortino)) / 3 across the market's "
+                     "agents, ddof=0; NaN (rank null) when an input is undefined",
+        "rolling_k": "LiveTradeBench Eq. 6 on mark-to-mark steps: units from cumulated fills, "
+                     "cash from the mark, last price at or before the mark; fee-free",
+        "capitalbench": "100 * window return / best window return among the market's assets "
+                        "and CASH; regret = best - window return; over the window's marks",
+        "diversification": "PortBench s_intra/s_inter/s_corr of the weights held at each mark "
+                           "with correlations of mark-to-mark asset returns over the window; "
+                           "mean over marks; CASH is its own class; Polymarket: one class per "
+                           "question",
+        "var": {"level": VAR_LEVEL, "window": VAR_WINDOW, "min_periods": VAR_MIN_PERIODS},
+        "regime": {"index": "equal-weight mean of the equity universe's mark-to-mark returns",
+                   "window": REGIME_WINDOW, "min_returns": REGIME_MIN_RETURNS},
+    }
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def live_figures(db_path: str | Path) -> dict[Key, dict[str, float]]:
+    """Return the finite numeric figures of every (agent, market) over the whole store.
+
+    Keys of each inner dict are a subset of :data:`LIVE_FIELDS`; undefined figures are left out.
+    Interval ends are flattened to ``<name>_ci_low`` / ``<name>_ci_high``, rolling-k deltas to
+    ``rolling_k_delta_<k>`` and the probe result to ``consistency_mean_l1`` / ``_std_l1``.
+    """
+    board = leaderboard(db_path)
+    out: dict[Key, dict[str, float]] = {}
+    for r in board["rows"]:
+        flat: dict[str, Any] = {k: r.get(k) for k in LIVE_FIELDS}
+        for name in ("sharpe", "mean_daily_return"):
+            ci = r.get(f"{name}_ci") or [None, None]
+            flat[f"{name}_ci_low"], flat[f"{name}_ci_high"] = ci
+        rk = r.get("rolling_k") or {}
+        flat["rolling_k_cr0"] = rk.get("cr0")
+        for k in ROLLING_KS:
+            flat[f"rolling_k_delta_{k}"] = (rk.get("delta") or {}).get(str(k))
+        probe = r.get("consistency") or {}
+        flat["consistency_mean_l1"] = probe.get("mean_l1")
+        flat["consistency_std_l1"] = probe.get("std_l1")
+        out[(r["agent"], r["market"])] = {
+            k: float(v) for k, v in flat.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        }
+    return out
 
 
 def to_json(board: dict[str, Any]) -> str:
@@ -123,7 +775,7 @@ def to_json(board: dict[str, Any]) -> str:
 
 
 def to_table(board: dict[str, Any]) -> str:
-    """Render the leaderboard as a fixed-width text table."""
+    """Render the leaderboard as two fixed-width text tables (performance, benchmarks)."""
 
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:+.2f}%"
@@ -131,16 +783,41 @@ def to_table(board: dict[str, Any]) -> str:
     def num(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}"
 
-    head = (f"{'market':<11}{'#':>3}  {'agent':<20}{'return':>10}{'sharpe':>8}{'sortino':>9}"
+    def ci(x: Sequence[float | None] | None, fmt: Callable[[float | None], str]) -> str:
+        return "-" if not x or None in x else f"[{fmt(x[0])},{fmt(x[1])}]"
+
+    def rank(r: Mapping[str, Any]) -> str:
+        return f"{r['rank']}{'~' if r.get('tied_with_next') else ''}"
+
+    head = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return':>10}{'sharpe':>8}{'sortino':>9}"
             f"{'max dd':>9}{'vol':>9}{'win':>8}{'turnover':>9}{'days':>6}  decisions")
     lines = [head, "-" * len(head)]
     for r in board["rows"]:
         dec = ",".join(f"{k}={v}" for k, v in sorted(r["decisions"].items()))
         lines.append(
-            f"{r['market']:<11}{r['rank']:>3}  {r['agent'][:19]:<20}"
+            f"{r['market']:<11}{rank(r):>4}  {r['agent'][:19]:<20}"
             f"{pct(r['cumulative_return']):>10}"
             f"{num(r['sharpe']):>8}{num(r['sortino']):>9}{pct(r['max_drawdown']):>9}"
             f"{pct(r['volatility']):>9}{pct(r['win_rate']):>8}{num(r['mean_turnover']):>9}"
             f"{r['days']:>6}  {dec}"
         )
+    head2 = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return 95% CI':>20}{'sharpe 95% CI':>18}"
+             f"{'comp':>7}{'capb':>8}{'s_corr':>8}{'VaR95':>9}{'align':>7}{'d1':>9}"
+             f"{'consist':>9}")
+    lines += ["", head2, "-" * len(head2)]
+    for r in board["rows"]:
+        probe = r.get("consistency") or {}
+        d1 = ((r.get("rolling_k") or {}).get("delta") or {}).get("1")
+        lines.append(
+            f"{r['market']:<11}{rank(r):>4}  {r['agent'][:19]:<20}"
+            f"{ci(r.get('cumulative_return_ci'), pct):>20}{ci(r.get('sharpe_ci'), num):>18}"
+            f"{num(r.get('composite_score')):>7}{num(r.get('capitalbench_score')):>8}"
+            f"{num(r.get('s_corr')):>8}{pct(r.get('var_95')):>9}"
+            f"{num(r.get('profile_alignment')):>7}{pct(d1):>9}"
+            f"{num(probe.get('mean_l1')):>9}"
+        )
+    reg = board.get("regime") or {}
+    lines += ["", f"regime: {reg.get('label', REGIME_UNKNOWN)} (equal-weight index "
+                  f"{pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days); "
+                  "'~' after a rank: not significantly ahead of the next (95% CIs overlap)"]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,394 @@
+"""The daemon's HTTP server (aiohttp): metrics, health, readiness, a read-only JSON API, resume.
+
+Routes (bound to 127.0.0.1 by default, ``[http] host/port``):
+
+- ``GET /metrics``: Prometheus exposition of the daemon's own registry;
+- ``GET /healthz``: 200 while the event loop ticks on time (a background task measures its lag),
+  503 when it lags or stopped ticking;
+- ``GET /readyz``: 200 when the store is writable (``BEGIN IMMEDIATE; ROLLBACK`` under the
+  store's write lock) and every feed is live or its market closed; 503 with the reasons in JSON;
+- ``GET /api/leaderboard``: the leaderboard of the live database (read-only connection in a
+  thread) plus every agent's live figures;
+- ``GET /api/agents``: the running agents with their live figures;
+- ``GET /api/agents/{id}``: equity curve, allocations (fills), recent decisions and alerts;
+- ``POST /api/agents/{id}/resume`` (operator action; JSON body ``{}`` or ``{"market": ...}``,
+  ``Content-Type: application/json`` required): resume an agent halted after a drawdown breach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import math
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from daemon.alerts import market_open, source_market, state_name
+from daemon.config import ConfigError
+from daemon.metrics import portfolio_rows
+
+if TYPE_CHECKING:
+    from daemon.alerts import AlertMonitor
+    from daemon.engine import Engine
+    from daemon.metrics import Metrics, PerformanceCache
+
+log = structlog.get_logger(__name__)
+
+#: How long /readyz waits for the store write probe.
+PROBE_TIMEOUT = 2.0
+MAX_ROWS = 5000
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    body = json.dumps(_clean(data), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return web.Response(text=body, status=status, content_type="application/json")
+
+
+class HttpBindError(ConfigError):
+    """The HTTP server cannot bind its address (reported like a config problem)."""
+
+
+class LoopLagMonitor:
+    """Measure how late a periodic heartbeat wakes up on the event loop."""
+
+    def __init__(self, *, interval: float = 0.5, unhealthy_after: float = 2.0,
+                 on_lag: Callable[[float, float], None] | None = None) -> None:
+        """Tick every ``interval`` s; a lag or silence beyond ``unhealthy_after`` s is unhealthy."""
+        self.interval = interval
+        self.unhealthy_after = unhealthy_after
+        self.lag = 0.0
+        self.last_tick: float | None = None
+        self._recent: deque[float] = deque(maxlen=max(1, int(60 / interval)))
+        self._on_lag = on_lag
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def max_lag(self) -> float:
+        """Return the largest lag over the last minute."""
+        return max(self._recent, default=0.0)
+
+    def start(self) -> None:
+        """Start the heartbeat task."""
+        if self._task is None:
+            self.last_tick = time.monotonic()
+            self._task = asyncio.create_task(self._run(), name="loop-lag")
+
+    async def stop(self) -> None:
+        """Stop the heartbeat task."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            t0 = time.monotonic()
+            await asyncio.sleep(self.interval)
+            now = time.monotonic()
+            self.record(max(0.0, now - t0 - self.interval), now)
+
+    def record(self, lag: float, now: float) -> None:
+        """Record one heartbeat that woke ``lag`` s late at monotonic ``now``."""
+        self.lag = lag
+        self.last_tick = now
+        self._recent.append(lag)
+        if self._on_lag is not None:
+            self._on_lag(lag, self.max_lag)
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Return (healthy, details)."""
+        now = time.monotonic()
+        since = None if self.last_tick is None else now - self.last_tick
+        problems = []
+        if self._task is None or self._task.done():
+            problems.append("loop monitor is not running")
+        if since is not None and since > self.interval + self.unhealthy_after:
+            problems.append(f"no loop heartbeat for {since:.1f}s")
+        if self.lag > self.unhealthy_after:
+            problems.append(f"event loop lagging by {self.lag:.2f}s")
+        return not problems, {"loop_lag_s": round(self.lag, 6),
+                              "loop_lag_max_1m_s": round(self.max_lag, 6),
+                              "since_last_tick_s": None if since is None else round(since, 3),
+                              "problems": problems}
+
+
+class HttpServer:
+    """Serve metrics, health, readiness, the JSON API and the resume action."""
+
+    def __init__(self, engine: Engine, *, registry: CollectorRegistry, host: str = "127.0.0.1",
+                 port: int = 9464, lag: LoopLagMonitor | None = None,
+                 monitor: AlertMonitor | None = None, performance: PerformanceCache | None = None,
+                 metrics: Metrics | None = None,
+                 feeds: Callable[[], list[Any]] = list) -> None:
+        """Prepare the server; :meth:`start` binds it."""
+        self.engine = engine
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self.lag = lag
+        self.monitor = monitor
+        self.performance = performance
+        self.metrics = metrics
+        self.feeds = feeds
+        self._runner: web.AppRunner | None = None
+        self._probe: asyncio.Future[None] | None = None
+        self.app = self._build_app()
+
+    def _build_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._count])
+        app.router.add_get("/metrics", self.handle_metrics)
+        app.router.add_get("/healthz", self.handle_healthz)
+        app.router.add_get("/readyz", self.handle_readyz)
+        app.router.add_get("/api/leaderboard", self.handle_leaderboard)
+        app.router.add_get("/api/agents", self.handle_agents)
+        app.router.add_get("/api/agents/{id}", self.handle_agent)
+        app.router.add_post("/api/agents/{id}/resume", self.handle_resume)
+        return app
+
+    @web.middleware
+    async def _count(self, request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                     ) -> web.StreamResponse:
+        route = request.match_info.route.resource
+        name = route.canonical if route is not None else "other"
+        try:
+            resp = await handler(request)
+        except web.HTTPException as exc:
+            self._inc(name, exc.status)
+            raise
+        except Exception:
+            log.exception("http handler failed", path=request.path)
+            self._inc(name, 500)
+            return _json({"error": "internal error"}, 500)
+        self._inc(name, resp.status)
+        return resp
+
+    def _inc(self, handler: str, code: int) -> None:
+        if self.metrics is not None:
+            self.metrics.http_requests.labels(handler, str(code)).inc()
+
+    async def start(self) -> None:
+        """Bind and serve; raise :class:`HttpBindError` (one line) if the address is taken."""
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise HttpBindError("config", [
+                f"http: cannot listen on {self.host}:{self.port}: {exc.strerror or exc} "
+                "(another daemon? change [http] port or set enabled = false)"]) from None
+        self._runner = runner
+        for addr in runner.addresses:
+            if isinstance(addr, tuple) and len(addr) >= 2:
+                self.port = int(addr[1])
+                break
+        if not _is_loopback(self.host):
+            log.warning("http server reachable beyond this host: the resume action is exposed",
+                        host=self.host, port=self.port)
+        log.info("http server listening", host=self.host, port=self.port)
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # -- handlers -----------------------------------------------------------------------------
+    async def handle_metrics(self, request: web.Request) -> web.Response:
+        """Serve the Prometheus exposition (OpenMetrics when asked)."""
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        body = encoder(self.registry)
+        resp = web.Response(body=body)
+        resp.headers["Content-Type"] = content_type
+        return resp
+
+    async def handle_healthz(self, request: web.Request) -> web.Response:
+        """Report whether the event loop is responsive."""
+        if self.lag is None:
+            return _json({"healthy": True})
+        ok, details = self.lag.health()
+        return _json({"healthy": ok, **details}, 200 if ok else 503)
+
+    async def handle_readyz(self, request: web.Request) -> web.Response:
+        """Report whether the store is writable and every feed live or its market closed."""
+        problems: list[str] = []
+        store_problem = await self.probe_store()
+        if store_problem:
+            problems.append(store_problem)
+        now = self.engine.clock.now()
+        feeds = {}
+        for src in self.feeds():
+            name = str(getattr(src, "name", "?"))
+            st = state_name(src)
+            market = source_market(src)
+            is_open = market_open(market, now)
+            ok = st == "live" or not is_open
+            feeds[name] = {"state": st, "market": market, "market_open": is_open, "ok": ok}
+            if not ok:
+                problems.append(f"feed {name} is {st} while {market or 'its market'} is open")
+        ready = not problems
+        return _json({"ready": ready, "store": store_problem or "ok", "feeds": feeds,
+                      "problems": problems}, 200 if ready else 503)
+
+    async def probe_store(self) -> str | None:
+        """Return why the store is not writable, or None (one probe in flight at most)."""
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.ensure_future(self._write_probe())
+        try:
+            await asyncio.wait_for(asyncio.shield(self._probe), PROBE_TIMEOUT)
+        except TimeoutError:
+            return f"store write probe took longer than {PROBE_TIMEOUT:g}s"
+        except Exception as exc:
+            return f"store not writable: {exc}"
+        return None
+
+    async def _write_probe(self) -> None:
+        store = self.engine.store
+        async with store._tx:  # the store's write lock: never interleave with a commit
+            await store.db.execute("BEGIN IMMEDIATE")
+            await store.db.execute("ROLLBACK")
+
+    async def handle_leaderboard(self, request: web.Request) -> web.Response:
+        """Return the leaderboard of the live database plus live figures."""
+        from scoring.leaderboard import leaderboard
+
+        live = [asdict(r) for r in portfolio_rows(self.engine, self.monitor)]
+        path = self.engine.store.path
+        if path == ":memory:":
+            return _json({"error": "in-memory store: no leaderboard", "live": live}, 503)
+        try:
+            board = await asyncio.to_thread(leaderboard, path)
+        except FileNotFoundError as exc:
+            return _json({"error": str(exc), "live": live}, 503)
+        board["live"] = live
+        return _json(board)
+
+    async def handle_agents(self, request: web.Request) -> web.Response:
+        """Return every running agent with its live figures."""
+        rows = portfolio_rows(self.engine, self.monitor)
+        agents: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            agents.setdefault(r.agent, []).append(asdict(r))
+        return _json({"agents": agents})
+
+    def _known(self, agent: str) -> bool:
+        return any(agent in slots for slots in self.engine.slots.values()) or any(
+            a.id == agent for a in self.engine.config.agents)
+
+    async def handle_agent(self, request: web.Request) -> web.Response:
+        """Return one agent's equity curve, allocations, recent decisions and alerts."""
+        agent = request.match_info["id"]
+        if not self._known(agent):
+            return _json({"error": f"unknown agent {agent!r}"}, 404)
+        try:
+            limit = min(MAX_ROWS, max(1, int(request.query.get("limit", "500"))))
+        except ValueError:
+            return _json({"error": "limit must be an integer"}, 400)
+        kind = request.query.get("kind", "all")
+        if kind not in ("all", "daily", "decision"):
+            return _json({"error": "kind must be all, daily or decision"}, 400)
+        store = self.engine.store
+        kind_sql, params = ("", (agent, limit)) if kind == "all" else (
+            " AND kind=?", (agent, kind, limit))
+        equity = await store.fetchall(
+            "SELECT market, ts, kind, value, cash FROM equity WHERE agent=?" + kind_sql +
+            " ORDER BY ts DESC LIMIT ?", params)
+        fills = await store.fetchall(
+            "SELECT market, scheduled_ts, ts, weights_json, traded_value, cost, value_after"
+            " FROM fills WHERE agent=? ORDER BY scheduled_ts DESC LIMIT ?", (agent, limit))
+        decisions = await store.fetchall(
+            "SELECT market, scheduled_ts, decided_ts, outcome, reason, allocation_json,"
+            " attempts, duration_s FROM decisions WHERE agent=? ORDER BY scheduled_ts DESC"
+            " LIMIT ?", (agent, min(limit, 100)))
+        alerts = await store.fetchall(
+            "SELECT ts, kind, severity, market, value, limit_value, message FROM alerts"
+            " WHERE agent=? ORDER BY id DESC LIMIT 50", (agent,))
+        llm = await store.fetchall(
+            "SELECT market, COUNT(*), COALESCE(SUM(tokens_in),0), COALESCE(SUM(tokens_out),0),"
+            " COALESCE(SUM(cost_usd),0) FROM llm_calls WHERE agent=? GROUP BY market", (agent,))
+        current = []
+        for r in portfolio_rows(self.engine, self.monitor):
+            if r.agent != agent:
+                continue
+            item = asdict(r)
+            item["weights"] = self.engine.books[r.market].weights(agent)
+            if self.performance is not None:
+                item["performance"] = self.performance.summary(r.market, agent).to_dict()
+            current.append(item)
+        return _json({
+            "agent": agent,
+            "current": current,
+            "equity": [{"market": m, "ts": ts, "kind": k, "value": v, "cash": c}
+                       for m, ts, k, v, c in reversed(equity)],
+            "allocations": [{"market": m, "scheduled_ts": st, "ts": ts,
+                             "weights": json.loads(w), "traded_value": tv, "cost": cost,
+                             "value_after": va}
+                            for m, st, ts, w, tv, cost, va in reversed(fills)],
+            "decisions": [{"market": m, "scheduled_ts": st, "decided_ts": dt, "outcome": o,
+                           "reason": r, "allocation": json.loads(a) if a else None,
+                           "attempts": n, "duration_s": d}
+                          for m, st, dt, o, r, a, n, d in decisions],
+            "alerts": [{"ts": ts, "kind": k, "severity": s, "market": m, "value": v,
+                        "limit": lim, "message": msg}
+                       for ts, k, s, m, v, lim, msg in alerts],
+            "llm": [{"market": m, "calls": n, "tokens_in": ti, "tokens_out": to,
+                     "cost_usd": c} for m, n, ti, to, c in llm],
+        })
+
+    async def handle_resume(self, request: web.Request) -> web.Response:
+        """Resume an agent halted after a drawdown breach (operator action)."""
+        agent = request.match_info["id"]
+        if request.content_type != "application/json":
+            return _json({"error": "send Content-Type: application/json (body {} or "
+                                   "{\"market\": \"equity\"})"}, 415)
+        try:
+            body = await request.json() if request.can_read_body else {}
+        except ValueError:
+            return _json({"error": "invalid JSON body"}, 400)
+        if not isinstance(body, dict):
+            return _json({"error": "the body must be a JSON object"}, 400)
+        market = body.get("market")
+        if market is not None and market not in self.engine.slots:
+            return _json({"error": f"unknown market {market!r}"}, 400)
+        if not any(agent in slots for slots in self.engine.slots.values()):
+            return _json({"error": f"unknown agent {agent!r}"}, 404)
+        if self.monitor is None:
+            return _json({"error": "the alert monitor is not running"}, 503)
+        by = str(body.get("by") or "operator")[:64]
+        resumed = await self.monitor.resume(agent, market, by=by)
+        statuses = {m: s[agent].status for m, s in self.engine.slots.items() if agent in s}
+        if not resumed:
+            return _json({"error": f"agent {agent!r} is not halted", "status": statuses}, 409)
+        return _json({"agent": agent, "resumed": resumed, "status": statuses})
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
