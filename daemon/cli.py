@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     cc = sub.add_parser("check-config", help="validate a config file")
     cc.add_argument("file")
 
+    rs = sub.add_parser("resume", help="resume an agent halted by a drawdown breach")
+    rs.add_argument("--agent", required=True)
+    rs.add_argument("--market", default=None, help="only this market (default: every market)")
+    rs.add_argument("--config", "-c", help="config of the running daemon (for its HTTP address)")
+
     bk = sub.add_parser("backup", help="consistent online copy of the database (daemon may run)")
     bk.add_argument("--out", "-o", required=True, help="backup file to write")
     bk.add_argument("--db", default="paperarena.db")
@@ -162,6 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "check-config":
             cfg = _load(args.file)
+            from daemon.alerts import parse_alerts_config
+
+            parse_alerts_config(cfg.alerts, source=args.file)
             sys.stdout.write(f"{args.file}: ok ({len(cfg.agents)} agents, markets: "
                              f"{', '.join(cfg.enabled_markets()) or 'none'})\n")
             return 0
@@ -177,6 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay_roles(args)
         if args.cmd == "record":
             return _record(args)
+        if args.cmd == "resume":
+            return _resume(args)
         if args.cmd == "probe":
             return _probe(args)
     except ConfigError as exc:
@@ -326,6 +336,27 @@ def _record(args: argparse.Namespace) -> int:
                                     components=recorder_components(args.out, cfg)))
     except StoreLockedError as exc:
         return _fail(str(exc))
+
+
+def _resume(args: argparse.Namespace) -> int:
+    import json
+    import urllib.error
+    import urllib.request
+
+    cfg = _load(args.config)
+    host = "127.0.0.1" if cfg.http.host in ("0.0.0.0", "::") else cfg.http.host
+    url = f"http://{host}:{cfg.http.port}/api/agents/{args.agent}/resume"
+    body = {"by": "cli"} | ({"market": args.market} if args.market else {})
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            sys.stdout.write(resp.read().decode() + "\n")
+    except urllib.error.HTTPError as exc:
+        return _fail(f"resume refused ({exc.code}): {exc.read().decode(errors='replace')[:200]}")
+    except OSError as exc:
+        return _fail(f"no daemon answering at {url}: {exc}")
+    return 0
 
 
 def _probe(args: argparse.Namespace) -> int:

@@ -1,0 +1,5 @@
+"""Suite-wide settings: no test may reach the internet (LiteLLM must use its bundled cost map)."""
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
