@@ -217,8 +217,8 @@ class Ownership:
         if self.claimed:
             overlap = agents & set(self.agents)
             if overlap:
-                log.error("a peer claims agents this evaluator owns (it should refuse to start)",
-                          peer=pid, agents=sorted(overlap))
+                log.warning("a peer claims agents this evaluator owns (it will refuse to start)",
+                            peer=pid, agents=sorted(overlap))
 
     def conflicts(self) -> dict[str, list[str]]:
         """Return the agents we want that live peers already own, by peer process id."""

@@ -365,7 +365,9 @@ class Book:
     def mark(self) -> np.ndarray:
         """Re-mark every agent from scratch, reset the incremental values to it and return it."""
         na, nx = self._na, self._nx
-        full = self._cash[:na] + self._h[:na, :nx] @ self._pz[:nx]
+        # einsum rounds each row on its own; a BLAS matvec's rounding depends on how many agents
+        # share the book, and an agent's value must not depend on who else is evaluated.
+        full = self._cash[:na] + np.einsum("ij,j->i", self._h[:na, :nx], self._pz[:nx])
         self._vals[:na] = full
         self._dirty = False
         return full

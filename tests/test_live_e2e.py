@@ -38,6 +38,7 @@ that a quote stamped by its source before a round but received after it is repla
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import sqlite3
@@ -558,3 +559,45 @@ async def test_a_resolution_paid_after_the_last_round_survives_a_restart(
     assert rows(db, "SELECT question_id FROM resolutions") == [("101",)]
     assert restored["resolved"] == ["101"]
     assert restored["cash"] == live["cash"] and restored["holdings"] == live["holdings"]
+
+
+@pytest.mark.xfail(strict=True, raises=sqlite3.OperationalError, reason=(
+    "daemon/store.py transactions are not cancellation-safe and LiveDaemon.stop() cancels the "
+    "store flusher mid-write: a cancelled BEGIN still runs in aiosqlite's thread, so the final "
+    "flush of stop() fails with 'cannot start a transaction within a transaction' (a cancelled "
+    "COMMIT becomes 'cannot rollback', which the flusher logs and swallows: stop() then hangs)"))
+async def test_stop_while_the_store_is_writing_stops_cleanly(tmp_path: Path) -> None:
+    """A slow write (here: another writer holds the database's write lock) during a stop."""
+    db = tmp_path / "live.db"
+    cfg = parse_config({
+        "markets": {"polymarket": {"enabled": False}, "equity": {"assets": ["AAPL"]}},
+        "agents": [], "sources": {"enabled": False}, "http": {"enabled": False},
+        "store": {"path": str(db), "flush_interval": 0.05},
+    })
+    daemon = LiveDaemon(cfg, db=str(db))
+    await daemon.start()
+    assert daemon.engine is not None
+    store = daemon.engine.store
+    other = sqlite3.connect(db, isolation_level=None, timeout=0)
+    locked = True
+    stopping: asyncio.Future[None] | None = None
+    try:
+        flusher = next(t_ for t_ in daemon._tasks if t_.get_name() == "store-flusher")
+        other.execute("BEGIN IMMEDIATE")  # the write lock: the next flush waits in BEGIN
+        now = time.time()
+        daemon.engine.bus.publish_nowait(
+            PriceEvent(ts=now, recv_ts=now, market="equity", asset="AAPL", price=190.0))
+        await wait_until(store._tx.locked, 5, "the flusher waiting for the write lock")
+        stopping = asyncio.ensure_future(daemon.stop())
+        await wait_until(lambda: flusher.cancelling() > 0, 5, "stop() cancelling the flusher")
+        other.execute("ROLLBACK")  # the slow write can proceed now
+        locked = False
+        await asyncio.wait_for(stopping, 10)
+    finally:
+        if locked:
+            other.execute("ROLLBACK")
+        other.close()
+        if stopping is None or not stopping.done() or stopping.cancelled() or stopping.exception():
+            await store.close()  # whatever the failure, release the database
+    assert rows(db, "SELECT COUNT(*) FROM runs WHERE stopped_ts IS NOT NULL") == [(1,)]
+    assert rows(db, "SELECT COUNT(*) FROM market_events") == [(1,)]
