@@ -25,6 +25,7 @@ BENCHES = {
     "polymarket_decode": "bench_polymarket_decode",
     "equity_decode": "bench_equity_decode",
     "mqtt": "bench_mqtt",
+    "reconnect": "bench_reconnect",
     "soak": "soak",
 }
 
