@@ -15,6 +15,7 @@ topic classes; never a Polymarket question, an asset or a news item.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -291,6 +292,50 @@ class PerformanceCache:
     def days(self, market: str, agent: str) -> int:
         """Return how many daily marks ``agent`` has in ``market``."""
         return len(self._series.get((market, agent), {}))
+
+
+class LeaderboardFigures(Collector):
+    """The leaderboard's benchmark figures per agent and market, as one bounded metric family.
+
+    ``paperarena_leaderboard_figure{agent,market,figure}``: ``figure`` is one of
+    :data:`scoring.leaderboard.LIVE_FIELDS` (rolling-k deltas, composite score, CapitalBench
+    score and regret, diversification, VaR, profile alignment, bootstrap bounds...). Computing
+    them reads the whole store, so they are refreshed in a thread, only after new daily marks.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        """Start empty."""
+        self.engine = engine
+        self._figures: dict[tuple[str, str], dict[str, float]] = {}
+        self._marks = -1
+
+    async def refresh(self) -> None:
+        """Recompute the figures if daily marks were added since the last refresh."""
+        from scoring.leaderboard import live_figures
+
+        rows = await self.engine.store.fetchall(
+            "SELECT COALESCE(MAX(rowid), 0) FROM equity WHERE kind='daily'")
+        marks = int(rows[0][0])
+        if marks == self._marks or self.engine.store.path == ":memory:":
+            return
+        self._figures = await asyncio.to_thread(live_figures, self.engine.store.path)
+        self._marks = marks
+
+    def describe(self) -> Iterable[Metric]:
+        """Return nothing (names are checked at collect time)."""
+        return ()
+
+    def collect(self) -> Iterable[Metric]:
+        """Yield the figures."""
+        fam = GaugeMetricFamily(
+            f"{PREFIX}_leaderboard_figure",
+            "Leaderboard figure per agent and market (see docs/scoring.md), from daily marks",
+            labels=["agent", "market", "figure"],
+        )
+        for (agent, market), figs in sorted(self._figures.items()):
+            for name, value in sorted(figs.items()):
+                fam.add_metric([agent, market, name], value)
+        yield fam
 
 
 # ----------------------------------------------------------------------------------- scrape

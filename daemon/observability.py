@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 
 from daemon.alerts import AlertMonitor, AlertsConfig, build_notifiers, parse_alerts_config
 from daemon.http import HttpServer, LoopLagMonitor
-from daemon.metrics import EngineCollector, LlmUsage, Metrics, PerformanceCache
+from daemon.metrics import EngineCollector, LeaderboardFigures, LlmUsage, Metrics, PerformanceCache
 
 if TYPE_CHECKING:
     from daemon.config import Config
@@ -115,6 +115,7 @@ class Observability:
         self.engine: Engine | None = None
         self.monitor: AlertMonitor | None = None
         self.performance: PerformanceCache | None = None
+        self.board: LeaderboardFigures | None = None
         self.llm: LlmUsage | None = None
         self.lag = LoopLagMonitor(on_lag=self._on_lag)
         self.server: HttpServer | None = None
@@ -166,6 +167,9 @@ class Observability:
         await self.llm.restore()
         self.performance = PerformanceCache(engine)
         await self.performance.refresh()
+        self.board = LeaderboardFigures(engine)
+        await self.board.refresh()
+        self.registry.register(self.board)
         self.monitor = AlertMonitor(
             engine, self.alerts_config, sources=self.sources,
             notifiers=build_notifiers(self.alerts_config, m.on_notification))
@@ -239,5 +243,7 @@ class Observability:
                 continue
             try:
                 await self.performance.refresh()
+                if self.board is not None:
+                    await self.board.refresh()
             except Exception:
                 log.exception("performance refresh failed")

@@ -336,3 +336,38 @@ async def test_replay_serves_metrics_only_when_asked(tmp_path: Path) -> None:
     n = re.search(r'paperarena_feed_messages_total\{source="replay"\} (\S+)', seen["end"])
     assert n and float(n[1]) == summary.events
     assert obs.url is None  # stopped with the replay
+
+
+async def test_leaderboard_figures_are_exported_after_daily_marks(tmp_path: Path) -> None:
+    """Issue 7's live figures (rolling-k, CapitalBench, VaR...) reach /metrics, bounded labels."""
+    from daemon.config import load_config
+    from daemon.engine import Engine
+    from daemon.metrics import LeaderboardFigures
+    from daemon.replay import replay
+    from daemon.store import Store
+    from tests.recordings import TINY_CONFIG, make_recording
+
+    rec = tmp_path / "r.jsonl.gz"
+    make_recording(rec)
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(TINY_CONFIG)
+    cfg = load_config(cfg_path)
+    db = tmp_path / "r.db"
+    await replay(rec, cfg, db, progress=False)
+    store = await Store.open(db)
+    try:
+        from daemon.clock import SimClock
+
+        eng = Engine(cfg, clock=SimClock(0.0), store=store)
+        board = LeaderboardFigures(eng)
+        await board.refresh()
+        fams = list(board.collect())
+    finally:
+        await store.close()
+    samples = fams[0].samples
+    assert fams[0].name == "paperarena_leaderboard_figure"
+    figures = {s.labels["figure"] for s in samples}
+    assert {"cumulative_return", "sharpe", "capitalbench_score"} <= figures
+    assert {s.labels["market"] for s in samples} <= {"equity", "polymarket"}
+    agents = {s.labels["agent"] for s in samples}
+    assert agents == {"bh", "ew", "mom", "cash"}
