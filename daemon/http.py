@@ -266,10 +266,7 @@ class HttpServer:
         return None
 
     async def _write_probe(self) -> None:
-        store = self.engine.store
-        async with store._tx:  # the store's write lock: never interleave with a commit
-            await store.db.execute("BEGIN IMMEDIATE")
-            await store.db.execute("ROLLBACK")
+        await self.engine.store.probe_writable()
 
     async def handle_leaderboard(self, request: web.Request) -> web.Response:
         """Return the leaderboard of the live database plus live figures."""

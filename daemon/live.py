@@ -170,6 +170,11 @@ class LiveDaemon:
         if self.engine is None and not self._tasks and not self._started_components:
             return  # never started (e.g. the store is locked by another daemon)
         log.info("daemon stopping")
+        stopping_at = self.clock.now()
+        for comp in self._started_components:
+            on_stopping = getattr(comp, "on_stopping", None)
+            if on_stopping is not None:
+                on_stopping(stopping_at)  # e.g. seal the recording where scheduling ends
         if self.scheduler is not None:
             try:
                 await asyncio.wait_for(self.scheduler.shutdown(wait=True), STOP_GRACE)

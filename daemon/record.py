@@ -71,8 +71,20 @@ class Recorder:
         self.writer.write(ev)
         self.written += 1
 
+    def on_stopping(self, ts: float) -> None:
+        """Seal the recording where the daemon stops scheduling: a final clock event at ``ts``.
+
+        A replay then runs exactly the rounds due up to ``ts`` (as the live run did); events
+        arriving while the daemon shuts down are not recorded (no round saw them).
+        """
+        if self.writer is not None:
+            self._write(ClockEvent(ts=ts, recv_ts=ts, reason="recording stopped"))
+            self.writer.close()
+            log.info("recording closed", path=str(self.out), events=self.written)
+            self.writer = None
+
     async def stop(self) -> None:
-        """Write a final clock event (so a replay runs up to now), flush and close."""
+        """Seal the recording now if :meth:`on_stopping` did not, and close it."""
         if self.writer is not None:
             now = self._clock.now()
             self._write(ClockEvent(ts=now, recv_ts=now, reason="recording stopped"))

@@ -273,6 +273,29 @@ class Store:
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
 
+    async def _atomic(self, fn: Any, *args: Any) -> None:
+        """Run one transaction to completion under the write lock, even if the caller is
+        cancelled: aiosqlite runs statements on its own thread, so abandoning a transaction
+        half-way would leave it open for the next one."""
+
+        async def run() -> None:
+            async with self._tx:
+                await fn(*args)
+
+        task = asyncio.ensure_future(run())
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        await asyncio.shield(task)
+
+    async def probe_writable(self) -> None:
+        """Take and release the database write lock (readiness probe); raise if it cannot."""
+
+        async def probe() -> None:
+            await self.db.execute("BEGIN IMMEDIATE")
+            await self.db.execute("ROLLBACK")
+
+        await self._atomic(probe)
+
     async def _flush_rows(self, rows: list[tuple[Any, ...]]) -> None:
         async with self._tx:
             await self.db.execute("BEGIN IMMEDIATE")
@@ -334,8 +357,7 @@ class Store:
         """Write buffered events (and optionally a checkpoint) in one transaction."""
         if not self._pending and checkpoint is None:
             return
-        async with self._tx:
-            await self._flush(checkpoint)
+        await self._atomic(self._flush, checkpoint)
 
     async def _flush(self, checkpoint: tuple[int, float, dict[str, Any]] | None) -> None:
         await self.db.execute("BEGIN IMMEDIATE")
@@ -362,8 +384,7 @@ class Store:
     # -- rounds ---------------------------------------------------------------------------------
     async def commit_round(self, rc: RoundCommit) -> None:
         """Write one round atomically together with every buffered market event."""
-        async with self._tx:
-            await self._commit_round(rc)
+        await self._atomic(self._commit_round, rc)
 
     async def _commit_round(self, rc: RoundCommit) -> None:
         db = self.db

@@ -17,12 +17,11 @@ Choices that keep the test deterministic on any day and at any hour:
   data (the first books and quotes) is held back by the fakes and sent in a gap too. Snapshots
   that reconnections trigger arrive at unscripted times, but the fakes' server-side state is
   kept in step with what was streamed, so they carry no new price ("value-neutral").
-- ``sources.backfill`` is off: the start-up history backfill seeds the market state directly,
-  not through the bus, so it is not in the recording and a replay could not reproduce the
-  momentum agent's decisions (``test_backfilled_history_reaches_the_recording``).
-- The run stops in a quiet gap right after the last burst: a replay without a window end stops
-  at the last recorded event unless the recording ends with a ClockEvent
-  (``test_rounds_after_the_last_recorded_event_...``).
+- The start-up history backfill is on: the fakes serve daily closes (Yahoo chart, Polymarket
+  prices-history), so the momentum agent trades from the first round, and the replay must get
+  the same history from the recording (HistoryEvents).
+- The run stops in a quiet gap right after the last burst, so no round boundary falls between
+  the moment the scheduler stops and the recording's final ClockEvent.
 
 Faults: abrupt close (TCP abort) of both WebSockets, a Polymarket freeze (socket open, PONGs
 answered, no data) caught by data staleness, garbage / truncated / unknown frames on both
@@ -49,9 +48,19 @@ from typing import Any
 
 import pytest
 
+from agents.base import AgentDecision, Observation
 from daemon.config import Config, parse_config
 from daemon.engine import Engine
-from daemon.events import DecisionEvent, Event, NewsEvent, PriceEvent, ResolutionEvent, SourceStatus
+from daemon.events import (
+    ClockEvent,
+    DecisionEvent,
+    Event,
+    HistoryEvent,
+    NewsEvent,
+    PriceEvent,
+    ResolutionEvent,
+    SourceStatus,
+)
 from daemon.live import LiveDaemon
 from daemon.record import Recorder
 from daemon.replay import replay
@@ -132,11 +141,16 @@ def price_of(eng: Engine, market: str, asset: str) -> float:
     return float(book.prices[book.asset_index(asset)])
 
 
+def equities_applied(eng: Engine, sc: Scenario) -> bool:
+    """Return whether the equity book holds the quotes the scenario streamed last."""
+    return all(math.isclose(price_of(eng, "equity", sym), px, rel_tol=1e-6)
+               for sym, px in sc.equities.items())
+
+
 def prices_applied(eng: Engine, sc: Scenario) -> bool:
     """Return whether the engine's books hold the prices the scenario streamed last."""
-    for sym, px in sc.equities.items():
-        if not math.isclose(price_of(eng, "equity", sym), px, rel_tol=1e-6):
-            return False
+    if not equities_applied(eng, sc):
+        return False
     book = eng.books.get("polymarket")
     if book is None:
         return True
@@ -219,7 +233,8 @@ async def test_live_run_with_faults_then_replay_reproduces_the_books(
 ) -> None:
     sc = scenario
     db, rec = tmp_path / "live.db", tmp_path / "live.jsonl"
-    cfg = make_config(sc, db)
+    sc.serve_daily_history()
+    cfg = make_config(sc, db, backfill=True)
     get_nyse_calendar()  # built once per process: not inside the daemon's start-up below
     recorder = Recorder(rec, cfg, description="e2e")
     daemon = LiveDaemon(cfg, db=str(db), version="e2e",
@@ -251,15 +266,10 @@ async def test_live_run_with_faults_then_replay_reproduces_the_books(
                          and yahoo.counters.decode_errors >= 3 and yahoo.counters.unknown >= 1,
                          5, "the garbage frames counted")
         await next_round(eng, tape, t)
-        # -- cycle 2: prices move ------------------------------------------------------------
+        # -- cycle 2: a burst, then both WebSockets dropped without a close frame --------------
         t = await sc.wait_phase(1.0)
         await sc.burst()
         await wait_until(lambda: prices_applied(eng, sc), 5, "burst 2")
-        await next_round(eng, tape, t)
-        # -- cycle 3: a burst, then both WebSockets dropped without a close frame --------------
-        t = await sc.wait_phase(1.0)
-        await sc.burst()
-        await wait_until(lambda: prices_applied(eng, sc), 5, "burst 3")
         pm_conns, y_conns = len(sc.pm.conns), len(sc.yahoo.conns)
         sc.pm.abort_all()
         sc.yahoo.abort_all()
@@ -276,15 +286,11 @@ async def test_live_run_with_faults_then_replay_reproduces_the_books(
         await wait_until(lambda: all(t_ in pm.decoder.books for t_ in sc.token_mids()), 5,
                          "Polymarket books rebuilt from the snapshot")
         await next_round(eng, tape, t)
-        # -- cycle 4: deltas apply on the rebuilt books ---------------------------------------
+        # -- cycle 3: deltas on the rebuilt books; question 101 resolves YES in Gamma (the poll
+        #    pays), then the WS repeats it ----------------------------------------------------
         t = await sc.wait_phase(1.0)
         await sc.burst()
-        await wait_until(lambda: prices_applied(eng, sc), 5, "burst 4 (after reconnecting)")
-        await next_round(eng, tape, t)
-        # -- cycle 5: question 101 resolves YES in Gamma (the poll pays), the WS repeats it ----
-        t = await sc.wait_phase(1.0)
-        await sc.burst()
-        await wait_until(lambda: prices_applied(eng, sc), 5, "burst 5")
+        await wait_until(lambda: prices_applied(eng, sc), 5, "burst 3 (after reconnecting)")
         book = eng.books["polymarket"]
         before = holdings_and_cash(book, "Y101")
         sc.resolve_gamma("101", yes_wins=True)
@@ -293,10 +299,10 @@ async def test_live_run_with_faults_then_replay_reproduces_the_books(
         await sc.resolve_ws("101", yes_wins=True)
         assert_paid(book, "Y101", 1.0, before)
         await next_round(eng, tape, t)
-        # -- cycle 6: question 103 resolves NO over the WS (Gamma closes it later) ------------
+        # -- cycle 4: question 103 resolves NO over the WS (Gamma closes it later) ------------
         t = await sc.wait_phase(1.0)
         await sc.burst()
-        await wait_until(lambda: prices_applied(eng, sc), 5, "burst 6")
+        await wait_until(lambda: prices_applied(eng, sc), 5, "burst 4")
         before = holdings_and_cash(book, "N103")
         await sc.resolve_ws("103", yes_wins=False)
         await wait_until(lambda: "103" in eng.state.resolved, 5, "the WS resolution of 103")
@@ -308,16 +314,16 @@ async def test_live_run_with_faults_then_replay_reproduces_the_books(
                                      for c in sc.pm.open_conns), 5,
                          "the resolved tokens unsubscribed")
         await next_round(eng, tape, t)
-        # -- cycles 7-9: Polymarket freezes (PONGs only) until the data watchdog reconnects -----
+        # -- cycles 5-6: Polymarket freezes (PONGs only) until the data watchdog reconnects -----
         t = await sc.wait_phase(1.0)
         await sc.burst()
-        await wait_until(lambda: prices_applied(eng, sc), 5, "burst 7")
+        await wait_until(lambda: prices_applied(eng, sc), 5, "burst 5")
         frozen = sc.pm.open_conns[0]
         pings, reconnects = frozen.pings, pm.counters.reconnects
-        while pm.counters.reconnects == reconnects:
-            await sc.wait_phase(1.0)
-            await sc.burst(polymarket=False)  # equities keep flowing
-            assert time.monotonic() - t0 < 40, "the frozen Polymarket feed was never reconnected"
+        await sc.wait_phase(1.0)
+        await sc.burst(polymarket=False)  # equities keep flowing
+        await wait_until(lambda: pm.counters.reconnects > reconnects, 10,
+                         "the frozen Polymarket feed reconnected")
         assert frozen.pings > pings  # the heartbeat went on while frozen...
         assert frozen.close_code == 1000  # ...and the client closed the socket itself
         assert "stale" in tape.states("polymarket")
@@ -329,7 +335,8 @@ async def test_live_run_with_faults_then_replay_reproduces_the_books(
         await wait_until(lambda: prices_applied(eng, sc), 5, "the last burst")
         assert time.time() < t + 0.8, "the last burst took too long to apply"
         assert daemon.scheduler is not None and daemon.scheduler.running
-        assert not [t_.get_name() for t_ in daemon._tasks if t_.done()]  # nothing died
+        died = [t_.get_name() for t_ in daemon._tasks if t_.done()]
+        assert died == ["source-equity-backfill"], died  # a one-shot source; nothing else ended
         await daemon.stop()
         stopped = True
     finally:
@@ -342,8 +349,8 @@ async def test_live_run_with_faults_then_replay_reproduces_the_books(
     assert rows(db, "SELECT COUNT(*) FROM runs WHERE stopped_ts IS NOT NULL") == [(1,)]
     fills = rows(db, "SELECT agent, market, trades_json FROM fills WHERE traded_value > 0")
     traded = {(a, m) for a, m, _ in fills}
-    assert {("equal_weight", "equity"), ("buy_and_hold", "equity"),
-            ("equal_weight", "polymarket"), ("buy_and_hold", "polymarket")} <= traded
+    assert {(a, m) for a in ("equal_weight", "buy_and_hold", "momentum")
+            for m in ("equity", "polymarket")} <= traded
     assert not {("cash", "equity"), ("cash", "polymarket")} & traded
     outcomes = {o for (o,) in rows(db, "SELECT outcome FROM decisions")}
     assert outcomes <= {"ok", "hold"}, outcomes
@@ -366,6 +373,10 @@ async def test_live_run_with_faults_then_replay_reproduces_the_books(
     recorded = [ev for _, ev in iter_events(rec)]
     assert len(recorded) == recorder.written
     assert sum(isinstance(ev, PriceEvent) for ev in recorded) == len(tape.of(PriceEvent))
+    histories = {(ev.market, ev.asset) for ev in recorded if isinstance(ev, HistoryEvent)}
+    assert histories == {("equity", s_) for s_ in sc.equities} | {
+        ("polymarket", tok) for q in sc.questions.values() for tok in (q.yes, q.no)}
+    assert isinstance(recorded[-1], ClockEvent)  # the recording says when it ended
     t1 = time.monotonic()
     summary = await replay(rec, cfg, tmp_path / "replay.db", progress=False)
     replay_s = time.monotonic() - t1
@@ -465,13 +476,14 @@ async def test_a_quote_made_before_a_round_but_received_after_it_is_replayed_aft
     assert_books_equal(live["equity"], replayed["equity"])
 
 
-# Gaps this test found and that are fixed: a recording's end (ClockEvent), start-up history
-# through the bus (HistoryEvent), and the final commit on stop.
+# Gaps this file found, now fixed: a recording's end (ClockEvent), start-up history through the
+# bus (HistoryEvent), the final commit on stop.
 
 
 async def test_rounds_after_the_last_recorded_event_are_replayed(
     scenario: Scenario, tmp_path: Path
 ) -> None:
+    """The live run stops after a round with no market data after it (the final ClockEvent)."""
     sc = scenario
     cfg = make_config(sc, tmp_path / "live.db", polymarket=False,
                       agents=[{"id": "buy_and_hold", "kind": "buy_and_hold"}])
@@ -493,6 +505,7 @@ async def test_rounds_after_the_last_recorded_event_are_replayed(
 async def test_backfilled_history_reaches_the_recording(
     scenario: Scenario, tmp_path: Path
 ) -> None:
+    """Momentum ranks on backfilled closes: the replay must have them too (HistoryEvents)."""
     sc = scenario
     sc.serve_daily_history()
     cfg = make_config(sc, tmp_path / "live.db", polymarket=False, backfill=True,
@@ -518,6 +531,7 @@ async def test_backfilled_history_reaches_the_recording(
 async def test_a_resolution_paid_after_the_last_round_survives_a_restart(
     scenario: Scenario, tmp_path: Path
 ) -> None:
+    """Paid, then stopped before the next round commits: the restart keeps the payout."""
     sc = scenario
     db = tmp_path / "live.db"
     cfg = make_config(sc, db, agents=[{"id": "equal_weight", "kind": "equal_weight"}])
@@ -561,11 +575,63 @@ async def test_a_resolution_paid_after_the_last_round_survives_a_restart(
     assert restored["cash"] == live["cash"] and restored["holdings"] == live["holdings"]
 
 
-@pytest.mark.xfail(strict=True, raises=sqlite3.OperationalError, reason=(
-    "daemon/store.py transactions are not cancellation-safe and LiveDaemon.stop() cancels the "
-    "store flusher mid-write: a cancelled BEGIN still runs in aiosqlite's thread, so the final "
-    "flush of stop() fails with 'cannot start a transaction within a transaction' (a cancelled "
-    "COMMIT becomes 'cannot rollback', which the flusher logs and swallows: stop() then hangs)"))
+# Found by this test and fixed: sealing the recording when scheduling stops; cancellation-safe
+# store transactions.
+
+
+class Slow:
+    """An agent that answers like ``inner``, ``delay`` seconds later (as an LLM agent would)."""
+
+    def __init__(self, inner: Any, delay: float) -> None:
+        self.inner = inner
+        self.id: str = inner.id
+        self.delay = delay
+        self.started = asyncio.Event()
+        self.finished = 0.0
+
+    async def decide(self, obs: Observation) -> AgentDecision:
+        self.started.set()
+        await asyncio.sleep(self.delay)
+        self.finished = time.time()
+        decision: AgentDecision = await self.inner.decide(obs)
+        return decision
+
+
+async def test_a_round_boundary_passed_while_stopping_is_not_replayed(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    """Stop while a slow round is in flight; the next boundary passes before the daemon exits."""
+    sc = scenario
+    cfg = make_config(sc, tmp_path / "live.db", agents=[
+        {"id": "equal_weight", "kind": "equal_weight", "markets": ["equity"]},
+        {"id": "slow", "kind": "cash", "markets": ["polymarket"]},
+    ])
+    slow: list[Slow] = []
+    stop_at: list[float] = []
+
+    async def script(d: LiveDaemon, tape: Tape) -> None:
+        eng = d.engine
+        assert eng is not None
+        slot = eng.slots["polymarket"]["slow"]
+        slot.agent = Slow(slot.agent, 1.25 * PERIOD)
+        slow.append(slot.agent)
+        t = await sc.wait_phase(1.0)
+        await sc.send_equities()
+        await wait_until(lambda: equities_applied(eng, sc), 5, "the first quotes")
+        await wait_until(lambda: any(e.market == "equity" and e.scheduled_ts > t
+                                     for e in tape.of(DecisionEvent)), 10, "the equity round")
+        await wait_until(slow[0].started.is_set, 5, "the slow Polymarket round")
+        t = await sc.wait_phase(1.0)
+        await sc.burst(polymarket=False)  # the next equity round would rebalance
+        await wait_until(lambda: equities_applied(eng, sc), 5, "the burst")
+        stop_at.append(t + PERIOD / 2)  # the next boundary; stop() starts before it
+
+    live, replayed = await live_then_replay(sc, tmp_path, cfg, script)
+    if not slow[0].finished > stop_at[0]:
+        pytest.fail("the slow round did not outlast the next round boundary")
+    assert_books_equal(live["equity"], replayed["equity"])
+
+
 async def test_stop_while_the_store_is_writing_stops_cleanly(tmp_path: Path) -> None:
     """A slow write (here: another writer holds the database's write lock) during a stop."""
     db = tmp_path / "live.db"

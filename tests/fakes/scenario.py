@@ -10,6 +10,7 @@ seeded random walk of prices, and knows how to:
   exactly the prices already streamed ("value-neutral" snapshots);
 - wait for a phase of the decision period (rounds fire at multiples of ``period`` since the
   epoch), so bursts land in quiet gaps away from round boundaries;
+- serve daily history for the start-up backfill (Yahoo chart, Polymarket prices-history);
 - inject garbage, truncated and unknown frames, and resolve a question over the WebSocket and in
   Gamma.
 """
@@ -125,18 +126,24 @@ class Scenario:
         ])
 
     def serve_daily_history(self, days: int = 10) -> None:
-        """Serve ``days`` completed daily closes per equity on the chart endpoint.
+        """Serve ``days`` completed daily closes per equity (chart) and token (prices-history).
 
-        The first equity trended up, the others down (what the momentum agent ranks on).
+        The first equity trended up, the others down; the first question's YES went up, the
+        others' down (what the momentum agent ranks on).
         """
         today = int(time.time() // 86_400) * 86_400
+        stamps = [today - (days - i) * 86_400 + 72_000 for i in range(days)]
         for k, (sym, px) in enumerate(self.equities.items()):
             drift = 0.02 if k == 0 else -0.01
-            bars = [
-                (today - (days - i) * 86_400 + 52_200, round(px * (1 + drift * (i - days)), 2))
-                for i in range(days)
-            ]
+            bars = [(t, round(px * (1 + drift * (i - days)), 2)) for i, t in enumerate(stamps)]
             self.yahoo.charts[sym] = chart_payload(sym, px, int(time.time()) - 60, bars)
+        for k, q in enumerate(self.questions.values()):
+            drift = -0.01 if k == 0 else 0.01
+            yes = [round(q.yes_mid + drift * (i - days), 2) for i in range(days)]
+            self.pm.history[q.yes] = [{"t": t, "p": p} for t, p in zip(stamps, yes, strict=True)]
+            self.pm.history[q.no] = [
+                {"t": t, "p": round(1 - p, 2)} for t, p in zip(stamps, yes, strict=True)
+            ]
 
     async def stop(self) -> None:
         """Stop the fakes."""
@@ -147,9 +154,10 @@ class Scenario:
     def sources_config(self) -> dict[str, Any]:
         """Return the ``[sources]`` config table pointing every source at the fakes.
 
-        Staleness and backoff are short so faults heal within a round or two. The Yahoo stream's
-        staleness watchdog only runs while the NYSE is open: its ``stale_after`` is longer than
-        the test, so the behaviour is the same whatever the calendar says.
+        Staleness and backoff are short so faults heal within a round or two. The start-up
+        backfill is off unless the caller turns it on (see :meth:`serve_daily_history`). The
+        Yahoo stream's staleness watchdog only runs while the NYSE is open: its ``stale_after``
+        is longer than the test, so the behaviour is the same whatever the calendar says.
         """
         return {
             "backfill": False,
