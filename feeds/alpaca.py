@@ -26,12 +26,12 @@ from typing import Any, Literal
 
 import msgspec
 import structlog
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
 from daemon.events import PriceEvent
-from feeds.backoff import BackoffPolicy
+from feeds.backoff import StreamSettings
 from feeds.connection import DecodeResult, SourceState, StreamingSource, http_status_of
 
 __all__ = [
@@ -64,7 +64,7 @@ def secret_from_env(env_name: str) -> str:
     return value
 
 
-class AlpacaSettings(BaseModel):
+class AlpacaSettings(StreamSettings):
     """Alpaca data WebSocket and news REST settings; credentials come from the named env vars."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -82,18 +82,8 @@ class AlpacaSettings(BaseModel):
     dead_after: float = Field(default=165.0, gt=0)
     stale_after: float = Field(default=300.0, gt=0)
     stale_policy: Literal["any", "all"] = "all"
-    open_timeout: float = Field(default=10.0, gt=0)
-    watchdog_interval: float = Field(default=1.0, gt=0)
-    backoff_initial: float = Field(default=1.0, gt=0)
-    backoff_max: float = Field(default=60.0, gt=0)
     limit_penalty: float = Field(default=4.0, ge=1.0)
     auth_penalty: float = Field(default=10.0, ge=1.0)
-
-    def backoff_policy(self) -> BackoffPolicy:
-        """Return the reconnect backoff policy."""
-        return BackoffPolicy(
-            initial=self.backoff_initial, maximum=max(self.backoff_max, self.backoff_initial)
-        )
 
 
 class AlpacaError(Exception):

@@ -11,6 +11,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, Field
+
 __all__ = ["Backoff", "BackoffPolicy"]
 
 
@@ -80,3 +82,25 @@ class Backoff:
     def stable_since(self) -> float | None:
         """Return when the current healthy period started (None while failing)."""
         return self._connected_at
+
+
+class BackoffSettings(BaseModel):
+    """Backoff fields shared by every source's settings, and the policy they make."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    backoff_initial: float = Field(default=1.0, gt=0, description="first retry delay cap (s)")
+    backoff_max: float = Field(default=60.0, gt=0, description="largest retry delay cap (s)")
+
+    def backoff_policy(self) -> BackoffPolicy:
+        """Return the reconnect (or retry) backoff policy."""
+        return BackoffPolicy(
+            initial=self.backoff_initial, maximum=max(self.backoff_max, self.backoff_initial)
+        )
+
+
+class StreamSettings(BackoffSettings):
+    """Settings shared by every streaming (WebSocket) source."""
+
+    open_timeout: float = Field(default=10.0, gt=0, description="connect + handshake bound (s)")
+    watchdog_interval: float = Field(default=1.0, gt=0, description="staleness check period (s)")

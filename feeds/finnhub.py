@@ -18,13 +18,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import msgspec
 import structlog
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
 from daemon.events import PriceEvent
 from feeds.alpaca import secret_from_env
-from feeds.backoff import BackoffPolicy
+from feeds.backoff import StreamSettings
 from feeds.connection import DecodeResult, StreamingSource, http_status_of
 
 __all__ = [
@@ -61,7 +61,7 @@ def redact_text(text: str) -> str:
     return _SECRET_IN_TEXT.sub(r"\1=***", text)
 
 
-class FinnhubSettings(BaseModel):
+class FinnhubSettings(StreamSettings):
     """Finnhub WebSocket and REST settings; the key comes from the env var ``key_env``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -74,17 +74,7 @@ class FinnhubSettings(BaseModel):
     stale_policy: Literal["any", "all"] = "all"
     dead_after: float | None = Field(default=None, gt=0)
     dedupe_window: int = Field(default=4096, ge=1)
-    open_timeout: float = Field(default=10.0, gt=0)
-    watchdog_interval: float = Field(default=1.0, gt=0)
-    backoff_initial: float = Field(default=1.0, gt=0)
-    backoff_max: float = Field(default=60.0, gt=0)
     rate_limit_penalty: float = Field(default=4.0, ge=1.0)
-
-    def backoff_policy(self) -> BackoffPolicy:
-        """Return the reconnect backoff policy."""
-        return BackoffPolicy(
-            initial=self.backoff_initial, maximum=max(self.backoff_max, self.backoff_initial)
-        )
 
 
 class TradeDeduper:

@@ -41,12 +41,12 @@ from typing import Any, Literal, Protocol
 import aiohttp
 import msgspec
 import structlog
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from daemon.bus import Bus
 from daemon.events import NewsEvent, SourceStatus
 from feeds.alpaca import parse_rfc3339, secret_from_env
-from feeds.backoff import Backoff, BackoffPolicy
+from feeds.backoff import Backoff, BackoffSettings
 from feeds.connection import SourceCounters, SourceState
 from feeds.finnhub import redact_text
 from feeds.yahoo import (
@@ -98,7 +98,7 @@ DEFAULT_COMPANY_NAMES: Mapping[str, str] = {
 _TICKER = re.compile(r"[A-Z][A-Z0-9.\-]{0,9}")
 
 
-class NewsSettings(BaseModel):
+class NewsSettings(BackoffSettings):
     """News polling settings; credentials come from the named environment variables."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -131,12 +131,6 @@ class NewsSettings(BaseModel):
     backoff_max: float = Field(default=900.0, gt=0)
     rate_limit_penalty: float = Field(default=4.0, ge=1.0)
     down_after: int = Field(default=5, ge=1)
-
-    def backoff_policy(self) -> BackoffPolicy:
-        """Return the backoff policy used between failed requests."""
-        return BackoffPolicy(
-            initial=self.backoff_initial, maximum=max(self.backoff_max, self.backoff_initial)
-        )
 
 
 # --------------------------------------------------------------------------------- items

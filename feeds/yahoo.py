@@ -23,12 +23,12 @@ from typing import Any, Literal
 import aiohttp
 import msgspec
 import structlog
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
 from daemon.events import PriceEvent, SourceStatus
-from feeds.backoff import Backoff, BackoffPolicy
+from feeds.backoff import Backoff, StreamSettings
 from feeds.connection import DecodeResult, SourceCounters, SourceState, http_status_of
 from feeds.yahoo_proto import ProtoDecodeError, clean_float32, decode_pricing_b64
 
@@ -55,7 +55,7 @@ BROWSER_USER_AGENT = (
 )
 
 
-class YahooSettings(BaseModel):
+class YahooSettings(StreamSettings):
     """Yahoo streamer and chart endpoint settings (every endpoint configurable)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -66,10 +66,6 @@ class YahooSettings(BaseModel):
     resubscribe_interval: float = Field(default=15.0, gt=0)
     stale_after: float = Field(default=120.0, gt=0)
     stale_policy: Literal["any", "all"] = "any"
-    open_timeout: float = Field(default=10.0, gt=0)
-    watchdog_interval: float = Field(default=1.0, gt=0)
-    backoff_initial: float = Field(default=1.0, gt=0)
-    backoff_max: float = Field(default=60.0, gt=0)
     rate_limit_penalty: float = Field(default=4.0, ge=1.0)
     user_agent: str = BROWSER_USER_AGENT
     rest_poll_interval: float = Field(default=60.0, gt=0)
@@ -77,12 +73,6 @@ class YahooSettings(BaseModel):
     rest_timeout: float = Field(default=10.0, gt=0)
     rest_max_bytes: int = Field(default=2_000_000, gt=0)
     rest_concurrency: int = Field(default=4, ge=1)
-
-    def backoff_policy(self) -> BackoffPolicy:
-        """Return the reconnect backoff policy."""
-        return BackoffPolicy(
-            initial=self.backoff_initial, maximum=max(self.backoff_max, self.backoff_initial)
-        )
 
 
 # --------------------------------------------------------------------------------- streaming
