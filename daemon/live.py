@@ -175,6 +175,11 @@ class LiveDaemon:
             on_stopping = getattr(comp, "on_stopping", None)
             if on_stopping is not None:
                 on_stopping(stopping_at)  # e.g. seal the recording where scheduling ends
+        # Stop the sources in the same step (no await in between): nothing received after the
+        # recording was sealed may reach the books while in-flight rounds finish.
+        source_tasks = [t for t in self._tasks if t.get_name().startswith("source-")]
+        for t in source_tasks:
+            t.cancel()
         if self.scheduler is not None:
             try:
                 await asyncio.wait_for(self.scheduler.shutdown(wait=True), STOP_GRACE)

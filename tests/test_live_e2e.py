@@ -407,16 +407,22 @@ async def test_live_run_with_faults_then_replay_reproduces_the_books(
 # --------------------------------------------------------------------------------------------
 
 Script = Callable[[LiveDaemon, Tape], Awaitable[None]]
+DuringStop = Callable[[LiveDaemon, Recorder], Awaitable[None]]
 
 
 async def live_then_replay(
-    sc: Scenario, tmp_path: Path, cfg: Config, script: Script
+    sc: Scenario, tmp_path: Path, cfg: Config, script: Script,
+    during_stop: DuringStop | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Run the daemon (with a Recorder) through ``script``, replay; return both sets of books."""
+    """Run the daemon (with a Recorder) through ``script``, replay; return both sets of books.
+
+    ``during_stop`` runs while ``LiveDaemon.stop()`` is in progress.
+    """
     db, rec = tmp_path / "live.db", tmp_path / "live.jsonl"
     get_nyse_calendar()
+    recorder = Recorder(rec, cfg)
     daemon = LiveDaemon(cfg, db=str(db), sources=lambda eng: build_sources(cfg, eng),
-                        components=[Recorder(rec, cfg)])
+                        components=[recorder])
     tape = Tape()
     await sc.wait_phase(0.2)
     await daemon.start()
@@ -427,7 +433,12 @@ async def live_then_replay(
                                      for c in sc.yahoo.open_conns), 10, "the Yahoo subscription")
         await script(daemon, tape)
     finally:
-        await daemon.stop()
+        stopping = asyncio.ensure_future(daemon.stop())
+        try:
+            if during_stop is not None:
+                await during_stop(daemon, recorder)
+        finally:
+            await stopping
     live = {m: b.state() for m, b in daemon.engine.books.items()}
     await replay(rec, cfg, tmp_path / "replay.db", progress=False)
     replayed = {m: json.loads(s) for m, s in rows(tmp_path / "replay.db",
@@ -667,3 +678,47 @@ async def test_stop_while_the_store_is_writing_stops_cleanly(tmp_path: Path) -> 
             await store.close()  # whatever the failure, release the database
     assert rows(db, "SELECT COUNT(*) FROM runs WHERE stopped_ts IS NOT NULL") == [(1,)]
     assert rows(db, "SELECT COUNT(*) FROM market_events") == [(1,)]
+
+
+async def test_nothing_reaches_the_books_after_the_recording_is_sealed(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    """Quotes arrive while stop() waits for a slow round; the replay must end on the same books.
+
+    Either the daemon stops its sources when it stops scheduling, or the recording keeps what
+    arrives until the end (and the replay schedules no round after scheduling stopped).
+    """
+    sc = scenario
+    cfg = make_config(sc, tmp_path / "live.db", agents=[
+        {"id": "equal_weight", "kind": "equal_weight", "markets": ["equity"]},
+        {"id": "slow", "kind": "cash", "markets": ["polymarket"]},
+    ])
+    slow: list[Slow] = []
+
+    async def script(d: LiveDaemon, tape: Tape) -> None:
+        eng = d.engine
+        assert eng is not None
+        slot = eng.slots["polymarket"]["slow"]
+        slot.agent = Slow(slot.agent, 0.75 * PERIOD)
+        slow.append(slot.agent)
+        await sc.wait_phase(1.0)
+        await sc.send_equities()
+        await wait_until(lambda: equities_applied(eng, sc), 5, "the first quotes")
+        await wait_until(slow[0].started.is_set, 5, "the slow Polymarket round")
+
+    async def during_stop(d: LiveDaemon, recorder: Recorder) -> None:
+        eng = d.engine
+        assert eng is not None
+        sched = d.scheduler
+        assert sched is not None
+        await wait_until(lambda: not sched.running, 5, "scheduling stopped")
+        if slow[0].finished:
+            pytest.fail("the slow round finished before scheduling stopped")
+        sc.step()
+        await sc.send_equities()
+        sources = [t_ for t_ in d._tasks if t_.get_name().startswith("source-yahoo")]
+        await wait_until(lambda: equities_applied(eng, sc) or all(t_.done() for t_ in sources),
+                         5, "the quotes applied, or the sources stopped")
+
+    live, replayed = await live_then_replay(sc, tmp_path, cfg, script, during_stop)
+    assert_books_equal(live["equity"], replayed["equity"])
