@@ -231,6 +231,8 @@ class Bus:
         self._started = False
         self.published = 0
         self.published_by_class: dict[str, int] = {}
+        self._muted: frozenset[str] = frozenset()
+        self.muted_events = 0
 
     def add_tap(self, pattern: str, tap: Tap) -> None:
         """Register a synchronous callable run inline, before subscribers, for matching events."""
@@ -282,10 +284,18 @@ class Bus:
             except Exception as exc:
                 log.error("bus tap failed", topic=event.topic, error=repr(exc))
 
+    def mute(self, topic_classes: Iterable[str]) -> None:
+        """Drop (and count) every later event of these classes: e.g. market data once a daemon
+        has sealed its recording and stopped scheduling, so nothing reaches the books after."""
+        self._muted = frozenset(topic_classes)
+
     async def publish(self, event: Event) -> None:
         """Publish one event: taps first, then every matching subscriber by its class policy."""
-        taps, subs = self._route(event.topic)
         cls = event.topic_class
+        if cls in self._muted:
+            self.muted_events += 1
+            return
+        taps, subs = self._route(event.topic)
         self.published += 1
         self.published_by_class[cls] = self.published_by_class.get(cls, 0) + 1
         if taps:
@@ -299,10 +309,13 @@ class Bus:
 
     def publish_nowait(self, event: Event) -> None:
         """Publish a conflating-class event from synchronous code (never blocks)."""
-        if event.topic_class not in self.conflating:
-            raise ValueError(f"publish_nowait is only for conflating events, not {event.topic}")
-        taps, subs = self._route(event.topic)
         cls = event.topic_class
+        if cls not in self.conflating:
+            raise ValueError(f"publish_nowait is only for conflating events, not {event.topic}")
+        if cls in self._muted:
+            self.muted_events += 1
+            return
+        taps, subs = self._route(event.topic)
         self.published += 1
         self.published_by_class[cls] = self.published_by_class.get(cls, 0) + 1
         if taps:

@@ -22,10 +22,14 @@ from daemon.clock import LiveClock
 from daemon.components import Component
 from daemon.config import Config
 from daemon.engine import Engine
+from daemon.events import HISTORY, MARKET, NEWS, PRICE, RESOLUTION
 from daemon.schedule import LiveScheduler
 from daemon.store import Store
 
 log = structlog.get_logger(__name__)
+
+#: Topic classes of market data (what a recording holds).
+MARKET_DATA_CLASSES = (PRICE, NEWS, MARKET, RESOLUTION, HISTORY)
 
 #: How long in-flight decision rounds may take to finish after SIGTERM.
 STOP_GRACE = 20.0
@@ -175,8 +179,11 @@ class LiveDaemon:
             on_stopping = getattr(comp, "on_stopping", None)
             if on_stopping is not None:
                 on_stopping(stopping_at)  # e.g. seal the recording where scheduling ends
-        # Stop the sources in the same step (no await in between): nothing received after the
-        # recording was sealed may reach the books while in-flight rounds finish.
+        # Stop ingesting in the same step (no await in between): nothing received after the
+        # recording was sealed may reach the books while in-flight rounds finish, not even a
+        # frame a source's sub-task already holds when it is cancelled.
+        if self.engine is not None:
+            self.engine.bus.mute(MARKET_DATA_CLASSES)
         source_tasks = [t for t in self._tasks if t.get_name().startswith("source-")]
         for t in source_tasks:
             t.cancel()

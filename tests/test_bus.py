@@ -147,3 +147,20 @@ def test_publish_nowait_refuses_reliable_classes() -> None:
     bus = Bus()
     with pytest.raises(ValueError, match="only for conflating"):
         bus.publish_nowait(decision(1))
+
+
+async def test_muted_classes_reach_no_tap_and_no_subscriber() -> None:
+    bus = Bus()
+    tapped: list[str] = []
+    seen: list[str] = []
+    bus.add_tap("#", lambda ev: tapped.append(ev.topic))
+    bus.subscribe("#", lambda ev: seen.append(ev.topic), name="all")
+    await bus.start()
+    bus.mute({"price"})
+    bus.publish_nowait(price("A", 1.0))
+    await bus.publish(price("B", 1.0))
+    await bus.publish(decision(1))
+    await bus.drain()
+    assert tapped == seen == ["decision.a"]
+    assert bus.muted_events == 2
+    await bus.stop()

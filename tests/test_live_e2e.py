@@ -424,8 +424,7 @@ async def live_then_replay(
     daemon = LiveDaemon(cfg, db=str(db), sources=lambda eng: build_sources(cfg, eng),
                         components=[recorder])
     tape = Tape()
-    await sc.wait_phase(0.2)
-    await daemon.start()
+    await daemon.start()  # a round before any data may fire live only: it trades nothing
     try:
         assert daemon.engine is not None
         daemon.engine.bus.add_tap("#", tape)
@@ -721,4 +720,31 @@ async def test_nothing_reaches_the_books_after_the_recording_is_sealed(
                          5, "the quotes applied, or the sources stopped")
 
     live, replayed = await live_then_replay(sc, tmp_path, cfg, script, during_stop)
+    assert_books_equal(live["equity"], replayed["equity"])
+
+
+# Fixed: stop() mutes market data on the bus in the same step as the seal, so a frame a source's
+# sub-task still holds cannot reach the books.
+
+
+async def test_quotes_in_flight_when_stop_begins_end_up_in_both_or_neither(
+    scenario: Scenario, tmp_path: Path
+) -> None:
+    """Quotes sent just before stop(): the live books and the replay must agree either way."""
+    sc = scenario
+    cfg = make_config(sc, tmp_path / "live.db", polymarket=False,
+                      agents=[{"id": "equal_weight", "kind": "equal_weight"}])
+
+    async def script(d: LiveDaemon, tape: Tape) -> None:
+        eng = d.engine
+        assert eng is not None
+        t = await sc.wait_phase(1.0)
+        await sc.send_equities()
+        await wait_until(lambda: equities_applied(eng, sc), 5, "the first quotes")
+        await next_round(eng, tape, t)
+        sc.step()
+        await sc.send_equities()  # on the wire...
+        await asyncio.sleep(0)  # ...and read by the client when stop() begins
+
+    live, replayed = await live_then_replay(sc, tmp_path, cfg, script)
     assert_books_equal(live["equity"], replayed["equity"])
