@@ -262,25 +262,35 @@ class Store:
             self._pending.append((seq, ev.ts, ev.recv_ts, ev.market, ev.asset, ev.price, ev.bid,
                                   ev.ask))
         else:
-            self.add_events((ev,), seq)
+            market = getattr(ev, "market", None)
+            asset = ev.id if isinstance(ev, NewsEvent) else getattr(ev, "question_id", None)
+            self._pending.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, market, asset, None,
+                                  None, None, encode_event(ev).decode()))
 
     def flush_soon(self) -> None:
         """Start writing the buffered events in the background (ordered by the write lock)."""
         if not self._pending:
             return
         rows, self._pending = self._pending, []
-        task = asyncio.get_running_loop().create_task(self._flush_rows(rows))
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
+        asyncio.get_running_loop().create_task(self._atomic(self._insert_events, rows))
 
-    async def _atomic(self, fn: Any, *args: Any) -> None:
-        """Run one transaction to completion under the write lock, even if the caller is
-        cancelled: aiosqlite runs statements on its own thread, so abandoning a transaction
+    async def _atomic(self, fn: Any, *args: Any, transaction: bool = True) -> None:
+        """Run ``fn`` as one transaction to completion under the write lock, even if the caller
+        is cancelled: aiosqlite runs statements on its own thread, so abandoning a transaction
         half-way would leave it open for the next one."""
 
         async def run() -> None:
             async with self._tx:
-                await fn(*args)
+                if not transaction:
+                    await fn(*args)
+                    return
+                await self.db.execute("BEGIN IMMEDIATE")
+                try:
+                    await fn(*args)
+                    await self.db.execute("COMMIT")
+                except BaseException:
+                    await self.db.execute("ROLLBACK")
+                    raise
 
         task = asyncio.ensure_future(run())
         self._inflight.add(task)
@@ -294,17 +304,7 @@ class Store:
             await self.db.execute("BEGIN IMMEDIATE")
             await self.db.execute("ROLLBACK")
 
-        await self._atomic(probe)
-
-    async def _flush_rows(self, rows: list[tuple[Any, ...]]) -> None:
-        async with self._tx:
-            await self.db.execute("BEGIN IMMEDIATE")
-            try:
-                await self._insert_events(rows)
-                await self.db.execute("COMMIT")
-            except BaseException:
-                await self.db.execute("ROLLBACK")
-                raise
+        await self._atomic(probe, transaction=False)
 
     async def wait_flushed(self) -> None:
         """Wait for background flushes started by :meth:`flush_soon`."""
@@ -313,16 +313,8 @@ class Store:
 
     def add_events(self, events: Iterable[Event], seq: int | None = None) -> None:
         """Buffer market-data events for the next flush."""
-        pend = self._pending
         for ev in events:
-            if isinstance(ev, PriceEvent):
-                pend.append((seq, ev.ts, ev.recv_ts, ev.market, ev.asset, ev.price, ev.bid,
-                             ev.ask))
-            else:
-                market = getattr(ev, "market", None)
-                asset = ev.id if isinstance(ev, NewsEvent) else getattr(ev, "question_id", None)
-                pend.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, market, asset, None,
-                             None, None, encode_event(ev).decode()))
+            self.add_event(ev, seq)
 
     @property
     def pending_events(self) -> int:
@@ -360,15 +352,9 @@ class Store:
         await self._atomic(self._flush, checkpoint)
 
     async def _flush(self, checkpoint: tuple[int, float, dict[str, Any]] | None) -> None:
-        await self.db.execute("BEGIN IMMEDIATE")
-        try:
-            await self._write_pending()
-            if checkpoint is not None:
-                await self._write_checkpoint(checkpoint)
-            await self.db.execute("COMMIT")
-        except BaseException:
-            await self.db.execute("ROLLBACK")
-            raise
+        await self._write_pending()
+        if checkpoint is not None:
+            await self._write_checkpoint(checkpoint)
 
     async def _write_checkpoint(self, cp: tuple[int, float, dict[str, Any]]) -> None:
         offset, clock, state = cp
@@ -388,82 +374,76 @@ class Store:
 
     async def _commit_round(self, rc: RoundCommit) -> None:
         db = self.db
-        await db.execute("BEGIN IMMEDIATE")
-        try:
-            await self._write_pending()
+        await self._write_pending()
+        await db.executemany(
+            "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
+            " reason, input_json, input_sha256, raw_output, allocation_json,"
+            " template_version, attempts, duration_s, run_id)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
+              d.input_json, d.input_sha256, d.raw_output,
+              None if d.allocation is None else _dumps(d.allocation),
+              d.template_version, d.attempts, d.duration_s, self.run_id)
+             for d in rc.decisions],
+        )
+        calls = [
+            (d.agent, d.market, d.scheduled_ts, int(c.get("attempt", 0)),
+             float(c.get("ts", d.decided_ts)), c.get("model"), c.get("raw_response"),
+             c.get("error"), c.get("finish_reason"), c.get("tokens_in"),
+             c.get("tokens_out"), c.get("latency_s"), c.get("cost_usd"))
+            for d in rc.decisions for c in d.calls
+        ]
+        if calls:
             await db.executemany(
-                "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
-                " reason, input_json, input_sha256, raw_output, allocation_json,"
-                " template_version, attempts, duration_s, run_id)"
-                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
-                  d.input_json, d.input_sha256, d.raw_output,
-                  None if d.allocation is None else _dumps(d.allocation),
-                  d.template_version, d.attempts, d.duration_s, self.run_id)
-                 for d in rc.decisions],
+                "INSERT INTO llm_calls(agent, market, scheduled_ts, attempt, ts, model,"
+                " raw_response, error, finish_reason, tokens_in, tokens_out, latency_s,"
+                " cost_usd) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                calls,
             )
-            calls = [
-                (d.agent, d.market, d.scheduled_ts, int(c.get("attempt", 0)),
-                 float(c.get("ts", d.decided_ts)), c.get("model"), c.get("raw_response"),
-                 c.get("error"), c.get("finish_reason"), c.get("tokens_in"),
-                 c.get("tokens_out"), c.get("latency_s"), c.get("cost_usd"))
-                for d in rc.decisions for c in d.calls
-            ]
-            if calls:
-                await db.executemany(
-                    "INSERT INTO llm_calls(agent, market, scheduled_ts, attempt, ts, model,"
-                    " raw_response, error, finish_reason, tokens_in, tokens_out, latency_s,"
-                    " cost_usd) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    calls,
-                )
+        await db.executemany(
+            "INSERT INTO fills(agent, market, scheduled_ts, ts, trades_json, traded_value,"
+            " cost, value_before, value_after, weights_json) VALUES(?,?,?,?,?,?,?,?,?,?)",
+            [(f.agent, f.market, f.scheduled_ts, f.ts, _dumps(f.trades), f.traded_value,
+              f.cost, f.value_before, f.value_after, _dumps(f.weights)) for f in rc.fills],
+        )
+        for market, state in rc.books.items():
+            await db.execute(
+                "INSERT INTO books(market, state_json, updated_ts) VALUES(?,?,?) "
+                "ON CONFLICT(market) DO UPDATE SET state_json=excluded.state_json, "
+                "updated_ts=excluded.updated_ts",
+                (market, _dumps(state), _now_of(rc)),
+            )
+        if rc.equity:
             await db.executemany(
-                "INSERT INTO fills(agent, market, scheduled_ts, ts, trades_json, traded_value,"
-                " cost, value_before, value_after, weights_json) VALUES(?,?,?,?,?,?,?,?,?,?)",
-                [(f.agent, f.market, f.scheduled_ts, f.ts, _dumps(f.trades), f.traded_value,
-                  f.cost, f.value_before, f.value_after, _dumps(f.weights)) for f in rc.fills],
+                "INSERT OR REPLACE INTO equity(agent, market, ts, kind, value, cash) "
+                "VALUES(?,?,?,?,?,?)",
+                rc.equity,
             )
-            for market, state in rc.books.items():
-                await db.execute(
-                    "INSERT INTO books(market, state_json, updated_ts) VALUES(?,?,?) "
-                    "ON CONFLICT(market) DO UPDATE SET state_json=excluded.state_json, "
-                    "updated_ts=excluded.updated_ts",
-                    (market, _dumps(state), _now_of(rc)),
-                )
-            if rc.equity:
-                await db.executemany(
-                    "INSERT OR REPLACE INTO equity(agent, market, ts, kind, value, cash) "
-                    "VALUES(?,?,?,?,?,?)",
-                    rc.equity,
-                )
-            for row in rc.agent_states:
-                await db.execute(
-                    "INSERT INTO agent_state(agent, market, status, reason, ts) VALUES(?,?,?,?,?) "
-                    "ON CONFLICT(agent, market) DO UPDATE SET status=excluded.status, "
-                    "reason=excluded.reason, ts=excluded.ts",
-                    row,
-                )
-            for qid, market, ts, payouts, source in rc.resolutions:
-                await db.execute(
-                    "INSERT OR IGNORE INTO resolutions(question_id, market, ts, payouts_json,"
-                    " source) VALUES(?,?,?,?,?)",
-                    (qid, market, ts, _dumps(payouts), source),
-                )
-            if rc.checkpoint is not None:
-                await self._write_checkpoint(rc.checkpoint)
-            await db.execute("COMMIT")
-        except BaseException:
-            await db.execute("ROLLBACK")
-            raise
+        for row in rc.agent_states:
+            await db.execute(
+                "INSERT INTO agent_state(agent, market, status, reason, ts) VALUES(?,?,?,?,?) "
+                "ON CONFLICT(agent, market) DO UPDATE SET status=excluded.status, "
+                "reason=excluded.reason, ts=excluded.ts",
+                row,
+            )
+        for qid, market, ts, payouts, source in rc.resolutions:
+            await db.execute(
+                "INSERT OR IGNORE INTO resolutions(question_id, market, ts, payouts_json,"
+                " source) VALUES(?,?,?,?,?)",
+                (qid, market, ts, _dumps(payouts), source),
+            )
+        if rc.checkpoint is not None:
+            await self._write_checkpoint(rc.checkpoint)
 
     async def record_alert(self, ts: float, kind: str, severity: str, agent: str, market: str,
                            value: float, limit: float, message: str) -> None:
         """Persist one alert."""
-        async with self._tx:
-            await self.db.execute(
-                "INSERT INTO alerts(ts, kind, severity, agent, market, value, limit_value,"
-                " message) VALUES(?,?,?,?,?,?,?,?)",
-                (ts, kind, severity, agent, market, value, limit, message),
-            )
+        await self._atomic(
+            self.db.execute,
+            "INSERT INTO alerts(ts, kind, severity, agent, market, value, limit_value, message)"
+            " VALUES(?,?,?,?,?,?,?,?)",
+            (ts, kind, severity, agent, market, value, limit, message),
+        )
 
     # -- reads ----------------------------------------------------------------------------------
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
