@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -26,14 +25,7 @@ from feeds.alpaca import (
 from feeds.connection import SourceState
 from feeds.equities import EquitySourcesSettings, build_equity_sources
 from tests.fakes.alpaca_server import FakeAlpaca, bar, quote, trade
-from tests.fakes.yahoo_server import wait_for
-
-
-class MaxRng(random.Random):
-    """Make full-jitter backoff deterministic: always the cap."""
-
-    def uniform(self, a: float, b: float) -> float:
-        return b
+from tests.helpers import MaxRng, collecting_bus, wait_for
 
 
 @pytest.fixture
@@ -85,11 +77,6 @@ def make_source(
     )
 
 
-def collecting_bus() -> tuple[Bus, list[Event]]:
-    bus = Bus()
-    seen: list[Event] = []
-    bus.add_tap("#", seen.append)
-    return bus, seen
 
 
 @contextlib.asynccontextmanager

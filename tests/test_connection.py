@@ -28,7 +28,7 @@ from feeds.connection import (
     aggregate_state,
     http_status_of,
 )
-from tests.fakes.polymarket_server import wait_for
+from tests.helpers import wait_for
 
 FAST = BackoffPolicy(initial=0.02, maximum=0.1, multiplier=2.0, reset_after=0.5)
 

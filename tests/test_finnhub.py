@@ -25,7 +25,7 @@ from feeds.finnhub import (
     redact_url,
 )
 from tests.fakes.finnhub_server import FakeFinnhub, trades_frame
-from tests.fakes.yahoo_server import wait_for
+from tests.helpers import collecting_bus, wait_for
 
 
 @pytest.fixture
@@ -58,11 +58,6 @@ def settings_for(fake: FakeFinnhub, **kw: Any) -> FinnhubSettings:
     return FinnhubSettings(**base)
 
 
-def collecting_bus() -> tuple[Bus, list[Event]]:
-    bus = Bus()
-    seen: list[Event] = []
-    bus.add_tap("#", seen.append)
-    return bus, seen
 
 
 @contextlib.asynccontextmanager

@@ -10,14 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
-import signal
 import socket
-import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,51 +37,10 @@ from daemon.events import (
     encode_event,
 )
 from daemon.mqtt import MqttBridge, MqttSettings, event_id, mqtt_topic, status_topic
+from tests.mosquitto import HOST, PORT, PrivateBroker, requires_broker, until
 
-HOST = "127.0.0.1"
-PORT = 1883
-SYSTEM_CONF = "/etc/mosquitto/mosquitto.conf"
+pytestmark = requires_broker
 
-
-def _listening(host: str, port: int) -> bool:
-    """Return whether something accepts TCP connections at ``host:port``."""
-    try:
-        with socket.create_connection((host, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-def _ensure_system_broker() -> bool:
-    """Return whether a broker listens on 127.0.0.1:1883, starting Mosquitto once if not."""
-    if _listening(HOST, PORT):
-        return True
-    if shutil.which("mosquitto") and Path(SYSTEM_CONF).exists():
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(
-                ["mosquitto", "-d", "-c", SYSTEM_CONF], check=False, timeout=5, capture_output=True
-            )
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:
-            if _listening(HOST, PORT):
-                return True
-            time.sleep(0.05)
-    return False
-
-
-pytestmark = pytest.mark.skipif(
-    not _ensure_system_broker(),
-    reason="no MQTT broker listens on 127.0.0.1:1883 and `mosquitto -d` could not start one",
-)
-
-
-async def until(pred: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    """Wait until ``pred()`` holds, failing the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def decision(agent: str, i: int) -> DecisionEvent:
@@ -377,49 +333,11 @@ async def test_unreachable_broker_never_blocks_the_bus_and_stop_counts_unsent() 
     await bus.stop()
 
 
-class PrivateBroker:
-    """A Mosquitto with persistence on a free port, which a test may stop and restart."""
-
-    def __init__(self, root: Path) -> None:
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            self.port: int = s.getsockname()[1]
-        self.conf = root / "mosquitto.conf"
-        lines = [
-            f"listener {self.port} {HOST}",
-            "allow_anonymous true",
-            "persistence true",
-            f"persistence_location {root}/",
-            f"log_dest file {root}/mosquitto.log",
-            "max_queued_messages 100000",  # the default 1000 drops for a briefly slow subscriber
-        ]
-        if os.geteuid() == 0:
-            lines.append("user root")
-        self.conf.write_text("\n".join(lines) + "\n")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    async def start(self) -> None:
-        self.proc = subprocess.Popen(["mosquitto", "-c", str(self.conf)])
-        await until(lambda: _listening(HOST, self.port), timeout=5.0, what="private broker")
-
-    async def stop(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)  # graceful: the broker saves its sessions to disk
-        await asyncio.get_running_loop().run_in_executor(None, self.proc.wait, 5.0)
-        self.proc = None
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(5.0)
-            self.proc = None
-
-
 @pytest.mark.skipif(shutil.which("mosquitto") is None, reason="mosquitto binary not installed")
 async def test_broker_restart_reconnects_resends_and_keeps_sessions(
     harness: Harness, tmp_path: Path
 ) -> None:
-    broker = PrivateBroker(tmp_path)
+    broker = PrivateBroker(tmp_path, max_queued_messages=100_000)
     harness.port = broker.port
     await broker.start()
     try:

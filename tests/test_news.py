@@ -27,7 +27,7 @@ from feeds.news import (
     question_query,
 )
 from tests.fakes.news_server import FakeNews, RssItem, rss_document
-from tests.fakes.yahoo_server import wait_for
+from tests.helpers import collecting_bus, wait_for
 
 HOUR = 3600.0
 
@@ -67,11 +67,6 @@ def settings_for(fake: FakeNews, **kw: Any) -> NewsSettings:
     return NewsSettings(**base)
 
 
-def collecting_bus() -> tuple[Bus, list[Event]]:
-    bus = Bus()
-    seen: list[Event] = []
-    bus.add_tap("#", seen.append)
-    return bus, seen
 
 
 def news(seen: list[Event]) -> list[NewsEvent]:

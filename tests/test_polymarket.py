@@ -29,8 +29,8 @@ from tests.fakes.polymarket_server import (
     change,
     gamma_market,
     price_change,
-    wait_for,
 )
+from tests.helpers import wait_for
 
 BOOK_Y1 = Book(
     bids=[(0.40, 100), (0.45, 50), (0.48, 10)], asks=[(0.60, 100), (0.55, 50), (0.52, 10)]

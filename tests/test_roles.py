@@ -20,16 +20,12 @@ import asyncio
 import contextlib
 import json
 import math
-import os
 import shutil
-import signal
-import socket
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,55 +46,16 @@ from daemon.roles import (
     role_daemon,
 )
 from scoring.leaderboard import leaderboard, to_json
+from tests.mosquitto import HOST, PORT, PrivateBroker, listening, requires_broker, until
 from tests.recordings import TINY_CONFIG, make_recording
 
+pytestmark = requires_broker
+
 ROOT = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"
-PORT = 1883
-SYSTEM_CONF = "/etc/mosquitto/mosquitto.conf"
 GROUPS = (("bh", "ew"), ("mom", "cash"))
 #: Leaderboard fields computed across the agents of one database (rank, composite, ties).
 CROSS_AGENT = frozenset({"rank", "tied_with_next", "composite_score", "composite_rank"})
 TEST_CONFIG = TINY_CONFIG + "\n[http]\nenabled = false\n"
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-def _ensure_system_broker() -> bool:
-    """Return whether a broker listens on 127.0.0.1:1883, starting Mosquitto once if not."""
-    if _listening(PORT):
-        return True
-    if shutil.which("mosquitto") and Path(SYSTEM_CONF).exists():
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["mosquitto", "-d", "-c", SYSTEM_CONF], check=False, timeout=5,
-                           capture_output=True)
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:
-            if _listening(PORT):
-                return True
-            time.sleep(0.05)
-    return False
-
-
-pytestmark = pytest.mark.skipif(
-    not _ensure_system_broker(),
-    reason="no MQTT broker listens on 127.0.0.1:1883 and `mosquitto -d` could not start one",
-)
-
-
-async def until(pred: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Wait until ``pred()`` holds, failing the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 # ------------------------------------------------------------------------------------- fixtures
@@ -170,7 +127,7 @@ class Broker:
 
     async def purge(self) -> None:
         """Drop the persistent sessions and retained topics left in our namespace."""
-        if not _listening(self.port):
+        if not listening(self.port):
             return
         for pid in self.process_ids:
             async with aiomqtt.Client(HOST, self.port,
@@ -196,40 +153,6 @@ async def broker() -> AsyncIterator[Broker]:
         yield b
     finally:
         await b.purge()
-
-
-class PrivateBroker:
-    """A Mosquitto with persistence on a free port, which a test may restart or kill."""
-
-    def __init__(self, root: Path) -> None:
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            self.port: int = s.getsockname()[1]
-        self.conf = root / "mosquitto.conf"
-        lines = [f"listener {self.port} {HOST}", "allow_anonymous true", "persistence true",
-                 f"persistence_location {root}/", f"log_dest file {root}/mosquitto.log"]
-        if os.geteuid() == 0:
-            lines.append("user root")
-        self.conf.write_text("\n".join(lines) + "\n")  # default max_queued_messages (1000)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    async def start(self) -> None:
-        self.proc = subprocess.Popen(["mosquitto", "-c", str(self.conf)])
-        await until(lambda: _listening(self.port), timeout=5.0, what="private broker")
-
-    async def stop(self) -> None:
-        """Stop gracefully: the broker saves sessions and retained messages to disk."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        await asyncio.get_running_loop().run_in_executor(None, self.proc.wait, 5.0)
-        self.proc = None
-
-    def kill(self) -> None:
-        """Crash: whatever changed since the last save is lost."""
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait(5.0)
-            self.proc = None
 
 
 # ------------------------------------------------------------------------------------- helpers

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import random
 import struct
 import time
 from collections.abc import AsyncIterator, Callable
@@ -37,16 +36,12 @@ from feeds.yahoo_proto import (
     decode_pricing_b64,
     encode_pricing,
 )
-from tests.fakes.yahoo_server import FakeYahoo, chart_payload, pricing_frame, wait_for
+from tests.fakes.yahoo_server import FakeYahoo, chart_payload, pricing_frame
+from tests.helpers import MaxRng, collecting_bus, wait_for
 
 EXAMPLE = "CgRES05HFa5HxEEYkJu3uYxoKgNOTVMwCDgBRet8lUBIpqS0BmXwKIw/2AEE"
 
 
-class MaxRng(random.Random):
-    """Make full-jitter backoff deterministic: always the cap."""
-
-    def uniform(self, a: float, b: float) -> float:
-        return b
 
 
 @pytest.fixture
@@ -75,11 +70,6 @@ def settings_for(fake: FakeYahoo, **kw: Any) -> YahooSettings:
     return YahooSettings(**base)
 
 
-def collecting_bus() -> tuple[Bus, list[Event]]:
-    bus = Bus()
-    seen: list[Event] = []
-    bus.add_tap("#", seen.append)
-    return bus, seen
 
 
 @contextlib.asynccontextmanager

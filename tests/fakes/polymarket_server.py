@@ -22,6 +22,8 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from tests.helpers import wait_for
+
 
 @dataclass
 class Book:
@@ -391,12 +393,3 @@ class FakePolymarket:
         if tok not in self.midpoints:
             return web.json_response({"error": "no orderbook"}, status=404)
         return web.json_response(self.midpoints[tok])
-
-
-async def wait_for(pred: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01) -> None:
-    """Poll ``pred`` until true or raise TimeoutError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        await asyncio.sleep(interval)

@@ -15,7 +15,6 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -264,12 +263,3 @@ class FakeYahoo:
                 {"chart": {"result": None, "error": {"code": "Not Found"}}}, status=404
             )
         return web.json_response(payload)
-
-
-async def wait_for(pred: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01) -> None:
-    """Poll ``pred`` until true or raise TimeoutError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        await asyncio.sleep(interval)
