@@ -371,11 +371,6 @@ def build_alpaca_source(
         symbols,
         bus=bus,
         now=now,
-        stale_after=settings.stale_after,
-        backoff=settings.backoff_policy(),
         is_open=is_open,
-        open_timeout=settings.open_timeout,
-        dead_after=settings.dead_after,
-        watchdog_interval=settings.watchdog_interval,
-        stale_policy=settings.stale_policy,
+        **settings.stream_options(),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -91,11 +92,16 @@ class BackoffSettings(BaseModel):
 
     backoff_initial: float = Field(default=1.0, gt=0, description="first retry delay cap (s)")
     backoff_max: float = Field(default=60.0, gt=0, description="largest retry delay cap (s)")
+    backoff_reset_after: float = Field(
+        default=60.0, ge=0, description="stable seconds after which backoff starts over"
+    )
 
     def backoff_policy(self) -> BackoffPolicy:
         """Return the reconnect (or retry) backoff policy."""
         return BackoffPolicy(
-            initial=self.backoff_initial, maximum=max(self.backoff_max, self.backoff_initial)
+            initial=self.backoff_initial,
+            maximum=max(self.backoff_max, self.backoff_initial),
+            reset_after=self.backoff_reset_after,
         )
 
 
@@ -104,3 +110,21 @@ class StreamSettings(BackoffSettings):
 
     open_timeout: float = Field(default=10.0, gt=0, description="connect + handshake bound (s)")
     watchdog_interval: float = Field(default=1.0, gt=0, description="staleness check period (s)")
+    stale_after: float = Field(default=120.0, gt=0, description="a key without data is stale")
+    stale_policy: Literal["any", "all"] = Field(
+        default="any", description="reconnect when any / all of a shard's keys are stale"
+    )
+    dead_after: float | None = Field(
+        default=None, gt=0, description="reconnect after this long without any frame"
+    )
+
+    def stream_options(self) -> dict[str, Any]:
+        """Return the :class:`feeds.connection.StreamingSource` options these settings set."""
+        return {
+            "stale_after": self.stale_after,
+            "stale_policy": self.stale_policy,
+            "dead_after": self.dead_after,
+            "backoff": self.backoff_policy(),
+            "open_timeout": self.open_timeout,
+            "watchdog_interval": self.watchdog_interval,
+        }

@@ -50,12 +50,8 @@ def build_yahoo_source(
         symbols,
         bus=bus,
         now=now,
-        stale_after=settings.stale_after,
-        backoff=settings.backoff_policy(),
         is_open=is_open,
-        open_timeout=settings.open_timeout,
-        watchdog_interval=settings.watchdog_interval,
-        stale_policy=settings.stale_policy,
+        **settings.stream_options(),
         ws_options={"user_agent_header": settings.user_agent},
     )
 

@@ -32,12 +32,12 @@ from typing import Any, Literal
 import aiohttp
 import msgspec
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
 from daemon.events import Event, MarketListed, ResolutionEvent, SourceStatus
-from feeds.backoff import Backoff, BackoffPolicy
+from feeds.backoff import Backoff, StreamSettings
 from feeds.connection import (
     DecodeResult,
     SourceCounters,
@@ -68,7 +68,7 @@ History = dict[str, list[tuple[float, float]]]
 HistorySink = Callable[[History], Awaitable[None] | None]
 
 
-class PolymarketSettings(BaseModel):
+class PolymarketSettings(StreamSettings):
     """Settings of the Polymarket source (``sources.polymarket`` in the config)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -91,12 +91,7 @@ class PolymarketSettings(BaseModel):
     # Additions to the documented settings (tuning; defaults suit production).
     stale_policy: Literal["any", "all"] = "any"
     dead_after: float | None = Field(default=60.0, description="no frame at all (not even PONG)")
-    watchdog_interval: float = Field(default=1.0, gt=0)
-    open_timeout: float = Field(default=10.0, gt=0)
     http_timeout: float = Field(default=15.0, gt=0)
-    backoff_initial: float = Field(default=1.0, gt=0)
-    backoff_max: float = Field(default=60.0, gt=0)
-    backoff_reset_after: float = Field(default=60.0, ge=0)
     discovery_pages: int = Field(default=5, ge=1, description="max Gamma pages of 100 scanned")
     backfill: bool = True
 
@@ -566,23 +561,14 @@ class PolymarketSource:
         self.tracker = ResolutionTracker(on_resolved=self._on_resolved)
         self.decoder = PolymarketDecoder(mark=settings.mark, on_resolved=self._ws_resolved)
         self.adapter = PolymarketAdapter(settings, self.decoder)
-        self._policy = BackoffPolicy(
-            initial=settings.backoff_initial,
-            maximum=max(settings.backoff_max, settings.backoff_initial),
-            reset_after=settings.backoff_reset_after,
-        )
+        self._policy = settings.backoff_policy()
         self._rng = rng if rng is not None else random.Random()
         self.streaming = StreamingSource(
             self.adapter,
             (),
             bus=bus,
             now=now,
-            stale_after=settings.stale_after,
-            backoff=self._policy,
-            open_timeout=settings.open_timeout,
-            dead_after=settings.dead_after,
-            watchdog_interval=settings.watchdog_interval,
-            stale_policy=settings.stale_policy,
+            **settings.stream_options(),
             name=self.name,
             rng=self._rng,
         )

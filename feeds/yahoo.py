@@ -18,7 +18,7 @@ import asyncio
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -64,8 +64,6 @@ class YahooSettings(StreamSettings):
     chart_url: str = "https://query1.finance.yahoo.com/v8/finance/chart"
     max_per_connection: int = Field(default=100, ge=1, le=100)
     resubscribe_interval: float = Field(default=15.0, gt=0)
-    stale_after: float = Field(default=120.0, gt=0)
-    stale_policy: Literal["any", "all"] = "any"
     rate_limit_penalty: float = Field(default=4.0, ge=1.0)
     user_agent: str = BROWSER_USER_AGENT
     rest_poll_interval: float = Field(default=60.0, gt=0)
