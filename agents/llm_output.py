@@ -20,12 +20,12 @@ from agents.validation import SUM_TOLERANCE, InvalidAllocation, validate_allocat
 
 #: Longest text searched for a JSON object (characters); longer answers are cut.
 MAX_TEXT_CHARS = 200_000
-#: At most this many '{' positions are tried as the start of an object.
-MAX_OBJECT_STARTS = 256
+#: Times the object scan restarts after an unterminated string swallowed the rest of the text.
+MAX_SCAN_RESTARTS = 8
 
-_THINK_BLOCK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORECASE)
-_THINK_CLOSE = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
-_THINK_OPEN = re.compile(r"<think(?:ing)?>", re.IGNORECASE)
+_THINK_TAG = re.compile(r"<(/?)think(?:ing)?>", re.IGNORECASE)
+#: The characters that matter to the object scan; a backslash takes the next character with it.
+_STRUCTURE = re.compile(r'\\.|[{}\[\]"]', re.DOTALL)
 
 
 class InvalidOutput(ValueError):
@@ -40,16 +40,33 @@ class ParsedOutput:
     reasoning: str
 
 
+def split_think(text: str) -> tuple[str, str]:
+    """Return (``text`` outside ``<think>`` blocks, the text of an unclosed last block).
+
+    Closed blocks are removed; a closing tag without its opening one drops everything before it
+    (the thinking came first); an unclosed block runs to the end. One pass over the tags.
+    """
+    kept: list[str] = []
+    pos = 0
+    open_at: int | None = None
+    for m in _THINK_TAG.finditer(text):
+        if m.group(1):  # </think>
+            if open_at is None:
+                kept.clear()
+            open_at = None
+            pos = m.end()
+        elif open_at is None:
+            kept.append(text[pos : m.start()])
+            open_at = m.end()
+    if open_at is None:
+        kept.append(text[pos:])
+        return " ".join(kept), ""
+    return " ".join(kept), text[open_at:]
+
+
 def strip_think(text: str) -> str:
     """Return ``text`` without ``<think>`` blocks (an unclosed one runs to the end)."""
-    text = _THINK_BLOCK.sub(" ", text)
-    closes = list(_THINK_CLOSE.finditer(text))
-    if closes:  # a closing tag without its opening one: the thinking came first
-        text = text[closes[-1].end() :]
-    m = _THINK_OPEN.search(text)
-    if m:
-        text = text[: m.start()]
-    return text
+    return split_think(text)[0]
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -61,122 +78,117 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_TRAILING_COMMA = re.compile(r'"(?:[^"\\]|\\.)*"|,(?=\s*[}\]])', re.DOTALL)
+
+
 def _strip_trailing_commas(s: str) -> str:
     """Remove commas directly before ``}`` or ``]`` outside JSON strings."""
-    out: list[str] = []
-    in_str = False
-    escaped = False
-    i = 0
-    n = len(s)
-    while i < n:
-        c = s[i]
-        if in_str:
-            out.append(c)
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-            out.append(c)
-        elif c == ",":
-            j = i + 1
-            while j < n and s[j] in " \t\r\n":
-                j += 1
-            if j >= n or s[j] not in "}]":
-                out.append(c)
-        else:
-            out.append(c)
-        i += 1
-    return "".join(out)
+    return _TRAILING_COMMA.sub(lambda m: m.group() if m.group() != "," else "", s)
 
 
-def _object_end(s: str, start: int) -> int | None:
-    """Return the index of the ``}`` closing the object opened at ``start`` (strings aware)."""
-    depth = 0
-    in_str = False
-    escaped = False
-    for i in range(start, len(s)):
-        c = s[i]
-        if in_str:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_str = False
-        elif c == '"':
-            in_str = True
-        elif c in "{[":
-            depth += 1
-        elif c in "}]":
-            depth -= 1
-            if depth == 0:
-                return i if c == "}" else None
-            if depth < 0:
-                return None
-    return None
+def object_spans(text: str) -> list[tuple[int, int]]:
+    """Return the ``(start, end)`` of the outermost balanced ``{...}`` of ``text``, in order.
 
-
-def _candidates(text: str) -> list[str]:
-    """Return the balanced top-level ``{...}`` substrings of ``text``, in order."""
-    out: list[str] = []
-    pos = 0
-    tries = 0
-    while tries < MAX_OBJECT_STARTS:
-        start = text.find("{", pos)
-        if start < 0:
+    One pass over the structural characters (braces, brackets, quotes), strings aware; the work
+    is linear in the length of ``text``. Text outside objects is prose (its quotes and brackets
+    do not count). An object left open does not hide the balanced objects inside it; a string
+    left open restarts the scan just after its quote (at most :data:`MAX_SCAN_RESTARTS` times).
+    """
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for _ in range(MAX_SCAN_RESTARTS + 1):
+        stack: list[tuple[int, str]] = []
+        in_str = False
+        str_at = -1
+        for m in _STRUCTURE.finditer(text, start):
+            tok = m.group()
+            if not stack:
+                if tok == "{":
+                    stack.append((m.start(), tok))
+            elif in_str:
+                if tok == '"':
+                    in_str = False
+            elif tok == '"':
+                in_str, str_at = True, m.start()
+            elif tok in ("{", "["):
+                stack.append((m.start(), tok))
+            elif tok in ("}", "]"):
+                opened_at, opener = stack.pop()
+                if (opener == "{") != (tok == "}"):
+                    stack.clear()  # mismatched brackets: nothing open here is an object
+                elif opener == "{":
+                    while spans and spans[-1][0] > opened_at:
+                        spans.pop()  # nested in this one
+                    spans.append((opened_at, m.end()))
+        if not (in_str and stack):
             break
-        tries += 1
-        end = _object_end(text, start)
-        if end is None:
-            pos = start + 1
-        else:
-            out.append(text[start : end + 1])
-            pos = end + 1
-    return out
+        start = str_at + 1
+    return spans
 
 
 def _loads(s: str) -> Any:
     return json.loads(s, object_pairs_hook=_no_duplicates)
 
 
-def extract_json(text: str) -> dict[str, Any]:
-    """Return the answer object (the last JSON object holding ``allocations``) found in ``text``.
+@dataclass(slots=True)
+class _Found:
+    """What the objects of one stretch of text held."""
 
-    Raise :class:`InvalidOutput` when there is none.
-    """
-    if not isinstance(text, str):
-        raise InvalidOutput(f"response is not text: {type(text).__name__}")
-    body = strip_think(text[:MAX_TEXT_CHARS])
-    if not body.strip():
-        raise InvalidOutput("empty response")
-    found: dict[str, Any] | None = None
-    other_object = False
-    first_error = ""
-    for cand in _candidates(body):
+    answers: list[dict[str, Any]]
+    first_error: str = ""
+    other_object: bool = False
+
+
+def _find_answers(text: str) -> _Found:
+    """Parse every outermost object of ``text``; keep those holding ``allocations``."""
+    found = _Found(answers=[])
+    for start, end in object_spans(text):
+        cand = text[start:end]
         try:
             try:
                 obj = _loads(cand)
             except json.JSONDecodeError:
                 obj = _loads(_strip_trailing_commas(cand))
         except InvalidOutput as exc:
-            first_error = first_error or str(exc)
+            found.first_error = found.first_error or str(exc)
             continue
         except (ValueError, RecursionError) as exc:
-            first_error = first_error or f"malformed JSON: {_one_line(str(exc))}"
+            found.first_error = found.first_error or f"malformed JSON: {_one_line(str(exc))}"
             continue
         if isinstance(obj, dict) and "allocations" in obj:
-            found = obj
+            found.answers.append(obj)
         else:
-            other_object = True
-    if found is not None:
-        return found
-    if first_error:
-        raise InvalidOutput(first_error)
-    if other_object:
+            found.other_object = True
+    return found
+
+
+def extract_json(text: str) -> dict[str, Any]:
+    """Return the answer object (the JSON object holding ``allocations``) found in ``text``.
+
+    Objects inside closed ``<think>`` blocks are ignored; an unclosed ``<think>`` is searched
+    only when the text outside it holds no answer. Several answer objects with different
+    allocations are ambiguous; identical repeats are one answer (the last is returned).
+    Raise :class:`InvalidOutput` when there is no single answer.
+    """
+    if not isinstance(text, str):
+        raise InvalidOutput(f"response is not text: {type(text).__name__}")
+    body, unclosed = split_think(text[:MAX_TEXT_CHARS])
+    if not body.strip() and not unclosed.strip():
+        raise InvalidOutput("empty response")
+    found = _find_answers(body)
+    if not found.answers and unclosed.strip():
+        inner = _find_answers(unclosed)
+        if inner.answers or not body.strip():
+            found = inner
+    answers = found.answers
+    if answers:
+        first = answers[0]["allocations"]
+        if any(a["allocations"] != first for a in answers[1:]):
+            raise InvalidOutput(f"ambiguous: {len(answers)} allocation objects")
+        return answers[-1]
+    if found.first_error:
+        raise InvalidOutput(found.first_error)
+    if found.other_object:
         raise InvalidOutput("JSON object has no 'allocations' key")
     raise InvalidOutput("no JSON object found in response")
 

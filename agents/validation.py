@@ -12,8 +12,10 @@ from typing import Any
 
 from agents.base import CASH, Observation
 
-#: Weights may sum to 1 +/- this and are then renormalised; outside it the answer is invalid.
+#: Weights may sum to 1 +/- this (bounds included) and are then renormalised; beyond, invalid.
 SUM_TOLERANCE = 0.02
+#: Slack on the tolerance for float rounding: 0.49 + 0.49 is 0.98 to the user, not 0.98 - 2e-17.
+SUM_EPSILON = 1e-9
 
 
 class InvalidAllocation(ValueError):
@@ -27,7 +29,8 @@ def validate_allocation(
 
     Rules: a mapping of known assets (or CASH) to finite, non-negative real numbers (no strings,
     no booleans); positive weight only on assets that have a price; at most one side of a
-    Polymarket question; the sum within ``tolerance`` of 1 (renormalised only then).
+    Polymarket question; the sum within ``tolerance`` of 1, bounds included (renormalised only
+    then).
     """
     if not isinstance(raw, Mapping):
         raise InvalidAllocation(f"allocations must be an object, got {type(raw).__name__}")
@@ -55,7 +58,7 @@ def validate_allocation(
         total = math.fsum(weights.values())
     except OverflowError:
         raise InvalidAllocation("weights are out of range") from None
-    if abs(total - 1.0) > tolerance:
+    if abs(total - 1.0) > tolerance + SUM_EPSILON:
         raise InvalidAllocation(f"weights sum to {total:.6g}, not 1 (tolerance {tolerance})")
     for key, w in weights.items():
         if w > 0 and key != CASH and key not in obs.prices:
