@@ -8,8 +8,17 @@ schema-invalid output. A valid answer is never retried, whatever it chose. Other
 decision has no allocation and ``outcome`` is ``invalid`` (the model answered, badly) or ``error``
 (no usable response); the decision round then holds the current portfolio.
 
+Waits between attempts: a 429 answer's ``Retry-After`` (or ``retry-after-ms``) is honoured, up to
+``retry_after_cap``; otherwise the jittered backoff. A retry after a rejected answer (format or
+schema) adds the configured ``retry_feedback`` line, naming what was wrong, to the prompt.
+
 Every attempt is recorded in :attr:`AgentDecision.calls` and its response text in
-:attr:`AgentDecision.raw_responses` (``""`` when there was none), in attempt order.
+:attr:`AgentDecision.raw_responses` (``""`` when there was none), in attempt order. The text keeps
+everything the model sent: the content (a separate reasoning in front, in ``<think>`` tags), each
+tool call as ``<tool_call name="...">arguments</tool_call>`` and a refusal as
+``<refusal>...</refusal>``. The answer is read from the content and the tool-call arguments; a
+refusal is an invalid answer. Every configured secret (and whatever logs redact) is replaced by
+``[redacted]`` in the texts of a decision before it leaves the agent.
 
 Daily budget: spend (tokens in + out, and USD where LiteLLM knows the price) is summed per UTC day
 of the observation's decision time. Once a limit is reached no model call is made and the
@@ -29,6 +38,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from types import ModuleType
 from typing import Any
 
@@ -39,6 +49,7 @@ from agents.llm_output import InvalidOutput, check_response
 from agents.prompting import RenderedPrompt, render_prompt
 from agents.validation import SUM_TOLERANCE
 from daemon.config import AgentConfig
+from daemon.logs import redact_text, register_secret
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +98,8 @@ class _Attempt:
     """``ok``, ``invalid`` (bad output, retry), ``error`` (infra, retry) or ``fatal`` (stop)."""
     error: str = ""
     parsed: Any = None
+    retry_after: float | None = None
+    """Seconds the provider asked to wait (a 429's ``Retry-After``), when it said."""
 
 
 class LlmAgent:
@@ -119,6 +132,8 @@ class LlmAgent:
         self._cost_unknown_logged = False
         if cfg.api_key_env and not os.environ.get(cfg.api_key_env):
             log.warning("llm.api_key_missing", agent=self.id, env=cfg.api_key_env)
+        elif cfg.api_key_env:
+            register_secret(os.environ.get(cfg.api_key_env))
 
     # -- budget ---------------------------------------------------------------------------------
     def restore_usage(self, day: str, tokens: int, cost_usd: float) -> None:
@@ -169,6 +184,19 @@ class LlmAgent:
         delay = self._backoff_base * (2.0 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
         return min(self._backoff_cap, delay)
 
+    def wait_after(self, attempt: int, failed: _Attempt) -> float:
+        """Return the wait after failed attempt ``attempt``: its Retry-After (capped) or backoff."""
+        if failed.retry_after is not None:
+            return min(failed.retry_after, self.cfg.retry_after_cap)
+        return self.backoff(attempt)
+
+    def feedback(self, error: str) -> str:
+        """Return the retry line telling the model what was wrong (``""`` when configured off)."""
+        template = self.cfg.retry_feedback
+        if not template:
+            return ""
+        return _one_line(template.replace("{error}", error.removeprefix("invalid output: ")))
+
     async def decide(self, obs: Observation) -> AgentDecision:
         """Ask the model for the allocation of ``obs``; see the module doc for the policy."""
         day = utc_day(obs.decision_ts)
@@ -206,15 +234,24 @@ class LlmAgent:
                     usage=_usage(()),
                     template_version=prompt.template_version,
                 )
-        messages = [{"role": "user", "content": prompt.text}]
+            register_secret(api_key)  # never stored nor logged, even if a model echoes it
         attempts: list[_Attempt] = []
         stop_reason = ""
+        feedback = ""
         for n in range(1, self.cfg.max_attempts + 1):
             if n > 1:
                 stop_reason = self.budget_exceeded(day) or ""
                 if stop_reason:
                     break
-                await self._sleep(self.backoff(n - 1))
+                wait = self.wait_after(n - 1, attempts[-1])
+                if attempts[-1].retry_after is not None:
+                    log.info("llm.retry_after", agent=self.id, market=obs.market,
+                             asked_s=attempts[-1].retry_after, wait_s=wait)
+                await self._sleep(wait)
+                if attempts[-1].kind == "invalid":
+                    feedback = self.feedback(attempts[-1].error)
+            text = f"{prompt.text}\n\n{feedback}" if feedback else prompt.text
+            messages = [{"role": "user", "content": text}]
             att = await self._attempt(n, messages, api_key, obs, prompt)
             attempts.append(att)
             self._add_spend(
@@ -229,6 +266,9 @@ class LlmAgent:
     def _decision(
         self, obs: Observation, prompt: RenderedPrompt, attempts: list[_Attempt], paused: str
     ) -> AgentDecision:
+        for a in attempts:  # secrets echoed by a model or a provider error stay out of storage
+            a.content = redact_text(a.content)
+            a.record = _redacted_record(a.record)
         calls = tuple(a.record for a in attempts)
         raws = tuple(a.content for a in attempts)
         usage = _usage(calls)
@@ -245,7 +285,7 @@ class LlmAgent:
             outcome, reason = "ok", ""
             decision = AgentDecision(
                 allocation=last.parsed.allocation,
-                reasoning=last.parsed.reasoning,
+                reasoning=redact_text(last.parsed.reasoning),
                 outcome="ok",
                 **common,
             )
@@ -257,7 +297,10 @@ class LlmAgent:
                 outcome = "invalid" if last.kind == "invalid" else "error"
                 reason = f"{last.error} (attempt {len(attempts)} of {self.cfg.max_attempts})"
             decision = AgentDecision(
-                allocation=None, outcome=outcome, reason=_one_line(reason, 300), **common
+                allocation=None,
+                outcome=outcome,
+                reason=_one_line(redact_text(reason), 300),
+                **common,
             )
         log.info(
             "llm.decision",
@@ -318,13 +361,17 @@ class LlmAgent:
             except Exception as exc:
                 record["latency_s"] = time.monotonic() - t0
                 kind, error = self._classify(exc)
+                error = redact_text(error)
                 record["error"] = error
                 log.warning(
                     "llm.call_failed", agent=self.id, market=obs.market, attempt=n, error=error
                 )
-                return _Attempt(record=record, content="", kind=kind, error=error)
+                return _Attempt(
+                    record=record, content="", kind=kind, error=error, retry_after=_retry_after(exc)
+                )
             record["latency_s"] = time.monotonic() - t0
-        content, finish_reason = _content(response)
+        reply = _reply(response)
+        content, finish_reason = reply.text, reply.finish_reason
         tokens_in, tokens_out = _tokens(response)
         record.update(
             raw_response=content,
@@ -334,9 +381,11 @@ class LlmAgent:
             cost_usd=self._cost(response),
         )
         try:
-            parsed = check_response(content, finish_reason, obs, key_map=prompt.key_map)
+            if reply.refusal:
+                raise InvalidOutput(f"model refused: {_one_line(reply.refusal, 200)}")
+            parsed = check_response(reply.answer, finish_reason, obs, key_map=prompt.key_map)
         except InvalidOutput as exc:
-            error = f"invalid output: {exc}"
+            error = redact_text(f"invalid output: {exc}")
             record["error"] = error
             log.warning(
                 "llm.invalid_output", agent=self.id, market=obs.market, attempt=n, error=error
@@ -375,25 +424,91 @@ class LlmAgent:
         return cost if math.isfinite(cost) and cost >= 0 else 0.0
 
 
-def _content(response: Any) -> tuple[str, str | None]:
-    """Return (response text, finish_reason) of a chat completion response.
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """What one chat completion said."""
+
+    text: str
+    """Everything the model sent, as stored: content, tool calls and refusal."""
+    answer: str
+    """Where the answer is read from: the content and the tool-call arguments."""
+    refusal: str
+    finish_reason: str | None
+
+
+def _reply(response: Any) -> _Reply:
+    """Return everything a chat completion response holds, nothing dropped.
 
     LiteLLM moves a leading ``<think>...</think>`` block of the content (and a provider's
     separate reasoning) into ``reasoning_content``; it is put back in front, inside ``<think>``
-    tags, so the recorded text keeps everything the model wrote.
+    tags. Tool calls (and a legacy ``function_call``) follow as ``<tool_call name="...">`` blocks
+    holding their arguments, and a refusal as a ``<refusal>`` block.
     """
     try:
         choice = response.choices[0]
     except (AttributeError, IndexError, TypeError):
-        return "", None
+        return _Reply("", "", "", None)
     message = getattr(choice, "message", None)
-    content = getattr(message, "content", None)
-    text = content if isinstance(content, str) else ""
-    reasoning = getattr(message, "reasoning_content", None)
-    if isinstance(reasoning, str) and reasoning:
-        text = f"<think>{reasoning}</think>{text}"
+    content = _text(getattr(message, "content", None))
+    reasoning = _text(getattr(message, "reasoning_content", None))
+    if reasoning:
+        content = f"<think>{reasoning}</think>{content}"
+    parts = [content] if content else []
+    answers = [content] if content else []
+    functions = [getattr(c, "function", None) for c in getattr(message, "tool_calls", None) or ()]
+    legacy = getattr(message, "function_call", None)
+    for fn in [*functions, legacy] if legacy is not None else functions:
+        name = _text(getattr(fn, "name", None))
+        args = _text(getattr(fn, "arguments", None))
+        parts.append(f'<tool_call name="{name}">{args}</tool_call>')
+        answers.append(args)
+    refusal = _text(getattr(message, "refusal", None))
+    if refusal:
+        parts.append(f"<refusal>{refusal}</refusal>")
     finish = getattr(choice, "finish_reason", None)
-    return text, (str(finish) if finish is not None else None)
+    return _Reply(
+        text="\n".join(parts),
+        answer="\n".join(answers),
+        refusal=refusal,
+        finish_reason=str(finish) if finish is not None else None,
+    )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Return the seconds a 429 error's ``retry-after-ms`` / ``Retry-After`` header asks for."""
+    if getattr(exc, "status_code", None) != 429:
+        return None
+    headers = getattr(exc, "litellm_response_headers", None)
+    if headers is None:
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+    if headers is None:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+        if ms is not None:
+            seconds = float(ms) / 1000.0
+        else:
+            value = headers.get("retry-after")
+            if value is None:
+                return None
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = parsedate_to_datetime(str(value)).timestamp() - time.time()
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return None
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _redacted_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a call record with secrets replaced in every text field."""
+    return {k: redact_text(v) if isinstance(v, str) else v for k, v in record.items()}
 
 
 def _tokens(response: Any) -> tuple[int, int]:

@@ -209,6 +209,13 @@ class MarketsConfig(_Frozen):
 AgentKind = Literal["buy_and_hold", "equal_weight", "cash", "momentum", "llm"]
 
 
+#: What a retry after a rejected answer tells the model (``{error}``: the one-line reason).
+DEFAULT_RETRY_FEEDBACK = (
+    "Your previous answer was rejected: {error}. Answer again with only the JSON object in the"
+    " required format."
+)
+
+
 class AgentConfig(_Frozen):
     """One agent under evaluation."""
 
@@ -239,11 +246,32 @@ class AgentConfig(_Frozen):
     )
     news_window: float = Field(default=172800.0, description="news lookback (default 48h)")
     news_per_asset: Annotated[int, Field(ge=0, le=50)] = 5
+    retry_after_cap: Annotated[float, Field(le=3600)] = Field(
+        default=60.0, description="longest wait honoured from a 429's Retry-After (default 60s)"
+    )
+    retry_feedback: str = Field(
+        default=DEFAULT_RETRY_FEEDBACK,
+        max_length=500,
+        description="line added to the prompt of a retry after a rejected answer; '{error}' is"
+        " replaced by the one-line reason; empty = retry with the unchanged prompt",
+    )
 
     @field_validator("timeout", "news_window", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return parse_duration(v)
+
+    @field_validator("retry_after_cap", mode="before")
+    @classmethod
+    def _retry_after_cap(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("retry_feedback")
+    @classmethod
+    def _one_line_feedback(cls, v: str) -> str:
+        if "\n" in v or "\r" in v:
+            raise ValueError("retry_feedback must be one line")
+        return v
 
     @model_validator(mode="after")
     def _llm_needs_model(self) -> AgentConfig:

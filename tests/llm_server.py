@@ -30,6 +30,12 @@ class Behaviour:
     """Raw HTTP body to send instead of a chat completion (e.g. ``""`` or an error object)."""
     prompt_tokens: int = 100
     completion_tokens: int = 20
+    headers: tuple[tuple[str, str], ...] = ()
+    """Extra HTTP response headers (e.g. ``(("Retry-After", "7"),)`` on a 429)."""
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    """``(function name, arguments text)`` of each tool call in the message."""
+    refusal: str | None = None
+    """The message's ``refusal`` text (OpenAI structured refusals)."""
 
 
 def ok(content: str, **kw: Any) -> Behaviour:
@@ -50,6 +56,8 @@ class FakeLlmServer:
         self.default = default
         self.queue: deque[Behaviour] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.keys: list[str] = []
+        """The bearer key of every request, in order (what a real provider would see)."""
         self._runner: web.AppRunner | None = None
         self.port = 0
         self.in_flight = 0
@@ -98,6 +106,7 @@ class FakeLlmServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.keys.append(request.headers.get("Authorization", "").removeprefix("Bearer "))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -114,13 +123,26 @@ class FakeLlmServer:
             return web.json_response({"error": {"message": "no scripted response"}}, status=500)
         if b.delay:
             await asyncio.sleep(b.delay)
+        headers = dict(b.headers)
         if b.body is not None:
-            return web.Response(status=b.status, text=b.body, content_type="application/json")
+            return web.Response(
+                status=b.status, text=b.body, content_type="application/json", headers=headers
+            )
         if b.status != 200:
             return web.json_response(
                 {"error": {"message": f"scripted HTTP {b.status}", "type": "server_error"}},
                 status=b.status,
+                headers=headers,
             )
+        message: dict[str, Any] = {"role": "assistant", "content": b.content}
+        if b.tool_calls:
+            message["tool_calls"] = [
+                {"id": f"call_{i}", "type": "function",
+                 "function": {"name": name, "arguments": args}}
+                for i, (name, args) in enumerate(b.tool_calls)
+            ]
+        if b.refusal is not None:
+            message["refusal"] = b.refusal
         return web.json_response(
             {
                 "id": f"chatcmpl-{len(self.requests)}",
@@ -130,7 +152,7 @@ class FakeLlmServer:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": b.content},
+                        "message": message,
                         "finish_reason": b.finish_reason,
                     }
                 ],
@@ -139,7 +161,8 @@ class FakeLlmServer:
                     "completion_tokens": b.completion_tokens,
                     "total_tokens": b.prompt_tokens + b.completion_tokens,
                 },
-            }
+            },
+            headers=headers,
         )
 
 

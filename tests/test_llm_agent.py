@@ -417,6 +417,206 @@ async def test_random_outputs_through_http(
     assert set(outcomes) <= {"ok", "invalid"}
 
 
+# -- issue 11 (5, 7): ambiguity, everything the model sent, Retry-After, feedback --------------
+OTHER = json.dumps({"reasoning": "bolder", "allocations": {"MSFT": 1.0}})
+
+
+@pytest.mark.parametrize(
+    ("text", "n"),
+    [
+        (f"{GOOD}\n\nOr, bolder:\n{OTHER}", 2),
+        (f"[{GOOD}, {OTHER}]", 2),
+        ("[" + ", ".join(json.dumps({"allocations": {"AAPL": w, "CASH": 1 - w}})
+                         for w in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)) + "]", 8),
+    ],
+)
+async def test_ambiguous_answers_are_held(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch, text: str, n: int
+) -> None:
+    server.default = ok(text)
+    agent, sleeps = make_agent(server, monkeypatch)
+    obs = equity_obs()
+    d = await agent.decide(obs)
+    assert (d.outcome, d.allocation) == ("invalid", None)
+    assert f"ambiguous: {n} allocation objects" in d.reason
+    check_audit(d, server, sleeps, obs)
+    assert d.raw_responses == (text,) * 3
+
+
+async def test_identical_duplicate_answers_pass(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.push(ok(f"{GOOD}\nTo repeat:\n{GOOD}"))
+    agent, _ = make_agent(server, monkeypatch)
+    d = await agent.decide(equity_obs())
+    assert (d.outcome, d.attempts) == ("ok", 1)
+
+
+async def test_tool_call_arguments_are_kept_and_read(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.push(Behaviour(content=None, tool_calls=(("submit_allocation", GOOD),),
+                          finish_reason="tool_calls"))
+    agent, sleeps = make_agent(server, monkeypatch)
+    obs = equity_obs()
+    d = await agent.decide(obs)
+    assert (d.outcome, d.attempts) == ("ok", 1), d.reason
+    assert d.raw_output == f'<tool_call name="submit_allocation">{GOOD}</tool_call>'
+    assert d.calls[0]["raw_response"] == d.raw_output
+    assert d.allocation is not None and d.allocation["MSFT"] == 0.3
+    check_audit(d, server, sleeps, obs)
+
+
+async def test_content_and_differing_tool_call_are_ambiguous(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.default = Behaviour(content=f"I will submit:\n{GOOD}", tool_calls=(("submit", OTHER),))
+    agent, _ = make_agent(server, monkeypatch, max_attempts=1)
+    d = await agent.decide(equity_obs())
+    assert d.outcome == "invalid" and "ambiguous: 2 allocation objects" in d.reason
+    assert d.raw_output == f'I will submit:\n{GOOD}\n<tool_call name="submit">{OTHER}</tool_call>'
+
+
+async def test_refusal_is_kept_and_retried(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.push(Behaviour(content=None, refusal="I can't give financial advice."), ok(GOOD))
+    agent, sleeps = make_agent(server, monkeypatch)
+    obs = equity_obs()
+    d = await agent.decide(obs)
+    assert (d.outcome, d.attempts) == ("ok", 2)
+    assert d.raw_responses == ("<refusal>I can't give financial advice.</refusal>", GOOD)
+    assert d.calls[0]["error"] == "invalid output: model refused: I can't give financial advice."
+    check_audit(d, server, sleeps, obs)
+
+
+async def test_refusal_always_is_invalid(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.default = Behaviour(content=None, refusal="No.")
+    agent, _ = make_agent(server, monkeypatch, max_attempts=2)
+    d = await agent.decide(equity_obs())
+    assert d.outcome == "invalid" and "model refused: No." in d.reason
+    assert d.raw_output == "<refusal>No.</refusal>"
+
+
+async def test_unclosed_think_before_json_is_parsed(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = f"<think>I weigh AAPL against MSFT and settle.\n{GOOD}"
+    server.push(ok(text))
+    agent, _ = make_agent(server, monkeypatch)
+    d = await agent.decide(equity_obs())
+    assert (d.outcome, d.attempts, d.raw_output) == ("ok", 1, text), d.reason
+
+
+@pytest.mark.parametrize(
+    ("headers", "cap", "expected"),
+    [
+        ((("Retry-After", "7"),), None, 7.0),
+        ((("Retry-After", "0"),), None, 0.0),
+        ((("Retry-After", "1000"),), "30s", 30.0),
+        ((("retry-after-ms", "1500"), ("Retry-After", "2")), None, 1.5),
+        ((("Retry-After", "soon"),), None, None),
+    ],
+)
+async def test_retry_after_is_honoured_and_capped(
+    server: FakeLlmServer,
+    monkeypatch: pytest.MonkeyPatch,
+    headers: tuple[tuple[str, str], ...],
+    cap: str | None,
+    expected: float | None,
+) -> None:
+    server.push(Behaviour(status=429, headers=headers), ok(GOOD))
+    agent, sleeps = make_agent(server, monkeypatch,
+                               **({"retry_after_cap": cap} if cap else {}))
+    d = await agent.decide(equity_obs())
+    assert (d.outcome, d.attempts) == ("ok", 2)
+    if expected is None:  # unreadable header: the usual backoff
+        assert 0.5 <= sleeps.calls[0] <= 0.75
+    else:
+        assert sleeps.calls == [expected]
+
+
+async def test_retry_after_as_http_date(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+    from email.utils import formatdate
+
+    server.push(Behaviour(status=429, headers=(("Retry-After", formatdate(time.time() + 20,
+                                                                          usegmt=True)),)),
+                ok(GOOD))
+    agent, sleeps = make_agent(server, monkeypatch)
+    d = await agent.decide(equity_obs())
+    assert d.outcome == "ok"
+    assert 15.0 <= sleeps.calls[0] <= 21.0
+
+
+def test_retry_settings_are_validated() -> None:
+    base = {"id": "x", "kind": "llm", "model": "openai/m"}
+    assert AgentConfig(**base).retry_after_cap == 60.0
+    assert AgentConfig(**base, retry_after_cap="2m").retry_after_cap == 120.0
+    for bad in ({"retry_after_cap": -1}, {"retry_after_cap": "2d"},
+                {"retry_feedback": "two\nlines"}):
+        with pytest.raises(ValueError):
+            AgentConfig(**base, **bad)
+
+
+async def test_retry_tells_the_model_what_was_wrong(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.push(answer({"AAPL": 0.4, "MSFT": 0.3}), Behaviour(status=500), ok(GOOD))
+    agent, _ = make_agent(server, monkeypatch)
+    d = await agent.decide(equity_obs())
+    assert (d.outcome, d.attempts) == ("ok", 3)
+    first, second, third = server.prompts()
+    line = ("Your previous answer was rejected: weights sum to 0.7, not 1 (tolerance 0.02)."
+            " Answer again with only the JSON object in the required format.")
+    assert "previous answer" not in first
+    assert second == f"{first}\n\n{line}"
+    assert third == second  # a transport error in between changes nothing
+
+
+async def test_retry_feedback_is_configurable(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.push(ok("no json"), ok(GOOD))
+    agent, _ = make_agent(server, monkeypatch, retry_feedback="Fix this: {error}")
+    await agent.decide(equity_obs())
+    first, second = server.prompts()
+    assert second == f"{first}\n\nFix this: no JSON object found in response"
+    server.requests.clear()
+    server.push(ok("no json"), ok(GOOD))
+    agent, _ = make_agent(server, monkeypatch, retry_feedback="")
+    await agent.decide(equity_obs())
+    first, second = server.prompts()
+    assert first == second
+
+
+# -- issue 12 (11): a key the model echoes is never kept --------------------------------------
+async def test_echoed_key_is_redacted_from_every_text(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-echo-0123456789abcdef"
+    agent, _ = make_agent(server, monkeypatch)
+    monkeypatch.setenv(KEY_ENV, secret)
+    leak = json.dumps({"reasoning": f"my key is {secret}", "allocations": VALID})
+    server.push(
+        Behaviour(content=None, refusal=f"not with {secret}"),
+        Behaviour(content=f"key {secret} {{", tool_calls=(("f", f'{{"k": "{secret}"}}'),)),
+        ok(f"<think>{secret}</think>{leak}"),
+    )
+    d = await agent.decide(equity_obs())
+    assert server.keys == [secret] * 3  # the provider got it...
+    assert d.outcome == "ok"
+    dumped = json.dumps([d.raw_output, d.reasoning, d.reason, d.raw_responses,
+                         [dict(c) for c in d.calls]])
+    assert secret not in dumped  # ...nothing we keep has it
+    assert dumped.count("[redacted]") >= 5
+    assert d.reasoning == "my key is [redacted]"
+
+
 # -- consistency probe -----------------------------------------------------------------------
 async def test_probe_mean_pairwise_l1(
     server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
