@@ -163,8 +163,8 @@ class DecisionRound:
                     cost=fill_rec.cost, value_before=fill_rec.value_before,
                     value_after=fill_rec.value_after, weights=fill_rec.weights,
                 ))
-            raw = dec.raw_output or (json.dumps(dict(dec.allocation), sort_keys=True)
-                                     if dec.allocation is not None else "")
+            raw = redact_text(dec.raw_output or (json.dumps(dict(dec.allocation), sort_keys=True)
+                                                 if dec.allocation is not None else ""))
             reason = redact_text(reason)  # provider errors can echo credentials
             rc.decisions.append(DecisionRecord(
                 agent_id, market, scheduled_ts, now, outcome, reason=reason,
@@ -230,8 +230,5 @@ async def record_abandoned(engine: Engine) -> int:
 
 
 def _redacted_call(call: Any) -> dict[str, Any]:
-    """Return a model-call record with credentials removed from its error text."""
-    out = dict(call)
-    if isinstance(out.get("error"), str):
-        out["error"] = redact_text(out["error"])
-    return out
+    """Return a model-call record with credentials removed from every text (response, error)."""
+    return {k: redact_text(v) if isinstance(v, str) else v for k, v in dict(call).items()}

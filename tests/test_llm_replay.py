@@ -11,9 +11,15 @@ from typing import Any
 
 from aiohttp import web
 
+from agents.base import AgentDecision, Observation
+from daemon.clock import SimClock
 from daemon.config import parse_config
+from daemon.engine import Engine
+from daemon.events import PriceEvent
+from daemon.logs import register_secret
 from daemon.replay import replay
-from tests.llm_server import FakeLlmServer, ok
+from daemon.store import Store
+from tests.llm_server import Behaviour, FakeLlmServer, ok
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "sample.jsonl.gz"
@@ -81,3 +87,90 @@ async def test_sample_replay_with_two_llm_agents(tmp_path: Path, monkeypatch: An
         assert abs(sum(json.loads(w).values()) - 1.0) < 1e-9
     # Baselines ran beside them.
     assert q("SELECT COUNT(*) FROM decisions WHERE agent IN ('bh','ew')").fetchone()[0] > 10
+
+
+class KeyEchoingServer(FakeLlmServer):
+    """A model that repeats the key it was sent: in its reasoning, its prose and its errors."""
+
+    async def _respond(self, body: dict[str, Any]) -> web.StreamResponse:
+        key = self.keys[-1]
+        n = len(self.requests)
+        if n % 3 == 1:
+            text = json.dumps({"reasoning": f"authorised by {key}", "allocations": {"CASH": 1.0}})
+            self.push(ok(f"Using key {key}.\n{text}", tool_calls=(("note", f'"{key}"'),)))
+        elif n % 3 == 2:
+            self.push(Behaviour(content=f"I refuse, {key}", refusal=f"no ({key})"))
+        else:
+            self.push(Behaviour(status=401, body=json.dumps(
+                {"error": {"message": f"Incorrect API key provided: {key}"}})))
+        return await super()._respond(body)
+
+
+async def test_echoed_key_never_reaches_the_database(tmp_path: Path, monkeypatch: Any) -> None:
+    secret = "sk-live-echo-4f8a9c2e7b1d"
+    monkeypatch.setenv("ECHO_LLM_KEY", secret)
+    async with KeyEchoingServer() as server:
+        cfg = parse_config({
+            "agents": [{"id": "echo", "kind": "llm", "model": "openai/test-model",
+                        "api_base": server.api_base, "api_key_env": "ECHO_LLM_KEY",
+                        "timeout": 10, "max_attempts": 2, "markets": ["equity"]}],
+        })
+        end = datetime(2026, 10, 21, tzinfo=UTC).timestamp()  # the first two sessions
+        await replay(SAMPLE, cfg, tmp_path / "echo.db", progress=False, window=(None, end))
+    assert server.keys and set(server.keys) == {secret}  # the provider did get the key
+    con = sqlite3.connect(tmp_path / "echo.db")
+    calls = con.execute("SELECT raw_response, error FROM llm_calls").fetchall()
+    decisions = con.execute("SELECT outcome, reason, raw_output FROM decisions").fetchall()
+    # Every kind of echo was stored (redacted): reasoning, tool call, refusal, provider error.
+    assert any("Using key [redacted]" in (r or "") for r, _ in calls)
+    assert any('<tool_call name="note">"[redacted]"</tool_call>' in (r or "") for r, _ in calls)
+    assert any("<refusal>no ([redacted])</refusal>" in (r or "") for r, _ in calls)
+    assert any("Incorrect API key provided: [redacted]" in (e or "") for _, e in calls)
+    assert {o for o, _, _ in decisions} >= {"ok", "error"}
+    # Nowhere in the database: no table, no column.
+    dump = "\n".join(con.iterdump())
+    con.close()
+    assert secret not in dump
+
+
+class LeakyAgent:
+    """Any agent (not only LLM ones) whose texts carry a configured secret."""
+
+    id = "ew"
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+
+    async def decide(self, obs: Observation) -> AgentDecision:
+        return AgentDecision(
+            {"CASH": 1.0}, raw_output=f"raw {self.secret}",
+            calls=({"attempt": 1, "ts": obs.decision_ts, "model": "m",
+                    "raw_response": f"resp {self.secret}", "error": f"err {self.secret}",
+                    "finish_reason": "stop", "tokens_in": 1, "tokens_out": 1,
+                    "latency_s": 0.0, "cost_usd": 0.0},),
+        )
+
+
+async def test_round_redacts_any_agents_stored_texts(tmp_path: Path) -> None:
+    secret = "sk-plugin-9d8c7b6a5f4e"
+    register_secret(secret)  # as register_config_secrets does for every *_env of the config
+    t0 = 1_793_000_000.0
+    store = await Store.open(tmp_path / "r.db")
+    await store.begin_run(mode="test", version="0", config={}, recording=None, started_ts=t0)
+    cfg = parse_config({"markets": {"equity": {"assets": ["AAPL"]}},
+                        "agents": [{"id": "ew", "kind": "equal_weight"}]})
+    eng = Engine(cfg, clock=SimClock(t0), store=store)
+    eng.add_equity_universe(["AAPL"])
+    eng.build_agents()
+    eng.slots["equity"]["ew"].agent = LeakyAgent(secret)
+    await eng.bus.start()
+    await eng.bus.publish(PriceEvent(ts=t0, recv_ts=t0, market="equity", asset="AAPL", price=10.0))
+    assert (await eng.rounds["equity"].run(t0)).outcomes == {"ew": "ok"}
+    await eng.bus.stop()
+    await store.close()
+    con = sqlite3.connect(tmp_path / "r.db")
+    assert con.execute("SELECT raw_output FROM decisions").fetchall() == [("raw [redacted]",)]
+    assert con.execute("SELECT raw_response, error FROM llm_calls").fetchall() == [
+        ("resp [redacted]", "err [redacted]")]
+    assert secret not in "\n".join(con.iterdump())
+    con.close()
