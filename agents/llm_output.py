@@ -1,10 +1,12 @@
 """Turn a model's raw text into a validated allocation, or say in one line why it cannot.
 
-Pure functions, no I/O. Tolerated around the JSON object: leading or trailing prose, Markdown code
-fences, ``<think>...</think>`` blocks and trailing commas. Nothing else is repaired: weights must be
-JSON numbers (``"30%"`` is invalid, never coerced), keys must be presented asset names or CASH, and
-the allocation must pass :func:`agents.validation.validate_allocation` (finite, non-negative, sum
-within tolerance, one side per Polymarket question).
+Pure functions, no I/O, work linear in the text's length. Tolerated around the JSON object:
+leading or trailing prose, Markdown code fences, ``<think>...</think>`` blocks (an unclosed one is
+searched when nothing outside it answers) and trailing commas. Several answer objects with
+different allocations are ambiguous, never resolved by guessing. Nothing else is repaired:
+weights must be JSON numbers (``"30%"`` is invalid, never coerced), keys must be presented asset
+names or CASH, and the allocation must pass :func:`agents.validation.validate_allocation`
+(finite, non-negative, sum within tolerance, one side per Polymarket question).
 """
 
 from __future__ import annotations
