@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from daemon.config import Config, ConfigError, load_config
+from daemon.signals import Stopped, run_stoppable
 
 EXIT_USAGE = 2
 
@@ -195,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except Stopped as exc:  # SIGTERM: unwound like SIGINT (claims withdrawn, store consistent)
+        sys.stderr.write(f"paperarena {args.cmd}: {exc}; rerun the same command to resume\n")
+        return exc.exit_code
     return _fail(f"unknown command {args.cmd}")
 
 
@@ -250,10 +254,10 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         from daemon.components import default_components
 
-        summary = asyncio.run(replay(args.recording, cfg, db, speed=args.speed,
-                                     progress=False if args.no_progress else None,
-                                     window=(args.start, args.end), version=package_version(),
-                                     components=default_components(cfg, mode="replay")))
+        summary = run_stoppable(replay(args.recording, cfg, db, speed=args.speed,
+                                       progress=False if args.no_progress else None,
+                                       window=(args.start, args.end), version=package_version(),
+                                       components=default_components(cfg, mode="replay")))
     except (ReplayError, RecordingError, StoreLockedError) as exc:
         return _fail(str(exc))
     sys.stderr.write(
@@ -305,10 +309,11 @@ def _replay_roles(args: argparse.Namespace) -> int:
                 return _fail(f"{args.recording}: no such recording")
             if args.evaluators < 1 or args.window < 1:
                 return _fail("--evaluators and --window must be at least 1")
-            summary = asyncio.run(replay_publish(args.recording, cfg, evaluators=args.evaluators,
-                                                 window=args.window, wait_timeout=args.wait))
+            summary = run_stoppable(replay_publish(
+                args.recording, cfg, evaluators=args.evaluators, window=args.window,
+                wait_timeout=args.wait))
         else:
-            summary = asyncio.run(replay_evaluate(
+            summary = run_stoppable(replay_evaluate(
                 cfg, args.db or "replay.db", version=package_version(),
                 stall_timeout=args.stall_timeout,
                 components=default_components(cfg, mode="replay")))

@@ -326,6 +326,16 @@ class EvaluatorConfig(_Frozen):
     agents: tuple[str, ...] = Field(
         default=(), description="ids of the agents this evaluator runs; empty = every agent"
     )
+    publisher_timeout: Annotated[float, Field(gt=0)] = Field(
+        default=600.0,
+        description="how long `replay-evaluate` waits for a running replay-publish to announce "
+        "its stream before giving up with one line (default 10 min)",
+    )
+
+    @field_validator("publisher_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        return parse_duration(v)
 
 
 class Config(_Frozen):
