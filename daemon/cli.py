@@ -234,6 +234,8 @@ def _report(args: argparse.Namespace) -> int:
             Path(args.html).write_text(render_html(report), encoding="utf-8")
         except OSError as exc:
             return _fail(f"{args.html}: cannot write: {exc.strerror or exc}")
+        sys.stderr.write(f"paperarena report: wrote the HTML report to "
+                         f"{Path(args.html).resolve()}\n")  # stderr: stdout stays the table/JSON
     board = report.board
     sys.stdout.write(to_json(board) if args.json else to_table(board))
     return 0
@@ -335,12 +337,17 @@ def _record(args: argparse.Namespace) -> int:
 
     register_config_secrets(cfg)
     cfg = cfg.model_copy(update={"agents": ()})  # record market data only
+    components = recorder_components(args.out, cfg)
     try:
-        return asyncio.run(run_live(cfg, db=args.db or f"{args.out}.db", duration=args.duration,
-                                    version=package_version(),
-                                    components=recorder_components(args.out, cfg)))
+        code = asyncio.run(run_live(cfg, db=args.db or f"{args.out}.db", duration=args.duration,
+                                    version=package_version(), components=components))
     except StoreLockedError as exc:
         return _fail(str(exc))
+    from daemon.record import Recorder
+
+    recorder = next(c for c in components if isinstance(c, Recorder))
+    sys.stderr.write(f"paperarena record: {recorder.summary()}\n")
+    return code or (0 if recorder.market_events else 1)
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -372,7 +379,11 @@ def _probe(args: argparse.Namespace) -> int:
     if not Path(args.db).exists():
         return _fail(f"{args.db}: no such database")
     from agents.probe import ProbeError, run_probe_command
+    from daemon.logs import configure_logging, register_config_secrets
 
+    cfg = _load(args.config)
+    configure_logging(cfg.logging.level, cfg.logging.format)  # logs to stderr: stdout is JSON
+    register_config_secrets(cfg)
     try:
         result = asyncio.run(run_probe_command(args.config, args.db, args.agent, args.repeats))
     except (ProbeError, LookupError, ValueError) as exc:
