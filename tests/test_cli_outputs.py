@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import sqlite3
 import sys
@@ -126,3 +127,30 @@ async def test_report_html_says_where_it_wrote(tmp_path: Path) -> None:
     assert html.exists()
     assert f"wrote the HTML report to {html.resolve()}" in err
     json.loads(stdout)  # stdout stays the JSON board
+
+
+async def test_record_stops_on_sigterm_with_its_summary(tmp_path: Path) -> None:
+    from feeds.recording import iter_events, read_header
+
+    dead = f"127.0.0.1:{closed_port()}"
+    cfg = record_config(tmp_path / "c.toml", (
+        "[sources]\nbackfill = false\n"
+        f'[sources.equity.yahoo]\nws_url = "ws://{dead}/"\nchart_url = "http://{dead}/chart"\n'
+        f'[sources.news]\ngoogle_url = "http://{dead}/rss"\n'))
+    out = tmp_path / "rec.jsonl.gz"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "daemon.cli", "record", "--config", str(cfg), "--out", str(out),
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    for _ in range(300):
+        if out.exists():
+            break
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err_bytes = await asyncio.wait_for(proc.communicate(), 60)
+    err = err_bytes.decode()
+    assert proc.returncode == 1, err  # stopped cleanly, but nothing was recorded
+    assert "Traceback" not in err
+    assert "paperarena record: recorded nothing but its own clock" in err
+    read_header(out)
+    assert [type(e).__name__ for _, e in iter_events(out)] == ["ClockEvent"]  # sealed
