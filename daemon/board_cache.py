@@ -35,14 +35,21 @@ class BoardCache:
     """Serve the leaderboard of the database at ``path`` from a cache refreshed on change."""
 
     def __init__(self, path: str | Path, compute: Callable[[str | Path], dict[str, Any]]
-                 | None = None) -> None:
-        """Cache ``compute(path)`` (default: :func:`scoring.leaderboard.leaderboard`)."""
+                 | None = None, serialize: Callable[[dict[str, Any]], str] | None = None
+                 ) -> None:
+        """Cache ``compute(path)`` (default: :func:`scoring.leaderboard.leaderboard`).
+
+        With ``serialize``, the board's text is computed in the worker thread too
+        (:attr:`text`), so requests do not serialise a large board on the event loop.
+        """
         if compute is None:
             from scoring.leaderboard import leaderboard
 
             compute = leaderboard
         self.path = path
         self.compute = compute
+        self.serialize = serialize
+        self.text: str | None = None
         self.computations = 0
         self.board: dict[str, Any] | None = None
         self.stamp: Stamp | None = None
@@ -87,8 +94,10 @@ class BoardCache:
             if stamp is not None and stamp == self.stamp and self.board is not None:
                 return
             board = self.compute(self.path)
+            text = None if self.serialize is None else self.serialize(board)
             self.computations += 1
-            self.board, self.stamp, self.computed_at = board, stamp, time.time()
+            self.board, self.text = board, text
+            self.stamp, self.computed_at = stamp, time.time()
 
     def _read_stamp(self) -> Stamp | None:
         """Return the largest row id of each stamp table (None when unreadable)."""

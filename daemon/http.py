@@ -69,9 +69,12 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def _dumps(data: Any) -> str:
+    return json.dumps(_clean(data), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
 def _json(data: Any, status: int = 200) -> web.Response:
-    body = json.dumps(_clean(data), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return web.Response(text=body, status=status, content_type="application/json")
+    return web.Response(text=_dumps(data), status=status, content_type="application/json")
 
 
 class BadRequest(Exception):
@@ -246,7 +249,7 @@ class HttpServer:
         self._probe: asyncio.Future[None] | None = None
         self._queries = asyncio.Semaphore(self.settings.max_queries)
         path = engine.store.path
-        self.board_cache = None if path == ":memory:" else BoardCache(path)
+        self.board_cache = None if path == ":memory:" else BoardCache(path, serialize=_dumps)
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
@@ -387,7 +390,12 @@ class HttpServer:
             board = await self.board_cache.get()
         except FileNotFoundError as exc:
             return _json({"error": str(exc), "live": live}, 503)
-        return _json({**board, "live": live})
+        text = self.board_cache.text
+        if text is None or not text.startswith("{") or text == "{}" or "live" in board:
+            return _json({**board, "live": live})
+        # The board was serialised in the worker thread: splice the live figures in.
+        return web.Response(text=f'{text[:-1]},"live":{_dumps(live)}}}',
+                            content_type="application/json")
 
     async def handle_agents(self, request: web.Request) -> web.Response:
         """Return every running agent with its live figures."""
