@@ -116,7 +116,8 @@ class _ProtocolLogger(logging.Logger):
                     reason=f"{type(exc).__name__}: {reason}" if exc else None)
 
 
-_PROTOCOL_LOG = _ProtocolLogger("paperarena.http.protocol")
+_PROTOCOL_LOG = _ProtocolLogger("aiohttp.server.paperarena")
+_PROTOCOL_LOG.parent = logging.getLogger("aiohttp.server")  # debug lines follow its config
 
 
 class BoundedSite(web.BaseSite):
