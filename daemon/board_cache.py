@@ -3,11 +3,11 @@
 Computing the leaderboard reads the whole store (seconds on a long run), so ``/api/leaderboard``
 never computes it per request. A :class:`BoardCache` keeps the last board and a *stamp* of the
 tables that change on a mark or a round (the largest row ids of ``equity``, ``decisions``,
-``fills``, ``resolutions``, ``probes`` and ``runs``). A request joins the refresh in flight or
-starts one; the refresh reads the stamp in a worker thread over its own read-only connection and
-recomputes the board (in that thread too) only when the stamp moved. At most one refresh runs at
-a time however many requests arrive, so a burst of requests costs one computation at most, and
-none at all while nothing new was committed.
+``fills``, ``resolutions``, ``probes`` and ``runs``). A request starts a refresh, or joins the one
+started after it arrived; the refresh reads the stamp in a worker thread over its own read-only
+connection and recomputes the board (in that thread too) only when the stamp moved. At most one
+refresh runs at a time however many requests arrive, so a burst of requests costs at most one
+computation per commit, and none at all while nothing new was committed.
 """
 
 from __future__ import annotations
@@ -59,12 +59,18 @@ class BoardCache:
         self._refresh: asyncio.Future[None] | None = None
 
     async def get(self) -> dict[str, Any]:
-        """Return the current board: join the running refresh, or start one.
+        """Return a board at least as fresh as this request.
 
-        A refresh only reads the stamp unless a mark or round was committed since the last
-        computation. Raise what the computation raised when no board could be computed (e.g.
-        the database does not exist yet); after a failed refresh the previous board is served.
+        A refresh already running when the request arrived may have read its stamp before the
+        latest commit: the request waits for it, then for one more refresh (a stamp read, and a
+        computation only if something was committed meanwhile), shared with every request that
+        arrived in the meantime. Raise what the computation raised when no board could be
+        computed (e.g. the database does not exist yet); after a failed refresh the previous
+        board is served.
         """
+        if self._refresh is not None and not self._refresh.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._refresh)
         task = self.refresh()
         with contextlib.suppress(Exception):
             await asyncio.shield(task)
