@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from daemon.config import Config, ConfigError, load_config
+from daemon.signals import Stopped, run_stoppable
 
 EXIT_USAGE = 2
 
@@ -195,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except Stopped as exc:  # SIGTERM: unwound like SIGINT (claims withdrawn, store consistent)
+        sys.stderr.write(f"paperarena {args.cmd}: {exc}; rerun the same command to resume\n")
+        return exc.exit_code
     return _fail(f"unknown command {args.cmd}")
 
 
@@ -230,6 +234,8 @@ def _report(args: argparse.Namespace) -> int:
             Path(args.html).write_text(render_html(report), encoding="utf-8")
         except OSError as exc:
             return _fail(f"{args.html}: cannot write: {exc.strerror or exc}")
+        sys.stderr.write(f"paperarena report: wrote the HTML report to "
+                         f"{Path(args.html).resolve()}\n")  # stderr: stdout stays the table/JSON
     board = report.board
     sys.stdout.write(to_json(board) if args.json else to_table(board))
     return 0
@@ -250,10 +256,10 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         from daemon.components import default_components
 
-        summary = asyncio.run(replay(args.recording, cfg, db, speed=args.speed,
-                                     progress=False if args.no_progress else None,
-                                     window=(args.start, args.end), version=package_version(),
-                                     components=default_components(cfg, mode="replay")))
+        summary = run_stoppable(replay(args.recording, cfg, db, speed=args.speed,
+                                       progress=False if args.no_progress else None,
+                                       window=(args.start, args.end), version=package_version(),
+                                       components=default_components(cfg, mode="replay")))
     except (ReplayError, RecordingError, StoreLockedError) as exc:
         return _fail(str(exc))
     sys.stderr.write(
@@ -305,10 +311,11 @@ def _replay_roles(args: argparse.Namespace) -> int:
                 return _fail(f"{args.recording}: no such recording")
             if args.evaluators < 1 or args.window < 1:
                 return _fail("--evaluators and --window must be at least 1")
-            summary = asyncio.run(replay_publish(args.recording, cfg, evaluators=args.evaluators,
-                                                 window=args.window, wait_timeout=args.wait))
+            summary = run_stoppable(replay_publish(
+                args.recording, cfg, evaluators=args.evaluators, window=args.window,
+                wait_timeout=args.wait))
         else:
-            summary = asyncio.run(replay_evaluate(
+            summary = run_stoppable(replay_evaluate(
                 cfg, args.db or "replay.db", version=package_version(),
                 stall_timeout=args.stall_timeout,
                 components=default_components(cfg, mode="replay")))
@@ -330,12 +337,17 @@ def _record(args: argparse.Namespace) -> int:
 
     register_config_secrets(cfg)
     cfg = cfg.model_copy(update={"agents": ()})  # record market data only
+    components = recorder_components(args.out, cfg)
     try:
-        return asyncio.run(run_live(cfg, db=args.db or f"{args.out}.db", duration=args.duration,
-                                    version=package_version(),
-                                    components=recorder_components(args.out, cfg)))
+        code = asyncio.run(run_live(cfg, db=args.db or f"{args.out}.db", duration=args.duration,
+                                    version=package_version(), components=components))
     except StoreLockedError as exc:
         return _fail(str(exc))
+    from daemon.record import Recorder
+
+    recorder = next(c for c in components if isinstance(c, Recorder))
+    sys.stderr.write(f"paperarena record: {recorder.summary()}\n")
+    return code or (0 if recorder.market_events else 1)
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -367,7 +379,11 @@ def _probe(args: argparse.Namespace) -> int:
     if not Path(args.db).exists():
         return _fail(f"{args.db}: no such database")
     from agents.probe import ProbeError, run_probe_command
+    from daemon.logs import configure_logging, register_config_secrets
 
+    cfg = _load(args.config)
+    configure_logging(cfg.logging.level, cfg.logging.format)  # logs to stderr: stdout is JSON
+    register_config_secrets(cfg)
     try:
         result = asyncio.run(run_probe_command(args.config, args.db, args.agent, args.repeats))
     except (ProbeError, LookupError, ValueError) as exc:

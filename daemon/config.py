@@ -317,6 +317,28 @@ class HttpConfig(_Frozen):
     replay: bool = Field(
         default=False, description="also serve HTTP (/metrics, API) during `paperarena replay`"
     )
+    header_timeout: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=10.0,
+        description="seconds a client gets to send a request's headers (also the keep-alive "
+        "idle limit); slower connections are closed",
+    )
+    body_timeout: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=10.0, description="seconds a client gets to send a request body (else 408)"
+    )
+    max_body: Annotated[int, Field(ge=2, le=1 << 24)] = Field(
+        default=16384, description="largest accepted request body in bytes (else 413)"
+    )
+    max_connections: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        default=64, description="open client connections at most; more are answered 503"
+    )
+    max_queries: Annotated[int, Field(ge=1, le=64)] = Field(
+        default=4, description="API requests reading the database at once; more wait"
+    )
+
+    @field_validator("header_timeout", "body_timeout", mode="before")
+    @classmethod
+    def _durations(cls, v: Any) -> float:
+        return parse_duration(v)
 
 
 class LoggingConfig(_Frozen):
@@ -332,6 +354,16 @@ class EvaluatorConfig(_Frozen):
     agents: tuple[str, ...] = Field(
         default=(), description="ids of the agents this evaluator runs; empty = every agent"
     )
+    publisher_timeout: Annotated[float, Field(gt=0)] = Field(
+        default=600.0,
+        description="how long `replay-evaluate` waits for a running replay-publish to announce "
+        "its stream before giving up with one line (default 10 min)",
+    )
+
+    @field_validator("publisher_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        return parse_duration(v)
 
 
 class Config(_Frozen):

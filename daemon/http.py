@@ -7,12 +7,20 @@ Routes (bound to 127.0.0.1 by default, ``[http] host/port``):
   503 when it lags or stopped ticking;
 - ``GET /readyz``: 200 when the store is writable (``BEGIN IMMEDIATE; ROLLBACK`` under the
   store's write lock) and every feed is live or its market closed; 503 with the reasons in JSON;
-- ``GET /api/leaderboard``: the leaderboard of the live database (read-only connection in a
-  thread) plus every agent's live figures;
+- ``GET /api/leaderboard``: the leaderboard of the live database plus every agent's live
+  figures; served from a :class:`~daemon.board_cache.BoardCache` recomputed in a thread only
+  after new marks or rounds, one computation at a time;
 - ``GET /api/agents``: the running agents with their live figures;
 - ``GET /api/agents/{id}``: equity curve, allocations (fills), recent decisions and alerts;
 - ``POST /api/agents/{id}/resume`` (operator action; JSON body ``{}`` or ``{"market": ...}``,
   ``Content-Type: application/json`` required): resume an agent halted after a drawdown breach.
+
+Every error answers JSON ``{"error": "<one line>"}``: 400 for a malformed request (bad JSON,
+wrong types, unknown keys, bad query values), 404/405 for an unknown route or method, 408 when a
+body is not sent within ``[http] body_timeout``, 413 beyond ``[http] max_body``, 415 without
+JSON. A client gets ``[http] header_timeout`` to send its headers (and as keep-alive idle time)
+before its connection is closed; beyond ``[http] max_connections`` open connections a new one is
+answered 503 and closed; at most ``[http] max_queries`` API requests read the database at once.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import asyncio
 import contextlib
 import ipaddress
 import json
+import logging
 import math
 import time
 from collections import deque
@@ -34,7 +43,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from daemon.alerts import market_open, source_market, state_name
-from daemon.config import ConfigError
+from daemon.board_cache import BoardCache
+from daemon.config import ConfigError, HttpConfig
 from daemon.metrics import portfolio_rows
 
 if TYPE_CHECKING:
@@ -59,9 +69,92 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def _dumps(data: Any) -> str:
+    return json.dumps(_clean(data), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
 def _json(data: Any, status: int = 200) -> web.Response:
-    body = json.dumps(_clean(data), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return web.Response(text=body, status=status, content_type="application/json")
+    return web.Response(text=_dumps(data), status=status, content_type="application/json")
+
+
+class BadRequest(Exception):
+    """A malformed request: answered with its status and one-line reason."""
+
+    def __init__(self, reason: str, status: int = 400) -> None:
+        """Keep the one-line ``reason`` and the HTTP ``status``."""
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+#: The keys a resume body may carry.
+RESUME_KEYS = frozenset({"market", "by"})
+
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+         b"Connection: close\r\nContent-Length: 47\r\n\r\n"
+         b'{"error":"too many connections, retry shortly"}')
+
+
+class _Busy(asyncio.Protocol):
+    """Answer one connection beyond the limit with 503 and close it."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(_BUSY)
+        transport.close()
+
+
+class _ProtocolLogger(logging.Logger):
+    """aiohttp's connection logger: a malformed request is one warning line, no traceback."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
+        """Log one line naming the request's problem."""
+        exc = exc_info if isinstance(exc_info, BaseException) else None
+        text = str(msg) % args if args else str(msg)
+        reason = " ".join(str(getattr(exc, "message", "") or exc or "").split())[:160]
+        log.warning("http request rejected", detail=text,
+                    reason=f"{type(exc).__name__}: {reason}" if exc else None)
+
+
+_PROTOCOL_LOG = _ProtocolLogger("aiohttp.server.paperarena")
+_PROTOCOL_LOG.parent = logging.getLogger("aiohttp.server")  # debug lines follow its config
+
+
+class BoundedSite(web.BaseSite):
+    """A TCP site that answers connections beyond ``max_connections`` with 503 and closes them."""
+
+    __slots__ = ("_host", "_max", "_port", "_reuse_address")
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, max_connections: int,
+                 reuse_address: bool = True) -> None:
+        """Prepare the site on ``host:port`` with at most ``max_connections`` open."""
+        super().__init__(runner)
+        self._host = host
+        self._port = port
+        self._max = max_connections
+        self._reuse_address = reuse_address
+
+    @property
+    def name(self) -> str:
+        """Return the site's URL."""
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        """Listen; every accepted connection beyond the limit gets :class:`_Busy`."""
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+
+        def factory() -> asyncio.BaseProtocol:
+            if len(server.connections) >= self._max:
+                return _Busy()
+            return server()
+
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(factory, self._host, self._port,
+                                                reuse_address=self._reuse_address)
+        if self._server.sockets:
+            self._port = int(self._server.sockets[0].getsockname()[1])
 
 
 class HttpBindError(ConfigError):
@@ -140,8 +233,10 @@ class HttpServer:
                  port: int = 9464, lag: LoopLagMonitor | None = None,
                  monitor: AlertMonitor | None = None, performance: PerformanceCache | None = None,
                  metrics: Metrics | None = None,
-                 feeds: Callable[[], list[Any]] = list) -> None:
-        """Prepare the server; :meth:`start` binds it."""
+                 feeds: Callable[[], list[Any]] = list,
+                 settings: HttpConfig | None = None) -> None:
+        """Prepare the server; :meth:`start` binds it (limits and timeouts from ``settings``)."""
+        self.settings = settings if settings is not None else HttpConfig()
         self.engine = engine
         self.registry = registry
         self.host = host
@@ -153,10 +248,13 @@ class HttpServer:
         self.feeds = feeds
         self._runner: web.AppRunner | None = None
         self._probe: asyncio.Future[None] | None = None
+        self._queries = asyncio.Semaphore(self.settings.max_queries)
+        path = engine.store.path
+        self.board_cache = None if path == ":memory:" else BoardCache(path, serialize=_dumps)
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._count])
+        app = web.Application(middlewares=[self._count], client_max_size=self.settings.max_body)
         app.router.add_get("/metrics", self.handle_metrics)
         app.router.add_get("/healthz", self.handle_healthz)
         app.router.add_get("/readyz", self.handle_readyz)
@@ -174,9 +272,18 @@ class HttpServer:
         name = route.canonical if route is not None else "other"
         try:
             resp = await handler(request)
+        except BadRequest as exc:
+            self._inc(name, exc.status)
+            return _json({"error": exc.reason}, exc.status)
         except web.HTTPException as exc:
             self._inc(name, exc.status)
-            raise
+            if exc.status < 400:
+                raise
+            reason = exc.text if exc.text and exc.text != f"{exc.status}: {exc.reason}" else (
+                exc.reason.lower())
+            resp = _json({"error": " ".join(str(reason).split())}, exc.status)
+            resp.headers.extend((k, v) for k, v in exc.headers.items() if k == "Allow")
+            return resp
         except Exception:
             log.exception("http handler failed", path=request.path)
             self._inc(name, 500)
@@ -190,9 +297,12 @@ class HttpServer:
 
     async def start(self) -> None:
         """Bind and serve; raise :class:`HttpBindError` (one line) if the address is taken."""
-        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                               keepalive_timeout=self.settings.header_timeout,
+                               logger=_PROTOCOL_LOG)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        site = BoundedSite(runner, self.host, self.port,
+                           max_connections=self.settings.max_connections)
         try:
             await site.start()
         except OSError as exc:
@@ -205,6 +315,8 @@ class HttpServer:
             if isinstance(addr, tuple) and len(addr) >= 2:
                 self.port = int(addr[1])
                 break
+        if self.board_cache is not None:
+            self.board_cache.refresh()
         if not _is_loopback(self.host):
             log.warning("http server reachable beyond this host: the resume action is exposed",
                         host=self.host, port=self.port)
@@ -215,6 +327,8 @@ class HttpServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.board_cache is not None:
+            await self.board_cache.close()
 
     # -- handlers -----------------------------------------------------------------------------
     async def handle_metrics(self, request: web.Request) -> web.Response:
@@ -270,18 +384,19 @@ class HttpServer:
 
     async def handle_leaderboard(self, request: web.Request) -> web.Response:
         """Return the leaderboard of the live database plus live figures."""
-        from scoring.leaderboard import leaderboard
-
         live = [asdict(r) for r in portfolio_rows(self.engine, self.monitor)]
-        path = self.engine.store.path
-        if path == ":memory:":
+        if self.board_cache is None:
             return _json({"error": "in-memory store: no leaderboard", "live": live}, 503)
         try:
-            board = await asyncio.to_thread(leaderboard, path)
+            board = await self.board_cache.get()
         except FileNotFoundError as exc:
             return _json({"error": str(exc), "live": live}, 503)
-        board["live"] = live
-        return _json(board)
+        text = self.board_cache.text
+        if text is None or not text.startswith("{") or text == "{}" or "live" in board:
+            return _json({**board, "live": live})
+        # The board was serialised in the worker thread: splice the live figures in.
+        return web.Response(text=f'{text[:-1]},"live":{_dumps(live)}}}',
+                            content_type="application/json")
 
     async def handle_agents(self, request: web.Request) -> web.Response:
         """Return every running agent with its live figures."""
@@ -300,13 +415,20 @@ class HttpServer:
         agent = request.match_info["id"]
         if not self._known(agent):
             return _json({"error": f"unknown agent {agent!r}"}, 404)
-        try:
-            limit = min(MAX_ROWS, max(1, int(request.query.get("limit", "500"))))
-        except ValueError:
-            return _json({"error": "limit must be an integer"}, 400)
+        unknown = sorted(set(request.query) - {"limit", "kind"})
+        if unknown:
+            raise BadRequest(f"unknown query parameter {unknown[0]!r} (use limit, kind)")
+        raw = request.query.get("limit", "500")
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
+            raise BadRequest(f"limit must be a positive integer, got {raw[:40]!r}")
+        limit = min(MAX_ROWS, max(1, int(raw)))
         kind = request.query.get("kind", "all")
         if kind not in ("all", "daily", "decision"):
-            return _json({"error": "kind must be all, daily or decision"}, 400)
+            raise BadRequest("kind must be all, daily or decision")
+        async with self._queries:
+            return await self._agent(agent, limit, kind)
+
+    async def _agent(self, agent: str, limit: int, kind: str) -> web.Response:
         store = self.engine.store
         kind_sql, params = ("", (agent, limit)) if kind == "all" else (
             " AND kind=?", (agent, kind, limit))
@@ -361,25 +483,63 @@ class HttpServer:
         if request.content_type != "application/json":
             return _json({"error": "send Content-Type: application/json (body {} or "
                                    "{\"market\": \"equity\"})"}, 415)
-        try:
-            body = await request.json() if request.can_read_body else {}
-        except ValueError:
-            return _json({"error": "invalid JSON body"}, 400)
+        body = await self._json_body(request)
         if not isinstance(body, dict):
-            return _json({"error": "the body must be a JSON object"}, 400)
+            raise BadRequest(f"the body must be a JSON object, got {_kind(body)}")
+        unknown = sorted(set(body) - RESUME_KEYS)
+        if unknown:
+            raise BadRequest(f"unknown key {unknown[0][:40]!r} in the body (use market, by)")
         market = body.get("market")
+        if market is not None and not isinstance(market, str):
+            raise BadRequest(f"market must be a string, got {_kind(market)}")
         if market is not None and market not in self.engine.slots:
-            return _json({"error": f"unknown market {market!r}"}, 400)
+            raise BadRequest(f"unknown market {market[:40]!r} (use one of "
+                             f"{', '.join(sorted(self.engine.slots))})")
+        raw_by = body.get("by")
+        if raw_by is not None and not isinstance(raw_by, str):
+            raise BadRequest(f"by must be a string, got {_kind(raw_by)}")
         if not any(agent in slots for slots in self.engine.slots.values()):
             return _json({"error": f"unknown agent {agent!r}"}, 404)
         if self.monitor is None:
             return _json({"error": "the alert monitor is not running"}, 503)
-        by = str(body.get("by") or "operator")[:64]
+        by = " ".join((raw_by or "operator").split())[:64] or "operator"
         resumed = await self.monitor.resume(agent, market, by=by)
         statuses = {m: s[agent].status for m, s in self.engine.slots.items() if agent in s}
         if not resumed:
             return _json({"error": f"agent {agent!r} is not halted", "status": statuses}, 409)
         return _json({"agent": agent, "resumed": resumed, "status": statuses})
+
+
+    async def _json_body(self, request: web.Request) -> Any:
+        """Read the JSON body within ``body_timeout`` (empty body = ``{}``); raise BadRequest."""
+        if not request.can_read_body:
+            return {}
+        try:
+            raw = await asyncio.wait_for(request.read(), self.settings.body_timeout)
+        except TimeoutError:
+            raise BadRequest(f"request body not received within "
+                             f"{self.settings.body_timeout:g}s", 408) from None
+        except web.HTTPRequestEntityTooLarge:
+            raise BadRequest(f"request body larger than {self.settings.max_body} bytes",
+                             413) from None
+        if not raw.strip():
+            return {}
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise BadRequest("the body is not UTF-8") from None
+        except RecursionError:
+            raise BadRequest("the body is nested too deeply") from None
+        except ValueError as exc:
+            raise BadRequest(f"invalid JSON body: {str(exc).splitlines()[0]}") from None
+
+
+def _kind(value: Any) -> str:
+    """Name a JSON value's type as a user sees it."""
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
 def _is_loopback(host: str) -> bool:

@@ -7,7 +7,9 @@ Wire format
     carries the same id. Events of a replay stream (:meth:`MqttBridge.send` with ``seq``) also
     carry ``"run"`` and ``"seq"``; they are deduplicated by ``(run, seq)`` instead of content.
     Process liveness is the retained ``online``/``offline`` payload at
-    ``paperarena/<namespace>/status/<process id>`` (``offline`` is also the Last Will).
+    ``paperarena/<namespace>/status/<process id>`` (``offline`` is also the Last Will). A clean
+    stop publishes ``offline`` and then clears the retained status, so only a crashed process
+    leaves a retained ``offline`` behind.
 
 Control subtrees
     ``paperarena/<namespace>/owners/...`` and ``.../replay/...`` carry raw control messages
@@ -797,14 +799,17 @@ class MqttBridge:
             self._requeue_inflight()
         if stopper in done:
             try:
+                # Peers see "offline", then the retained status is cleared: a stopped process
+                # leaves nothing behind (only a crash leaves the Last Will's "offline").
                 await client.publish(self.status_topic, OFFLINE, qos=1, retain=True, timeout=5)
+                await client.publish(self.status_topic, b"", qos=1, retain=True, timeout=5)
             except aiomqtt.MqttError as exc:
                 log.warning("mqtt could not publish offline status", error=str(exc))
             return
         for task in done:
-            exc = task.exception()
-            if exc is not None:
-                raise exc
+            failure = task.exception()
+            if failure is not None:
+                raise failure
         raise aiomqtt.MqttError("mqtt session ended unexpectedly")
 
     def _warn(self, what: str, message: str, **fields: object) -> None:

@@ -185,7 +185,8 @@ class Observability:
         if self.http_enabled:
             self.server = HttpServer(engine, registry=self.registry, host=self.host,
                                      port=self.port, lag=self.lag, monitor=self.monitor,
-                                     performance=self.performance, metrics=m, feeds=self.feeds)
+                                     performance=self.performance, metrics=m, feeds=self.feeds,
+                                     settings=self.config.http)
             await self.server.start()
         log.info("observability started", mode=self.mode, http=self.url,
                  notifiers=len(self.alerts_config.webhooks))
@@ -245,5 +246,7 @@ class Observability:
                 await self.performance.refresh()
                 if self.board is not None:
                     await self.board.refresh()
+                if self.server is not None and self.server.board_cache is not None:
+                    self.server.board_cache.refresh()  # recomputes only after marks or rounds
             except Exception:
                 log.exception("performance refresh failed")

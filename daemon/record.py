@@ -7,11 +7,16 @@ when it saw it. A live round at T acted on the events received before T, and a r
 T sees exactly the recorded events with ts <= T, so a replay reproduces the live books. The
 cost: the source's own timestamp is not kept in the file (a news item is stamped when it was
 received, which is never before it was published).
+
+At the end :meth:`Recorder.summary` says what was recorded, per event class and per source
+(its state and data messages); a recording holding nothing but its closing clock event is a
+failed recording (``paperarena record`` exits 1).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,10 @@ class Recorder:
         self.writer: RecordingWriter | None = None
         self._last = 0.0
         self.written = 0
+        #: Market events written, by class (price, news, market, resolution, history).
+        self.by_class: Counter[str] = Counter()
+        self.sources: list[Any] = []
+        self._started = time.monotonic()
 
     async def start(self, engine: Any, *, sources: list[Any]) -> None:
         """Open the recording and start tapping market data."""
@@ -53,6 +62,8 @@ class Recorder:
                   "started_wall": time.time()},
         )
         self._clock = engine.clock
+        self.sources = list(sources)
+        self._started = time.monotonic()
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.writer = RecordingWriter(self.out, header)
         self._last = now - 86_400.0
@@ -70,6 +81,24 @@ class Recorder:
         self._last = ts
         self.writer.write(ev)
         self.written += 1
+        if not isinstance(ev, ClockEvent):
+            self.by_class[ev.topic_class] += 1
+
+    @property
+    def market_events(self) -> int:
+        """Return how many market events (everything but clock events) were recorded."""
+        return sum(self.by_class.values())
+
+    def summary(self) -> str:
+        """Return one line: what was recorded, per class and per source, and where."""
+        elapsed = time.monotonic() - self._started
+        classes = ", ".join(f"{k} {n}" for k, n in sorted(self.by_class.items()))
+        per_source = "; ".join(_source_summary(src) for src in self.sources) or "no sources"
+        if not self.market_events:
+            return (f"recorded nothing but its own clock in {elapsed:.0f}s to {self.out} "
+                    f"(sources: {per_source}): check the network and [sources]")
+        return (f"recorded {self.market_events} market events ({classes}) in {elapsed:.0f}s "
+                f"to {self.out} (sources: {per_source})")
 
     def on_stopping(self, ts: float) -> None:
         """Seal the recording where the daemon stops scheduling: a final clock event at ``ts``.
@@ -91,6 +120,15 @@ class Recorder:
             self.writer.close()
             log.info("recording closed", path=str(self.out), events=self.written)
             self.writer = None
+
+
+def _source_summary(src: Any) -> str:
+    """Return ``name: state, N data messages`` for one source."""
+    state = getattr(src, "state", "?")
+    counters = getattr(src, "counters", None)
+    data = getattr(counters, "data_messages", None)
+    text = f"{getattr(src, 'name', '?')}: {getattr(state, 'value', state)}"
+    return text if data is None else f"{text}, {data} data messages"
 
 
 def recorder_components(out: str, config: Config) -> list[Component]:

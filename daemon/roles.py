@@ -489,10 +489,15 @@ class StreamCounters:
 class ReplayStream:
     """Reorder buffer of one evaluator: receive sequenced events, yield them in offset order."""
 
-    def __init__(self, *, stall_timeout: float = 30.0, idle_timeout: float | None = None) -> None:
-        """Fail on a hole unfilled for ``stall_timeout`` s, or ``idle_timeout`` s of silence."""
+    def __init__(self, *, stall_timeout: float = 30.0, idle_timeout: float | None = None,
+                 begin_timeout: float | None = None) -> None:
+        """Fail on a hole unfilled for ``stall_timeout`` s, or ``idle_timeout`` s of silence.
+
+        :meth:`wait_begin` gives up after ``begin_timeout`` s (default ``idle_timeout``).
+        """
         self.stall_timeout = stall_timeout
         self.idle_timeout = idle_timeout
+        self.begin_timeout = idle_timeout if begin_timeout is None else begin_timeout
         self.bridge: MqttBridge | None = None
         self.begin: StreamBegin | None = None
         self.end: StreamEnd | None = None
@@ -581,7 +586,8 @@ class ReplayStream:
 
     async def wait_begin(self) -> StreamBegin:
         """Wait for the announcement of a stream whose publisher is online."""
-        deadline = math.inf if self.idle_timeout is None else time.monotonic() + self.idle_timeout
+        timeout = self.begin_timeout
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
         while True:
             cand = self._candidate
             if cand is not None and self.bridge is not None and (
@@ -589,9 +595,13 @@ class ReplayStream:
                 self.begin = cand
                 return cand
             if time.monotonic() > deadline:
+                stale = "" if cand is None else (
+                    f" (the stream of {cand.recording} announced by {cand.publisher} has no "
+                    "running publisher)")
                 raise ReplayError(
-                    f"no replay stream announced within {self.idle_timeout:g}s: "
-                    "is replay-publish running against the same broker and namespace?"
+                    f"no running replay-publish announced a stream within {timeout:g}s{stale}: "
+                    "start replay-publish against the same broker and namespace "
+                    "(or raise [evaluator] publisher_timeout)"
                 )
             self._wake.clear()
             await wait_event(self._wake, 0.05)
@@ -707,18 +717,23 @@ async def replay_evaluate(
     components: list[Component] | None = None,
     stall_timeout: float = 30.0,
     idle_timeout: float | None = None,
+    publisher_timeout: float | None = None,
     connect_timeout: float = 10.0,
 ) -> EvaluateSummary:
     """Replay the stream of ``replay-publish`` into ``db`` for the agents this evaluator owns.
 
     The same engine setup and driver as :func:`daemon.replay.replay`; events come from the
     broker in offset order (reorder buffer) instead of the file. Raise :class:`OwnershipError`
-    if a live peer owns one of the agents and :class:`ReplayError` if the stream cannot complete.
+    if a live peer owns one of the agents and :class:`ReplayError` if the stream cannot complete
+    or no running publisher announces one within ``publisher_timeout`` s (default
+    ``[evaluator] publisher_timeout``).
     """
     settings = settings or require_mqtt(config, "replay-evaluate")
     owned = select_agents(config, agent_ids)
     pid = process_id or settings.process_id or default_process_id("evaluator", db)
-    stream = ReplayStream(stall_timeout=stall_timeout, idle_timeout=idle_timeout)
+    stream = ReplayStream(stall_timeout=stall_timeout, idle_timeout=idle_timeout,
+                          begin_timeout=publisher_timeout if publisher_timeout is not None
+                          else config.evaluator.publisher_timeout)
     bus = Bus()
     bridge = MqttBridge(bus, role_settings(settings, "evaluator"), process_id=pid,
                         sink=stream.on_event)
