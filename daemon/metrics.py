@@ -486,6 +486,7 @@ class EngineCollector(Collector):
                 ("reconnects", "reconnects", "Reconnections of the source"),
                 ("decode_errors", "decode_errors", "Frames that failed to decode"),
                 ("rejected", "rejected_messages", "Decoded messages rejected as invalid"),
+                ("unknown", "unknown_events", "Feed events of an unknown type (ignored)"),
             )
         }
         last_msg = GaugeMetricFamily(f"{PREFIX}_feed_last_message_timestamp_seconds",

@@ -30,6 +30,7 @@ from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
+from daemon.durations import Duration
 from daemon.events import PriceEvent
 from feeds.backoff import StreamSettings
 from feeds.connection import DecodeResult, SourceState, StreamingSource, http_status_of
@@ -79,8 +80,8 @@ class AlpacaSettings(StreamSettings):
     daily_bars: bool = False
     statuses: bool = True
     max_symbols: int = Field(default=30, ge=1, description="IEX free plan: 30 symbols")
-    dead_after: float = Field(default=165.0, gt=0)
-    stale_after: float = Field(default=300.0, gt=0)
+    dead_after: Duration = Field(default=165.0, gt=0)
+    stale_after: Duration = Field(default=300.0, gt=0)
     stale_policy: Literal["any", "all"] = "all"
     limit_penalty: float = Field(default=4.0, ge=1.0)
     auth_penalty: float = Field(default=10.0, ge=1.0)

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from daemon.durations import Duration
+
 __all__ = ["Backoff", "BackoffPolicy"]
 
 
@@ -90,9 +92,9 @@ class BackoffSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backoff_initial: float = Field(default=1.0, gt=0, description="first retry delay cap (s)")
-    backoff_max: float = Field(default=60.0, gt=0, description="largest retry delay cap (s)")
-    backoff_reset_after: float = Field(
+    backoff_initial: Duration = Field(default=1.0, gt=0, description="first retry delay cap (s)")
+    backoff_max: Duration = Field(default=60.0, gt=0, description="largest retry delay cap (s)")
+    backoff_reset_after: Duration = Field(
         default=60.0, ge=0, description="stable seconds after which backoff starts over"
     )
 
@@ -108,13 +110,13 @@ class BackoffSettings(BaseModel):
 class StreamSettings(BackoffSettings):
     """Settings shared by every streaming (WebSocket) source."""
 
-    open_timeout: float = Field(default=10.0, gt=0, description="connect + handshake bound (s)")
-    watchdog_interval: float = Field(default=1.0, gt=0, description="staleness check period (s)")
-    stale_after: float = Field(default=120.0, gt=0, description="a key without data is stale")
+    open_timeout: Duration = Field(default=10.0, gt=0, description="connect + handshake bound (s)")
+    watchdog_interval: Duration = Field(default=1.0, gt=0, description="staleness check period (s)")
+    stale_after: Duration = Field(default=120.0, gt=0, description="a key without data is stale")
     stale_policy: Literal["any", "all"] = Field(
         default="any", description="reconnect when any / all of a shard's keys are stale"
     )
-    dead_after: float | None = Field(
+    dead_after: Duration | None = Field(
         default=None, gt=0, description="reconnect after this long without any frame"
     )
 

@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
+from daemon.durations import Duration
 from daemon.events import PriceEvent
 from feeds.alpaca import secret_from_env
 from feeds.backoff import StreamSettings
@@ -70,9 +71,9 @@ class FinnhubSettings(StreamSettings):
     rest_url: str = "https://finnhub.io/api/v1"
     key_env: str = "FINNHUB_API_KEY"
     max_per_connection: int = Field(default=50, ge=1)
-    stale_after: float = Field(default=120.0, gt=0)
+    stale_after: Duration = Field(default=120.0, gt=0)
     stale_policy: Literal["any", "all"] = "all"
-    dead_after: float | None = Field(default=None, gt=0)
+    dead_after: Duration | None = Field(default=None, gt=0)
     dedupe_window: int = Field(default=4096, ge=1)
     rate_limit_penalty: float = Field(default=4.0, ge=1.0)
 

@@ -44,6 +44,7 @@ import structlog
 from pydantic import ConfigDict, Field
 
 from daemon.bus import Bus
+from daemon.durations import Duration
 from daemon.events import NewsEvent, SourceStatus
 from feeds.alpaca import parse_rfc3339, secret_from_env
 from feeds.backoff import Backoff, BackoffSettings
@@ -116,19 +117,19 @@ class NewsSettings(BackoffSettings):
     alpaca_secret_env: str = "APCA_API_SECRET_KEY"
     alpaca_symbols_per_request: int = Field(default=10, ge=1)
     alpaca_max_pages: int = Field(default=3, ge=1)
-    poll_interval: float = Field(default=300.0, gt=0)
-    request_spacing: float = Field(default=1.0, ge=0)
-    lookback: float = Field(default=172_800.0, gt=0, description="Finnhub/Alpaca query window")
-    max_age: float = Field(default=172_800.0, gt=0, description="older items are skipped")
-    future_skew: float = Field(default=300.0, ge=0)
+    poll_interval: Duration = Field(default=300.0, gt=0)
+    request_spacing: Duration = Field(default=1.0, ge=0)
+    lookback: Duration = Field(default=172_800.0, gt=0, description="Finnhub/Alpaca query window")
+    max_age: Duration = Field(default=172_800.0, gt=0, description="older items are skipped")
+    future_skew: Duration = Field(default=300.0, ge=0)
     max_items_per_response: int = Field(default=200, ge=1)
     max_bytes: int = Field(default=5_000_000, gt=0)
     max_summary_chars: int = Field(default=1000, ge=0)
-    request_timeout: float = Field(default=20.0, gt=0)
+    request_timeout: Duration = Field(default=20.0, gt=0)
     dedupe_capacity: int = Field(default=50_000, ge=1)
     user_agent: str = BROWSER_USER_AGENT
-    backoff_initial: float = Field(default=5.0, gt=0)
-    backoff_max: float = Field(default=900.0, gt=0)
+    backoff_initial: Duration = Field(default=5.0, gt=0)
+    backoff_max: Duration = Field(default=900.0, gt=0)
     rate_limit_penalty: float = Field(default=4.0, ge=1.0)
     down_after: int = Field(default=5, ge=1)
 

@@ -36,6 +36,7 @@ from pydantic import ConfigDict, Field, model_validator
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
+from daemon.durations import Duration
 from daemon.events import Event, MarketListed, ResolutionEvent, SourceStatus
 from feeds.backoff import Backoff, StreamSettings
 from feeds.connection import (
@@ -81,17 +82,17 @@ class PolymarketSettings(StreamSettings):
     top_n: int = Field(default=10, ge=0)
     min_volume_24h: float = Field(default=0, ge=0)
     max_per_connection: int = Field(default=200, ge=1)
-    ping_interval: float = Field(default=10.0, description="text PING period; <= 0 disables")
-    stale_after: float = Field(default=600.0, gt=0)
-    resolution_poll_interval: float = Field(default=300.0, gt=0)
-    discovery_interval: float = Field(default=3600.0, gt=0)
+    ping_interval: Duration = Field(default=10.0, description="text PING period; 0 disables")
+    stale_after: Duration = Field(default=600.0, gt=0)
+    resolution_poll_interval: Duration = Field(default=300.0, gt=0)
+    discovery_interval: Duration = Field(default=3600.0, gt=0)
     history_interval: str = "1w"
     history_fidelity: int = Field(default=60, ge=1)
     mark: Literal["mid", "last", "bid"] = "mid"
     # Additions to the documented settings (tuning; defaults suit production).
     stale_policy: Literal["any", "all"] = "any"
-    dead_after: float | None = Field(default=60.0, description="no frame at all (not even PONG)")
-    http_timeout: float = Field(default=15.0, gt=0)
+    dead_after: Duration | None = Field(default=60.0, description="no frame at all (not even PONG)")
+    http_timeout: Duration = Field(default=15.0, gt=0)
     discovery_pages: int = Field(default=5, ge=1, description="max Gamma pages of 100 scanned")
     backfill: bool = True
 

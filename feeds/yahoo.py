@@ -27,6 +27,7 @@ from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
+from daemon.durations import Duration
 from daemon.events import PriceEvent, SourceStatus
 from feeds.backoff import Backoff, StreamSettings
 from feeds.connection import DecodeResult, SourceCounters, SourceState, http_status_of
@@ -63,12 +64,12 @@ class YahooSettings(StreamSettings):
     ws_url: str = "wss://streamer.finance.yahoo.com/?version=2"
     chart_url: str = "https://query1.finance.yahoo.com/v8/finance/chart"
     max_per_connection: int = Field(default=100, ge=1, le=100)
-    resubscribe_interval: float = Field(default=15.0, gt=0)
+    resubscribe_interval: Duration = Field(default=15.0, gt=0)
     rate_limit_penalty: float = Field(default=4.0, ge=1.0)
     user_agent: str = BROWSER_USER_AGENT
-    rest_poll_interval: float = Field(default=60.0, gt=0)
-    rest_check_interval: float = Field(default=5.0, gt=0)
-    rest_timeout: float = Field(default=10.0, gt=0)
+    rest_poll_interval: Duration = Field(default=60.0, gt=0)
+    rest_check_interval: Duration = Field(default=5.0, gt=0)
+    rest_timeout: Duration = Field(default=10.0, gt=0)
     rest_max_bytes: int = Field(default=2_000_000, gt=0)
     rest_concurrency: int = Field(default=4, ge=1)
 
