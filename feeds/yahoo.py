@@ -146,11 +146,13 @@ class YahooStreamAdapter:
             return res
         price = pd.price
         if not pd.id or not (price > 0 and math.isfinite(price)) or pd.time <= 0:
-            res.rejected = 1
+            res.decode_errors = 1  # garbage is never a price, nor stamped with the receive time
             return res
         ts = pd.time / 1000.0
         bid = clean_float32(pd.bid) if pd.bid > 0 and math.isfinite(pd.bid) else None
         ask = clean_float32(pd.ask) if pd.ask > 0 and math.isfinite(pd.ask) else None
+        if bid is not None and ask is not None and bid > ask:
+            bid = ask = None  # a crossed quote is never published; the price still is
         res.events.append(
             PriceEvent(
                 ts=ts,

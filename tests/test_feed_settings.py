@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from daemon.config import ConfigError, parse_config
+from daemon.events import PriceEvent
 from feeds.connection import SourceCounters
 from tests.test_alerts import FakeSource
 from tests.test_metrics_http import start_daemon, stop_daemon, value
@@ -40,7 +42,9 @@ async def test_unknown_feed_events_are_exported_as_a_counter(tmp_path: Path) -> 
     src = FakeSource("polymarket", market="polymarket", counters=SourceCounters(unknown=3))  # type: ignore[arg-type]
     d = await start_daemon(tmp_path, sources=[src])
     try:
+        await d.engine.bus.publish(PriceEvent(ts=1.0, market="equity", asset="A", price=math.nan))
         m = await d.metrics()
         assert value(m["paperarena_feed_unknown_events_total"], source="polymarket") == 3.0
+        assert value(m["paperarena_bus_invalid_prices_total"]) == 1.0
     finally:
         await stop_daemon(d)
