@@ -119,6 +119,12 @@ class StreamSettings(BackoffSettings):
     dead_after: Duration | None = Field(
         default=None, gt=0, description="reconnect after this long without any frame"
     )
+    silent_after: Duration = Field(
+        default=60.0,
+        ge=0,
+        description="reconnect a connection that sent no DATA frame for this long while its "
+        "market is open (PONGs / heartbeats do not count); 0 disables",
+    )
 
     def stream_options(self) -> dict[str, Any]:
         """Return the :class:`feeds.connection.StreamingSource` options these settings set."""
@@ -126,6 +132,7 @@ class StreamSettings(BackoffSettings):
             "stale_after": self.stale_after,
             "stale_policy": self.stale_policy,
             "dead_after": self.dead_after,
+            "silent_after": self.silent_after or None,
             "backoff": self.backoff_policy(),
             "open_timeout": self.open_timeout,
             "watchdog_interval": self.watchdog_interval,

@@ -8,10 +8,13 @@ each, one task per shard):
   ``adapter.decode`` and publish the events (prices with ``Bus.publish_nowait``, which never
   blocks; everything else with ``await Bus.publish``), while ``adapter.heartbeat`` and
   ``adapter.periodic`` run alongside.
-- A watchdog judges health on DATA only (never on socket state or pongs): when a subscribed key
-  has had no data for ``stale_after`` seconds while ``is_open(now)`` the shard goes STALE and is
-  reconnected; with ``dead_after`` set, a shard with no inbound frame at all for that long is
-  reconnected whatever ``is_open`` says.
+- A watchdog judges health on DATA only (never on socket state or pongs): a frame is data when
+  the adapter's ``decode`` names a key in ``data_keys`` (control frames such as PONG, heartbeats,
+  acks and errors never do). While ``is_open(now)``: a shard that received no data frame at all
+  for ``silent_after`` seconds (a frozen stream: socket open, PONGs flowing) goes STALE and is
+  reconnected and resubscribed; a subscribed key without data for ``stale_after`` seconds does
+  the same (per-key staleness, for quiet keys). With ``dead_after`` set, a shard with no inbound
+  frame at all for that long is reconnected whatever ``is_open`` says.
 - Any failure (refused, handshake error, close, stale, dead) -> BACKING_OFF for a full-jitter
   exponential delay (``adapter.backoff_penalty`` scales it, e.g. HTTP 429), then reconnect and
   resubscribe every intended key. After ``down_after`` consecutive failures the shard reports
@@ -257,6 +260,7 @@ class _Shard:
         self.connections = 0
         self.connected_at = 0.0
         self.last_frame = 0.0
+        self.silent_since = 0.0
 
 
 def _always_open(_: float) -> bool:
@@ -278,6 +282,7 @@ class StreamingSource:
         is_open: Callable[[float], bool] = _always_open,
         open_timeout: float = 10.0,
         dead_after: float | None = None,
+        silent_after: float | None = None,
         watchdog_interval: float = 1.0,
         down_after: int = 5,
         stale_policy: Literal["any", "all"] = "any",
@@ -288,7 +293,9 @@ class StreamingSource:
         """Prepare the source; nothing connects before :meth:`run`.
 
         ``stale_policy`` "any" (default) reconnects when any subscribed key is stale; "all" only
-        when every key of the shard is (for sources with many quiet keys). ``ws_options`` are
+        when every key of the shard is (for sources with many quiet keys). ``silent_after``
+        reconnects a shard without any data frame for that long while ``is_open``; None disables
+        it. ``ws_options`` are
         extra keyword arguments for ``websockets.asyncio.client.connect``.
         """
         if adapter.max_keys_per_connection < 1:
@@ -299,6 +306,7 @@ class StreamingSource:
         self.stale_after = stale_after
         self.open_timeout = open_timeout
         self.dead_after = dead_after
+        self.silent_after = silent_after
         self.watchdog_interval = watchdog_interval
         self.down_after = down_after
         self.stale_policy = stale_policy
@@ -505,6 +513,7 @@ class StreamingSource:
                 self._last_data[k] = now
             sh.connected_at = now
             sh.last_frame = now
+            sh.silent_since = now
             sh.backoff.connected(now)
             await self._set_state(sh, SourceState.LIVE)
             loop = asyncio.get_running_loop()
@@ -608,6 +617,7 @@ class StreamingSource:
                 counters.last_data_ts = now
                 for k in res.data_keys:
                     last[k] = now
+                sh.silent_since = now
                 sh.failures = 0
             for ev in res.events:
                 if ev.topic_class in conflating:
@@ -657,7 +667,20 @@ class StreamingSource:
                 log.error("is_open failed", source=self.name, error=repr(exc))
                 is_open = True
             if not is_open:
+                sh.silent_since = now  # a closed market's quiet is not silence
                 continue
+            silent = now - sh.silent_since
+            if self.silent_after is not None and silent > self.silent_after:
+                log.warning(
+                    "feed shard sent no data",
+                    source=self.name,
+                    shard=sh.index,
+                    silent_s=round(silent, 3),
+                    hint="silent_after",
+                )
+                await self._set_state(sh, SourceState.STALE)
+                self._request_close(sh, ws, f"no data for {silent:.0f}s")
+                return
             ages = [(now - last.get(k, sh.connected_at), k) for k in sh.active]
             age, key = max(ages) if self.stale_policy == "any" else min(ages)
             if age > self.stale_after:
