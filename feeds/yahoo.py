@@ -28,7 +28,7 @@ from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
 from daemon.durations import Duration
-from daemon.events import PriceEvent, SourceStatus
+from daemon.events import NonMarkingPrice, PriceEvent, SourceStatus
 from feeds.backoff import Backoff, StreamSettings
 from feeds.connection import DecodeResult, SourceCounters, SourceState, http_status_of
 from feeds.yahoo_proto import ProtoDecodeError, clean_float32, decode_pricing_b64
@@ -56,6 +56,10 @@ BROWSER_USER_AGENT = (
 )
 
 
+#: Yahoo quote types (PricingData field 6) that mark by default.
+EQUITY, ETF = 8, 20
+
+
 class YahooSettings(StreamSettings):
     """Yahoo streamer and chart endpoint settings (every endpoint configurable)."""
 
@@ -72,9 +76,22 @@ class YahooSettings(StreamSettings):
     rest_timeout: Duration = Field(default=10.0, gt=0)
     rest_max_bytes: int = Field(default=2_000_000, gt=0)
     rest_concurrency: int = Field(default=4, ge=1)
+    extended_hours_marks: bool = Field(
+        default=False,
+        description="pre-/post-market and extended-hours snapshots mark prices (default: data "
+        "only, published as NonMarkingPrice; marks and daily closes use the regular session)",
+    )
+    mark_quote_types: tuple[int, ...] = Field(
+        default=(EQUITY, ETF),
+        description="Yahoo quote types whose snapshots mark prices (8 equity, 20 ETF); other "
+        "types (e.g. 41 crypto, 9 index) are data only",
+    )
 
 
 # --------------------------------------------------------------------------------- streaming
+
+#: ``market_hours`` values of PricingData other than 1 (regular session).
+_OFF_SESSION = {0: "pre-market", 2: "post-market", 3: "extended hours"}
 
 
 class _Frame(msgspec.Struct):
@@ -128,8 +145,20 @@ class YahooStreamAdapter:
             return self.settings.rate_limit_penalty
         return 1.0
 
+    def _not_a_mark(self, quote_type: int, market_hours: int) -> str:
+        """Return why a snapshot is data only ("" when it marks): session or instrument type."""
+        if quote_type not in self.settings.mark_quote_types:
+            return f"quote type {quote_type}"
+        if market_hours != 1 and not self.settings.extended_hours_marks:
+            return _OFF_SESSION.get(market_hours, f"market hours {market_hours}")
+        return ""
+
     def decode(self, frame: str | bytes, now: float) -> DecodeResult:
-        """Decode one streamer frame into at most one price event."""
+        """Decode one streamer frame into at most one price event.
+
+        Regular-session snapshots of the ``mark_quote_types`` are :class:`PriceEvent` marks;
+        others are :class:`NonMarkingPrice` (data only) unless the settings ask for marks.
+        """
         res = DecodeResult()
         try:
             msg = _frame_decoder.decode(frame)
@@ -153,18 +182,20 @@ class YahooStreamAdapter:
         ask = clean_float32(pd.ask) if pd.ask > 0 and math.isfinite(pd.ask) else None
         if bid is not None and ask is not None and bid > ask:
             bid = ask = None  # a crossed quote is never published; the price still is
-        res.events.append(
-            PriceEvent(
-                ts=ts,
-                recv_ts=now,
-                market="equity",
-                asset=pd.id,
-                price=clean_float32(price),
-                bid=bid,
-                ask=ask,
-                source=self.name,
-            )
+        event = PriceEvent(
+            ts=ts,
+            recv_ts=now,
+            market="equity",
+            asset=pd.id,
+            price=clean_float32(price),
+            bid=bid,
+            ask=ask,
+            source=self.name,
         )
+        reason = self._not_a_mark(pd.quote_type, pd.market_hours)
+        if reason:
+            event = NonMarkingPrice(**msgspec.structs.asdict(event), reason=reason)
+        res.events.append(event)
         if now - ts <= self.settings.stale_after:
             res.data_keys.append(pd.id)
         return res
