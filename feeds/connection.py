@@ -51,6 +51,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from daemon.bus import Bus
 from daemon.events import Event, SourceStatus
 from feeds.backoff import Backoff, BackoffPolicy
+from feeds.health import failure_is_news, short_error
 
 __all__ = [
     "DEFAULT_WS_OPTIONS",
@@ -303,6 +304,8 @@ class StreamingSource:
         self.adapter = adapter
         self.name = name or adapter.name
         self.counters = SourceCounters()
+        #: Short name of the last connection failure ("connect refused"); "" while live.
+        self.last_error = ""
         self.stale_after = stale_after
         self.open_timeout = open_timeout
         self.dead_after = dead_after
@@ -485,11 +488,14 @@ class StreamingSource:
             penalty = 1.0
         delay = sh.backoff.next_delay(penalty=penalty)
         down = sh.failures >= self.down_after
-        log.warning(
+        reason = sh.reason or short_error(exc) or (f"closed (code {code})" if code else "closed")
+        self.last_error = reason
+        # An outage does not flood the log: the health line (feeds.health) sums it up.
+        (log.warning if failure_is_news(sh.failures) else log.debug)(
             "feed shard disconnected",
             source=self.name,
             shard=sh.index,
-            reason=sh.reason or (repr(exc) if exc is not None else "closed"),
+            reason=reason,
             close_code=code,
             failures=sh.failures,
             delay=round(delay, 3),
@@ -731,6 +737,8 @@ class StreamingSource:
 
     async def _set_state(self, sh: _Shard, state: SourceState) -> None:
         sh.state = state
+        if state is SourceState.LIVE and all(s.state is SourceState.LIVE for s in self._shards):
+            self.last_error = ""
         await self._publish_state()
 
     async def _publish_state(self) -> None:
@@ -741,7 +749,13 @@ class StreamingSource:
         now = self._now()
         n_live = sum(1 for s in self._shards if s.state is SourceState.LIVE)
         detail = f"{n_live}/{len(self._shards)} connections live"
-        log.info("feed state", source=self.name, state=str(agg), detail=detail)
+        if agg is not SourceState.LIVE and self.last_error:
+            detail += f" ({self.last_error})"
+        # Reconnect attempts flap connecting <-> backing_off: debug; the health line sums up.
+        quiet = agg in (SourceState.CONNECTING, SourceState.BACKING_OFF)
+        (log.debug if quiet else log.info)(
+            "feed state", source=self.name, state=str(agg), detail=detail
+        )
         await self._bus.publish(
             SourceStatus(ts=now, recv_ts=now, source=self.name, state=str(agg), detail=detail)
         )

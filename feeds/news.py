@@ -50,6 +50,7 @@ from feeds.alpaca import parse_rfc3339, secret_from_env
 from feeds.backoff import Backoff, BackoffSettings
 from feeds.connection import SourceCounters, SourceState
 from feeds.finnhub import redact_text
+from feeds.health import failure_is_news, short_error
 from feeds.yahoo import (
     BROWSER_USER_AGENT,
     PayloadTooLarge,
@@ -578,6 +579,10 @@ class NewsPoller:
         self.name = name or f"news-{fetcher.provider}"
         self.state = SourceState.CONNECTING
         self.counters = SourceCounters()
+        #: Short name of the last failure ("connect refused", "HTTP 429"); "" once it works.
+        self.last_error = ""
+        #: News feeds no price: its health never decides whether rounds have prices.
+        self.provides_prices = False
         self.deduper = deduper if deduper is not None else NewsDeduper(settings.dedupe_capacity)
         self.published = 0
         self.duplicates = 0
@@ -644,15 +649,16 @@ class NewsPoller:
                 delay = self.backoff.next_delay(penalty=self.settings.rate_limit_penalty)
                 if exc.retry_after is not None:
                     delay = max(delay, exc.retry_after)
-                await self._failed(f"{exc} on {req.label}", delay)
+                await self._failed(exc, req.label, delay)
                 continue  # retry the same request
             except (FetchError, NewsParseError) as exc:
                 if isinstance(exc, NewsParseError):
                     self.counters.decode_errors += 1
                 delay = self.backoff.next_delay()
-                await self._failed(f"{exc} on {req.label}", delay)
+                await self._failed(exc, req.label, delay)
                 return []
             self._failures = 0
+            self.last_error = ""
             self.backoff.reset()
             now = self._now()
             self.counters.messages += 1
@@ -661,22 +667,25 @@ class NewsPoller:
             await self._set_state(SourceState.LIVE)
             return items
 
-    async def _failed(self, reason: str, delay: float) -> None:
+    async def _failed(self, exc: Exception, label: str, delay: float) -> None:
         self._failures += 1
         self.last_delay = delay
+        self.last_error = redact_text(short_error(exc))
         state = (
             SourceState.DOWN
             if self._failures >= self.settings.down_after
             else SourceState.BACKING_OFF
         )
-        log.warning(
+        # An outage does not flood the log: the health line (feeds.health) sums it up.
+        (log.warning if failure_is_news(self._failures) else log.debug)(
             "news request failed",
             source=self.name,
-            reason=redact_text(reason),
+            error=self.last_error,
+            request=redact_text(label)[:80],
             failures=self._failures,
             delay=round(delay, 3),
         )
-        await self._set_state(state, redact_text(reason))
+        await self._set_state(state, self.last_error)
         await asyncio.sleep(delay)
 
     async def _publish(self, items: list[NewsItem]) -> int:

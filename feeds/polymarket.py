@@ -46,6 +46,7 @@ from feeds.connection import (
     StreamingSource,
     http_status_of,
 )
+from feeds.health import failure_is_news, short_error
 from feeds.polymarket_decode import PolymarketDecoder, WsEvent
 
 __all__ = [
@@ -440,7 +441,7 @@ async def backfill_history(
                 try:
                     out[tok] = _parse_history(await _get_json(s, url, params))
                 except (aiohttp.ClientError, TimeoutError, HttpStatusError, ValueError) as exc:
-                    log.warning("polymarket history failed", token=tok, error=repr(exc))
+                    log.warning("polymarket history failed", token=tok, error=short_error(exc))
 
         await asyncio.gather(*(one(t) for t in toks))
     return out
@@ -459,7 +460,7 @@ async def fetch_midpoint(
         try:
             raw = await _get_json(s, url, [("token_id", token)])
         except (aiohttp.ClientError, TimeoutError, HttpStatusError, ValueError) as exc:
-            log.warning("polymarket midpoint failed", token=token, error=repr(exc))
+            log.warning("polymarket midpoint failed", token=token, error=short_error(exc))
             return None
     if not isinstance(raw, dict):
         return None
@@ -577,6 +578,7 @@ class PolymarketSource:
         self._rest_state = SourceState.CONNECTING
         self._rest_published: SourceState | None = None
         self._rest_failures = 0
+        self._rest_error = ""
         self._keys_dirty = asyncio.Event()
         self._stop_evt: asyncio.Event | None = None
         self._discovered = asyncio.Event()
@@ -594,6 +596,13 @@ class PolymarketSource:
         if self.streaming.keys:
             return self.streaming.state
         return self._rest_state
+
+    @property
+    def last_error(self) -> str:
+        """Return the short name of the last failure of what :attr:`state` reports on."""
+        if self.streaming.keys:
+            return self.streaming.last_error
+        return self._rest_error
 
     @property
     def questions(self) -> dict[str, Question]:
@@ -758,7 +767,12 @@ class PolymarketSource:
             except (aiohttp.ClientError, TimeoutError, HttpStatusError, ValueError) as exc:
                 penalty = 4.0 if isinstance(exc, HttpStatusError) and exc.status == 429 else 1.0
                 delay = backoff.next_delay(penalty=penalty)
-                log.warning("polymarket discovery failed", error=repr(exc), delay=round(delay, 3))
+                self._rest_error = short_error(exc)
+                n = self._rest_failures + 1
+                (log.warning if failure_is_news(n) else log.debug)(
+                    "polymarket discovery failed", error=self._rest_error, failures=n,
+                    delay=round(delay, 3),
+                )
                 await self._rest_result(ok=False)
                 await asyncio.sleep(delay)
                 continue
@@ -811,7 +825,7 @@ class PolymarketSource:
             except (aiohttp.ClientError, TimeoutError, HttpStatusError, ValueError) as exc:
                 penalty = 4.0 if isinstance(exc, HttpStatusError) and exc.status == 429 else 1.0
                 delay = min(delay, backoff.next_delay(penalty=penalty))
-                log.warning("polymarket resolution poll failed", error=repr(exc))
+                log.warning("polymarket resolution poll failed", error=short_error(exc))
             await asyncio.sleep(delay)
 
     async def _keys_loop(self) -> None:
@@ -858,6 +872,7 @@ class PolymarketSource:
     async def _rest_result(self, *, ok: bool) -> None:
         if ok:
             self._rest_failures = 0
+            self._rest_error = ""
             state = SourceState.LIVE
         else:
             self._rest_failures += 1
@@ -868,7 +883,8 @@ class PolymarketSource:
             self._rest_published = state
             now = self._now()
             await self._bus.publish(
-                SourceStatus(ts=now, recv_ts=now, source=f"{self.name}.gamma", state=str(state))
+                SourceStatus(ts=now, recv_ts=now, source=f"{self.name}.gamma", state=str(state),
+                             detail=self._rest_error)
             )
 
     async def _guarded(self, factory: Callable[[], Awaitable[None]]) -> None:

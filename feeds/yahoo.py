@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from daemon.durations import Duration
 from daemon.events import NonMarkingPrice, PriceEvent, SourceStatus
 from feeds.backoff import Backoff, StreamSettings
 from feeds.connection import DecodeResult, SourceCounters, SourceState, http_status_of
+from feeds.health import short_error
 from feeds.yahoo_proto import ProtoDecodeError, clean_float32, decode_pricing_b64
 
 __all__ = [
@@ -366,14 +368,17 @@ async def backfill_daily_closes(
     now: Callable[[], float],
     range_: str = "3mo",
     attempts: int = 3,
+    errors: dict[str, str] | None = None,
 ) -> dict[str, list[tuple[float, float]]]:
     """Return completed daily closes ``(t, close)`` per symbol (empty list if it failed).
 
-    A bar of the session still in progress is left out. Rate-limited requests are retried
-    with backoff up to ``attempts`` times; nothing raises on network errors.
+    A bar of the session still in progress is left out. Failed requests are retried with
+    backoff up to ``attempts`` times; nothing raises on network errors. Failures are logged as
+    one summary line; ``errors`` (if given) receives a short error per failed symbol.
     """
     sem = asyncio.Semaphore(settings.rest_concurrency)
     out: dict[str, list[tuple[float, float]]] = {}
+    failed: dict[str, str] = {} if errors is None else errors
 
     async def one(symbol: str) -> None:
         backoff = Backoff(settings.backoff_policy())
@@ -384,19 +389,28 @@ async def backfill_daily_closes(
                 out[symbol] = _completed(res, now())
                 return
             except RateLimited as exc:
+                failed[symbol] = short_error(exc)
                 delay = backoff.next_delay(penalty=settings.rate_limit_penalty)
                 if exc.retry_after is not None:
                     delay = max(delay, min(exc.retry_after, settings.backoff_max))
             except ChartError as exc:
-                log.warning("yahoo backfill failed", symbol=symbol, error=str(exc))
+                failed[symbol] = short_error(exc)
+                log.debug("yahoo backfill attempt failed", symbol=symbol, error=failed[symbol])
                 delay = backoff.next_delay()
             if attempt + 1 < attempts:
                 await asyncio.sleep(delay)
-        log.warning("yahoo backfill gave up", symbol=symbol, attempts=attempts)
         out[symbol] = []
 
-    await asyncio.gather(*(one(s) for s in dict.fromkeys(symbols)))
-    return {s: out.get(s, []) for s in dict.fromkeys(symbols)}
+    wanted = list(dict.fromkeys(symbols))
+    await asyncio.gather(*(one(s) for s in wanted))
+    for s in wanted:
+        if out.get(s):
+            failed.pop(s, None)
+    if failed:
+        common = Counter(failed.values()).most_common(1)[0][0]
+        log.warning("yahoo backfill failed", failed=len(failed), of=len(wanted), error=common,
+                    attempts=attempts, symbols=",".join(sorted(failed))[:120])
+    return {s: out.get(s, []) for s in wanted}
 
 
 class YahooRestFallback:
@@ -437,6 +451,11 @@ class YahooRestFallback:
         self._started = now()
         self._backoff = Backoff(settings.backoff_policy())
         self._status: SourceState | None = None
+        #: True while no symbol needs polling (market closed or the stream is fresh).
+        self.standby = True
+        #: Short name of the last poll failure; "" after a successful poll.
+        self.last_error = ""
+        self._warned = ""
         bus.add_tap("price.equity.#", self._on_price)
 
     def _on_price(self, ev: Any) -> None:
@@ -489,9 +508,10 @@ class YahooRestFallback:
         except Exception as exc:
             log.error("is_open failed", source=self.name, error=repr(exc))
             open_ = True
-        if not open_:
-            return self.settings.rest_check_interval
-        for symbol in self.stale_symbols(now):
+        due = self.stale_symbols(now) if open_ else []
+        self.standby = not due and not (open_ and self.last_error)
+        failed: dict[str, str] = {}
+        for symbol in due:
             try:
                 res = await fetch_chart(session, self.settings, symbol, range_="1d")
             except RateLimited as exc:
@@ -504,18 +524,31 @@ class YahooRestFallback:
             except ChartError as exc:
                 self.counters.rejected += 1
                 self._polled[symbol] = self._now()
-                log.warning(
-                    "yahoo rest poll failed", source=self.name, symbol=symbol, error=str(exc)
-                )
+                failed[symbol] = short_error(exc)
                 continue
             self._backoff.reset()
+            self.last_error = ""
             await self._set_state(SourceState.LIVE, "polling")
             t = self._now()
             self._polled[symbol] = t
             self.counters.messages += 1
             self.counters.last_message_ts = t
             self._publish(res, t)
+        if failed:
+            await self._poll_failed(failed, len(due))
         return self.settings.rest_check_interval
+
+    async def _poll_failed(self, failed: dict[str, str], polled: int) -> None:
+        """Log one line per tick, at warning only when the error changes (no per-symbol flood)."""
+        error = Counter(failed.values()).most_common(1)[0][0]
+        if len(failed) == polled:
+            self.last_error = error
+            await self._set_state(SourceState.BACKING_OFF, error)
+        (log.warning if error != self._warned else log.debug)(
+            "yahoo rest poll failed", source=self.name, failed=len(failed), of=polled,
+            error=error,
+        )
+        self._warned = error
 
     def _publish(self, res: ChartResult, recv: float) -> None:
         if res.last_price is None or res.last_time is None:
