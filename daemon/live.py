@@ -71,9 +71,9 @@ class LiveDaemon:
         engine.build_agents()
         await engine.restore()
         for market, asset, ts, price in await store.latest_prices_after_checkpoint():
-            from daemon.events import PriceEvent
+            from daemon.events import MARKETS, PriceEvent
 
-            if market in engine.books:
+            if market in MARKETS and market in engine.books:
                 engine.state.on_price(PriceEvent(ts=ts, recv_ts=ts, market=market, asset=asset,
                                                  price=price))
         await store.begin_run(mode="live", version=self.version,

@@ -322,7 +322,8 @@ def parse_alpaca_news(
         except (ValueError, IndexError):
             bad += 1
             continue
-        symbols = raw.get("symbols") if isinstance(raw.get("symbols"), list) else []
+        listed = raw.get("symbols")
+        symbols: list[Any] = listed if isinstance(listed, list) else []
         keys = tuple(s for s in symbols if s in want)
         if not headline or not keys:
             bad += 1
