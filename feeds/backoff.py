@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,7 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from daemon.durations import Duration
 
-__all__ = ["Backoff", "BackoffPolicy"]
+__all__ = ["CLOSE_GRACE", "Backoff", "BackoffPolicy", "EquityStreamSettings", "StreamSettings"]
+
+#: Prices stamped up to this long after the close still belong to the regular session (the
+#: closing auction prints at the close, sometimes stamped a few hundred milliseconds later).
+CLOSE_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -137,3 +142,23 @@ class StreamSettings(BackoffSettings):
             "open_timeout": self.open_timeout,
             "watchdog_interval": self.watchdog_interval,
         }
+
+
+class EquityStreamSettings(StreamSettings):
+    """Settings shared by the equity streams: only regular-session prices mark by default."""
+
+    extended_hours_marks: bool = Field(
+        default=False,
+        description="pre-/post-market and extended-hours prices mark (default: data only, "
+        "published as NonMarkingPrice; marks and daily closes use the regular session)",
+    )
+
+    def marks_at(self, is_open: Callable[[float], bool] | None, t: float) -> bool:
+        """Return whether a price stamped ``t`` marks under the session calendar ``is_open``.
+
+        True inside the regular session (the close plus :data:`CLOSE_GRACE` included), always
+        with ``extended_hours_marks`` or without a calendar.
+        """
+        if is_open is None or self.extended_hours_marks:
+            return True
+        return is_open(t) or is_open(t - CLOSE_GRACE)

@@ -30,7 +30,7 @@ from websockets.asyncio.client import ClientConnection
 from daemon.bus import Bus
 from daemon.durations import Duration
 from daemon.events import NonMarkingPrice, PriceEvent, SourceStatus
-from feeds.backoff import Backoff, StreamSettings
+from feeds.backoff import Backoff, EquityStreamSettings
 from feeds.connection import DecodeResult, SourceCounters, SourceState, http_status_of
 from feeds.health import short_error
 from feeds.yahoo_proto import ProtoDecodeError, clean_float32, decode_pricing_b64
@@ -62,7 +62,7 @@ BROWSER_USER_AGENT = (
 EQUITY, ETF = 8, 20
 
 
-class YahooSettings(StreamSettings):
+class YahooSettings(EquityStreamSettings):
     """Yahoo streamer and chart endpoint settings (every endpoint configurable)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -78,11 +78,6 @@ class YahooSettings(StreamSettings):
     rest_timeout: Duration = Field(default=10.0, gt=0)
     rest_max_bytes: int = Field(default=2_000_000, gt=0)
     rest_concurrency: int = Field(default=4, ge=1)
-    extended_hours_marks: bool = Field(
-        default=False,
-        description="pre-/post-market and extended-hours snapshots mark prices (default: data "
-        "only, published as NonMarkingPrice; marks and daily closes use the regular session)",
-    )
     mark_quote_types: tuple[int, ...] = Field(
         default=(EQUITY, ETF),
         description="Yahoo quote types whose snapshots mark prices (8 equity, 20 ETF); other "

@@ -11,6 +11,9 @@ import pytest
 from daemon.config import load_config
 from daemon.events import NonMarkingPrice, PriceEvent, decode_event, encode_event
 from daemon.replay import replay
+from daemon.schedule import get_nyse_calendar
+from feeds.alpaca import AlpacaSettings, AlpacaStreamAdapter
+from feeds.finnhub import FinnhubSettings, FinnhubStreamAdapter
 from feeds.yahoo import YahooSettings, YahooStreamAdapter
 from scoring.leaderboard import leaderboard, to_json
 from tests.fakes.yahoo_server import pricing_frame
@@ -62,3 +65,38 @@ async def test_one_after_hours_print_does_not_change_the_report(tmp_path: Path) 
     printed = json.loads(to_json(leaderboard(tmp_path / "print.db")))
     assert printed["rows"] == plain["rows"]
     assert printed == plain
+
+
+# Wed 2026-09-16 (EDT): the session is 13:30-20:00 UTC.
+OPEN_T = datetime(2026, 9, 16, 15, 0, tzinfo=UTC).timestamp()
+CLOSE_PRINT_T = datetime(2026, 9, 16, 20, 0, 0, 300_000, tzinfo=UTC).timestamp()
+POST_T = datetime(2026, 9, 16, 20, 30, tzinfo=UTC).timestamp()
+PRE_T = datetime(2026, 9, 16, 12, 0, tzinfo=UTC).timestamp()
+
+
+def _rfc(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_alpaca_trades_outside_the_regular_session_are_data_only() -> None:
+    is_open = get_nyse_calendar().is_open
+    ad = AlpacaStreamAdapter(AlpacaSettings(), "k", "s", is_open=is_open)
+    frame = json.dumps([{"T": "t", "S": "AAPL", "p": 190.0 + i, "s": 1, "t": _rfc(t)}
+                        for i, t in enumerate((PRE_T, OPEN_T, CLOSE_PRINT_T, POST_T))])
+    evs = ad.decode(frame, POST_T + 1).events
+    assert [type(e).__name__ for e in evs] == [
+        "NonMarkingPrice", "PriceEvent", "PriceEvent", "NonMarkingPrice"]
+    assert evs[0].reason == "outside regular session"  # type: ignore[attr-defined]
+    marks = AlpacaStreamAdapter(AlpacaSettings(extended_hours_marks=True), "k", "s",
+                                is_open=is_open)
+    assert all(type(e) is PriceEvent for e in marks.decode(frame, POST_T + 1).events)
+
+
+def test_finnhub_trades_outside_the_regular_session_are_data_only() -> None:
+    ad = FinnhubStreamAdapter(FinnhubSettings(), "tok", is_open=get_nyse_calendar().is_open)
+    frame = json.dumps({"type": "trade", "data": [
+        {"p": 190.0, "s": "AAPL", "t": int(OPEN_T * 1000), "v": 1},
+        {"p": 191.0, "s": "AAPL", "t": int(POST_T * 1000), "v": 1},
+    ]})
+    evs = ad.decode(frame, POST_T + 1).events
+    assert [type(e) for e in evs] == [PriceEvent, NonMarkingPrice]
