@@ -461,16 +461,22 @@ class YahooRestFallback:
         ):
             self._streamed[ev.asset] = ev.ts
 
+    def _stream_stale(self, now: float) -> list[str]:
+        """Return the symbols whose streamed price is older than ``stale_after``."""
+        return [
+            s
+            for s in self.symbols
+            if now - max(self._streamed.get(s, 0.0), self._started) > self.stale_after
+        ]
+
     def stale_symbols(self, now: float) -> list[str]:
         """Return the symbols that need a REST poll at ``now``."""
-        out = []
-        for s in self.symbols:
-            last = max(self._streamed.get(s, 0.0), self._started)
-            if now - last > self.stale_after and now - self._polled.get(s, -math.inf) >= (
-                self.settings.rest_poll_interval
-            ):
-                out.append(s)
-        return out
+        interval = self.settings.rest_poll_interval
+        return [
+            s
+            for s in self._stream_stale(now)
+            if now - self._polled.get(s, -math.inf) >= interval
+        ]
 
     async def _set_state(self, state: SourceState, detail: str = "") -> None:
         self.state = state
@@ -503,8 +509,12 @@ class YahooRestFallback:
         except Exception as exc:
             log.error("is_open failed", source=self.name, error=repr(exc))
             open_ = True
-        due = self.stale_symbols(now) if open_ else []
-        self.standby = not due and not (open_ and self.last_error)
+        needed = open_ and bool(self._stream_stale(now))
+        due = self.stale_symbols(now) if needed else []
+        self.standby = not needed
+        if not needed and self.state is not SourceState.LIVE:
+            self.last_error = ""  # not needed any more: a past failure does not matter
+            await self._set_state(SourceState.LIVE, "idle")
         failed: dict[str, str] = {}
         for symbol in due:
             try:

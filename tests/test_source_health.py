@@ -6,13 +6,19 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from daemon.bus import Bus
+from daemon.events import PriceEvent
+from feeds.connection import SourceState
 from feeds.health import SourceHealth, short_error
-from feeds.yahoo import ChartError
+from feeds.yahoo import ChartError, YahooRestFallback, YahooSettings
+from tests.helpers import wait_for
+from tests.test_yahoo import running
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,3 +113,24 @@ def test_health_line_on_change_rate_limited_and_reminders() -> None:
     assert h.check() == "sources: 1/2 live (news-google: HTTP 429); standby: yahoo-rest"
     t[0] = 561
     assert h.check() == h.lines[-2]  # reminder while something is down
+
+
+async def test_rest_fallback_reports_failures_only_while_it_is_needed() -> None:
+    bus = Bus()
+    fb = YahooRestFallback(
+        YahooSettings(chart_url=f"http://127.0.0.1:{closed_port()}/v8/finance/chart",
+                      rest_check_interval=0.05, rest_poll_interval=0.1, rest_timeout=1.0),
+        ["AAPL"], bus=bus, now=time.time, is_open=lambda t: True, stale_after=0.2,
+    )
+    health = SourceHealth([fb], settle=0, min_gap=0)
+    assert fb.standby and health.check() == (
+        "sources: 0/0 live; standby: yahoo-rest; rounds skip until prices arrive")
+    async with running(fb):
+        await wait_for(lambda: fb.last_error == "connect refused", 3.0)
+        assert not fb.standby and fb.state is SourceState.BACKING_OFF
+        assert health.check() == (
+            "sources: 0/1 live (yahoo-rest: connect refused); rounds skip until prices arrive")
+        # the stream is back: the fallback is not needed, its past failure no longer matters
+        bus.publish_nowait(PriceEvent(ts=time.time(), recv_ts=time.time(), market="equity",
+                                      asset="AAPL", price=1.0, source="yahoo"))
+        await wait_for(lambda: fb.standby and fb.state is SourceState.LIVE, 3.0)
