@@ -10,6 +10,10 @@
   ``max_keys`` (the oldest key is dropped and counted beyond it). Every other class is delivered in
   full: a full queue makes ``publish`` wait (backpressure), it never drops.
 - A failing handler is logged and counted; delivery to it and to others goes on.
+- Guard: a price event whose price, bid or ask is not a finite number >= 0 is dropped before
+  any tap or subscriber, counted in ``invalid_prices`` and logged (rate-limited); invalid points
+  of a history event are removed. Whatever a source or a recording sends, no cache, ledger or
+  history ever holds a NaN or infinite price.
 """
 
 from __future__ import annotations
@@ -17,15 +21,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
+import msgspec
 import structlog
 
-from daemon.events import PRICE, Event
+from daemon.events import PRICE, Event, HistoryEvent, PriceEvent
 
 log = structlog.get_logger(__name__)
 
@@ -35,6 +41,28 @@ Tap = Callable[[Event], None]
 DEFAULT_QUEUE_SIZE = 10_000
 DEFAULT_MAX_KEYS = 100_000
 DEFAULT_CONFLATING: frozenset[str] = frozenset({PRICE})
+
+
+def _finite_non_negative(x: float) -> bool:
+    return 0.0 <= x < math.inf
+
+
+def guard_prices(event: Event) -> Event | None:
+    """Return ``event`` fit for the caches: None for an invalid price, history without bad points.
+
+    A price (and a bid / ask when present) must be a finite number >= 0, as the ledger requires;
+    rejecting non-positive quotes is the decoders' job.
+    """
+    if isinstance(event, PriceEvent):
+        ok = _finite_non_negative(event.price) and all(
+            q is None or _finite_non_negative(q) for q in (event.bid, event.ask)
+        )
+        return event if ok else None
+    if isinstance(event, HistoryEvent):
+        good = tuple(p for p in event.points if math.isfinite(p[0]) and _finite_non_negative(p[1]))
+        if len(good) != len(event.points):
+            return msgspec.structs.replace(event, points=good)
+    return event
 
 
 def topic_matches(pattern: str, topic: str) -> bool:
@@ -233,6 +261,8 @@ class Bus:
         self.published_by_class: dict[str, int] = {}
         self._muted: frozenset[str] = frozenset()
         self.muted_events = 0
+        #: Price events dropped (or histories cleaned) by the guard: NaN, inf, negative.
+        self.invalid_prices = 0
 
     def add_tap(self, pattern: str, tap: Tap) -> None:
         """Register a synchronous callable run inline, before subscribers, for matching events."""
@@ -289,12 +319,27 @@ class Bus:
         has sealed its recording and stopped scheduling, so nothing reaches the books after."""
         self._muted = frozenset(topic_classes)
 
+    def _guard(self, event: Event) -> Event | None:
+        checked = guard_prices(event)
+        if checked is not event:
+            self.invalid_prices += 1
+            if self.invalid_prices <= 10 or self.invalid_prices & (self.invalid_prices - 1) == 0:
+                log.warning("invalid price dropped", topic=event.topic,
+                            count=self.invalid_prices,
+                            what="event" if checked is None else "history points")
+        return checked
+
     async def publish(self, event: Event) -> None:
         """Publish one event: taps first, then every matching subscriber by its class policy."""
         cls = event.topic_class
         if cls in self._muted:
             self.muted_events += 1
             return
+        if cls == PRICE or isinstance(event, HistoryEvent):
+            checked = self._guard(event)
+            if checked is None:
+                return
+            event = checked
         taps, subs = self._route(event.topic)
         self.published += 1
         self.published_by_class[cls] = self.published_by_class.get(cls, 0) + 1
@@ -315,6 +360,10 @@ class Bus:
         if cls in self._muted:
             self.muted_events += 1
             return
+        checked = self._guard(event)
+        if checked is None:
+            return
+        event = checked
         taps, subs = self._route(event.topic)
         self.published += 1
         self.published_by_class[cls] = self.published_by_class.get(cls, 0) + 1

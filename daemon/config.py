@@ -6,7 +6,6 @@ values are refused with one clear line per problem (:class:`ConfigError`).
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from daemon.durations import parse_duration
 from daemon.mqtt import MqttSettings
 from feeds.settings import SourcesSettings
 
@@ -31,27 +31,6 @@ DEFAULT_ASSET_CLASSES: dict[str, str] = {
     "TSLA": "consumer", "PG": "consumer", "KO": "consumer", "WMT": "consumer",
     "JNJ": "health", "UNH": "health",
 }  # fmt: skip
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(value: Any) -> float:
-    """Parse ``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` or a number of seconds into seconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration such as '30s', '15m' or a number of seconds")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        m = _DURATION.match(value)
-        if not m:
-            raise ValueError(f"invalid duration {value!r} (use e.g. '30s', '15m', '2h', '1d')")
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
-    else:
-        raise ValueError("expected a duration such as '30s', '15m' or a number of seconds")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError("duration must be a finite, non-negative number of seconds")
-    return seconds
 
 
 def _duration_field(default: float, description: str) -> Any:

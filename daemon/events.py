@@ -51,6 +51,8 @@ class PriceEvent(Event, frozen=True, tag=True, kw_only=True):
     """A new marking price for one asset of one market (equity symbol or Polymarket token)."""
 
     topic_class: ClassVar[str] = PRICE
+    #: Whether the price marks the asset (price cache, book marks, daily closes, report panel).
+    marks: ClassVar[bool] = True
     market: Market
     asset: str
     price: float
@@ -61,6 +63,24 @@ class PriceEvent(Event, frozen=True, tag=True, kw_only=True):
     @property
     def topic(self) -> str:
         return f"price.{self.market}.{self.asset}"
+
+
+class NonMarkingPrice(PriceEvent, frozen=True, tag=True, kw_only=True):
+    """A price kept as data but never a mark, and why (``reason``).
+
+    Sources publish it for an equity's pre-/post-market or extended-hours snapshot and for a quote
+    of an instrument type the market does not trade (unless their config asks for marks). It is
+    recorded, replayed and stored (``market_events.kind = 'NonMarkingPrice'``), but never enters
+    the price cache, the daily closes or the report's daily panel, which use the regular session.
+    """
+
+    marks: ClassVar[bool] = False
+    reason: str = ""
+
+    @property
+    def key(self) -> str:
+        # Conflates apart from marks: a later after-hours snapshot never replaces the close.
+        return f"{self.topic}.data"
 
 
 class NewsEvent(Event, frozen=True, tag=True, kw_only=True):
@@ -210,6 +230,7 @@ class ClockEvent(Event, frozen=True, tag=True, kw_only=True):
 
 AnyEvent = (
     PriceEvent
+    | NonMarkingPrice
     | NewsEvent
     | MarketListed
     | ResolutionEvent
@@ -222,7 +243,15 @@ AnyEvent = (
 )
 
 #: Events that come from the outside world (recorded and replayed).
-MarketData = PriceEvent | NewsEvent | MarketListed | ResolutionEvent | HistoryEvent | ClockEvent
+MarketData = (
+    PriceEvent
+    | NonMarkingPrice
+    | NewsEvent
+    | MarketListed
+    | ResolutionEvent
+    | HistoryEvent
+    | ClockEvent
+)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(AnyEvent)

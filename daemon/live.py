@@ -1,7 +1,9 @@
 """``paperarena run``: the engine on the live clock, driven by APScheduler and live sources.
 
 Start-up order: open (and lock) the store, rebuild books and market state from it, record missed
-rounds from the downtime, start the bus, the sources, the store flusher and the scheduler.
+rounds from the downtime, start the bus, the sources, the store flusher and the scheduler. Once
+the sources settle, one line sums up their health (``sources: 0/4 live (yahoo: connect refused,
+...)``), again on every change (rate-limited) and as a reminder while one is down.
 SIGINT/SIGTERM stop scheduling, let in-flight rounds finish within a bound (or abandon them,
 recorded with outcome ``abandoned``), flush the store, stop sources, and exit 0 with state
 committed. SIGHUP reloads the agent and alert configuration, validated first.
@@ -25,6 +27,7 @@ from daemon.engine import Engine
 from daemon.events import HISTORY, MARKET, NEWS, PRICE, RESOLUTION
 from daemon.schedule import LiveScheduler
 from daemon.store import Store
+from feeds.health import SourceHealth
 
 log = structlog.get_logger(__name__)
 
@@ -68,9 +71,9 @@ class LiveDaemon:
         engine.build_agents()
         await engine.restore()
         for market, asset, ts, price in await store.latest_prices_after_checkpoint():
-            from daemon.events import PriceEvent
+            from daemon.events import MARKETS, PriceEvent
 
-            if market in engine.books:
+            if market in MARKETS and market in engine.books:
                 engine.state.on_price(PriceEvent(ts=ts, recv_ts=ts, market=market, asset=asset,
                                                  price=price))
         await store.begin_run(mode="live", version=self.version,
@@ -90,6 +93,11 @@ class LiveDaemon:
             self.sources = self._source_factory(engine)
         for src in self.sources:
             self._tasks.append(asyncio.create_task(src.run(), name=f"source-{src.name}"))
+        if self.sources:
+            src_cfg = self.config.sources
+            health = SourceHealth(self.sources, min_gap=src_cfg.health_min_gap,
+                                  repeat=src_cfg.health_repeat)
+            self._tasks.append(asyncio.create_task(health.run(), name="health-line"))
         self._tasks.append(asyncio.create_task(self._flusher(), name="store-flusher"))
         for comp in self.components:
             await comp.start(engine, sources=self.sources)

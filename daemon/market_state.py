@@ -88,7 +88,7 @@ class MarketState:
     def on_price(self, ev: PriceEvent) -> None:
         """Update cache, history and the book's incremental mark for one price."""
         book = self.books.get(ev.market)
-        if book is None:
+        if book is None or not ev.marks:  # extended-hours / non-traded quotes: data, not marks
             return
         ts = ev.ts
         if ev.recv_ts and ts > ev.recv_ts:

@@ -486,6 +486,7 @@ class EngineCollector(Collector):
                 ("reconnects", "reconnects", "Reconnections of the source"),
                 ("decode_errors", "decode_errors", "Frames that failed to decode"),
                 ("rejected", "rejected_messages", "Decoded messages rejected as invalid"),
+                ("unknown", "unknown_events", "Feed events of an unknown type (ignored)"),
             )
         }
         last_msg = GaugeMetricFamily(f"{PREFIX}_feed_last_message_timestamp_seconds",
@@ -549,7 +550,10 @@ class EngineCollector(Collector):
         for name, (d, f) in sorted(merged.items()):
             depth.add_metric([name], float(d))
             failed.add_metric([name], float(f))
-        yield from (published, dropped, conflated, depth, failed)
+        invalid = CounterMetricFamily(f"{PREFIX}_bus_invalid_prices_total",
+                                      "Price events dropped by the bus guard (NaN, inf, < 0)",
+                                      value=float(getattr(bus, "invalid_prices", 0)))
+        yield from (published, dropped, conflated, depth, failed, invalid)
 
     def _system(self) -> Iterator[Metric]:
         eng = self.engine

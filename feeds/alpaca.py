@@ -30,8 +30,9 @@ from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
-from daemon.events import PriceEvent
-from feeds.backoff import StreamSettings
+from daemon.durations import Duration
+from daemon.events import NonMarkingPrice, PriceEvent
+from feeds.backoff import EquityStreamSettings
 from feeds.connection import DecodeResult, SourceState, StreamingSource, http_status_of
 
 __all__ = [
@@ -64,7 +65,7 @@ def secret_from_env(env_name: str) -> str:
     return value
 
 
-class AlpacaSettings(StreamSettings):
+class AlpacaSettings(EquityStreamSettings):
     """Alpaca data WebSocket and news REST settings; credentials come from the named env vars."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -79,8 +80,8 @@ class AlpacaSettings(StreamSettings):
     daily_bars: bool = False
     statuses: bool = True
     max_symbols: int = Field(default=30, ge=1, description="IEX free plan: 30 symbols")
-    dead_after: float = Field(default=165.0, gt=0)
-    stale_after: float = Field(default=300.0, gt=0)
+    dead_after: Duration = Field(default=165.0, gt=0)
+    stale_after: Duration = Field(default=300.0, gt=0)
     stale_policy: Literal["any", "all"] = "all"
     limit_penalty: float = Field(default=4.0, ge=1.0)
     auth_penalty: float = Field(default=10.0, ge=1.0)
@@ -145,10 +146,21 @@ class AlpacaStreamAdapter:
     """Protocol adapter of the Alpaca data WebSocket v2."""
 
     def __init__(
-        self, settings: AlpacaSettings, key: str, secret: str, *, name: str = "alpaca"
+        self,
+        settings: AlpacaSettings,
+        key: str,
+        secret: str,
+        *,
+        name: str = "alpaca",
+        is_open: Callable[[float], bool] | None = None,
     ) -> None:
-        """Create the adapter with the credentials (kept out of every log and repr)."""
+        """Create the adapter with the credentials (kept out of every log and repr).
+
+        With ``is_open`` (the NYSE calendar), prices stamped outside the regular session are
+        published as :class:`NonMarkingPrice` unless ``extended_hours_marks``.
+        """
         self.settings = settings
+        self._is_open = is_open
         self.name = name
         self.max_keys_per_connection = settings.max_symbols
         self._key = key
@@ -313,18 +325,21 @@ class AlpacaStreamAdapter:
         if price is None:
             res.rejected += 1
             return
-        res.events.append(
-            PriceEvent(
-                ts=ts,
-                recv_ts=now,
-                market="equity",
-                asset=symbol,
-                price=price,
-                bid=bid,
-                ask=ask,
-                source=self.name,
-            )
+        event = PriceEvent(
+            ts=ts,
+            recv_ts=now,
+            market="equity",
+            asset=symbol,
+            price=price,
+            bid=bid,
+            ask=ask,
+            source=self.name,
         )
+        # A daily bar is the official close whatever its time stamp (the start of the day).
+        if kind != "d" and not self.settings.marks_at(self._is_open, ts):
+            event = NonMarkingPrice(**msgspec.structs.asdict(event),
+                                    reason="outside regular session")
+        res.events.append(event)
         if kind != "d" and now - ts <= stale_after:
             res.data_keys.append(symbol)
 
@@ -365,7 +380,7 @@ def build_alpaca_source(
     """Build the Alpaca stream source; raise :class:`MissingCredentialError` without credentials."""
     key = secret_from_env(settings.key_env)
     secret = secret_from_env(settings.secret_env)
-    adapter = AlpacaStreamAdapter(settings, key, secret)
+    adapter = AlpacaStreamAdapter(settings, key, secret, is_open=is_open)
     return AlpacaSource(
         adapter,
         symbols,

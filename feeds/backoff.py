@@ -9,12 +9,19 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Backoff", "BackoffPolicy"]
+from daemon.durations import Duration
+
+__all__ = ["CLOSE_GRACE", "Backoff", "BackoffPolicy", "EquityStreamSettings", "StreamSettings"]
+
+#: Prices stamped up to this long after the close still belong to the regular session (the
+#: closing auction prints at the close, sometimes stamped a few hundred milliseconds later).
+CLOSE_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -90,9 +97,9 @@ class BackoffSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backoff_initial: float = Field(default=1.0, gt=0, description="first retry delay cap (s)")
-    backoff_max: float = Field(default=60.0, gt=0, description="largest retry delay cap (s)")
-    backoff_reset_after: float = Field(
+    backoff_initial: Duration = Field(default=1.0, gt=0, description="first retry delay cap (s)")
+    backoff_max: Duration = Field(default=60.0, gt=0, description="largest retry delay cap (s)")
+    backoff_reset_after: Duration = Field(
         default=60.0, ge=0, description="stable seconds after which backoff starts over"
     )
 
@@ -108,14 +115,20 @@ class BackoffSettings(BaseModel):
 class StreamSettings(BackoffSettings):
     """Settings shared by every streaming (WebSocket) source."""
 
-    open_timeout: float = Field(default=10.0, gt=0, description="connect + handshake bound (s)")
-    watchdog_interval: float = Field(default=1.0, gt=0, description="staleness check period (s)")
-    stale_after: float = Field(default=120.0, gt=0, description="a key without data is stale")
+    open_timeout: Duration = Field(default=10.0, gt=0, description="connect + handshake bound (s)")
+    watchdog_interval: Duration = Field(default=1.0, gt=0, description="staleness check period (s)")
+    stale_after: Duration = Field(default=120.0, gt=0, description="a key without data is stale")
     stale_policy: Literal["any", "all"] = Field(
         default="any", description="reconnect when any / all of a shard's keys are stale"
     )
-    dead_after: float | None = Field(
+    dead_after: Duration | None = Field(
         default=None, gt=0, description="reconnect after this long without any frame"
+    )
+    silent_after: Duration = Field(
+        default=60.0,
+        ge=0,
+        description="reconnect a connection that sent no DATA frame for this long while its "
+        "market is open (PONGs / heartbeats do not count); 0 disables",
     )
 
     def stream_options(self) -> dict[str, Any]:
@@ -124,7 +137,28 @@ class StreamSettings(BackoffSettings):
             "stale_after": self.stale_after,
             "stale_policy": self.stale_policy,
             "dead_after": self.dead_after,
+            "silent_after": self.silent_after or None,
             "backoff": self.backoff_policy(),
             "open_timeout": self.open_timeout,
             "watchdog_interval": self.watchdog_interval,
         }
+
+
+class EquityStreamSettings(StreamSettings):
+    """Settings shared by the equity streams: only regular-session prices mark by default."""
+
+    extended_hours_marks: bool = Field(
+        default=False,
+        description="pre-/post-market and extended-hours prices mark (default: data only, "
+        "published as NonMarkingPrice; marks and daily closes use the regular session)",
+    )
+
+    def marks_at(self, is_open: Callable[[float], bool] | None, t: float) -> bool:
+        """Return whether a price stamped ``t`` marks under the session calendar ``is_open``.
+
+        True inside the regular session (the close plus :data:`CLOSE_GRACE` included), always
+        with ``extended_hours_marks`` or without a calendar.
+        """
+        if is_open is None or self.extended_hours_marks:
+            return True
+        return is_open(t) or is_open(t - CLOSE_GRACE)

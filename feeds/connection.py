@@ -8,10 +8,13 @@ each, one task per shard):
   ``adapter.decode`` and publish the events (prices with ``Bus.publish_nowait``, which never
   blocks; everything else with ``await Bus.publish``), while ``adapter.heartbeat`` and
   ``adapter.periodic`` run alongside.
-- A watchdog judges health on DATA only (never on socket state or pongs): when a subscribed key
-  has had no data for ``stale_after`` seconds while ``is_open(now)`` the shard goes STALE and is
-  reconnected; with ``dead_after`` set, a shard with no inbound frame at all for that long is
-  reconnected whatever ``is_open`` says.
+- A watchdog judges health on DATA only (never on socket state or pongs): a frame is data when
+  the adapter's ``decode`` names a key in ``data_keys`` (control frames such as PONG, heartbeats,
+  acks and errors never do). While ``is_open(now)``: a shard that received no data frame at all
+  for ``silent_after`` seconds (a frozen stream: socket open, PONGs flowing) goes STALE and is
+  reconnected and resubscribed; a subscribed key without data for ``stale_after`` seconds does
+  the same (per-key staleness, for quiet keys). With ``dead_after`` set, a shard with no inbound
+  frame at all for that long is reconnected whatever ``is_open`` says.
 - Any failure (refused, handshake error, close, stale, dead) -> BACKING_OFF for a full-jitter
   exponential delay (``adapter.backoff_penalty`` scales it, e.g. HTTP 429), then reconnect and
   resubscribe every intended key. After ``down_after`` consecutive failures the shard reports
@@ -48,6 +51,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from daemon.bus import Bus
 from daemon.events import Event, SourceStatus
 from feeds.backoff import Backoff, BackoffPolicy
+from feeds.health import failure_is_news, short_error
 
 __all__ = [
     "DEFAULT_WS_OPTIONS",
@@ -257,6 +261,7 @@ class _Shard:
         self.connections = 0
         self.connected_at = 0.0
         self.last_frame = 0.0
+        self.silent_since = 0.0
 
 
 def _always_open(_: float) -> bool:
@@ -278,6 +283,7 @@ class StreamingSource:
         is_open: Callable[[float], bool] = _always_open,
         open_timeout: float = 10.0,
         dead_after: float | None = None,
+        silent_after: float | None = None,
         watchdog_interval: float = 1.0,
         down_after: int = 5,
         stale_policy: Literal["any", "all"] = "any",
@@ -288,7 +294,9 @@ class StreamingSource:
         """Prepare the source; nothing connects before :meth:`run`.
 
         ``stale_policy`` "any" (default) reconnects when any subscribed key is stale; "all" only
-        when every key of the shard is (for sources with many quiet keys). ``ws_options`` are
+        when every key of the shard is (for sources with many quiet keys). ``silent_after``
+        reconnects a shard without any data frame for that long while ``is_open``; None disables
+        it. ``ws_options`` are
         extra keyword arguments for ``websockets.asyncio.client.connect``.
         """
         if adapter.max_keys_per_connection < 1:
@@ -296,9 +304,12 @@ class StreamingSource:
         self.adapter = adapter
         self.name = name or adapter.name
         self.counters = SourceCounters()
+        #: Short name of the last connection failure ("connect refused"); "" while live.
+        self.last_error = ""
         self.stale_after = stale_after
         self.open_timeout = open_timeout
         self.dead_after = dead_after
+        self.silent_after = silent_after
         self.watchdog_interval = watchdog_interval
         self.down_after = down_after
         self.stale_policy = stale_policy
@@ -477,11 +488,14 @@ class StreamingSource:
             penalty = 1.0
         delay = sh.backoff.next_delay(penalty=penalty)
         down = sh.failures >= self.down_after
-        log.warning(
+        reason = sh.reason or short_error(exc) or (f"closed (code {code})" if code else "closed")
+        self.last_error = reason
+        # An outage does not flood the log: the health line (feeds.health) sums it up.
+        (log.warning if failure_is_news(sh.failures) else log.debug)(
             "feed shard disconnected",
             source=self.name,
             shard=sh.index,
-            reason=sh.reason or (repr(exc) if exc is not None else "closed"),
+            reason=reason,
             close_code=code,
             failures=sh.failures,
             delay=round(delay, 3),
@@ -505,6 +519,7 @@ class StreamingSource:
                 self._last_data[k] = now
             sh.connected_at = now
             sh.last_frame = now
+            sh.silent_since = now
             sh.backoff.connected(now)
             await self._set_state(sh, SourceState.LIVE)
             loop = asyncio.get_running_loop()
@@ -608,6 +623,7 @@ class StreamingSource:
                 counters.last_data_ts = now
                 for k in res.data_keys:
                     last[k] = now
+                sh.silent_since = now
                 sh.failures = 0
             for ev in res.events:
                 if ev.topic_class in conflating:
@@ -657,7 +673,20 @@ class StreamingSource:
                 log.error("is_open failed", source=self.name, error=repr(exc))
                 is_open = True
             if not is_open:
+                sh.silent_since = now  # a closed market's quiet is not silence
                 continue
+            silent = now - sh.silent_since
+            if self.silent_after is not None and silent > self.silent_after:
+                log.warning(
+                    "feed shard sent no data",
+                    source=self.name,
+                    shard=sh.index,
+                    silent_s=round(silent, 3),
+                    hint="silent_after",
+                )
+                await self._set_state(sh, SourceState.STALE)
+                self._request_close(sh, ws, f"no data for {silent:.0f}s")
+                return
             ages = [(now - last.get(k, sh.connected_at), k) for k in sh.active]
             age, key = max(ages) if self.stale_policy == "any" else min(ages)
             if age > self.stale_after:
@@ -708,6 +737,8 @@ class StreamingSource:
 
     async def _set_state(self, sh: _Shard, state: SourceState) -> None:
         sh.state = state
+        if state is SourceState.LIVE and all(s.state is SourceState.LIVE for s in self._shards):
+            self.last_error = ""
         await self._publish_state()
 
     async def _publish_state(self) -> None:
@@ -718,7 +749,13 @@ class StreamingSource:
         now = self._now()
         n_live = sum(1 for s in self._shards if s.state is SourceState.LIVE)
         detail = f"{n_live}/{len(self._shards)} connections live"
-        log.info("feed state", source=self.name, state=str(agg), detail=detail)
+        if agg is not SourceState.LIVE and self.last_error:
+            detail += f" ({self.last_error})"
+        # Reconnect attempts flap connecting <-> backing_off: debug; the health line sums up.
+        quiet = agg in (SourceState.CONNECTING, SourceState.BACKING_OFF)
+        (log.debug if quiet else log.info)(
+            "feed state", source=self.name, state=str(agg), detail=detail
+        )
         await self._bus.publish(
             SourceStatus(ts=now, recv_ts=now, source=self.name, state=str(agg), detail=detail)
         )

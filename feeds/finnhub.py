@@ -22,9 +22,10 @@ from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
-from daemon.events import PriceEvent
+from daemon.durations import Duration
+from daemon.events import NonMarkingPrice, PriceEvent
 from feeds.alpaca import secret_from_env
-from feeds.backoff import StreamSettings
+from feeds.backoff import EquityStreamSettings
 from feeds.connection import DecodeResult, StreamingSource, http_status_of
 
 __all__ = [
@@ -61,7 +62,7 @@ def redact_text(text: str) -> str:
     return _SECRET_IN_TEXT.sub(r"\1=***", text)
 
 
-class FinnhubSettings(StreamSettings):
+class FinnhubSettings(EquityStreamSettings):
     """Finnhub WebSocket and REST settings; the key comes from the env var ``key_env``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -70,9 +71,9 @@ class FinnhubSettings(StreamSettings):
     rest_url: str = "https://finnhub.io/api/v1"
     key_env: str = "FINNHUB_API_KEY"
     max_per_connection: int = Field(default=50, ge=1)
-    stale_after: float = Field(default=120.0, gt=0)
+    stale_after: Duration = Field(default=120.0, gt=0)
     stale_policy: Literal["any", "all"] = "all"
-    dead_after: float | None = Field(default=None, gt=0)
+    dead_after: Duration | None = Field(default=None, gt=0)
     dedupe_window: int = Field(default=4096, ge=1)
     rate_limit_penalty: float = Field(default=4.0, ge=1.0)
 
@@ -118,9 +119,21 @@ _encoder = msgspec.json.Encoder()
 class FinnhubStreamAdapter:
     """Protocol adapter of the Finnhub trades WebSocket."""
 
-    def __init__(self, settings: FinnhubSettings, token: str, *, name: str = "finnhub") -> None:
-        """Create the adapter with the API token (kept out of logs and repr)."""
+    def __init__(
+        self,
+        settings: FinnhubSettings,
+        token: str,
+        *,
+        name: str = "finnhub",
+        is_open: Callable[[float], bool] | None = None,
+    ) -> None:
+        """Create the adapter with the API token (kept out of logs and repr).
+
+        With ``is_open`` (the NYSE calendar), trades stamped outside the regular session are
+        published as :class:`NonMarkingPrice` unless ``extended_hours_marks``.
+        """
         self.settings = settings
+        self._is_open = is_open
         self.name = name
         self.max_keys_per_connection = settings.max_per_connection
         self._token = token
@@ -194,11 +207,13 @@ class FinnhubStreamAdapter:
                 self.duplicates += 1
                 continue
             ts = t / 1000.0
-            res.events.append(
-                PriceEvent(
-                    ts=ts, recv_ts=now, market="equity", asset=s, price=float(p), source=self.name
-                )
+            event = PriceEvent(
+                ts=ts, recv_ts=now, market="equity", asset=s, price=float(p), source=self.name
             )
+            if not self.settings.marks_at(self._is_open, ts):
+                event = NonMarkingPrice(**msgspec.structs.asdict(event),
+                                        reason="outside regular session")
+            res.events.append(event)
             if now - ts <= stale_after:
                 fresh.add(s)
         res.data_keys.extend(fresh)
@@ -215,7 +230,7 @@ def build_finnhub_source(
     """Build the Finnhub stream source; raise ``MissingCredentialError`` without a key."""
     token = secret_from_env(settings.key_env)
     return StreamingSource(
-        FinnhubStreamAdapter(settings, token),
+        FinnhubStreamAdapter(settings, token, is_open=is_open),
         symbols,
         bus=bus,
         now=now,

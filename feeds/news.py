@@ -44,11 +44,13 @@ import structlog
 from pydantic import ConfigDict, Field
 
 from daemon.bus import Bus
+from daemon.durations import Duration
 from daemon.events import NewsEvent, SourceStatus
 from feeds.alpaca import parse_rfc3339, secret_from_env
 from feeds.backoff import Backoff, BackoffSettings
 from feeds.connection import SourceCounters, SourceState
 from feeds.finnhub import redact_text
+from feeds.health import failure_is_news, short_error
 from feeds.yahoo import (
     BROWSER_USER_AGENT,
     PayloadTooLarge,
@@ -116,19 +118,19 @@ class NewsSettings(BackoffSettings):
     alpaca_secret_env: str = "APCA_API_SECRET_KEY"
     alpaca_symbols_per_request: int = Field(default=10, ge=1)
     alpaca_max_pages: int = Field(default=3, ge=1)
-    poll_interval: float = Field(default=300.0, gt=0)
-    request_spacing: float = Field(default=1.0, ge=0)
-    lookback: float = Field(default=172_800.0, gt=0, description="Finnhub/Alpaca query window")
-    max_age: float = Field(default=172_800.0, gt=0, description="older items are skipped")
-    future_skew: float = Field(default=300.0, ge=0)
+    poll_interval: Duration = Field(default=300.0, gt=0)
+    request_spacing: Duration = Field(default=1.0, ge=0)
+    lookback: Duration = Field(default=172_800.0, gt=0, description="Finnhub/Alpaca query window")
+    max_age: Duration = Field(default=172_800.0, gt=0, description="older items are skipped")
+    future_skew: Duration = Field(default=300.0, ge=0)
     max_items_per_response: int = Field(default=200, ge=1)
     max_bytes: int = Field(default=5_000_000, gt=0)
     max_summary_chars: int = Field(default=1000, ge=0)
-    request_timeout: float = Field(default=20.0, gt=0)
+    request_timeout: Duration = Field(default=20.0, gt=0)
     dedupe_capacity: int = Field(default=50_000, ge=1)
     user_agent: str = BROWSER_USER_AGENT
-    backoff_initial: float = Field(default=5.0, gt=0)
-    backoff_max: float = Field(default=900.0, gt=0)
+    backoff_initial: Duration = Field(default=5.0, gt=0)
+    backoff_max: Duration = Field(default=900.0, gt=0)
     rate_limit_penalty: float = Field(default=4.0, ge=1.0)
     down_after: int = Field(default=5, ge=1)
 
@@ -320,7 +322,8 @@ def parse_alpaca_news(
         except (ValueError, IndexError):
             bad += 1
             continue
-        symbols = raw.get("symbols") if isinstance(raw.get("symbols"), list) else []
+        listed = raw.get("symbols")
+        symbols: list[Any] = listed if isinstance(listed, list) else []
         keys = tuple(s for s in symbols if s in want)
         if not headline or not keys:
             bad += 1
@@ -577,6 +580,10 @@ class NewsPoller:
         self.name = name or f"news-{fetcher.provider}"
         self.state = SourceState.CONNECTING
         self.counters = SourceCounters()
+        #: Short name of the last failure ("connect refused", "HTTP 429"); "" once it works.
+        self.last_error = ""
+        #: News feeds no price: its health never decides whether rounds have prices.
+        self.provides_prices = False
         self.deduper = deduper if deduper is not None else NewsDeduper(settings.dedupe_capacity)
         self.published = 0
         self.duplicates = 0
@@ -643,15 +650,16 @@ class NewsPoller:
                 delay = self.backoff.next_delay(penalty=self.settings.rate_limit_penalty)
                 if exc.retry_after is not None:
                     delay = max(delay, exc.retry_after)
-                await self._failed(f"{exc} on {req.label}", delay)
+                await self._failed(exc, req.label, delay)
                 continue  # retry the same request
             except (FetchError, NewsParseError) as exc:
                 if isinstance(exc, NewsParseError):
                     self.counters.decode_errors += 1
                 delay = self.backoff.next_delay()
-                await self._failed(f"{exc} on {req.label}", delay)
+                await self._failed(exc, req.label, delay)
                 return []
             self._failures = 0
+            self.last_error = ""
             self.backoff.reset()
             now = self._now()
             self.counters.messages += 1
@@ -660,22 +668,25 @@ class NewsPoller:
             await self._set_state(SourceState.LIVE)
             return items
 
-    async def _failed(self, reason: str, delay: float) -> None:
+    async def _failed(self, exc: Exception, label: str, delay: float) -> None:
         self._failures += 1
         self.last_delay = delay
+        self.last_error = redact_text(short_error(exc))
         state = (
             SourceState.DOWN
             if self._failures >= self.settings.down_after
             else SourceState.BACKING_OFF
         )
-        log.warning(
+        # An outage does not flood the log: the health line (feeds.health) sums it up.
+        (log.warning if failure_is_news(self._failures) else log.debug)(
             "news request failed",
             source=self.name,
-            reason=redact_text(reason),
+            error=self.last_error,
+            request=redact_text(label)[:80],
             failures=self._failures,
             delay=round(delay, 3),
         )
-        await self._set_state(state, redact_text(reason))
+        await self._set_state(state, self.last_error)
         await asyncio.sleep(delay)
 
     async def _publish(self, items: list[NewsItem]) -> int:

@@ -36,6 +36,7 @@ from pydantic import ConfigDict, Field, model_validator
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
+from daemon.durations import Duration
 from daemon.events import Event, MarketListed, ResolutionEvent, SourceStatus
 from feeds.backoff import Backoff, StreamSettings
 from feeds.connection import (
@@ -45,6 +46,7 @@ from feeds.connection import (
     StreamingSource,
     http_status_of,
 )
+from feeds.health import failure_is_news, short_error
 from feeds.polymarket_decode import PolymarketDecoder, WsEvent
 
 __all__ = [
@@ -81,17 +83,17 @@ class PolymarketSettings(StreamSettings):
     top_n: int = Field(default=10, ge=0)
     min_volume_24h: float = Field(default=0, ge=0)
     max_per_connection: int = Field(default=200, ge=1)
-    ping_interval: float = Field(default=10.0, description="text PING period; <= 0 disables")
-    stale_after: float = Field(default=600.0, gt=0)
-    resolution_poll_interval: float = Field(default=300.0, gt=0)
-    discovery_interval: float = Field(default=3600.0, gt=0)
+    ping_interval: Duration = Field(default=10.0, description="text PING period; 0 disables")
+    stale_after: Duration = Field(default=600.0, gt=0)
+    resolution_poll_interval: Duration = Field(default=300.0, gt=0)
+    discovery_interval: Duration = Field(default=3600.0, gt=0)
     history_interval: str = "1w"
     history_fidelity: int = Field(default=60, ge=1)
     mark: Literal["mid", "last", "bid"] = "mid"
     # Additions to the documented settings (tuning; defaults suit production).
     stale_policy: Literal["any", "all"] = "any"
-    dead_after: float | None = Field(default=60.0, description="no frame at all (not even PONG)")
-    http_timeout: float = Field(default=15.0, gt=0)
+    dead_after: Duration | None = Field(default=60.0, description="no frame at all (not even PONG)")
+    http_timeout: Duration = Field(default=15.0, gt=0)
     discovery_pages: int = Field(default=5, ge=1, description="max Gamma pages of 100 scanned")
     backfill: bool = True
 
@@ -439,7 +441,7 @@ async def backfill_history(
                 try:
                     out[tok] = _parse_history(await _get_json(s, url, params))
                 except (aiohttp.ClientError, TimeoutError, HttpStatusError, ValueError) as exc:
-                    log.warning("polymarket history failed", token=tok, error=repr(exc))
+                    log.warning("polymarket history failed", token=tok, error=short_error(exc))
 
         await asyncio.gather(*(one(t) for t in toks))
     return out
@@ -458,7 +460,7 @@ async def fetch_midpoint(
         try:
             raw = await _get_json(s, url, [("token_id", token)])
         except (aiohttp.ClientError, TimeoutError, HttpStatusError, ValueError) as exc:
-            log.warning("polymarket midpoint failed", token=token, error=repr(exc))
+            log.warning("polymarket midpoint failed", token=token, error=short_error(exc))
             return None
     if not isinstance(raw, dict):
         return None
@@ -576,6 +578,7 @@ class PolymarketSource:
         self._rest_state = SourceState.CONNECTING
         self._rest_published: SourceState | None = None
         self._rest_failures = 0
+        self._rest_error = ""
         self._keys_dirty = asyncio.Event()
         self._stop_evt: asyncio.Event | None = None
         self._discovered = asyncio.Event()
@@ -593,6 +596,13 @@ class PolymarketSource:
         if self.streaming.keys:
             return self.streaming.state
         return self._rest_state
+
+    @property
+    def last_error(self) -> str:
+        """Return the short name of the last failure of what :attr:`state` reports on."""
+        if self.streaming.keys:
+            return self.streaming.last_error
+        return self._rest_error
 
     @property
     def questions(self) -> dict[str, Question]:
@@ -757,7 +767,12 @@ class PolymarketSource:
             except (aiohttp.ClientError, TimeoutError, HttpStatusError, ValueError) as exc:
                 penalty = 4.0 if isinstance(exc, HttpStatusError) and exc.status == 429 else 1.0
                 delay = backoff.next_delay(penalty=penalty)
-                log.warning("polymarket discovery failed", error=repr(exc), delay=round(delay, 3))
+                self._rest_error = short_error(exc)
+                n = self._rest_failures + 1
+                (log.warning if failure_is_news(n) else log.debug)(
+                    "polymarket discovery failed", error=self._rest_error, failures=n,
+                    delay=round(delay, 3),
+                )
                 await self._rest_result(ok=False)
                 await asyncio.sleep(delay)
                 continue
@@ -810,7 +825,7 @@ class PolymarketSource:
             except (aiohttp.ClientError, TimeoutError, HttpStatusError, ValueError) as exc:
                 penalty = 4.0 if isinstance(exc, HttpStatusError) and exc.status == 429 else 1.0
                 delay = min(delay, backoff.next_delay(penalty=penalty))
-                log.warning("polymarket resolution poll failed", error=repr(exc))
+                log.warning("polymarket resolution poll failed", error=short_error(exc))
             await asyncio.sleep(delay)
 
     async def _keys_loop(self) -> None:
@@ -857,6 +872,7 @@ class PolymarketSource:
     async def _rest_result(self, *, ok: bool) -> None:
         if ok:
             self._rest_failures = 0
+            self._rest_error = ""
             state = SourceState.LIVE
         else:
             self._rest_failures += 1
@@ -867,7 +883,8 @@ class PolymarketSource:
             self._rest_published = state
             now = self._now()
             await self._bus.publish(
-                SourceStatus(ts=now, recv_ts=now, source=f"{self.name}.gamma", state=str(state))
+                SourceStatus(ts=now, recv_ts=now, source=f"{self.name}.gamma", state=str(state),
+                             detail=self._rest_error)
             )
 
     async def _guarded(self, factory: Callable[[], Awaitable[None]]) -> None:

@@ -20,6 +20,12 @@ A :class:`~daemon.events.PriceEvent` is emitted per token at the end of a frame 
 (mark, bid, ask) changed, and after every snapshot. ``ts`` is the event's ``timestamp`` (ms) in
 seconds, ``recv_ts`` the receive time.
 
+Garbage never becomes a price: an event whose ``timestamp`` does not parse (or is not a positive
+finite number) is dropped as a decode error, never stamped with the receive time; so is a level or
+trade with a non-finite or non-positive price (or above 1), a negative or non-finite size, and a
+``best_bid`` / ``best_ask`` outside [0, 1]. A crossed top of book (best bid above best ask) is
+never published: the frame is counted as rejected and the last published top stays.
+
 Non-JSON frames ``PONG`` and ``NO NEW ASSETS`` are ignored; other undecodable frames count as
 decode errors; the legacy ``price_change`` shape (top-level ``asset_id`` + ``changes``) is
 rejected; unknown event types are counted and ignored.
@@ -27,7 +33,7 @@ rejected; unknown event types are counted and ignored.
 
 from __future__ import annotations
 
-import contextlib
+import math
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -135,22 +141,52 @@ def _coerce(obj: Any) -> Any:
     return obj
 
 
-def _ts(raw: str, default: float) -> float:
+def _ts(raw: str) -> float | None:
+    """Return a ms-epoch string in seconds, or None unless it is a positive finite number."""
     try:
-        return int(raw) / 1000.0
+        ms = float(raw)
     except ValueError:
-        try:
-            return float(raw) / 1000.0
-        except ValueError:
-            return default
+        return None
+    return ms / 1000.0 if 0.0 < ms < math.inf else None
 
 
-def _levels(levels: list[Level] | None) -> dict[float, float]:
+def _price(raw: str) -> float | None:
+    """Return a price in (0, 1], or None for anything else (NaN, inf, <= 0, > 1, text)."""
+    try:
+        p = float(raw)
+    except ValueError:
+        return None
+    return p if 0.0 < p <= 1.0 else None
+
+
+def _size(raw: str) -> float | None:
+    """Return a size >= 0, or None for anything else (negative, NaN, inf, text)."""
+    try:
+        s = float(raw)
+    except ValueError:
+        return None
+    return s if 0.0 <= s < math.inf else None
+
+
+def _hint_ok(raw: str) -> bool:
+    """Return whether a best_bid / best_ask hint is absent or a price in [0, 1]."""
+    if not raw:
+        return True
+    try:
+        return 0.0 <= float(raw) <= 1.0
+    except ValueError:
+        return False
+
+
+def _levels(levels: list[Level] | None, res: DecodeResult) -> dict[float, float]:
+    """Return price -> size of the valid, non-empty levels; count each invalid one."""
     out: dict[float, float] = {}
     for lv in levels or ():
-        size = float(lv.size)
-        if size > 0:
-            out[float(lv.price)] = size
+        price, size = _price(lv.price), _size(lv.size)
+        if price is None or size is None:
+            res.decode_errors += 1
+        elif size > 0:
+            out[price] = size
     return out
 
 
@@ -250,19 +286,22 @@ class PolymarketDecoder:
             elif et == "last_trade_price":
                 self._last_trade(ev, now, res, touched, data)
             elif et == "best_bid_ask":
-                self._best_bid_ask(ev, now, touched, data)
+                self._best_bid_ask(ev, res, touched, data)
             elif et == "tick_size_change":
                 tok = ev.asset_id
                 if tok in self.subscribed:
-                    try:
-                        self.tick_size[tok] = float(ev.new_tick_size)
-                    except ValueError:
+                    tick = _price(ev.new_tick_size)
+                    if tick is None:
                         res.decode_errors += 1
                         continue
+                    self.tick_size[tok] = tick
                     data[tok] = None
             elif et == "market_resolved":
-                if self.on_resolved is not None:
-                    out = self.on_resolved(ev, _ts(ev.timestamp, now))
+                ts = _ts(ev.timestamp)
+                if ts is None:
+                    res.decode_errors += 1
+                elif self.on_resolved is not None:
+                    out = self.on_resolved(ev, ts)
                     if out is not None:
                         res.events.append(out)
             elif et == "new_market":
@@ -306,7 +345,10 @@ class PolymarketDecoder:
         if pcs is None:
             res.rejected += 1  # legacy shape (asset_id + changes) or malformed
             return
-        ts = _ts(ev.timestamp, now)
+        ts = _ts(ev.timestamp)
+        if ts is None:
+            res.decode_errors += 1
+            return
         books = self.books
         dropped = 0
         for c in pcs:
@@ -315,10 +357,8 @@ class PolymarketDecoder:
             if book is None:
                 dropped += 1
                 continue
-            try:
-                price = float(c.price)
-                size = float(c.size)
-            except ValueError:
+            price, size = _price(c.price), _size(c.size)
+            if price is None or size is None or not (_hint_ok(c.best_bid) and _hint_ok(c.best_ask)):
                 res.decode_errors += 1
                 continue
             side = c.side
@@ -352,24 +392,24 @@ class PolymarketDecoder:
         tok = ev.asset_id
         if tok not in self.subscribed:
             return
-        book = TokenBook()
-        try:
-            book.bids = _levels(ev.bids)
-            book.asks = _levels(ev.asks)
-        except ValueError:
+        ts = _ts(ev.timestamp)
+        if ts is None:
             res.decode_errors += 1
             return
+        book = TokenBook()
+        book.bids = _levels(ev.bids, res)
+        book.asks = _levels(ev.asks, res)
         old = self.books.get(tok)
         if old is not None:
             book.published = old.published
         self.books[tok] = book
-        if ev.last_trade_price:
-            with contextlib.suppress(ValueError):
-                self.last_trade[tok] = float(ev.last_trade_price)
-        if ev.tick_size:
-            with contextlib.suppress(ValueError):
-                self.tick_size[tok] = float(ev.tick_size)
-        touched[tok] = _ts(ev.timestamp, now)
+        last = _price(ev.last_trade_price) if ev.last_trade_price else None
+        if last is not None:
+            self.last_trade[tok] = last
+        tick = _price(ev.tick_size) if ev.tick_size else None
+        if tick is not None:
+            self.tick_size[tok] = tick
+        touched[tok] = ts
         data[tok] = None
         fresh.add(tok)
 
@@ -384,26 +424,30 @@ class PolymarketDecoder:
         tok = ev.asset_id
         if tok not in self.subscribed:
             return
-        try:
-            self.last_trade[tok] = float(ev.price)
-        except ValueError:
+        price, ts = _price(ev.price), _ts(ev.timestamp)
+        if price is None or ts is None:
             res.decode_errors += 1
             return
+        self.last_trade[tok] = price
         data[tok] = None
         if tok in self.books:
-            touched[tok] = _ts(ev.timestamp, now)
+            touched[tok] = ts
 
     def _best_bid_ask(
-        self, ev: WsEvent, now: float, touched: dict[str, float], data: dict[str, None]
+        self, ev: WsEvent, res: DecodeResult, touched: dict[str, float], data: dict[str, None]
     ) -> None:
         book = self.books.get(ev.asset_id)
         if book is None:
             if ev.asset_id in self.subscribed:
                 self.dropped_deltas += 1
             return
+        ts = _ts(ev.timestamp)
+        if ts is None or not (_hint_ok(ev.best_bid) and _hint_ok(ev.best_ask)):
+            res.decode_errors += 1
+            return
         book.hint_bid = ev.best_bid or None
         book.hint_ask = ev.best_ask or None
-        touched[ev.asset_id] = _ts(ev.timestamp, now)
+        touched[ev.asset_id] = ts
         data[ev.asset_id] = None
 
     def _emit(
@@ -438,6 +482,9 @@ class PolymarketDecoder:
                 bid = max(book.bids) if book.bids else None
                 ask = min(book.asks) if book.asks else None
             book.hint_bid = book.hint_ask = None
+            if bid is not None and ask is not None and bid > ask:
+                res.rejected += 1  # crossed: never published; the last published top stays
+                continue
             book.bid = bid
             book.ask = ask
             mark = self._mark(bid, ask, last_trade.get(tok))

@@ -13,6 +13,7 @@ from daemon.events import HistoryEvent, MarketListed
 from daemon.schedule import get_nyse_calendar
 from feeds.connection import SourceCounters, SourceState
 from feeds.equities import build_equity_sources
+from feeds.health import short_error
 from feeds.news import build_news_sources, equity_news_queries, question_query
 from feeds.polymarket import build_polymarket_source
 from feeds.yahoo import backfill_daily_closes
@@ -33,20 +34,27 @@ class EquityHistoryBackfill:
         self.engine = engine
         self.state = SourceState.CONNECTING
         self.counters = SourceCounters()
+        #: Short name of the failure that left symbols without history ("" if none).
+        self.last_error = ""
+        #: History only: its health never decides whether rounds have prices.
+        self.provides_prices = False
 
     async def run(self) -> None:
         """Fetch daily closes once (errors are logged, never raised)."""
         symbols = list(self.config.markets.equity.assets)
+        errors: dict[str, str] = {}
         try:
             async with aiohttp.ClientSession() as session:
                 closes = await backfill_daily_closes(
-                    session, self.config.sources.equity.yahoo, symbols, now=self.engine.clock.now
+                    session, self.config.sources.equity.yahoo, symbols,
+                    now=self.engine.clock.now, errors=errors,
                 )
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             self.state = SourceState.DOWN
-            log.warning("equity history backfill failed", error=repr(exc))
+            self.last_error = short_error(exc)
+            log.warning("equity history backfill failed", error=self.last_error)
             return
         now = self.engine.clock.now()
         for sym, rows in closes.items():
@@ -59,6 +67,8 @@ class EquityHistoryBackfill:
             self.counters.messages += len(rows)
         got = sum(1 for rows in closes.values() if rows)
         self.state = SourceState.LIVE if got else SourceState.DOWN
+        if not got and errors:
+            self.last_error = next(iter(errors.values()))
         log.info("equity history backfilled", symbols=got, of=len(symbols))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from daemon.durations import Duration
 from feeds.equities import EquitySourcesSettings
 from feeds.news import NewsSettings
 from feeds.polymarket import PolymarketSettings
@@ -19,3 +20,9 @@ class SourcesSettings(BaseModel):
     polymarket: PolymarketSettings = PolymarketSettings()
     news: NewsSettings = NewsSettings()
     backfill: bool = Field(default=True, description="fetch recent daily history at start-up")
+    health_min_gap: Duration = Field(
+        default=10.0, gt=0, description="at most one source-health line per this many seconds"
+    )
+    health_repeat: Duration = Field(
+        default=900.0, gt=0, description="repeat the health line this often while a source is down"
+    )

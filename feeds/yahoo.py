@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,9 +28,11 @@ from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
-from daemon.events import PriceEvent, SourceStatus
-from feeds.backoff import Backoff, StreamSettings
+from daemon.durations import Duration
+from daemon.events import NonMarkingPrice, PriceEvent, SourceStatus
+from feeds.backoff import Backoff, EquityStreamSettings
 from feeds.connection import DecodeResult, SourceCounters, SourceState, http_status_of
+from feeds.health import short_error
 from feeds.yahoo_proto import ProtoDecodeError, clean_float32, decode_pricing_b64
 
 __all__ = [
@@ -55,7 +58,11 @@ BROWSER_USER_AGENT = (
 )
 
 
-class YahooSettings(StreamSettings):
+#: Yahoo quote types (PricingData field 6) that mark by default.
+EQUITY, ETF = 8, 20
+
+
+class YahooSettings(EquityStreamSettings):
     """Yahoo streamer and chart endpoint settings (every endpoint configurable)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -63,17 +70,25 @@ class YahooSettings(StreamSettings):
     ws_url: str = "wss://streamer.finance.yahoo.com/?version=2"
     chart_url: str = "https://query1.finance.yahoo.com/v8/finance/chart"
     max_per_connection: int = Field(default=100, ge=1, le=100)
-    resubscribe_interval: float = Field(default=15.0, gt=0)
+    resubscribe_interval: Duration = Field(default=15.0, gt=0)
     rate_limit_penalty: float = Field(default=4.0, ge=1.0)
     user_agent: str = BROWSER_USER_AGENT
-    rest_poll_interval: float = Field(default=60.0, gt=0)
-    rest_check_interval: float = Field(default=5.0, gt=0)
-    rest_timeout: float = Field(default=10.0, gt=0)
+    rest_poll_interval: Duration = Field(default=60.0, gt=0)
+    rest_check_interval: Duration = Field(default=5.0, gt=0)
+    rest_timeout: Duration = Field(default=10.0, gt=0)
     rest_max_bytes: int = Field(default=2_000_000, gt=0)
     rest_concurrency: int = Field(default=4, ge=1)
+    mark_quote_types: tuple[int, ...] = Field(
+        default=(EQUITY, ETF),
+        description="Yahoo quote types whose snapshots mark prices (8 equity, 20 ETF); other "
+        "types (e.g. 41 crypto, 9 index) are data only",
+    )
 
 
 # --------------------------------------------------------------------------------- streaming
+
+#: ``market_hours`` values of PricingData other than 1 (regular session).
+_OFF_SESSION = {0: "pre-market", 2: "post-market", 3: "extended hours"}
 
 
 class _Frame(msgspec.Struct):
@@ -127,8 +142,20 @@ class YahooStreamAdapter:
             return self.settings.rate_limit_penalty
         return 1.0
 
+    def _not_a_mark(self, quote_type: int, market_hours: int) -> str:
+        """Return why a snapshot is data only ("" when it marks): session or instrument type."""
+        if quote_type not in self.settings.mark_quote_types:
+            return f"quote type {quote_type}"
+        if market_hours != 1 and not self.settings.extended_hours_marks:
+            return _OFF_SESSION.get(market_hours, f"market hours {market_hours}")
+        return ""
+
     def decode(self, frame: str | bytes, now: float) -> DecodeResult:
-        """Decode one streamer frame into at most one price event."""
+        """Decode one streamer frame into at most one price event.
+
+        Regular-session snapshots of the ``mark_quote_types`` are :class:`PriceEvent` marks;
+        others are :class:`NonMarkingPrice` (data only) unless the settings ask for marks.
+        """
         res = DecodeResult()
         try:
             msg = _frame_decoder.decode(frame)
@@ -145,23 +172,27 @@ class YahooStreamAdapter:
             return res
         price = pd.price
         if not pd.id or not (price > 0 and math.isfinite(price)) or pd.time <= 0:
-            res.rejected = 1
+            res.decode_errors = 1  # garbage is never a price, nor stamped with the receive time
             return res
         ts = pd.time / 1000.0
         bid = clean_float32(pd.bid) if pd.bid > 0 and math.isfinite(pd.bid) else None
         ask = clean_float32(pd.ask) if pd.ask > 0 and math.isfinite(pd.ask) else None
-        res.events.append(
-            PriceEvent(
-                ts=ts,
-                recv_ts=now,
-                market="equity",
-                asset=pd.id,
-                price=clean_float32(price),
-                bid=bid,
-                ask=ask,
-                source=self.name,
-            )
+        if bid is not None and ask is not None and bid > ask:
+            bid = ask = None  # a crossed quote is never published; the price still is
+        event = PriceEvent(
+            ts=ts,
+            recv_ts=now,
+            market="equity",
+            asset=pd.id,
+            price=clean_float32(price),
+            bid=bid,
+            ask=ask,
+            source=self.name,
         )
+        reason = self._not_a_mark(pd.quote_type, pd.market_hours)
+        if reason:
+            event = NonMarkingPrice(**msgspec.structs.asdict(event), reason=reason)
+        res.events.append(event)
         if now - ts <= self.settings.stale_after:
             res.data_keys.append(pd.id)
         return res
@@ -332,14 +363,17 @@ async def backfill_daily_closes(
     now: Callable[[], float],
     range_: str = "3mo",
     attempts: int = 3,
+    errors: dict[str, str] | None = None,
 ) -> dict[str, list[tuple[float, float]]]:
     """Return completed daily closes ``(t, close)`` per symbol (empty list if it failed).
 
-    A bar of the session still in progress is left out. Rate-limited requests are retried
-    with backoff up to ``attempts`` times; nothing raises on network errors.
+    A bar of the session still in progress is left out. Failed requests are retried with
+    backoff up to ``attempts`` times; nothing raises on network errors. Failures are logged as
+    one summary line; ``errors`` (if given) receives a short error per failed symbol.
     """
     sem = asyncio.Semaphore(settings.rest_concurrency)
     out: dict[str, list[tuple[float, float]]] = {}
+    failed: dict[str, str] = {} if errors is None else errors
 
     async def one(symbol: str) -> None:
         backoff = Backoff(settings.backoff_policy())
@@ -350,19 +384,28 @@ async def backfill_daily_closes(
                 out[symbol] = _completed(res, now())
                 return
             except RateLimited as exc:
+                failed[symbol] = short_error(exc)
                 delay = backoff.next_delay(penalty=settings.rate_limit_penalty)
                 if exc.retry_after is not None:
                     delay = max(delay, min(exc.retry_after, settings.backoff_max))
             except ChartError as exc:
-                log.warning("yahoo backfill failed", symbol=symbol, error=str(exc))
+                failed[symbol] = short_error(exc)
+                log.debug("yahoo backfill attempt failed", symbol=symbol, error=failed[symbol])
                 delay = backoff.next_delay()
             if attempt + 1 < attempts:
                 await asyncio.sleep(delay)
-        log.warning("yahoo backfill gave up", symbol=symbol, attempts=attempts)
         out[symbol] = []
 
-    await asyncio.gather(*(one(s) for s in dict.fromkeys(symbols)))
-    return {s: out.get(s, []) for s in dict.fromkeys(symbols)}
+    wanted = list(dict.fromkeys(symbols))
+    await asyncio.gather(*(one(s) for s in wanted))
+    for s in wanted:
+        if out.get(s):
+            failed.pop(s, None)
+    if failed:
+        common = Counter(failed.values()).most_common(1)[0][0]
+        log.warning("yahoo backfill failed", failed=len(failed), of=len(wanted), error=common,
+                    attempts=attempts, symbols=",".join(sorted(failed))[:120])
+    return {s: out.get(s, []) for s in wanted}
 
 
 class YahooRestFallback:
@@ -403,6 +446,11 @@ class YahooRestFallback:
         self._started = now()
         self._backoff = Backoff(settings.backoff_policy())
         self._status: SourceState | None = None
+        #: True while no symbol needs polling (market closed or the stream is fresh).
+        self.standby = True
+        #: Short name of the last poll failure; "" after a successful poll.
+        self.last_error = ""
+        self._warned = ""
         bus.add_tap("price.equity.#", self._on_price)
 
     def _on_price(self, ev: Any) -> None:
@@ -413,16 +461,22 @@ class YahooRestFallback:
         ):
             self._streamed[ev.asset] = ev.ts
 
+    def _stream_stale(self, now: float) -> list[str]:
+        """Return the symbols whose streamed price is older than ``stale_after``."""
+        return [
+            s
+            for s in self.symbols
+            if now - max(self._streamed.get(s, 0.0), self._started) > self.stale_after
+        ]
+
     def stale_symbols(self, now: float) -> list[str]:
         """Return the symbols that need a REST poll at ``now``."""
-        out = []
-        for s in self.symbols:
-            last = max(self._streamed.get(s, 0.0), self._started)
-            if now - last > self.stale_after and now - self._polled.get(s, -math.inf) >= (
-                self.settings.rest_poll_interval
-            ):
-                out.append(s)
-        return out
+        interval = self.settings.rest_poll_interval
+        return [
+            s
+            for s in self._stream_stale(now)
+            if now - self._polled.get(s, -math.inf) >= interval
+        ]
 
     async def _set_state(self, state: SourceState, detail: str = "") -> None:
         self.state = state
@@ -455,9 +509,14 @@ class YahooRestFallback:
         except Exception as exc:
             log.error("is_open failed", source=self.name, error=repr(exc))
             open_ = True
-        if not open_:
-            return self.settings.rest_check_interval
-        for symbol in self.stale_symbols(now):
+        needed = open_ and bool(self._stream_stale(now))
+        due = self.stale_symbols(now) if needed else []
+        self.standby = not needed
+        if not needed and self.state is not SourceState.LIVE:
+            self.last_error = ""  # not needed any more: a past failure does not matter
+            await self._set_state(SourceState.LIVE, "idle")
+        failed: dict[str, str] = {}
+        for symbol in due:
             try:
                 res = await fetch_chart(session, self.settings, symbol, range_="1d")
             except RateLimited as exc:
@@ -470,18 +529,31 @@ class YahooRestFallback:
             except ChartError as exc:
                 self.counters.rejected += 1
                 self._polled[symbol] = self._now()
-                log.warning(
-                    "yahoo rest poll failed", source=self.name, symbol=symbol, error=str(exc)
-                )
+                failed[symbol] = short_error(exc)
                 continue
             self._backoff.reset()
+            self.last_error = ""
             await self._set_state(SourceState.LIVE, "polling")
             t = self._now()
             self._polled[symbol] = t
             self.counters.messages += 1
             self.counters.last_message_ts = t
             self._publish(res, t)
+        if failed:
+            await self._poll_failed(failed, len(due))
         return self.settings.rest_check_interval
+
+    async def _poll_failed(self, failed: dict[str, str], polled: int) -> None:
+        """Log one line per tick, at warning only when the error changes (no per-symbol flood)."""
+        error = Counter(failed.values()).most_common(1)[0][0]
+        if len(failed) == polled:
+            self.last_error = error
+            await self._set_state(SourceState.BACKING_OFF, error)
+        (log.warning if error != self._warned else log.debug)(
+            "yahoo rest poll failed", source=self.name, failed=len(failed), of=polled,
+            error=error,
+        )
+        self._warned = error
 
     def _publish(self, res: ChartResult, recv: float) -> None:
         if res.last_price is None or res.last_time is None:

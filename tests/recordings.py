@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 
-from daemon.events import MarketListed, NewsEvent, PriceEvent, ResolutionEvent
+from daemon.events import Event, MarketListed, NewsEvent, PriceEvent, ResolutionEvent
 from daemon.schedule import get_nyse_calendar
 from feeds.recording import RecordingHeader, RecordingWriter
 
@@ -41,8 +42,12 @@ kind = "cash"
 """
 
 
-def make_recording(path: Path, *, days: int = 8, step: float = 300.0, seed: int = 1) -> int:
-    """Write a recording of ``days`` calendar days starting Mon 2026-11-02; return its size."""
+def make_recording(path: Path, *, days: int = 8, step: float = 300.0, seed: int = 1,
+                   extra: Sequence[Event] = ()) -> int:
+    """Write a recording of ``days`` calendar days starting Mon 2026-11-02; return its size.
+
+    ``extra`` events are merged in by time (e.g. an after-hours print).
+    """
     cal = get_nyse_calendar()
     rng = np.random.default_rng(seed)
     start = datetime(2026, 11, 2, tzinfo=UTC).timestamp()
@@ -80,6 +85,7 @@ def make_recording(path: Path, *, days: int = 8, step: float = 300.0, seed: int 
     evs.append(ResolutionEvent(ts=mid, recv_ts=mid, question_id="q1",
                                payouts={"y1": 1.0, "n1": 0.0}))
     evs = [e for e in evs if not (e.ts > mid and getattr(e, "asset", "") in ("y1", "n1"))]
+    evs.extend(extra)
     evs.sort(key=lambda e: e.ts)
     header = RecordingHeader(
         start=start, end=evs[-1].ts, description="test recording", equities=TICKERS,

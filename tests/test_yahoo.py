@@ -182,7 +182,7 @@ def test_adapter_decode() -> None:
     assert adapter.decode('{"type":"heartbeat"}', now).unknown == 1
     assert adapter.decode("[1,2]", now).decode_errors == 1
     zero = base64.b64encode(encode_pricing(PricingData(id="Z", price=0.0, time=1))).decode()
-    assert adapter.decode(json.dumps({"type": "pricing", "message": zero}), now).rejected == 1
+    assert adapter.decode(json.dumps({"type": "pricing", "message": zero}), now).decode_errors == 1
     frame = pricing_frame("AAPL", 190.12, int(now * 1000), bid=190.11, ask=190.13)
     (ev,) = adapter.decode(frame, now).events
     assert (ev.price, ev.bid, ev.ask) == (190.12, 190.11, 190.13)

@@ -34,15 +34,17 @@ def pricing_frame(
     bid: float = 0.0,
     ask: float = 0.0,
     exchange: str = "NMS",
+    quote_type: int = 8,
+    market_hours: int = 1,
 ) -> str:
-    """Return one streamer ``pricing`` frame (JSON text)."""
+    """Return one streamer ``pricing`` frame (JSON text); regular-session equity by default."""
     pd = PricingData(
         id=symbol,
         price=price,
         time=time_ms,
         exchange=exchange,
-        quote_type=8,
-        market_hours=1,
+        quote_type=quote_type,
+        market_hours=market_hours,
         bid=bid,
         ask=ask,
         price_hint=2,

@@ -1,0 +1,40 @@
+"""Durations in config files: ``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` or a number of seconds.
+
+Kept apart from :mod:`daemon.config` so that the ``[sources.*]`` settings (``feeds/``), which
+``daemon.config`` imports, parse durations the same way without an import cycle.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+__all__ = ["Duration", "parse_duration"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Parse ``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` or a number of seconds into seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as '30s', '15m' or a number of seconds")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        m = _DURATION.match(value)
+        if not m:
+            raise ValueError(f"invalid duration {value!r} (use e.g. '30s', '15m', '2h', '1d')")
+        seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    else:
+        raise ValueError("expected a duration such as '30s', '15m' or a number of seconds")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError("duration must be a finite, non-negative number of seconds")
+    return seconds
+
+
+#: A float field of seconds that also accepts duration strings (``"20s"``, ``"5m"``).
+Duration = Annotated[float, BeforeValidator(parse_duration)]
