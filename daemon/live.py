@@ -310,10 +310,13 @@ def startup_error_line(exc: BaseException, db: str) -> str:
     what failed and why."""
     import sqlite3
 
+    from daemon.config import ConfigError
     from daemon.dbfile import StoreOpenError, describe_sqlite_error
     from daemon.roles import RoleError
 
     text = " ".join(str(exc).split())
+    if isinstance(exc, ConfigError):
+        return "; ".join(f"{exc.source}: {p}" for p in exc.problems)
     if isinstance(exc, StoreOpenError | RoleError):
         return text
     if isinstance(exc, sqlite3.Error):

@@ -200,8 +200,7 @@ class Store:
             await db.execute("PRAGMA foreign_keys=ON")
             store = cls(p, db, lock_fd)
             await store._migrate()
-            await db.execute("BEGIN IMMEDIATE")  # refuse a read-only database now, not later
-            await db.execute("ROLLBACK")
+            await store._probe_write()
         except BaseException as exc:
             if db is not None:
                 with contextlib.suppress(Exception):
@@ -212,6 +211,14 @@ class Store:
                 raise StoreOpenError(describe_sqlite_error(p, exc)) from None
             raise
         return store
+
+    async def _probe_write(self) -> None:
+        """Write and roll back one row, so a read-only database is refused at open, not later."""
+        await self.db.execute("BEGIN IMMEDIATE")
+        try:
+            await self.db.execute("UPDATE meta SET value=value WHERE key='schema_version'")
+        finally:
+            await self.db.execute("ROLLBACK")
 
     async def _migrate(self) -> None:
         await self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
