@@ -569,7 +569,7 @@ def missing_api_keys(config: Config, environ: Mapping[str, str]) -> list[tuple[s
     for agent in config.agents:
         if agent.kind != "llm" or not agent.api_key_env or environ.get(agent.api_key_env):
             continue
-        if agent.api_base and _is_loopback(agent.api_base):
+        if agent.api_base and is_loopback_url(agent.api_base):
             continue
         out.append((agent.id, agent.api_key_env))
     return out
@@ -582,7 +582,8 @@ def missing_keys_line(missing: list[tuple[str, str]]) -> str:
             "run with these agents failing every decision")
 
 
-def _is_loopback(url: str) -> bool:
+def is_loopback_url(url: str) -> bool:
+    """Return whether ``url``'s host is a loopback address (``localhost``, 127.0.0.0/8, ::1)."""
     host = urlsplit(url).hostname or ""
     if host == "localhost" or host.endswith(".localhost"):
         return True

@@ -208,3 +208,22 @@ def test_keys_set_or_explicitly_allowed(llm_config: Path) -> None:
     assert r.returncode == 0, r.stderr
     r = cli("check-config", "--allow-missing-keys", str(llm_config), env=_env())
     assert r.returncode == 0, r.stderr
+
+
+async def test_loopback_agent_without_key_calls_its_server(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """The start-up check lets a loopback agent run without its key, so it must work: the
+    agent calls its local server instead of failing every decision."""
+    from agents.llm import LlmAgent
+    from daemon.config import AgentConfig
+    from tests.llm_server import FakeLlmServer, ok
+    from tests.test_llm_agent import GOOD, equity_obs
+
+    monkeypatch.delenv("PA_TEST_KEY_LOCAL", raising=False)
+    async with FakeLlmServer(default=ok(GOOD)) as server:
+        agent = LlmAgent(AgentConfig(id="local", kind="llm", model="openai/test-model",
+                                     api_base=server.api_base, api_key_env="PA_TEST_KEY_LOCAL",
+                                     timeout=5.0, max_attempts=1))
+        d = await agent.decide(equity_obs())
+    assert len(server.requests) == 1
+    assert d.outcome == "ok", d.reason
