@@ -48,7 +48,7 @@ from agents.base import AgentDecision, Observation
 from agents.llm_output import InvalidOutput, check_response
 from agents.prompting import RenderedPrompt, render_prompt
 from agents.validation import SUM_TOLERANCE
-from daemon.config import AgentConfig
+from daemon.config import AgentConfig, is_loopback_url
 from daemon.logs import redact_text, register_secret
 
 log = structlog.get_logger(__name__)
@@ -225,6 +225,8 @@ class LlmAgent:
         api_key: str | None = None
         if self.cfg.api_key_env:
             api_key = os.environ.get(self.cfg.api_key_env)
+            if not api_key and self.cfg.api_base and is_loopback_url(self.cfg.api_base):
+                api_key = "none"  # a local server: no key needed (start-up allowed it)
             if not api_key:
                 return AgentDecision(
                     allocation=None,

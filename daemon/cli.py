@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -46,6 +47,16 @@ def _speed(value: str) -> float | None:
     return f
 
 
+def _seconds(value: str) -> float:
+    try:
+        f = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds {value!r}") from None
+    if not (math.isfinite(f) and f > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {value}")
+    return f
+
+
 def _when(value: str) -> float:
     try:
         dt = datetime.fromisoformat(value)
@@ -69,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--db", help="SQLite database (overrides store.path)")
     run.add_argument("--role", choices=["all", "feeds", "evaluator"], default="all",
                      help="process role when split over MQTT (default: all)")
-    run.add_argument("--duration", type=float, default=None,
+    _keys_argument(run)
+    run.add_argument("--duration", type=_seconds, default=None,
                      help="stop after this many seconds (default: run until signalled)")
     _role_arguments(run)
 
@@ -82,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--start", type=_when, default=None, help="replay from this time (ISO 8601)")
     rp.add_argument("--end", type=_when, default=None, help="replay until this time (ISO 8601)")
     rp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _keys_argument(rp)
 
     rpub = sub.add_parser("replay-publish",
                           help="publish a recording over MQTT to replay-evaluate processes")
@@ -101,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     rev.add_argument("--db", default=None, help="SQLite database (default: replay.db)")
     rev.add_argument("--stall-timeout", type=float, default=30.0, metavar="SECONDS",
                      help="fail when missing events do not arrive in time (default: 30)")
+    _keys_argument(rev)
     _role_arguments(rev)
 
     rep = sub.add_parser("report", help="print the leaderboard")
@@ -113,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cc = sub.add_parser("check-config", help="validate a config file")
     cc.add_argument("file")
+    _keys_argument(cc)
 
     rs = sub.add_parser("resume", help="resume an agent halted by a drawdown breach")
     rs.add_argument("--agent", required=True)
@@ -133,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rec = sub.add_parser("record", help="record live market data to a replayable file")
     rec.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
-    rec.add_argument("--duration", type=float, default=None, help="seconds (default: until signal)")
+    rec.add_argument("--duration", type=_seconds, default=None,
+                     help="seconds (default: until signal)")
     rec.add_argument("--config", "-c")
     rec.add_argument("--db", default=None, help="SQLite database (default: <out>.db)")
 
@@ -143,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--db", default="paperarena.db")
     pr.add_argument("--config", "-c")
     return p
+
+
+def _keys_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-missing-keys", action="store_true",
+                        help="start although an LLM agent's api_key_env variable is unset "
+                             "(its decisions then fail)")
 
 
 def _role_arguments(parser: argparse.ArgumentParser) -> None:
@@ -161,6 +183,38 @@ def _fail(msg: str) -> int:
     return EXIT_USAGE
 
 
+def _keys_problem(cfg: Config, args: argparse.Namespace) -> str | None:
+    """Return one line naming every unset provider key variable, unless allowed."""
+    from daemon.config import missing_api_keys, missing_keys_line
+
+    if getattr(args, "allow_missing_keys", False) or getattr(args, "role", "all") == "feeds":
+        return None
+    missing = missing_api_keys(cfg, os.environ)
+    return missing_keys_line(missing) if missing else None
+
+
+def _window_problem(args: argparse.Namespace) -> str | None:
+    if args.start is not None and args.end is not None and args.start >= args.end:
+        return "--start must be before --end"
+    return None
+
+
+def _recording_problem(path: str) -> str | None:
+    p = Path(path)
+    if p.is_dir():
+        return f"{path}: is a directory, not a recording file"
+    if not p.exists():
+        return f"{path}: no such recording"
+    if not p.is_file():
+        return f"{path}: not a regular file"
+    return None
+
+
+def _db_flag(args: argparse.Namespace) -> str:
+    """Name the argument that chose the database (for error lines)."""
+    return "--db" if getattr(args, "db", None) else "store.path"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the paperarena command line."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -171,6 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from daemon.alerts import parse_alerts_config
 
             parse_alerts_config(cfg.alerts, source=args.file)
+            problem = _keys_problem(cfg, args)
+            if problem:
+                return _fail(f"{args.file}: {problem}")
             sys.stdout.write(f"{args.file}: ok ({len(cfg.agents)} agents, markets: "
                              f"{', '.join(cfg.enabled_markets()) or 'none'})\n")
             return 0
@@ -221,12 +278,25 @@ def _backup_or_export(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    from daemon.dbfile import StoreOpenError, describe_sqlite_error, inspect_database
+    from daemon.store import SCHEMA_VERSION
     from scoring.leaderboard import load_report, to_json, to_table
 
-    try:
+    problem = _window_problem(args)
+    if problem:
+        return _fail(problem)
+    try:  # read only: the report never writes, so it works on a read-only file or file system
+        if inspect_database(args.db, create=False, schema_version=SCHEMA_VERSION) == 0:
+            return _fail(f"--db {args.db}: not a paperarena database (no tables)")
         report = load_report(args.db, window=(args.start, args.end))
+    except StoreOpenError as exc:
+        return _fail(f"--db {exc}")
     except FileNotFoundError as exc:
-        return _fail(str(exc))
+        return _fail(f"--db {exc}")
+    except sqlite3.Error as exc:
+        return _fail(f"--db {describe_sqlite_error(args.db, exc)}")
     if args.html:
         from scoring.report_html import render_html
 
@@ -244,15 +314,17 @@ def _report(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from daemon.logs import configure_logging, register_config_secrets
     from daemon.replay import ReplayError, replay
-    from daemon.store import StoreLockedError
+    from daemon.store import StoreOpenError
     from feeds.recording import RecordingError
 
     cfg = _load(args.config)
+    problem = (_window_problem(args) or _recording_problem(args.recording)
+               or _keys_problem(cfg, args))
+    if problem:
+        return _fail(problem)
     configure_logging(cfg.logging.level, cfg.logging.format)
     register_config_secrets(cfg)
     db = args.db or "replay.db"
-    if not Path(args.recording).exists():
-        return _fail(f"{args.recording}: no such recording")
     try:
         from daemon.components import default_components
 
@@ -260,7 +332,9 @@ def _replay(args: argparse.Namespace) -> int:
                                        progress=False if args.no_progress else None,
                                        window=(args.start, args.end), version=package_version(),
                                        components=default_components(cfg, mode="replay")))
-    except (ReplayError, RecordingError, StoreLockedError) as exc:
+    except StoreOpenError as exc:
+        return _fail(f"--db {exc}")
+    except (ReplayError, RecordingError) as exc:
         return _fail(str(exc))
     sys.stderr.write(
         f"replayed {summary.events} events (resumed at {summary.resumed_from}), "
@@ -270,20 +344,38 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from daemon.live import run_live
+    from daemon.live import StartupError, run_live
     from daemon.logs import configure_logging, register_config_secrets
     from daemon.roles import RoleError, parse_agents, with_overrides
-    from daemon.store import StoreLockedError
 
-    cfg = with_overrides(_load(args.config), agents=parse_agents(args.agents),
-                         process_id=args.process_id)
+    try:
+        cfg = with_overrides(_load(args.config), agents=parse_agents(args.agents),
+                             process_id=args.process_id)
+    except RoleError as exc:
+        return _fail(str(exc))
+    problem = _keys_problem(cfg, args)
+    if problem:
+        return _fail(problem)
     configure_logging(cfg.logging.level, cfg.logging.format)
     register_config_secrets(cfg)
     try:
         return asyncio.run(run_live(cfg, db=args.db, role=args.role, duration=args.duration,
                                     version=package_version(), config_path=args.config))
-    except (StoreLockedError, RoleError) as exc:
+    except StartupError as exc:
+        return _fail(_startup_line(args, exc))
+    except RoleError as exc:
         return _fail(str(exc))
+
+
+def _startup_line(args: argparse.Namespace, exc: Exception) -> str:
+    """Prefix a database start-up failure with the argument that named the database."""
+    import sqlite3
+
+    from daemon.dbfile import StoreOpenError
+
+    if isinstance(exc.__cause__, StoreOpenError | sqlite3.Error):
+        return f"{_db_flag(args)} {exc}"
+    return str(exc)
 
 
 def _replay_roles(args: argparse.Namespace) -> int:
@@ -298,17 +390,23 @@ def _replay_roles(args: argparse.Namespace) -> int:
         summary_line,
         with_overrides,
     )
-    from daemon.store import StoreLockedError
+    from daemon.store import StoreOpenError
     from feeds.recording import RecordingError
 
-    cfg = with_overrides(_load(args.config), agents=parse_agents(getattr(args, "agents", None)),
-                         process_id=args.process_id)
+    try:
+        cfg = with_overrides(_load(args.config),
+                             agents=parse_agents(getattr(args, "agents", None)),
+                             process_id=args.process_id)
+    except RoleError as exc:
+        return _fail(str(exc))
+    problem = (_recording_problem(args.recording) if args.cmd == "replay-publish"
+               else _keys_problem(cfg, args))
+    if problem:
+        return _fail(problem)
     configure_logging(cfg.logging.level, cfg.logging.format)
     register_config_secrets(cfg)
     try:
         if args.cmd == "replay-publish":
-            if not Path(args.recording).exists():
-                return _fail(f"{args.recording}: no such recording")
             if args.evaluators < 1 or args.window < 1:
                 return _fail("--evaluators and --window must be at least 1")
             summary = run_stoppable(replay_publish(
@@ -319,18 +417,21 @@ def _replay_roles(args: argparse.Namespace) -> int:
                 cfg, args.db or "replay.db", version=package_version(),
                 stall_timeout=args.stall_timeout,
                 components=default_components(cfg, mode="replay")))
-    except (ReplayError, RoleError, RecordingError, StoreLockedError) as exc:
+    except StoreOpenError as exc:
+        return _fail(f"--db {exc}")
+    except (ReplayError, RoleError, RecordingError) as exc:
         return _fail(str(exc))
     sys.stderr.write(summary_line(summary) + "\n")
     return 0
 
 
 def _record(args: argparse.Namespace) -> int:
-    from daemon.live import run_live
+    from daemon.live import StartupError, run_live
     from daemon.logs import configure_logging
     from daemon.record import recorder_components
-    from daemon.store import StoreLockedError
 
+    if Path(args.out).is_dir():
+        return _fail(f"--out {args.out}: is a directory, not a recording file")
     cfg = _load(args.config)
     configure_logging(cfg.logging.level, cfg.logging.format)
     from daemon.logs import register_config_secrets
@@ -341,8 +442,8 @@ def _record(args: argparse.Namespace) -> int:
     try:
         code = asyncio.run(run_live(cfg, db=args.db or f"{args.out}.db", duration=args.duration,
                                     version=package_version(), components=components))
-    except StoreLockedError as exc:
-        return _fail(str(exc))
+    except StartupError as exc:
+        return _fail(_startup_line(args, exc) if args.db else str(exc))
     from daemon.record import Recorder
 
     recorder = next(c for c in components if isinstance(c, Recorder))

@@ -6,10 +6,16 @@ values are refused with one clear line per problem (:class:`ConfigError`).
 
 from __future__ import annotations
 
+import datetime as _dt
+import ipaddress
+import json
+import math
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -31,6 +37,57 @@ DEFAULT_ASSET_CLASSES: dict[str, str] = {
     "TSLA": "consumer", "PG": "consumer", "KO": "consumer", "WMT": "consumer",
     "JNJ": "health", "UNH": "health",
 }  # fmt: skip
+
+#: How deeply arrays and tables may nest in a config file.
+MAX_DEPTH = 32
+
+_HHMM = re.compile(r"^(\d{1,2}):(\d{2})$")
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def positive_duration(value: Any, minimum: float = 0.0) -> float:
+    """Parse a duration that must be greater than 0 (and at least ``minimum`` seconds)."""
+    seconds = parse_duration(value)
+    if seconds <= 0 or seconds < minimum:
+        floor = f"at least {minimum:g} s" if minimum else "greater than 0"
+        raise ValueError(f"duration must be {floor}")
+    return seconds
+
+
+def check_hhmm(value: str) -> str:
+    """Return ``value`` if it is a wall time ``HH:MM`` (00:00 to 23:59), else raise."""
+    if not _HHMM.match(value) or not _valid_hhmm(value):
+        raise ValueError(f"invalid time {value!r} (use HH:MM, 00:00 to 23:59)")
+    return value
+
+
+def host_problem(host: str) -> str | None:
+    """Return why ``host`` is not an IP address or DNS name, or None if it is one."""
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    labels = host.rstrip(".").split(".")
+    if (not host or len(host) > 253 or not all(_HOST_LABEL.match(x) for x in labels)
+            or all(x.isdigit() for x in labels)):
+        return f"not an IP address or host name: {host!r}"
+    return None
+
+
+def url_problem(url: str, schemes: tuple[str, ...]) -> str | None:
+    """Return why ``url`` is not an absolute URL with one of ``schemes``, or None if it is."""
+    want = " or ".join(f"{s}://" for s in schemes)
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        return f"not a valid URL: {url!r}"
+    if parts.scheme not in schemes:
+        return f"expected a {want} URL, got {url!r}"
+    if not parts.hostname or any(c.isspace() for c in url) or not port_ok:
+        return f"not a valid URL (host or port): {url!r}"
+    return host_problem(parts.hostname)
 
 
 def _duration_field(default: float, description: str) -> Any:
@@ -74,7 +131,7 @@ class ScheduleConfig(_Frozen):
     times: tuple[str, ...] = Field(
         default=("close-30m",), description="nyse: 'open+30m', 'close-30m', 'close' or 'HH:MM'"
     )
-    every: float = Field(default=3600.0, description="interval: period (e.g. '1h')")
+    every: float = Field(default=3600.0, description="interval: period (e.g. '1h'), 1 s to 3650d")
     at: str = Field(default="00:00", description="daily: wall time HH:MM in timezone")
     timezone: str = Field(default="America/New_York", description="IANA timezone of times/at")
 
@@ -85,6 +142,11 @@ class ScheduleConfig(_Frozen):
         if seconds < 1:
             raise ValueError("interval must be at least 1 second")
         return seconds
+
+    @field_validator("at")
+    @classmethod
+    def _at(cls, v: str) -> str:
+        return check_hhmm(v)
 
     @field_validator("timezone")
     @classmethod
@@ -102,11 +164,18 @@ class ScheduleConfig(_Frozen):
     def _times(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         pat = re.compile(r"^(open|close)([+-]\d+m)?$|^\d{1,2}:\d{2}$")
         for t in v:
-            if not pat.match(t):
-                raise ValueError(f"invalid time {t!r} (use 'open+30m', 'close-30m' or 'HH:MM')")
+            if not pat.match(t) or not _valid_hhmm(t):
+                raise ValueError(f"invalid time {t!r} (use 'open+30m', 'close-30m' or 'HH:MM'"
+                                 " from 00:00 to 23:59)")
         if not v:
             raise ValueError("at least one time is required")
         return v
+
+
+def _valid_hhmm(value: str) -> bool:
+    """Return False for an ``HH:MM`` time out of range (True for anything else)."""
+    m = _HHMM.match(value)
+    return m is None or (int(m.group(1)) <= 23 and int(m.group(2)) <= 59)
 
 
 class PolymarketQuestion(_Frozen):
@@ -129,7 +198,7 @@ class EquityMarketConfig(_Frozen):
     risk_free_rate: Annotated[float, Field(ge=-0.05, le=0.5)] = Field(
         default=0.04, description="annual risk-free rate used by Sharpe/Sortino"
     )
-    stale_after: float = Field(default=900.0, description="price older than this is stale")
+    stale_after: float = Field(default=900.0, description="price older than this is stale (> 0)")
     asset_classes: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_ASSET_CLASSES),
         description="asset -> class (sector) for the leaderboard's diversification scores; an "
@@ -139,7 +208,7 @@ class EquityMarketConfig(_Frozen):
     @field_validator("stale_after", mode="before")
     @classmethod
     def _stale(cls, v: Any) -> float:
-        return parse_duration(v)
+        return positive_duration(v)
 
     @field_validator("asset_classes")
     @classmethod
@@ -170,12 +239,12 @@ class PolymarketMarketConfig(_Frozen):
     questions: tuple[PolymarketQuestion, ...] = Field(
         default=(), description="fixed questions; empty = discovered by the feed / recording"
     )
-    stale_after: float = 3600.0
+    stale_after: float = Field(default=3600.0, description="price older than this is stale (> 0)")
 
     @field_validator("stale_after", mode="before")
     @classmethod
     def _stale(cls, v: Any) -> float:
-        return parse_duration(v)
+        return positive_duration(v)
 
 
 class MarketsConfig(_Frozen):
@@ -211,11 +280,11 @@ class AgentConfig(_Frozen):
     top_k: Annotated[int, Field(ge=1, le=100)] = 3
     # llm (used by the LLM agent; ignored by baselines)
     model: str | None = None
-    api_base: str | None = None
+    api_base: str | None = Field(default=None, description="http(s) URL of the provider's API")
     api_key_env: str | None = Field(default=None, description="env var holding the provider key")
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.3
     max_tokens: Annotated[int, Field(ge=16, le=200_000)] = 4000
-    timeout: float = 60.0
+    timeout: float = Field(default=60.0, description="seconds per model call (> 0)")
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     max_concurrency: Annotated[int, Field(ge=1, le=256)] = 4
     daily_budget_usd: Annotated[float, Field(ge=0)] | None = None
@@ -235,7 +304,12 @@ class AgentConfig(_Frozen):
         " replaced by the one-line reason; empty = retry with the unchanged prompt",
     )
 
-    @field_validator("timeout", "news_window", mode="before")
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _timeout(cls, v: Any) -> float:
+        return positive_duration(v)
+
+    @field_validator("news_window", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
         return parse_duration(v)
@@ -252,6 +326,14 @@ class AgentConfig(_Frozen):
             raise ValueError("retry_feedback must be one line")
         return v
 
+    @field_validator("api_base")
+    @classmethod
+    def _api_base(cls, v: str | None) -> str | None:
+        problem = None if v is None else url_problem(v, ("http", "https"))
+        if problem:
+            raise ValueError(problem)
+        return v
+
     @model_validator(mode="after")
     def _llm_needs_model(self) -> AgentConfig:
         if self.kind == "llm" and not self.model:
@@ -265,33 +347,38 @@ class SchedulerConfig(_Frozen):
     """Scheduler behaviour shared by all schedules."""
 
     misfire_grace: float = Field(
-        default=300.0, description="a decision later than this is recorded as missed, never run"
+        default=300.0,
+        description="a decision later than this is recorded as missed, never run (> 0)",
     )
 
     @field_validator("misfire_grace", mode="before")
     @classmethod
     def _grace(cls, v: Any) -> float:
-        return parse_duration(v)
+        return positive_duration(v)
 
 
 class StoreConfig(_Frozen):
     """SQLite store."""
 
-    path: str = Field(default="paperarena.db", description="SQLite database file")
+    path: Annotated[str, Field(min_length=1)] = Field(
+        default="paperarena.db", description="SQLite database file"
+    )
     batch_size: Annotated[int, Field(ge=1, le=1_000_000)] = 5000
-    flush_interval: float = Field(default=1.0, description="max seconds between event flushes")
+    flush_interval: float = Field(
+        default=1.0, description="max seconds between event flushes (at least 10 ms)"
+    )
 
     @field_validator("flush_interval", mode="before")
     @classmethod
     def _flush(cls, v: Any) -> float:
-        return parse_duration(v)
+        return positive_duration(v, minimum=0.01)
 
 
 class HttpConfig(_Frozen):
     """HTTP server for /metrics, /healthz, /readyz and the JSON API."""
 
     enabled: bool = True
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", description="IP address or host name to bind")
     port: Annotated[int, Field(ge=0, le=65535)] = 9464
     replay: bool = Field(
         default=False, description="also serve HTTP (/metrics, API) during `paperarena replay`"
@@ -318,6 +405,14 @@ class HttpConfig(_Frozen):
     @classmethod
     def _durations(cls, v: Any) -> float:
         return parse_duration(v)
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        problem = host_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class LoggingConfig(_Frozen):
@@ -419,16 +514,62 @@ def _format_errors(exc: ValidationError) -> list[str]:
             msg = msg[len("Value error, ") :]
         elif kind == "missing":
             msg = "required key is missing"
-        lines.append(f"{loc}: {msg}")
+        lines.append(f"{loc}: {' '.join(str(msg).split())}")
     return lines
 
 
-def parse_config(data: dict[str, Any], source: str = "<config>") -> Config:
-    """Validate a parsed TOML mapping into a :class:`Config` or raise :class:`ConfigError`."""
+def _scan(data: Mapping[str, Any]) -> list[str]:
+    """Return one line per value no setting accepts: non-finite numbers, TOML dates, deep nests."""
+    problems: list[str] = []
+    stack: list[tuple[str, Any, int]] = [(k, v, 1) for k, v in data.items()]
+    while stack:
+        key, value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            problems.append(f"{key}: nested too deeply (more than {MAX_DEPTH} levels)")
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{key}: must be a finite number (got {value})")
+        elif isinstance(value, _dt.date | _dt.time):
+            problems.append(f"{key}: dates and times are not accepted here (use a string)")
+        elif isinstance(value, Mapping):
+            stack.extend((f"{key}.{k}", v, depth + 1) for k, v in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{key}.{i}", v, depth + 1) for i, v in enumerate(value))
+    return sorted(problems)
+
+
+def _url_problems(settings: BaseModel, prefix: str) -> list[str]:
+    """Return one line per ``*_url`` setting under ``settings`` that is not a usable URL."""
+    problems = []
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if isinstance(value, BaseModel):
+            problems += _url_problems(value, f"{prefix}.{name}")
+        elif name.endswith("_url") and isinstance(value, str):
+            schemes = ("ws", "wss") if name.startswith("ws") else ("http", "https")
+            problem = url_problem(value, schemes)
+            if problem:
+                problems.append(f"{prefix}.{name}: {problem}")
+    return problems
+
+
+def parse_config(data: Mapping[str, Any], source: str = "<config>") -> Config:
+    """Validate a parsed TOML mapping into a :class:`Config` or raise :class:`ConfigError`.
+
+    Types are strict: a string is never read as a number or a boolean, nor a number as a
+    boolean (``enabled = "yes"`` and ``initial_cash = "1000"`` are refused); an integer is
+    accepted where a float is expected.
+    """
+    problems = _scan(data)
+    if problems:
+        raise ConfigError(source, problems)
     try:
-        return Config.model_validate(data)
+        cfg = Config.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
         raise ConfigError(source, _format_errors(exc)) from None
+    problems = _url_problems(cfg.sources, "sources")
+    if problems:
+        raise ConfigError(source, problems)
+    return cfg
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -437,11 +578,51 @@ def load_config(path: str | Path | None) -> Config:
         return Config()
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(str(p), [f"cannot read file: {exc.strerror or exc}"]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(p), [f"not UTF-8 text (invalid byte at offset {exc.start})"]
+                          ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(p), [f"invalid TOML: {exc}"]) from None
+    except RecursionError:
+        raise ConfigError(str(p), ["invalid TOML: arrays or tables nested too deeply"]) from None
     return parse_config(data, str(p))
+
+
+def missing_api_keys(config: Config, environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Return (agent id, variable) for each LLM agent whose ``api_key_env`` is unset or empty.
+
+    An agent whose ``api_base`` is a loopback address (a local server) needs no key.
+    """
+    out = []
+    for agent in config.agents:
+        if agent.kind != "llm" or not agent.api_key_env or environ.get(agent.api_key_env):
+            continue
+        if agent.api_base and is_loopback_url(agent.api_base):
+            continue
+        out.append((agent.id, agent.api_key_env))
+    return out
+
+
+def missing_keys_line(missing: list[tuple[str, str]]) -> str:
+    """Describe unset key variables in one line (see :func:`missing_api_keys`)."""
+    names = ", ".join(f"{var} (agent {agent})" for agent, var in missing)
+    return (f"unset API key variable(s): {names}; set them, or pass --allow-missing-keys to "
+            "run with these agents failing every decision")
+
+
+def is_loopback_url(url: str) -> bool:
+    """Return whether ``url``'s host is a loopback address (``localhost``, 127.0.0.0/8, ::1)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -12,10 +12,13 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-__all__ = ["Duration", "parse_duration"]
+__all__ = ["MAX_DURATION", "Duration", "parse_duration"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+#: The longest duration any setting accepts (10 years): longer ones overflow date arithmetic.
+MAX_DURATION = 3650 * 86400.0
 
 
 def parse_duration(value: Any) -> float:
@@ -33,6 +36,8 @@ def parse_duration(value: Any) -> float:
         raise ValueError("expected a duration such as '30s', '15m' or a number of seconds")
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError("duration must be a finite, non-negative number of seconds")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"duration {value!r} is too long (at most 3650d)")
     return seconds
 
 

@@ -40,6 +40,10 @@ STOP_GRACE = 20.0
 SourceFactory = Callable[[Engine], list[Any]]
 
 
+class StartupError(Exception):
+    """The daemon could not start; everything it opened is closed (the message is one line)."""
+
+
 class LiveDaemon:
     """The running daemon: engine, scheduler, sources and background tasks."""
 
@@ -60,12 +64,13 @@ class LiveDaemon:
         self.hooks_ready: list[Callable[[], Awaitable[None] | None]] = []
         self.components: list[Component] = list(components or [])
         self._started_components: list[Component] = []
+        self._store: Store | None = None
         #: Applied to a reloaded config before use (a split role keeps only its own agents).
         self.config_filter: Callable[[Config], Config] | None = None
 
     async def start(self) -> None:
         """Open the store, restore, and start every component."""
-        store = await Store.open(self.db)
+        store = self._store = await Store.open(self.db)
         engine = self.engine = Engine(self.config, clock=self.clock, store=store)
         engine.add_equity_universe(self.config.markets.equity.assets)
         engine.build_agents()
@@ -115,6 +120,32 @@ class LiveDaemon:
         log.info("daemon ready", db=self.db, markets=list(engine.markets),
                  agents=sorted({a for m in engine.slots.values() for a in m}),
                  sources=[s.name for s in self.sources])
+
+    async def abort_start(self) -> None:
+        """Close whatever a failed :meth:`start` opened, committing nothing; never raise."""
+        for comp in reversed(self._started_components):
+            with contextlib.suppress(Exception):
+                await comp.stop()
+        self._started_components.clear()
+        if self.scheduler is not None:
+            with contextlib.suppress(Exception):
+                await self.scheduler.shutdown(wait=False)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        if self.engine is not None:
+            with contextlib.suppress(Exception):
+                await self.engine.bus.stop()
+        store, self._store, self.engine, self.scheduler = self._store, None, None, None
+        if store is not None:
+            if store.run_id is not None:
+                with contextlib.suppress(Exception):
+                    await store.end_run(self.clock.now())
+            with contextlib.suppress(Exception):
+                await store.close()
 
     async def _flusher(self) -> None:
         assert self.engine is not None
@@ -269,8 +300,35 @@ async def run_live(config: Config, *, db: str | None = None, role: str = "all",
     t0 = time.monotonic()
     try:
         await daemon.start()
+    except BaseException as exc:
+        await daemon.abort_start()
+        if isinstance(exc, Exception):
+            raise StartupError(startup_error_line(exc, daemon.db)) from exc
+        raise
+    try:
         await daemon.wait(duration)
     finally:
         await daemon.stop()
     log.info("daemon exited", uptime_s=round(time.monotonic() - t0, 3), role=role)
     return 0
+
+
+def startup_error_line(exc: BaseException, db: str) -> str:
+    """Return one line for a start-up failure: the message of errors meant for the user, else
+    what failed and why."""
+    import sqlite3
+
+    from daemon.config import ConfigError
+    from daemon.dbfile import StoreOpenError, describe_sqlite_error
+    from daemon.roles import RoleError
+
+    text = " ".join(str(exc).split())
+    if isinstance(exc, ConfigError):
+        return "; ".join(f"{exc.source}: {p}" for p in exc.problems)
+    if isinstance(exc, StoreOpenError | RoleError):
+        return text
+    if isinstance(exc, sqlite3.Error):
+        return describe_sqlite_error(db, exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot start: {exc.strerror}" + (f" ({exc.filename})" if exc.filename else "")
+    return f"cannot start: {type(exc).__name__}: {text}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -27,6 +28,7 @@ from daemon.bus import Bus
 from daemon.clock import SimClock
 from daemon.components import Component
 from daemon.config import Config
+from daemon.dbfile import describe_sqlite_error
 from daemon.engine import Engine
 from daemon.events import Event
 from daemon.schedule import SimScheduler
@@ -81,9 +83,11 @@ async def replay_session(
 
     Refuse a database holding a replay of another recording. On exit, stop the components, the
     bus and close the store (nothing is committed here: :meth:`ReplayDriver.finish` does it).
+    A database error while starting is a :class:`ReplayError` naming the database.
     """
     store = await Store.open(str(db))
     engine: Engine | None = None
+    ready = False
     try:
         runs = await store.fetchall("SELECT recording FROM runs WHERE mode='replay' LIMIT 1")
         if runs and runs[0][0] != recording_name:
@@ -112,6 +116,7 @@ async def replay_session(
             for comp in components or ():
                 await comp.start(engine, sources=[])
                 started.append(comp)
+            ready = True
             yield ReplayContext(engine, sched, clock, offset)
         finally:
             for comp in reversed(started):
@@ -119,9 +124,15 @@ async def replay_session(
                     await comp.stop()
                 except Exception:
                     log.exception("component stop failed", component=comp.name)
+    except sqlite3.Error as exc:
+        if ready:
+            raise
+        raise ReplayError(f"--db {describe_sqlite_error(str(db), exc)}") from exc
     finally:
-        await engine_stop(engine)
-        await store.close()
+        try:
+            await engine_stop(engine)
+        finally:
+            await store.close()
 
 
 class ReplayDriver:

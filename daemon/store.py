@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import json
 import os
+import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,9 @@ from typing import Any
 import aiosqlite
 import structlog
 
+from daemon.dbfile import StoreOpenError as StoreOpenError  # re-exported
+from daemon.dbfile import StoreSchemaError as StoreSchemaError  # re-exported
+from daemon.dbfile import describe_sqlite_error, inspect_database
 from daemon.events import Event, NewsEvent, PriceEvent, encode_event
 
 log = structlog.get_logger(__name__)
@@ -100,12 +104,8 @@ CREATE INDEX IF NOT EXISTS probes_agent_ts ON probes(agent, ts);
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
 
 
-class StoreLockedError(RuntimeError):
+class StoreLockedError(StoreOpenError):
     """Another daemon already holds this database."""
-
-
-class StoreSchemaError(RuntimeError):
-    """The database was written by a newer paperarena."""
 
 
 @dataclass(slots=True)
@@ -178,22 +178,47 @@ class Store:
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, lock: bool = True) -> Store:
-        """Open (creating and migrating) the database at ``path``; lock it for this process."""
+        """Open (creating and migrating) the database at ``path``; lock it for this process.
+
+        Anything that is not a writable paperarena database of this or an older schema is
+        refused with :class:`StoreOpenError` (one line), and everything opened is closed again.
+        """
         p = str(path)
-        lock_fd = _acquire_lock(p) if lock and p != ":memory:" else None
+        if p != ":memory:":
+            inspect_database(p, create=True, schema_version=SCHEMA_VERSION)  # touches nothing
+        try:
+            lock_fd = _acquire_lock(p) if lock and p != ":memory:" else None
+        except OSError as exc:
+            raise StoreOpenError(f"{p}: cannot create its lock file {p}.lock: "
+                                 f"{exc.strerror or exc}") from None
+        db: aiosqlite.Connection | None = None
         try:
             db = await aiosqlite.connect(p, isolation_level=None)
+            await db.execute("PRAGMA busy_timeout=5000")
             await db.execute("PRAGMA journal_mode=WAL")
             await db.execute("PRAGMA synchronous=NORMAL")
             await db.execute("PRAGMA foreign_keys=ON")
-            await db.execute("PRAGMA busy_timeout=5000")
             store = cls(p, db, lock_fd)
             await store._migrate()
-        except BaseException:
+            await store._probe_write()
+        except BaseException as exc:
+            if db is not None:
+                with contextlib.suppress(Exception):
+                    await db.close()  # else its thread keeps the process alive
             if lock_fd is not None:
                 os.close(lock_fd)
+            if isinstance(exc, sqlite3.Error):
+                raise StoreOpenError(describe_sqlite_error(p, exc)) from None
             raise
         return store
+
+    async def _probe_write(self) -> None:
+        """Write and roll back one row, so a read-only database is refused at open, not later."""
+        await self.db.execute("BEGIN IMMEDIATE")
+        try:
+            await self.db.execute("UPDATE meta SET value=value WHERE key='schema_version'")
+        finally:
+            await self.db.execute("ROLLBACK")
 
     async def _migrate(self) -> None:
         await self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")

@@ -500,7 +500,9 @@ def load_report(db_path: str | Path, *, window: tuple[float | None, float | None
     p = Path(db_path)
     if not p.exists():
         raise FileNotFoundError(f"{db_path}: no such database")
-    con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+    from daemon.dbfile import connect_readonly  # also on a read-only file system
+
+    con = connect_readonly(p)
     try:
         return _report(con, window)
     finally:

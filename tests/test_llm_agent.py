@@ -379,7 +379,8 @@ async def test_restored_usd_budget_pauses(
 async def test_missing_key_env_is_an_error(
     server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent, _ = make_agent(server, monkeypatch)
+    # A remote provider (a loopback api_base needs no key: see tests/test_cli_startup.py).
+    agent, _ = make_agent(server, monkeypatch, api_base="https://llm.example.invalid/v1")
     monkeypatch.delenv(KEY_ENV)
     d = await agent.decide(equity_obs())
     assert d.outcome == "error" and KEY_ENV in d.reason and not server.requests
