@@ -238,7 +238,7 @@ def _report(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from daemon.logs import configure_logging, register_config_secrets
     from daemon.replay import ReplayError, replay
-    from daemon.store import StoreLockedError
+    from daemon.store import StoreLockedError, StoreWriteError
     from feeds.recording import RecordingError
 
     cfg = _load(args.config)
@@ -254,8 +254,11 @@ def _replay(args: argparse.Namespace) -> int:
                                      progress=False if args.no_progress else None,
                                      window=(args.start, args.end), version=package_version(),
                                      components=default_components(cfg, mode="replay")))
-    except (ReplayError, RecordingError, StoreLockedError) as exc:
+    except (ReplayError, RecordingError, StoreLockedError, StoreWriteError) as exc:
         return _fail(str(exc))
+    if summary.complete:
+        sys.stderr.write(f"{summary.complete}\n")
+        return 0
     sys.stderr.write(
         f"replayed {summary.events} events (resumed at {summary.resumed_from}), "
         f"{summary.decisions} scheduled jobs, {summary.events_per_s:,.0f} events/s into {db}\n"
@@ -267,7 +270,7 @@ def _run(args: argparse.Namespace) -> int:
     from daemon.live import run_live
     from daemon.logs import configure_logging, register_config_secrets
     from daemon.roles import RoleError, parse_agents, with_overrides
-    from daemon.store import StoreLockedError
+    from daemon.store import StoreLockedError, StoreWriteError
 
     cfg = with_overrides(_load(args.config), agents=parse_agents(args.agents),
                          process_id=args.process_id)
@@ -276,7 +279,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(run_live(cfg, db=args.db, role=args.role, duration=args.duration,
                                     version=package_version(), config_path=args.config))
-    except (StoreLockedError, RoleError) as exc:
+    except (StoreLockedError, StoreWriteError, RoleError) as exc:
         return _fail(str(exc))
 
 

@@ -273,8 +273,12 @@ class StoreConfig(_Frozen):
     path: str = Field(default="paperarena.db", description="SQLite database file")
     batch_size: Annotated[int, Field(ge=1, le=1_000_000)] = 5000
     flush_interval: float = Field(default=1.0, description="max seconds between event flushes")
+    busy_timeout: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=30.0,
+        description="how long a write waits for another process's write lock before the round"
+        " is recorded as error (seconds)")
 
-    @field_validator("flush_interval", mode="before")
+    @field_validator("flush_interval", "busy_timeout", mode="before")
     @classmethod
     def _flush(cls, v: Any) -> float:
         return parse_duration(v)
