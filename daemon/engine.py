@@ -84,7 +84,10 @@ class Engine:
         self._retry_equity: list[tuple[str, str, float, str, float, float]] = []
         """Daily marks whose commit failed, written with the next commit."""
         self.stop_on_store_fault = False
-        """Replay: skip every job once the store is faulted (the driver stops the replay)."""
+        """Replay: skip every job once a job's write failed (the driver stops the replay)."""
+        self.job_write_failed: str | None = None
+        """Why the last job could not be stored; cleared by the next successful commit
+        (never with :attr:`stop_on_store_fault`)."""
         self._agents_built = False
         self._wire_taps()
 
@@ -253,12 +256,13 @@ class Engine:
         """
         kind, market = job_id.split(":", 1)
         store = self.store
+        if self.stop_on_store_fault and self.job_write_failed is not None:
+            return
         if store.fault is not None:
-            if self.stop_on_store_fault:
-                return
             try:
                 await store.probe_writable()  # retries the write; clears the fault
             except StoreWriteError as exc:
+                self.job_write_failed = str(exc)
                 if kind == "decide":
                     await self._hold_failed(market, fire_ts, str(exc))
                 else:
@@ -272,6 +276,7 @@ class Engine:
             elif kind == "mark":
                 await self.mark(market, fire_ts)
         except StoreWriteError as exc:
+            self.job_write_failed = str(exc)
             if before is not None:
                 self._roll_back_book(market, before, resolved_before)
                 await self._hold_failed(market, fire_ts, str(exc))
@@ -367,6 +372,8 @@ class Engine:
             log.warning("rounds not stored during the store fault recorded as error",
                         decisions=len(held))
         self._failed_slots.clear()
+        if not self.stop_on_store_fault:
+            self.job_write_failed = None
 
     def _failed_decisions(self, rc: RoundCommit) -> list[DecisionRecord]:
         now = self.clock.now()

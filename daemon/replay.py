@@ -282,7 +282,7 @@ class ReplayDriver:
 
     def _check_store(self) -> None:
         """Stop the replay with one line once a store write failed (resume repeats it)."""
-        fault = self.engine.store.fault
+        fault = self.engine.job_write_failed or self.engine.store.fault
         if fault is not None:
             raise ReplayError(f"{fault}; stopped at event {self.engine.state.offset}: fix it "
                               "and run the same command again to resume")
@@ -340,6 +340,8 @@ async def replay(
             return ReplaySummary(n, ctx.offset, driver.decisions, time.perf_counter() - t0)
     except ReplayComplete as done:
         return ReplaySummary(0, 0, 0, 0.0, complete=str(done))
+    except StoreWriteError as exc:
+        raise ReplayError(f"{exc}: fix it and run the same command again to resume") from None
     except RecordingDamaged as exc:
         raise ReplayError(f"{exc}: replayed up to there; replay the complete recording on the "
                           "same --db to finish") from None

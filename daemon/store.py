@@ -121,6 +121,9 @@ class StoreWriteError(RuntimeError):
 #: Default of how long a write waits for another connection's write lock (seconds).
 DEFAULT_BUSY_TIMEOUT = 30.0
 
+#: Free space below which the store counts as full (readiness probe; trading halts).
+MIN_FREE_BYTES = 1 << 20
+
 
 @dataclass(slots=True)
 class DecisionRecord:
@@ -361,7 +364,7 @@ class Store:
         task.add_done_callback(self._inflight.discard)
         await asyncio.shield(task)
 
-    def _failed(self, exc: BaseException) -> StoreWriteError:
+    def _failed(self, exc: BaseException | str) -> StoreWriteError:
         """Return the one-line error of a failed write; log it once per distinct fault."""
         text = " ".join(str(exc).split()) or type(exc).__name__
         if "locked" in text or "busy" in text:
@@ -376,8 +379,14 @@ class Store:
 
     async def probe_writable(self) -> None:
         """Write the buffered events and a probe row in one committed transaction (readiness
-        probe): raise :class:`StoreWriteError` if the store cannot be written (full disk, lock).
+        probe): raise :class:`StoreWriteError` if the store cannot be written (lock, I/O error)
+        or its disk has less than :data:`MIN_FREE_BYTES` free (SQLite reuses WAL space, so a
+        small write can still succeed on a disk too full for a round).
         """
+        free = _free_bytes(self.path)
+        if free is not None and free < MIN_FREE_BYTES:
+            raise self._failed(f"database or disk is full ({free} bytes free, "
+                               f"{MIN_FREE_BYTES} needed)")
 
         async def probe() -> None:
             await self._write_pending()
@@ -388,9 +397,10 @@ class Store:
         await self._atomic(probe)
 
     async def wait_flushed(self) -> None:
-        """Wait for background flushes started by :meth:`flush_soon`."""
+        """Wait for background flushes started by :meth:`flush_soon` (a failed one raises
+        nothing: see :attr:`fault`)."""
         while self._inflight:
-            await asyncio.gather(*list(self._inflight))
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
 
     def add_events(self, events: Iterable[Event], seq: int | None = None) -> None:
         """Buffer market-data events for the next flush."""
@@ -616,6 +626,17 @@ def _now_of(rc: RoundCommit) -> float:
     if rc.equity:
         return rc.equity[0][2]
     return 0.0
+
+
+def _free_bytes(path: str) -> int | None:
+    """Return the bytes available to us on the file system of ``path`` (None: unknown)."""
+    if path == ":memory:":
+        return None
+    try:
+        st = os.statvfs(os.path.dirname(os.path.realpath(path)) or ".")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _statements(script: str) -> list[str]:
