@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--start", type=_when, default=None, help="replay from this time (ISO 8601)")
     rp.add_argument("--end", type=_when, default=None, help="replay until this time (ISO 8601)")
     rp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rp.add_argument("--accept-damaged", action="store_true",
+                    help="replay a cut recording up to its last whole event (default: exit 2)")
 
     rpub = sub.add_parser("replay-publish",
                           help="publish a recording over MQTT to replay-evaluate processes")
@@ -253,7 +255,8 @@ def _replay(args: argparse.Namespace) -> int:
         summary = asyncio.run(replay(args.recording, cfg, db, speed=args.speed,
                                      progress=False if args.no_progress else None,
                                      window=(args.start, args.end), version=package_version(),
-                                     components=default_components(cfg, mode="replay")))
+                                     components=default_components(cfg, mode="replay"),
+                                     accept_damaged=args.accept_damaged))
     except (ReplayError, RecordingError, StoreLockedError, StoreWriteError) as exc:
         return _fail(str(exc))
     if summary.complete:

@@ -318,8 +318,13 @@ async def replay(
     window: tuple[float | None, float | None] = (None, None),
     version: str = "",
     components: list[Component] | None = None,
+    accept_damaged: bool = False,
 ) -> ReplaySummary:
-    """Replay ``recording`` into ``db``; ``speed`` None = as fast as possible, else a factor."""
+    """Replay ``recording`` into ``db``; ``speed`` None = as fast as possible, else a factor.
+
+    A damaged (cut) recording raises :class:`ReplayError` after its last whole event unless
+    ``accept_damaged``: then the replay ends there as if the recording ended there.
+    """
     rec = str(recording)
     try:
         header = read_header(rec)
@@ -336,7 +341,8 @@ async def replay(
                                   recording_header=header_sha, window=window) as ctx:
             t0 = time.perf_counter()
             driver = ReplayDriver(ctx, start=start, end=end, speed=speed)
-            n = await _drive(driver, rec, ctx.offset, header.end, _want_progress(progress))
+            n = await _drive(driver, rec, ctx.offset, header.end, _want_progress(progress),
+                             strict=not accept_damaged)
             return ReplaySummary(n, ctx.offset, driver.decisions, time.perf_counter() - t0)
     except ReplayComplete as done:
         return ReplaySummary(0, 0, 0, 0.0, complete=str(done))
@@ -344,11 +350,11 @@ async def replay(
         raise ReplayError(f"{exc}: fix it and run the same command again to resume") from None
     except RecordingDamaged as exc:
         raise ReplayError(f"{exc}: replayed up to there; replay the complete recording on the "
-                          "same --db to finish") from None
+                          "same --db to finish (or pass --accept-damaged)") from None
 
 
 async def _drive(driver: ReplayDriver, rec: str, offset: int, header_end: float,
-                 show: bool) -> int:
+                 show: bool, *, strict: bool = True) -> int:
     bar = None
     if show:
         from tqdm import tqdm
@@ -357,7 +363,7 @@ async def _drive(driver: ReplayDriver, rec: str, offset: int, header_end: float,
                    file=sys.stderr, desc="replay", mininterval=0.5)
     n = 0
     try:
-        for i, ev in iter_events(rec, start_offset=offset, strict=True):
+        for i, ev in iter_events(rec, start_offset=offset, strict=strict):
             if not await driver.step(i, ev):
                 break
             n += 1

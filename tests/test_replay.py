@@ -180,6 +180,9 @@ def test_recording_whose_last_line_is_cut_is_damaged(rec: tuple[Path, Path],
     lines = _error_lines(r.stderr)
     assert len(lines) == 1, r.stderr
     assert f"line {n_lines} is cut mid-event; {n_lines - 2} events read" in lines[0]
+    r = cli("replay", str(plain), "--config", str(cfg_path), "--db", str(tmp_path / "d.db"),
+            "--no-progress", "--accept-damaged")
+    assert r.returncode == 0 and f"replayed {n_lines - 2} events" in r.stderr, r.stderr
 
 
 def test_finished_database_says_so_and_a_different_run_is_refused(
