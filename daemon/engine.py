@@ -28,7 +28,7 @@ from agents.factory import build_agent
 from daemon.bus import Bus
 from daemon.clock import Clock
 from daemon.config import Config, CostConfig, ScheduleConfig
-from daemon.events import Event, ResolutionEvent
+from daemon.events import DecisionEvent, Event, ResolutionEvent
 from daemon.market_state import MarketState
 from daemon.rounds import AgentSlot, DecisionRound
 from daemon.schedule import ScheduleSpec, make_trigger
@@ -145,7 +145,7 @@ class Engine:
                 built[acfg.id] = build_agent(acfg)  # may raise: nothing changed yet
         day = datetime.fromtimestamp(self.clock.now(), UTC).date().isoformat()
         for aid, agent in built.items():  # carry today's LLM spend over to the rebuilt agent
-            prev_agent = current.get(aid)
+            prev_agent: Any = current.get(aid)
             if hasattr(prev_agent, "spent") and hasattr(agent, "restore_usage"):
                 agent.restore_usage(day, *prev_agent.spent(day))
         persisted = {(a, m): (st, r) for a, m, st, r in await self.store.fetchall(
@@ -371,6 +371,11 @@ class Engine:
         if held:
             log.warning("rounds not stored during the store fault recorded as error",
                         decisions=len(held))
+            for d in held:
+                await self.bus.publish(DecisionEvent(
+                    ts=d.decided_ts, recv_ts=d.decided_ts, agent=d.agent,
+                    market=d.market,  # type: ignore[arg-type]
+                    scheduled_ts=d.scheduled_ts, outcome=d.outcome, reason=d.reason))
         self._failed_slots.clear()
         if not self.stop_on_store_fault:
             self.job_write_failed = None

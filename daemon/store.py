@@ -324,8 +324,12 @@ class Store:
         asyncio.get_running_loop().create_task(self._background_flush())
 
     async def _background_flush(self) -> None:
-        with contextlib.suppress(StoreWriteError):  # logged and kept in self.fault
+        try:
             await self._atomic(self._write_pending)
+        except StoreWriteError:
+            pass  # logged and kept in self.fault; the events stay buffered
+        except Exception as exc:  # never "Task exception was never retrieved"
+            log.error("store flush failed; events stay buffered", error=str(exc))
 
     async def _atomic(self, fn: Any, *args: Any) -> None:
         """Run ``fn`` as one transaction to completion under the write lock, even if the caller
@@ -541,7 +545,7 @@ class Store:
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a read query and return every row."""
         async with self.db.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+            return [tuple(row) for row in await cur.fetchall()]
 
     async def decided(self, market: str, scheduled_ts: float) -> set[str]:
         """Return the agents that already have a decision for this market and time."""

@@ -155,8 +155,8 @@ class RecordingHeader:
         if not isinstance(equities, list) or not isinstance(questions, list):
             raise RecordingError("invalid header: equities and questions must be lists")
         return cls(
-            start=data.get("start"),  # validated in __post_init__
-            end=data.get("end"),
+            start=data.get("start"),  # type: ignore[arg-type]  # validated in __post_init__
+            end=data.get("end"),  # type: ignore[arg-type]
             description=data.get("description", ""),
             equities=tuple(equities),
             questions=tuple(questions),
