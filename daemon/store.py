@@ -198,6 +198,7 @@ class Store:
         """Why the last write failed (one line), None once a write succeeded again."""
         self._tx = asyncio.Lock()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._flush_task: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, lock: bool = True,
@@ -319,11 +320,13 @@ class Store:
         A failed background write keeps the events buffered (the next write retries them) and
         sets :attr:`fault`; it never raises into the event loop.
         """
-        if not self._pending or any(not t.done() for t in self._inflight):
+        if not self._pending or (self._flush_task is not None and not self._flush_task.done()):
             return
-        asyncio.get_running_loop().create_task(self._background_flush())
+        self._flush_task = asyncio.get_running_loop().create_task(self._background_flush())
 
     async def _background_flush(self) -> None:
+        if not self._pending:
+            return
         try:
             await self._atomic(self._write_pending)
         except StoreWriteError:
@@ -403,6 +406,8 @@ class Store:
     async def wait_flushed(self) -> None:
         """Wait for background flushes started by :meth:`flush_soon` (a failed one raises
         nothing: see :attr:`fault`)."""
+        if self._flush_task is not None:
+            await asyncio.gather(self._flush_task, return_exceptions=True)
         while self._inflight:
             await asyncio.gather(*list(self._inflight), return_exceptions=True)
 
