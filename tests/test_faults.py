@@ -301,7 +301,7 @@ def test_replay_under_a_foreign_lock_fails_then_a_rerun_converges(
     db = tmp_path / "locked.db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "daemon.cli", "replay", str(path), "--config", str(cfg),
-         "--db", str(db), "--no-progress", "--speed", "400000"],
+         "--db", str(db), "--no-progress", "--speed", "100000"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     other = None
     try:
