@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--end", type=_when, default=None, help="replay until this time (ISO 8601)")
     rp.add_argument("--no-progress", action="store_true", help="no progress bar")
     _keys_argument(rp)
+    rp.add_argument("--accept-damaged", action="store_true",
+                    help="replay a cut recording up to its last whole event (default: exit 2)")
 
     rpub = sub.add_parser("replay-publish",
                           help="publish a recording over MQTT to replay-evaluate processes")
@@ -314,7 +316,7 @@ def _report(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from daemon.logs import configure_logging, register_config_secrets
     from daemon.replay import ReplayError, replay
-    from daemon.store import StoreOpenError
+    from daemon.store import StoreOpenError, StoreWriteError
     from feeds.recording import RecordingError
 
     cfg = _load(args.config)
@@ -331,11 +333,15 @@ def _replay(args: argparse.Namespace) -> int:
         summary = run_stoppable(replay(args.recording, cfg, db, speed=args.speed,
                                        progress=False if args.no_progress else None,
                                        window=(args.start, args.end), version=package_version(),
-                                       components=default_components(cfg, mode="replay")))
+                                       components=default_components(cfg, mode="replay"),
+                                       accept_damaged=args.accept_damaged))
     except StoreOpenError as exc:
         return _fail(f"--db {exc}")
-    except (ReplayError, RecordingError) as exc:
+    except (ReplayError, RecordingError, StoreWriteError) as exc:
         return _fail(str(exc))
+    if summary.complete:
+        sys.stderr.write(f"{summary.complete}\n")
+        return 0
     sys.stderr.write(
         f"replayed {summary.events} events (resumed at {summary.resumed_from}), "
         f"{summary.decisions} scheduled jobs, {summary.events_per_s:,.0f} events/s into {db}\n"
@@ -347,6 +353,7 @@ def _run(args: argparse.Namespace) -> int:
     from daemon.live import StartupError, run_live
     from daemon.logs import configure_logging, register_config_secrets
     from daemon.roles import RoleError, parse_agents, with_overrides
+    from daemon.store import StoreWriteError
 
     try:
         cfg = with_overrides(_load(args.config), agents=parse_agents(args.agents),
@@ -363,7 +370,7 @@ def _run(args: argparse.Namespace) -> int:
                                     version=package_version(), config_path=args.config))
     except StartupError as exc:
         return _fail(_startup_line(args, exc))
-    except RoleError as exc:
+    except (StoreWriteError, RoleError) as exc:
         return _fail(str(exc))
 
 

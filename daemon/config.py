@@ -367,8 +367,12 @@ class StoreConfig(_Frozen):
     flush_interval: float = Field(
         default=1.0, description="max seconds between event flushes (at least 10 ms)"
     )
+    busy_timeout: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=30.0,
+        description="how long a write waits for another process's write lock before the round"
+        " is recorded as error (seconds)")
 
-    @field_validator("flush_interval", mode="before")
+    @field_validator("flush_interval", "busy_timeout", mode="before")
     @classmethod
     def _flush(cls, v: Any) -> float:
         return positive_duration(v, minimum=0.01)

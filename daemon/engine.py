@@ -6,10 +6,18 @@ the clock, the scheduler driving :meth:`Engine.on_job` and the event source diff
 Data flow: event -> bus -> taps (price cache / history / book mark / store buffer) -> subscribers
 (metrics, alerts). Decision rounds and daily marks are scheduler jobs; each commits one store
 transaction that also carries the books and a checkpoint of the market state.
+
+Store faults: a round whose commit fails (:class:`~daemon.store.StoreWriteError`: disk full,
+foreign write lock beyond ``store.busy_timeout``) leaves no trace in the books (the market's
+book is rolled back to its state before the round, re-marked with the current prices) and its
+agents are recorded with outcome ``error`` and the reason by the next commit that succeeds.
+While the store is faulted, no agent is asked: each due round first retries a write, and is
+recorded as ``error`` too if that fails.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -20,11 +28,11 @@ from agents.factory import build_agent
 from daemon.bus import Bus
 from daemon.clock import Clock
 from daemon.config import Config, CostConfig, ScheduleConfig
-from daemon.events import Event, ResolutionEvent
+from daemon.events import DecisionEvent, Event, ResolutionEvent
 from daemon.market_state import MarketState
 from daemon.rounds import AgentSlot, DecisionRound
 from daemon.schedule import ScheduleSpec, make_trigger
-from daemon.store import RoundCommit, Store
+from daemon.store import DecisionRecord, RoundCommit, Store, StoreWriteError
 from scoring.ledger import Book, CostModel
 
 log = structlog.get_logger(__name__)
@@ -70,6 +78,16 @@ class Engine:
         self.rounds = {m: DecisionRound(self, m) for m in self.markets}
         self.seq: int | None = None
         self._pending_resolutions: list[tuple[ResolutionEvent, Any]] = []
+        self._resolution_log: list[ResolutionEvent] = []
+        self._failed_slots: dict[tuple[str, float], tuple[tuple[str, ...], str]] = {}
+        """(market, scheduled_ts) -> (agents, reason) of rounds whose commit failed."""
+        self._retry_equity: list[tuple[str, str, float, str, float, float]] = []
+        """Daily marks whose commit failed, written with the next commit."""
+        self.stop_on_store_fault = False
+        """Replay: skip every job once a job's write failed (the driver stops the replay)."""
+        self.job_write_failed: str | None = None
+        """Why the last job could not be stored; cleared by the next successful commit
+        (never with :attr:`stop_on_store_fault`)."""
         self._agents_built = False
         self._wire_taps()
 
@@ -127,7 +145,7 @@ class Engine:
                 built[acfg.id] = build_agent(acfg)  # may raise: nothing changed yet
         day = datetime.fromtimestamp(self.clock.now(), UTC).date().isoformat()
         for aid, agent in built.items():  # carry today's LLM spend over to the rebuilt agent
-            prev_agent = current.get(aid)
+            prev_agent: Any = current.get(aid)
             if hasattr(prev_agent, "spent") and hasattr(agent, "restore_usage"):
                 agent.restore_usage(day, *prev_agent.spent(day))
         persisted = {(a, m): (st, r) for a, m, st, r in await self.store.fetchall(
@@ -231,15 +249,74 @@ class Engine:
 
     # -- jobs -----------------------------------------------------------------------------------
     async def on_job(self, job_id: str, fire_ts: float, missed: bool) -> None:
-        """Scheduler callback: run a decision round or take a daily equity mark."""
+        """Scheduler callback: run a decision round or take a daily equity mark.
+
+        A store fault halts trading: the round is not run (or its effect on the book is undone)
+        and its agents are recorded as ``error`` once the store is writable again.
+        """
         kind, market = job_id.split(":", 1)
+        store = self.store
+        if self.stop_on_store_fault and self.job_write_failed is not None:
+            return
+        if store.fault is not None:
+            try:
+                await store.probe_writable()  # retries the write; clears the fault
+            except StoreWriteError as exc:
+                self.job_write_failed = str(exc)
+                if kind == "decide":
+                    await self._hold_failed(market, fire_ts, str(exc))
+                else:
+                    self._retry_equity.extend(self._equity_rows(market, fire_ts, "daily"))
+                return
+        before = self.books[market].state() if kind == "decide" else None
+        resolved_before = set(self.state.resolved)
         try:
             if kind == "decide":
                 await self.rounds[market].run(fire_ts, missed=missed)
             elif kind == "mark":
                 await self.mark(market, fire_ts)
+        except StoreWriteError as exc:
+            self.job_write_failed = str(exc)
+            if before is not None:
+                self._roll_back_book(market, before, resolved_before)
+                await self._hold_failed(market, fire_ts, str(exc))
+            log.error("round not stored: trading halted until the store is writable again",
+                      job=job_id, fire_ts=fire_ts, error=str(exc))
         except Exception:
             log.exception("job failed", job=job_id, fire_ts=fire_ts)
+
+    async def _hold_failed(self, market: str, scheduled_ts: float, reason: str) -> None:
+        """Remember the undecided agents of a round that could not be stored."""
+        try:
+            done = await self.store.decided(market, scheduled_ts)
+        except Exception:
+            done = set()
+        agents = tuple(a for a in self.slots[market] if a not in done)
+        if agents:
+            self._failed_slots[(market, scheduled_ts)] = (agents, reason)
+
+    def _roll_back_book(self, market: str, before: dict[str, Any],
+                        resolved_before: set[str]) -> None:
+        """Restore ``market``'s book to ``before`` (its state when the round started), keeping
+        what happened meanwhile that the round did not do: new agents and assets, the current
+        prices and resolutions paid out."""
+        old = self.books[market]
+        book = Book.from_state(before, cost=old.cost, lazy_mark=True)
+        for agent in old.agents:
+            book.add_agent(agent)
+        question_of = {a: q for q, members in old.questions().items() for a in members}
+        for asset in old.assets:
+            if not book.has_asset(asset):
+                book.add_asset(asset, question=question_of.get(asset))
+        for asset, price, ts in zip(old.assets, old.prices.tolist(), old.price_times.tolist(),
+                                    strict=True):
+            if math.isfinite(price) and math.isfinite(ts):
+                book.set_price(asset, price, ts)
+        for ev in self._resolution_log:
+            if ev.market == market and ev.question_id not in resolved_before:
+                book.resolve(ev.question_id, ev.payouts, ev.ts)
+        self.books[market] = book
+        log.warning("book rolled back to its state before the failed round", market=market)
 
     async def mark(self, market: str, ts: float) -> None:
         """Record every agent's mark-to-market equity (daily snapshot) in one commit."""
@@ -249,11 +326,15 @@ class Engine:
 
     def add_equity_rows(self, rc: RoundCommit, market: str, ts: float, kind: str) -> None:
         """Append a (value, cash) snapshot of every agent in ``market`` to ``rc``."""
+        rc.equity.extend(self._equity_rows(market, ts, kind))
+
+    def _equity_rows(self, market: str, ts: float, kind: str
+                     ) -> list[tuple[str, str, float, str, float, float]]:
         book = self.books[market]
         values = book.mark()
         cash = book.cash
-        for i, agent in enumerate(book.agents):
-            rc.equity.append((agent, market, ts, kind, float(values[i]), float(cash[i])))
+        return [(agent, market, ts, kind, float(values[i]), float(cash[i]))
+                for i, agent in enumerate(book.agents)]
 
     def checkpoint(self) -> tuple[int, float, dict[str, Any]]:
         """Return (offset, clock, market state) for a consistent restart point."""
@@ -261,7 +342,12 @@ class Engine:
         return self.state.offset, self.state.clock, self.state.state()
 
     async def commit(self, rc: RoundCommit) -> None:
-        """Commit ``rc`` with every book, pending resolutions and a checkpoint, atomically."""
+        """Commit ``rc`` with every book, pending resolutions and a checkpoint, atomically.
+
+        Rounds that could not be stored earlier are added as ``error`` decisions, and daily
+        marks that could not be stored are retried. On :class:`StoreWriteError` nothing is
+        written and everything pending stays pending.
+        """
         rc.books = {m: b.state() for m, b in self.books.items()}
         rc.checkpoint = self.checkpoint()
         resolutions, self._pending_resolutions = self._pending_resolutions, []
@@ -269,8 +355,42 @@ class Engine:
             (ev.question_id, ev.market, ev.ts, dict(ev.payouts), ev.source)
             for ev, _ in resolutions
         ]
-        await self.store.commit_round(rc)
+        held = self._failed_decisions(rc)
+        retried = self._retry_equity
+        self._retry_equity = []
+        rc.decisions.extend(held)
+        rc.equity.extend(retried)
+        try:
+            await self.store.commit_round(rc)
+        except StoreWriteError:
+            self._pending_resolutions = resolutions + self._pending_resolutions
+            if held:
+                del rc.decisions[-len(held):]
+            self._retry_equity = [e for e in rc.equity if e[3] == "daily"]
+            raise
+        if held:
+            log.warning("rounds not stored during the store fault recorded as error",
+                        decisions=len(held))
+            for d in held:
+                await self.bus.publish(DecisionEvent(
+                    ts=d.decided_ts, recv_ts=d.decided_ts, agent=d.agent,
+                    market=d.market,  # type: ignore[arg-type]
+                    scheduled_ts=d.scheduled_ts, outcome=d.outcome, reason=d.reason))
+        self._failed_slots.clear()
+        if not self.stop_on_store_fault:
+            self.job_write_failed = None
+
+    def _failed_decisions(self, rc: RoundCommit) -> list[DecisionRecord]:
+        now = self.clock.now()
+        keys = {(d.agent, d.market, d.scheduled_ts) for d in rc.decisions}
+        return [
+            DecisionRecord(agent, market, ts, now, "error",
+                           reason=f"round not stored: {reason}"[:500])
+            for (market, ts), (agents, reason) in sorted(self._failed_slots.items())
+            for agent in agents if (agent, market, ts) not in keys
+        ]
 
     def _on_resolved(self, ev: ResolutionEvent, paid: Any) -> None:
+        self._resolution_log.append(ev)
         self._pending_resolutions.append((ev, paid))
         log.info("question resolved", question=ev.question_id, payouts=dict(ev.payouts))

@@ -5,8 +5,9 @@ Routes (bound to 127.0.0.1 by default, ``[http] host/port``):
 - ``GET /metrics``: Prometheus exposition of the daemon's own registry;
 - ``GET /healthz``: 200 while the event loop ticks on time (a background task measures its lag),
   503 when it lags or stopped ticking;
-- ``GET /readyz``: 200 when the store is writable (``BEGIN IMMEDIATE; ROLLBACK`` under the
-  store's write lock) and every feed is live or its market closed; 503 with the reasons in JSON;
+- ``GET /readyz``: 200 when the store is writable (a probe row and the buffered market events
+  committed under the store's write lock, 1 MiB free on its disk) and every feed is live or its
+  market closed; 503 with the reasons in JSON;
 - ``GET /api/leaderboard``: the leaderboard of the live database plus every agent's live
   figures; served from a :class:`~daemon.board_cache.BoardCache` recomputed in a thread only
   after new marks or rounds, one computation at a time;

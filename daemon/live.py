@@ -26,7 +26,7 @@ from daemon.config import Config
 from daemon.engine import Engine
 from daemon.events import HISTORY, MARKET, NEWS, PRICE, RESOLUTION
 from daemon.schedule import LiveScheduler
-from daemon.store import Store
+from daemon.store import Store, StoreWriteError
 from feeds.health import SourceHealth
 
 log = structlog.get_logger(__name__)
@@ -70,7 +70,8 @@ class LiveDaemon:
 
     async def start(self) -> None:
         """Open the store, restore, and start every component."""
-        store = self._store = await Store.open(self.db)
+        store = self._store = await Store.open(self.db,
+                                               busy_timeout=self.config.store.busy_timeout)
         engine = self.engine = Engine(self.config, clock=self.clock, store=store)
         engine.add_equity_universe(self.config.markets.equity.assets)
         engine.build_agents()
@@ -155,6 +156,8 @@ class LiveDaemon:
             await asyncio.sleep(interval)
             try:
                 await store.flush()
+            except StoreWriteError:
+                pass  # logged once by the store; the events stay buffered and are retried
             except Exception:
                 log.exception("store flush failed")
 
@@ -257,9 +260,11 @@ class LiveDaemon:
             # with the last market events, so a restart loses nothing that was applied.
             from daemon.store import RoundCommit
 
-            await self.engine.commit(RoundCommit())
-            await store.end_run(self.clock.now())
-            await store.close()
+            try:
+                await self.engine.commit(RoundCommit())
+                await store.end_run(self.clock.now())
+            finally:
+                await store.close()
         log.info("daemon stopped")
 
 

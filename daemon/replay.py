@@ -8,12 +8,20 @@ and ends in the same state as an uninterrupted run.
 The pieces are shared with ``paperarena replay-evaluate`` (events received over MQTT, see
 ``daemon/roles.py``): :func:`replay_session` builds and restores the engine, :class:`ReplayDriver`
 applies one event at a time in offset order and finishes the run, whatever the event source.
+
+A database remembers what it replays (:func:`run_fingerprint`: the result-affecting config,
+the recording's name and header, the window and the agents): a resume with anything different
+is refused with one line naming what differs, and a replay that finished says so instead of
+replaying nothing. A store write that fails stops the replay with one line (the resume repeats
+the failed round); a damaged recording stops it after its last whole event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import math
 import sqlite3
 import sys
@@ -21,6 +29,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -32,14 +41,71 @@ from daemon.dbfile import describe_sqlite_error
 from daemon.engine import Engine
 from daemon.events import Event
 from daemon.schedule import SimScheduler
-from daemon.store import RoundCommit, Store
-from feeds.recording import count_events, iter_events, read_header
+from daemon.store import RoundCommit, Store, StoreWriteError
+from feeds.recording import RecordingDamaged, count_events, iter_events, read_header
 
 log = structlog.get_logger(__name__)
 
 
 class ReplayError(Exception):
     """The replay cannot run; the message is one line."""
+
+
+class ReplayComplete(ReplayError):
+    """The database already holds this replay, finished; the message says where its report is."""
+
+
+#: Config sections that change what a replay computes (the rest: logging, HTTP, store tuning).
+FINGERPRINT_SECTIONS = ("markets", "agents", "scheduler", "alerts")
+_META_FINGERPRINT = "replay_fingerprint"
+_META_CONFIG = "replay_config"
+_META_COMPLETE = "replay_complete"
+
+
+def run_fingerprint(config: Config, *, recording: str, header: str | None = None,
+                    window: tuple[float | None, float | None] | None = None,
+                    agent_ids: list[str] | None = None) -> dict[str, Any]:
+    """Return what a replay's result depends on (None: not known, not compared)."""
+    return {
+        "config": hashlib.sha256(_config_json(config).encode()).hexdigest(),
+        "recording": recording,
+        "recording header": header,
+        "window": None if window is None else list(window),
+        "agents": None if agent_ids is None else sorted(agent_ids),
+    }
+
+
+def _config_json(config: Config) -> str:
+    data = config.model_dump(mode="json")
+    return json.dumps({k: data.get(k) for k in FINGERPRINT_SECTIONS}, sort_keys=True)
+
+
+def _config_diff(old: Any, new: Any, path: str = "") -> list[str]:
+    """Return the dotted paths where two config dumps differ (lists compared whole)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted(set(old) | set(new)):
+            out += _config_diff(old.get(k), new.get(k), f"{path}.{k}" if path else str(k))
+        return out
+    return [] if old == new else [path or "config"]
+
+
+def _differences(stored: dict[str, Any], current: dict[str, Any], stored_cfg: str | None,
+                 current_cfg: str) -> list[str]:
+    out: list[str] = []
+    for key, value in current.items():
+        before = stored.get(key)
+        if value is None or before is None or before == value:
+            continue
+        if key == "config" and stored_cfg is not None:
+            paths = _config_diff(json.loads(stored_cfg), json.loads(current_cfg))
+            shown = ", ".join(paths[:3]) + (f" (+{len(paths) - 3} more)" if len(paths) > 3 else "")
+            out.append(f"config ({shown or 'changed'})")
+        elif key in ("recording", "window", "agents"):
+            out.append(f"{key} ({before} -> {value})")
+        else:
+            out.append(key)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +116,8 @@ class ReplaySummary:
     resumed_from: int
     decisions: int
     elapsed_s: float
+    complete: str = ""
+    """Set (to a one-line note) when the database already held this replay, finished."""
 
     @property
     def events_per_s(self) -> float:
@@ -78,24 +146,27 @@ async def replay_session(
     version: str = "",
     components: list[Component] | None = None,
     bus: Bus | None = None,
+    recording_header: str | None = None,
+    window: tuple[float | None, float | None] | None = None,
 ) -> AsyncIterator[ReplayContext]:
     """Open ``db``, build and restore the engine, start scheduler, bus and components.
 
-    Refuse a database holding a replay of another recording. On exit, stop the components, the
-    bus and close the store (nothing is committed here: :meth:`ReplayDriver.finish` does it).
-    A database error while starting is a :class:`ReplayError` naming the database.
+    Refuse a database holding a replay with another fingerprint (:func:`run_fingerprint`)
+    naming what differs; raise :class:`ReplayComplete` if it holds this replay, finished. On
+    exit, stop the components, the bus and close the store (nothing is committed here:
+    :meth:`ReplayDriver.finish` does it). A database error while starting is a
+    :class:`ReplayError` naming the database.
     """
-    store = await Store.open(str(db))
+    store = await Store.open(str(db), busy_timeout=config.store.busy_timeout)
     engine: Engine | None = None
     ready = False
     try:
-        runs = await store.fetchall("SELECT recording FROM runs WHERE mode='replay' LIMIT 1")
-        if runs and runs[0][0] != recording_name:
-            raise ReplayError(
-                f"{db} holds a replay of {runs[0][0]}, not {recording_name}: use another --db"
-            )
+        await _check_fingerprint(store, str(db), run_fingerprint(
+            config, recording=recording_name, header=recording_header, window=window,
+            agent_ids=agent_ids), _config_json(config))
         clock = SimClock(start)
         engine = Engine(config, clock=clock, store=store, bus=bus)
+        engine.stop_on_store_fault = True
         engine.add_equity_universe(config.markets.equity.assets)
         engine.build_agents(agent_ids)
         offset = await engine.restore()
@@ -104,8 +175,10 @@ async def replay_session(
             clock.advance(resume_clock)
         await store.begin_run(mode="replay", version=version, config=config.model_dump(mode="json"),
                               recording=recording_name, started_ts=time.time())
+        # Events stored after the checkpoint (background batches of an interrupted run, even
+        # before its first checkpoint) are replayed again: drop them so none is stored twice.
+        await store.delete_events_from(offset)
         if offset:
-            await store.delete_events_from(offset)
             log.info("replay resumed", offset=offset, clock=resume_clock)
         sched = SimScheduler(clock, config.scheduler.misfire_grace)
         for job_id, trigger in engine.triggers():
@@ -133,6 +206,33 @@ async def replay_session(
             await engine_stop(engine)
         finally:
             await store.close()
+
+
+async def _check_fingerprint(store: Store, db: str, fp: dict[str, Any], cfg_json: str) -> None:
+    """Refuse a database holding another replay; raise :class:`ReplayComplete` if finished."""
+    stored = await store.get_meta(_META_FINGERPRINT)
+    if stored is None:
+        runs = await store.fetchall("SELECT recording FROM runs WHERE mode='replay' LIMIT 1")
+        if runs and runs[0][0] != fp["recording"]:
+            raise ReplayError(
+                f"{db} holds a replay of {runs[0][0]}, not {fp['recording']}: use a new --db"
+            )
+        await store.set_meta({_META_FINGERPRINT: json.dumps(fp, sort_keys=True),
+                              _META_CONFIG: cfg_json})
+        return
+    diff = _differences(json.loads(stored), fp, await store.get_meta(_META_CONFIG), cfg_json)
+    if diff:
+        raise ReplayError(f"{db} holds a replay with a different {'; '.join(diff)}: "
+                          "use a new --db")
+    merged = json.loads(stored) | {k: v for k, v in fp.items() if v is not None}
+    if merged != json.loads(stored):
+        await store.set_meta({_META_FINGERPRINT: json.dumps(merged, sort_keys=True)})
+    done = await store.get_meta(_META_COMPLETE)
+    if done is not None:
+        events = json.loads(done).get("events", "?")
+        raise ReplayComplete(
+            f"{db}: the replay of {fp['recording']} is already complete ({events} events); "
+            f"its report: paperarena report --db {db}")
 
 
 class ReplayDriver:
@@ -167,6 +267,7 @@ class ReplayDriver:
         engine = self.engine
         if ts > clock.now():
             self.decisions += await self.sched.run_until(ts, inclusive=False)
+            self._check_store()
             if ts > clock.now():
                 clock.advance(ts)
         if ts >= self.start:
@@ -186,18 +287,35 @@ class ReplayDriver:
         self.events += 1
         store = engine.store
         if store.pending_events >= self._batch:
+            self._check_store()
             store.flush_soon()
         return True
 
+    def _check_store(self) -> None:
+        """Stop the replay with one line once a store write failed (resume repeats it)."""
+        fault = self.engine.job_write_failed or self.engine.store.fault
+        if fault is not None:
+            raise ReplayError(f"{fault}; stopped at event {self.engine.state.offset}: fix it "
+                              "and run the same command again to resume")
+
     async def finish(self, header_end: float) -> None:
-        """Run the jobs due up to the end, drain the bus and commit everything (end checkpoint)."""
+        """Run the jobs due up to the end, drain the bus and commit everything (end checkpoint);
+        mark the replay complete."""
         clock = self.clock
         last = max(clock.now(), header_end) if self.end == math.inf else self.end
         self.decisions += await self.sched.run_until(last, inclusive=True)
+        self._check_store()
         if last > clock.now():
             clock.advance(last)
         await self.engine.bus.drain()
-        await self.engine.commit(RoundCommit())
+        store = self.engine.store
+        try:
+            await self.engine.commit(RoundCommit())
+            await store.end_run(time.time())
+            await store.set_meta({_META_COMPLETE: json.dumps(
+                {"events": self.engine.state.offset, "clock": clock.now()})})
+        except StoreWriteError as exc:
+            raise ReplayError(f"{exc}: run the same command again to finish") from None
 
 
 async def replay(
@@ -211,8 +329,13 @@ async def replay(
     window: tuple[float | None, float | None] = (None, None),
     version: str = "",
     components: list[Component] | None = None,
+    accept_damaged: bool = False,
 ) -> ReplaySummary:
-    """Replay ``recording`` into ``db``; ``speed`` None = as fast as possible, else a factor."""
+    """Replay ``recording`` into ``db``; ``speed`` None = as fast as possible, else a factor.
+
+    A damaged (cut) recording raises :class:`ReplayError` after its last whole event unless
+    ``accept_damaged``: then the replay ends there as if the recording ended there.
+    """
     rec = str(recording)
     try:
         header = read_header(rec)
@@ -222,17 +345,27 @@ async def replay(
     # A live recording cannot know its end when its header is written: without a window end,
     # replay to the last event (or the header's end, whichever is later).
     end = math.inf if window[1] is None else window[1]
-    async with replay_session(config, db, recording_name=Path(rec).name, start=start,
-                              agent_ids=agent_ids, version=version,
-                              components=components) as ctx:
-        t0 = time.perf_counter()
-        driver = ReplayDriver(ctx, start=start, end=end, speed=speed)
-        n = await _drive(driver, rec, ctx.offset, header.end, _want_progress(progress))
-        return ReplaySummary(n, ctx.offset, driver.decisions, time.perf_counter() - t0)
+    header_sha = hashlib.sha256(json.dumps(header.to_dict(), sort_keys=True).encode()).hexdigest()
+    try:
+        async with replay_session(config, db, recording_name=Path(rec).name, start=start,
+                                  agent_ids=agent_ids, version=version, components=components,
+                                  recording_header=header_sha, window=window) as ctx:
+            t0 = time.perf_counter()
+            driver = ReplayDriver(ctx, start=start, end=end, speed=speed)
+            n = await _drive(driver, rec, ctx.offset, header.end, _want_progress(progress),
+                             strict=not accept_damaged)
+            return ReplaySummary(n, ctx.offset, driver.decisions, time.perf_counter() - t0)
+    except ReplayComplete as done:
+        return ReplaySummary(0, 0, 0, 0.0, complete=str(done))
+    except StoreWriteError as exc:
+        raise ReplayError(f"{exc}: fix it and run the same command again to resume") from None
+    except RecordingDamaged as exc:
+        raise ReplayError(f"{exc}: replayed up to there; replay the complete recording on the "
+                          "same --db to finish (or pass --accept-damaged)") from None
 
 
 async def _drive(driver: ReplayDriver, rec: str, offset: int, header_end: float,
-                 show: bool) -> int:
+                 show: bool, *, strict: bool = True) -> int:
     bar = None
     if show:
         from tqdm import tqdm
@@ -241,7 +374,7 @@ async def _drive(driver: ReplayDriver, rec: str, offset: int, header_end: float,
                    file=sys.stderr, desc="replay", mininterval=0.5)
     n = 0
     try:
-        for i, ev in iter_events(rec, start_offset=offset):
+        for i, ev in iter_events(rec, start_offset=offset, strict=strict):
             if not await driver.step(i, ev):
                 break
             n += 1

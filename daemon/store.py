@@ -5,7 +5,12 @@ Durability rules:
 - A decision round (its decisions, model calls, fills, the books it changed, equity snapshots and
   the replay checkpoint) is written in ONE transaction, so a rebalance is never half-applied.
 - A decision is keyed by (agent, market, scheduled_ts): it is never stored, run or applied twice.
-- One daemon per database: an exclusive lock file refuses a second one with a clear message.
+- One daemon per database: an exclusive lock file (next to the resolved file, so a symlinked
+  path finds the same lock) refuses a second one with a clear message.
+- A write that fails (disk full, a foreign write lock held longer than the busy timeout, I/O
+  error) raises :class:`StoreWriteError` with one line, rolls back everything of its transaction
+  (buffered market events stay buffered and are written by the next successful write) and sets
+  :attr:`Store.fault` until a write succeeds again.
 """
 
 from __future__ import annotations
@@ -108,6 +113,20 @@ class StoreLockedError(StoreOpenError):
     """Another daemon already holds this database."""
 
 
+class StoreWriteError(RuntimeError):
+    """A write transaction failed and was rolled back; the message is one line."""
+
+
+#: Default of how long a write waits for another connection's write lock (seconds).
+DEFAULT_BUSY_TIMEOUT = 30.0
+
+#: How long opening (migration and the write probe) waits for a foreign write lock (seconds).
+OPEN_BUSY_TIMEOUT = 5.0
+
+#: Free space below which the store counts as full (readiness probe; trading halts).
+MIN_FREE_BYTES = 1 << 20
+
+
 @dataclass(slots=True)
 class DecisionRecord:
     """One stored decision with its audit trail."""
@@ -166,22 +185,31 @@ def _dumps(obj: Any) -> str:
 class Store:
     """Async SQLite store with one writer connection."""
 
-    def __init__(self, path: str, db: aiosqlite.Connection, lock_fd: int | None) -> None:
+    def __init__(self, path: str, db: aiosqlite.Connection, lock_fd: int | None,
+                 busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self.path = path
         self.db = db
+        self.busy_timeout = busy_timeout
         self._lock_fd = lock_fd
         self._pending: list[tuple[Any, ...]] = []
+        self._writing = 0
+        """How many of the first buffered events the open transaction writes."""
         self.run_id: int | None = None
         self.events_written = 0
+        self.fault: str | None = None
+        """Why the last write failed (one line), None once a write succeeded again."""
         self._tx = asyncio.Lock()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._flush_task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, path: str | os.PathLike[str], *, lock: bool = True) -> Store:
+    async def open(cls, path: str | os.PathLike[str], *, lock: bool = True,
+                   busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Store:
         """Open (creating and migrating) the database at ``path``; lock it for this process.
 
-        Anything that is not a writable paperarena database of this or an older schema is
-        refused with :class:`StoreOpenError` (one line), and everything opened is closed again.
+        ``busy_timeout``: how long a write waits for another connection's write lock. Anything
+        that is not a writable paperarena database of this or an older schema is refused with
+        :class:`StoreOpenError` (one line), and everything opened is closed again.
         """
         p = str(path)
         if p != ":memory:":
@@ -194,13 +222,16 @@ class Store:
         db: aiosqlite.Connection | None = None
         try:
             db = await aiosqlite.connect(p, isolation_level=None)
-            await db.execute("PRAGMA busy_timeout=5000")
+            # A foreign lock at start fails the start quickly; rounds then wait busy_timeout.
+            opening = min(busy_timeout, OPEN_BUSY_TIMEOUT)
+            await db.execute(f"PRAGMA busy_timeout={int(opening * 1000)}")
             await db.execute("PRAGMA journal_mode=WAL")
             await db.execute("PRAGMA synchronous=NORMAL")
             await db.execute("PRAGMA foreign_keys=ON")
-            store = cls(p, db, lock_fd)
+            store = cls(p, db, lock_fd, busy_timeout)
             await store._migrate()
             await store._probe_write()
+            await db.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         except BaseException as exc:
             if db is not None:
                 with contextlib.suppress(Exception):
@@ -265,20 +296,39 @@ class Store:
     async def begin_run(self, *, mode: str, version: str, config: dict[str, Any],
                         recording: str | None, started_ts: float) -> int:
         """Record the start of a process run and return its id."""
-        cur = await self.db.execute(
-            "INSERT INTO runs(started_ts, mode, version, config_json, recording) "
-            "VALUES(?,?,?,?,?)",
-            (started_ts, mode, version, _dumps(config), recording),
-        )
-        self.run_id = cur.lastrowid
-        return int(cur.lastrowid or 0)
+
+        async def insert() -> None:
+            cur = await self.db.execute(
+                "INSERT INTO runs(started_ts, mode, version, config_json, recording) "
+                "VALUES(?,?,?,?,?)",
+                (started_ts, mode, version, _dumps(config), recording),
+            )
+            self.run_id = cur.lastrowid
+
+        await self._atomic(insert)
+        return int(self.run_id or 0)
 
     async def end_run(self, stopped_ts: float) -> None:
         """Record a clean stop of the current run."""
         if self.run_id is not None:
-            await self.db.execute(
-                "UPDATE runs SET stopped_ts=? WHERE id=?", (stopped_ts, self.run_id)
-            )
+            await self._atomic(self.db.execute, "UPDATE runs SET stopped_ts=? WHERE id=?",
+                               (stopped_ts, self.run_id))
+
+    async def get_meta(self, key: str) -> str | None:
+        """Return the value of ``key`` in the meta table, if set."""
+        rows = await self.fetchall("SELECT value FROM meta WHERE key=?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    async def set_meta(self, items: dict[str, str]) -> None:
+        """Set meta ``key = value`` pairs in one transaction."""
+
+        async def write() -> None:
+            for key, value in items.items():
+                await self.db.execute(
+                    "INSERT INTO meta(key, value) VALUES(?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (key, value))
+
+        await self._atomic(write)
 
     # -- market events --------------------------------------------------------------------------
     def add_event(self, ev: Event, seq: int | None = None) -> None:
@@ -293,48 +343,101 @@ class Store:
                                   None, None, encode_event(ev).decode()))
 
     def flush_soon(self) -> None:
-        """Start writing the buffered events in the background (ordered by the write lock)."""
+        """Start writing the buffered events in the background (ordered by the write lock).
+
+        A failed background write keeps the events buffered (the next write retries them) and
+        sets :attr:`fault`; it never raises into the event loop.
+        """
+        if not self._pending or (self._flush_task is not None and not self._flush_task.done()):
+            return
+        self._flush_task = asyncio.get_running_loop().create_task(self._background_flush())
+
+    async def _background_flush(self) -> None:
         if not self._pending:
             return
-        rows, self._pending = self._pending, []
-        asyncio.get_running_loop().create_task(self._atomic(self._insert_events, rows))
+        try:
+            await self._atomic(self._write_pending)
+        except StoreWriteError:
+            pass  # logged and kept in self.fault; the events stay buffered
+        except Exception as exc:  # never "Task exception was never retrieved"
+            log.error("store flush failed; events stay buffered", error=str(exc))
 
-    async def _atomic(self, fn: Any, *args: Any, transaction: bool = True) -> None:
+    async def _atomic(self, fn: Any, *args: Any) -> None:
         """Run ``fn`` as one transaction to completion under the write lock, even if the caller
         is cancelled: aiosqlite runs statements on its own thread, so abandoning a transaction
-        half-way would leave it open for the next one."""
+        half-way would leave it open for the next one.
+
+        A failure rolls everything back (SQLite may already have done so itself, e.g. on a full
+        disk), keeps the buffered events and raises :class:`StoreWriteError` with one line.
+        """
 
         async def run() -> None:
             async with self._tx:
-                if not transaction:
-                    await fn(*args)
-                    return
-                await self.db.execute("BEGIN IMMEDIATE")
+                self._writing = 0
                 try:
+                    await self.db.execute("BEGIN IMMEDIATE")
                     await fn(*args)
                     await self.db.execute("COMMIT")
-                except BaseException:
-                    await self.db.execute("ROLLBACK")
+                except BaseException as exc:
+                    self._writing = 0
+                    if self.db.in_transaction:
+                        with contextlib.suppress(sqlite3.Error, ValueError):
+                            await self.db.execute("ROLLBACK")
+                    if isinstance(exc, sqlite3.Error | OSError):
+                        raise self._failed(exc) from None
                     raise
+                if self._writing:
+                    self.events_written += self._writing
+                    del self._pending[: self._writing]
+                    self._writing = 0
+                if self.fault is not None:
+                    log.warning("store writable again; trading resumes", path=self.path)
+                    self.fault = None
 
         task = asyncio.ensure_future(run())
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         await asyncio.shield(task)
 
+    def _failed(self, exc: BaseException | str) -> StoreWriteError:
+        """Return the one-line error of a failed write; log it once per distinct fault."""
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        if "locked" in text or "busy" in text:
+            text += (f" (another process held the write lock for more than "
+                     f"{self.busy_timeout:g}s: store.busy_timeout)")
+        msg = f"{self.path}: store write failed: {text}"
+        if msg != self.fault:
+            log.error("store write failed; trading halts until the store is writable again",
+                      error=msg, buffered_events=len(self._pending))
+        self.fault = msg
+        return StoreWriteError(msg)
+
     async def probe_writable(self) -> None:
-        """Take and release the database write lock (readiness probe); raise if it cannot."""
+        """Write the buffered events and a probe row in one committed transaction (readiness
+        probe): raise :class:`StoreWriteError` if the store cannot be written (lock, I/O error)
+        or its disk has less than :data:`MIN_FREE_BYTES` free (SQLite reuses WAL space, so a
+        small write can still succeed on a disk too full for a round).
+        """
+        free = _free_bytes(self.path)
+        if free is not None and free < MIN_FREE_BYTES:
+            raise self._failed(f"database or disk is full ({free} bytes free, "
+                               f"{MIN_FREE_BYTES} needed)")
 
         async def probe() -> None:
-            await self.db.execute("BEGIN IMMEDIATE")
-            await self.db.execute("ROLLBACK")
+            await self._write_pending()
+            await self.db.execute(
+                "INSERT INTO meta(key, value) VALUES('write_probe', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (str(os.getpid()),))
 
-        await self._atomic(probe, transaction=False)
+        await self._atomic(probe)
 
     async def wait_flushed(self) -> None:
-        """Wait for background flushes started by :meth:`flush_soon`."""
+        """Wait for background flushes started by :meth:`flush_soon` (a failed one raises
+        nothing: see :attr:`fault`)."""
+        if self._flush_task is not None:
+            await asyncio.gather(self._flush_task, return_exceptions=True)
         while self._inflight:
-            await asyncio.gather(*list(self._inflight))
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
 
     def add_events(self, events: Iterable[Event], seq: int | None = None) -> None:
         """Buffer market-data events for the next flush."""
@@ -347,9 +450,11 @@ class Store:
         return len(self._pending)
 
     async def _write_pending(self) -> None:
-        if self._pending:
-            rows, self._pending = self._pending, []
-            await self._insert_events(rows)
+        """Insert the buffered events; they leave the buffer only when the transaction commits."""
+        n = len(self._pending)
+        if n:
+            await self._insert_events(self._pending[:n])
+            self._writing = n
 
     async def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         # Price rows (8 fields) and other events (10 fields) keep their arrival order within
@@ -368,7 +473,6 @@ class Store:
                 " ask, payload) VALUES(?,?,?,?,?,?,?,?,?,?)",
                 others,
             )
-        self.events_written += len(rows)
 
     async def flush(self, checkpoint: tuple[int, float, dict[str, Any]] | None = None) -> None:
         """Write buffered events (and optionally a checkpoint) in one transaction."""
@@ -474,7 +578,7 @@ class Store:
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a read query and return every row."""
         async with self.db.execute(sql, params) as cur:
-            return list(await cur.fetchall())
+            return [tuple(row) for row in await cur.fetchall()]
 
     async def decided(self, market: str, scheduled_ts: float) -> set[str]:
         """Return the agents that already have a decision for this market and time."""
@@ -525,7 +629,7 @@ class Store:
 
     async def delete_events_from(self, seq: int) -> None:
         """Delete replayed market events at or after recording offset ``seq`` (resume)."""
-        await self.db.execute("DELETE FROM market_events WHERE seq >= ?", (seq,))
+        await self._atomic(self.db.execute, "DELETE FROM market_events WHERE seq >= ?", (seq,))
 
 
 def record_probe(db_path: str, result: dict[str, Any], ts: float) -> None:
@@ -561,12 +665,24 @@ def _now_of(rc: RoundCommit) -> float:
     return 0.0
 
 
+def _free_bytes(path: str) -> int | None:
+    """Return the bytes available to us on the file system of ``path`` (None: unknown)."""
+    if path == ":memory:":
+        return None
+    try:
+        st = os.statvfs(os.path.dirname(os.path.realpath(path)) or ".")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
 
 
 def _acquire_lock(path: str) -> int:
-    lock_path = f"{path}.lock"
+    # Lock next to the resolved file: two paths (symlinks) to one database share one lock.
+    lock_path = f"{os.path.realpath(path)}.lock"
     Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

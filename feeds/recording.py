@@ -13,8 +13,11 @@ non-decreasing ``ts`` order. An event's *offset* is its 0-based index after the 
 
 Crash tolerance: the writer's :meth:`RecordingWriter.flush` makes everything written so far
 readable (gzip sync flush), and readers ignore an unterminated last line that does not decode (a
-recording cut by a crash) as well as a gzip stream that stops before its trailer. Any other bad
-line raises :class:`RecordingError` naming the file and line.
+recording cut by a crash) as well as a gzip stream that stops before its trailer, unless asked
+to be strict (``iter_events(..., strict=True)``, what ``paperarena replay`` does): then such a
+recording raises :class:`RecordingDamaged` after its last whole event, saying where it is cut and
+how many events were read. Any other bad line raises :class:`RecordingError` naming the file and
+line.
 
 Speed: files are read in large binary chunks, whole blocks of lines are decoded by one
 module-level msgspec decoder (``decode_lines``), and lines before ``start_offset`` are counted,
@@ -68,6 +71,15 @@ _header_encoder = msgspec.json.Encoder()
 
 class RecordingError(Exception):
     """A recording cannot be written or read (one-line message naming file and line)."""
+
+
+class RecordingDamaged(RecordingError):
+    """A recording ends before it is complete: gzip cut before its trailer or last line cut."""
+
+    def __init__(self, message: str, events: int) -> None:
+        super().__init__(message)
+        self.events = events
+        """How many whole events were read before the cut."""
 
 
 def _one_line(text: object) -> str:
@@ -143,8 +155,8 @@ class RecordingHeader:
         if not isinstance(equities, list) or not isinstance(questions, list):
             raise RecordingError("invalid header: equities and questions must be lists")
         return cls(
-            start=data.get("start"),  # validated in __post_init__
-            end=data.get("end"),
+            start=data.get("start"),  # type: ignore[arg-type]  # validated in __post_init__
+            end=data.get("end"),  # type: ignore[arg-type]
             description=data.get("description", ""),
             equities=tuple(equities),
             questions=tuple(questions),
@@ -262,8 +274,17 @@ class _Corrupt(Exception):
     """Undecompressible gzip data (internal)."""
 
 
-def _chunks(path: StrPath) -> Iterator[bytes]:
-    """Yield the file's decompressed bytes in large chunks; stop quietly at a truncated gzip."""
+@dataclass
+class _ReadStatus:
+    """What reading a file found besides its bytes."""
+
+    cut_gzip: bool = False
+    """The gzip stream stopped before its trailer."""
+
+
+def _chunks(path: StrPath, status: _ReadStatus | None = None) -> Iterator[bytes]:
+    """Yield the file's decompressed bytes in large chunks; stop quietly at a truncated gzip
+    (noted in ``status``)."""
     with open(path, "rb") as f:
         data = f.read(_CHUNK)
         if not data.startswith(_GZIP_MAGIC):
@@ -290,15 +311,17 @@ def _chunks(path: StrPath) -> Iterator[bytes]:
             except zlib.error as exc:
                 raise _Corrupt(f"corrupt gzip data: {exc}") from None
             data = f.read(_CHUNK)
+        if status is not None and not dec.eof:
+            status.cut_gzip = True
         out = dec.flush()
         if out:
             yield out
 
 
-def _blocks(path: StrPath) -> Iterator[tuple[bytes, bool]]:
+def _blocks(path: StrPath, status: _ReadStatus | None = None) -> Iterator[tuple[bytes, bool]]:
     """Yield ``(block, True)`` for runs of whole lines, then ``(tail, False)`` for the rest."""
     pending = b""
-    for chunk in _chunks(path):
+    for chunk in _chunks(path, status):
         buf = pending + chunk if pending else chunk
         cut = buf.rfind(b"\n") + 1
         if cut:
@@ -379,29 +402,36 @@ def _decode_tail(tail: bytes) -> Event | None:
         return None
 
 
-def iter_events(path: StrPath, *, start_offset: int = 0) -> Iterator[tuple[int, Event]]:
+def iter_events(path: StrPath, *, start_offset: int = 0,
+                strict: bool = False) -> Iterator[tuple[int, Event]]:
     """Yield ``(offset, event)`` from ``start_offset`` on, without decoding skipped lines.
 
     Raise :class:`RecordingError` on a bad header or a bad line (with its line number); an
-    unterminated last line that does not decode is a crash-truncated write and is ignored.
+    unterminated last line that does not decode is a crash-truncated write and is ignored, and a
+    gzip stream cut before its trailer ends the events; with ``strict`` both raise
+    :class:`RecordingDamaged` once every whole event before the cut was yielded.
     """
     if start_offset < 0:
         raise ValueError("start_offset must be >= 0")
     name = os.fspath(path)
     offset = 0
     header_seen = False
+    status = _ReadStatus()
     try:
-        for data, complete in _blocks(path):
+        for data, complete in _blocks(path, status):
             if not header_seen:
                 _, data = _split_header(data, complete, name)
                 header_seen = True
-                if not data:
+                if not data and complete:
                     continue
             if not complete:
-                if offset >= start_offset:
-                    event = _decode_tail(data)
-                    if event is not None:
-                        yield offset, event
+                event = _decode_tail(data)
+                if event is not None and offset >= start_offset:
+                    yield offset, event
+                if strict:
+                    _check_complete(name, offset + (event is not None),
+                                    cut_line=bool(data.strip()) and event is None,
+                                    cut_gzip=status.cut_gzip)
                 return
             n = data.count(b"\n")
             if offset + n <= start_offset:
@@ -416,6 +446,20 @@ def iter_events(path: StrPath, *, start_offset: int = 0) -> Iterator[tuple[int, 
     except _Corrupt as exc:
         where = f"{name} line {offset + 2}" if header_seen else name
         raise RecordingError(f"{where}: {exc}") from None
+
+
+def _check_complete(name: str, events: int, *, cut_line: bool, cut_gzip: bool) -> None:
+    """Raise :class:`RecordingDamaged` if the recording was cut (``events`` whole ones read)."""
+    if not (cut_line or cut_gzip):
+        return
+    how = []
+    if cut_gzip:
+        how.append("the gzip stream ends before its trailer")
+    if cut_line:
+        how.append(f"line {events + 2} is cut mid-event")
+    raise RecordingDamaged(
+        f"{name}: recording is damaged: {' and '.join(how)}; {events} events read "
+        f"(up to line {events + 1})", events)
 
 
 def count_events(path: StrPath) -> int:

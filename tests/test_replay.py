@@ -130,3 +130,89 @@ def test_replay_cli_rejects_bad_arguments_with_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "invalid speed" in r.stderr
     r = cli("report", "--db", str(tmp_path / "none.db"))
     assert r.returncode == 2 and "no such database" in r.stderr
+
+
+def _clean_report(rec: tuple[Path, Path], tmp_path: Path) -> str:
+    path, cfg_path = rec
+    db = tmp_path / "clean.db"
+    r = cli("replay", str(path), "--config", str(cfg_path), "--db", str(db), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    return cli("report", "--db", str(db), "--json").stdout
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if not line.startswith("{")]
+
+
+def test_cut_gzip_recording_is_damaged_and_a_resume_with_the_full_one_converges(
+    rec: tuple[Path, Path], tmp_path: Path
+) -> None:
+    path, cfg_path = rec
+    reference = _clean_report(rec, tmp_path)
+    cut_dir = tmp_path / "cut"
+    cut_dir.mkdir()
+    cut = cut_dir / path.name  # same name: the download that stopped at 60 %
+    data = path.read_bytes()
+    cut.write_bytes(data[: len(data) * 6 // 10])
+    db = tmp_path / "resumed.db"
+    r = cli("replay", str(cut), "--config", str(cfg_path), "--db", str(db), "--no-progress")
+    assert r.returncode == 2, r.stderr
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1 and "recording is damaged" in lines[0], r.stderr
+    assert "gzip stream ends before its trailer" in lines[0] and "events read" in lines[0]
+    r = cli("replay", str(path), "--config", str(cfg_path), "--db", str(db), "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert cli("report", "--db", str(db), "--json").stdout == reference
+
+
+def test_recording_whose_last_line_is_cut_is_damaged(rec: tuple[Path, Path],
+                                                     tmp_path: Path) -> None:
+    import gzip
+
+    path, cfg_path = rec
+    text = gzip.decompress(path.read_bytes())
+    plain = tmp_path / "rec.jsonl"
+    plain.write_bytes(text[:-25])  # the last event cut mid-JSON, no final newline
+    n_lines = text.count(b"\n")
+    r = cli("replay", str(plain), "--config", str(cfg_path), "--db", str(tmp_path / "c.db"),
+            "--no-progress")
+    assert r.returncode == 2, r.stderr
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert f"line {n_lines} is cut mid-event; {n_lines - 2} events read" in lines[0]
+    r = cli("replay", str(plain), "--config", str(cfg_path), "--db", str(tmp_path / "d.db"),
+            "--no-progress", "--accept-damaged")
+    assert r.returncode == 0 and f"replayed {n_lines - 2} events" in r.stderr, r.stderr
+
+
+def test_finished_database_says_so_and_a_different_run_is_refused(
+    rec: tuple[Path, Path], tmp_path: Path
+) -> None:
+    path, cfg_path = rec
+    db = tmp_path / "done.db"
+    args = ("--db", str(db), "--no-progress")
+    assert cli("replay", str(path), "--config", str(cfg_path), *args).returncode == 0
+    before = cli("report", "--db", str(db), "--json").stdout
+    r = cli("replay", str(path), "--config", str(cfg_path), *args)
+    assert r.returncode == 0, r.stderr
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1 and "already complete (2475 events)" in lines[0], r.stderr
+    assert f"paperarena report --db {db}" in lines[0]
+    # Another config: refused, naming what differs.
+    other = tmp_path / "other.toml"
+    other.write_text(cfg_path.read_text().replace('preset = "realistic"', 'preset = "none"'))
+    r = cli("replay", str(path), "--config", str(other), *args)
+    assert r.returncode == 2
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1 and "markets.equity.cost.preset" in lines[0], r.stderr
+    assert "use a new --db" in lines[0]
+    # Another recording under the same name: refused too.
+    again = tmp_path / "again"
+    again.mkdir()
+    make_recording(again / path.name, seed=2, days=6)
+    r = cli("replay", str(again / path.name), "--config", str(cfg_path), *args)
+    assert r.returncode == 2 and "recording header" in r.stderr and "new --db" in r.stderr
+    # Another window: refused.
+    r = cli("replay", str(path), "--config", str(cfg_path), *args, "--end", "2026-11-05")
+    assert r.returncode == 2 and "window" in r.stderr
+    assert cli("report", "--db", str(db), "--json").stdout == before
