@@ -328,7 +328,7 @@ async def test_finnhub_and_alpaca_news_and_cross_source_dedupe(fake: FakeNews, c
             "next_page_token": None,
         },
     ]
-    s = settings_for(fake, providers=("google", "finnhub", "alpaca"), max_age=1e9)
+    s = settings_for(fake, providers=("google", "finnhub", "alpaca"), max_age="3650d")
     queries = {"AAPL": 'AAPL OR "Apple"', "MSFT": "MSFT", "0xabc": "Fed cuts rates"}
     google, finnhub, alpaca = build_news_sources(s, queries, bus=bus, now=time.time)
     assert (google.name, finnhub.name, alpaca.name) == (
