@@ -150,7 +150,13 @@ class EquityMarketConfig(_Frozen):
     risk_free_rate: Annotated[float, Field(ge=-0.05, le=0.5)] = Field(
         default=0.04, description="annual risk-free rate used by Sharpe/Sortino"
     )
-    stale_after: float = Field(default=900.0, description="price older than this is stale")
+    stale_after: float = Field(
+        default=900.0, description="a price older than this, counted in NYSE open time, is stale"
+    )
+    min_price_coverage: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=1.0, description="share of the tradable assets that need a fresh price for a "
+        "round to run; below it the round is 'skipped' (1 = every asset)"
+    )
     asset_classes: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_ASSET_CLASSES),
         description="asset -> class (sector) for the leaderboard's diversification scores; an "
@@ -191,7 +197,11 @@ class PolymarketMarketConfig(_Frozen):
     questions: tuple[PolymarketQuestion, ...] = Field(
         default=(), description="fixed questions; empty = discovered by the feed / recording"
     )
-    stale_after: float = 3600.0
+    stale_after: float = Field(default=3600.0, description="a price older than this is stale")
+    min_price_coverage: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=1.0, description="share of the tradable YES/NO tokens (unresolved questions) "
+        "that need a fresh price for a round to run; below it the round is 'skipped'"
+    )
 
     @field_validator("stale_after", mode="before")
     @classmethod

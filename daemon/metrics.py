@@ -43,7 +43,7 @@ log = structlog.get_logger(__name__)
 PREFIX = "paperarena"
 #: Decision outcomes (see daemon.rounds); counters are created at 0 for each agent and market.
 OUTCOMES: tuple[str, ...] = ("ok", "hold", "invalid", "rejected", "error", "paused", "halted",
-                             "missed", "abandoned")
+                             "skipped", "missed", "abandoned")
 #: Outcomes that count as a failed decision (the agent was asked and gave nothing usable).
 FAILED_OUTCOMES: tuple[str, ...] = ("invalid", "rejected", "error")
 AGENT_STATUSES: tuple[str, ...] = ("active", "halted", "paused")
@@ -132,7 +132,7 @@ class Metrics:
     def on_decision(self, ev: DecisionEvent) -> None:
         """Count one decision; observe its round's duration once per round."""
         self.decisions.labels(ev.agent, ev.market, ev.outcome).inc()
-        if ev.outcome in ("missed", "abandoned", "halted", "paused"):
+        if ev.outcome in ("skipped", "missed", "abandoned", "halted", "paused"):
             return
         key = (ev.market, ev.scheduled_ts)
         if key in self._observed_set:
