@@ -264,6 +264,18 @@ class AgentConfig(_Frozen):
         return self
 
 
+class LeaderboardConfig(_Frozen):
+    """Who is ranked: agents below either minimum are listed as ``provisional``, without rank."""
+
+    min_valid_rate: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.8, description="minimum share of valid decisions (applied or held on purpose) "
+        "among the rounds the agent was asked"
+    )
+    min_days: Annotated[int, Field(ge=0, le=100_000)] = Field(
+        default=5, description="minimum number of scored days (daily marks) in the window"
+    )
+
+
 class SchedulerConfig(_Frozen):
     """Scheduler behaviour shared by all schedules."""
 
@@ -323,6 +335,7 @@ class Config(_Frozen):
     agents: tuple[AgentConfig, ...] = Field(
         default_factory=lambda: default_agents(), description="agents under evaluation"
     )
+    leaderboard: LeaderboardConfig = LeaderboardConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     store: StoreConfig = StoreConfig()
     http: HttpConfig = HttpConfig()
