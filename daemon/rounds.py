@@ -24,13 +24,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
 from agents.base import Agent, AgentDecision, Observation, assert_no_lookahead
 from agents.validation import InvalidAllocation, validate_allocation
-from daemon.events import DecisionEvent, FillEvent
+from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
 from daemon.market_state import PriceCoverage, format_age
 from daemon.store import DecisionRecord, FillRecord, RoundCommit
@@ -129,7 +129,8 @@ class DecisionRound:
                 rc.decisions.append(DecisionRecord(agent_id, market, scheduled_ts, now, "skipped",
                                                    reason=reason))
                 result.outcomes[agent_id] = "skipped"
-                events.append(DecisionEvent(ts=now, recv_ts=now, agent=agent_id, market=market,
+                events.append(DecisionEvent(ts=now, recv_ts=now, agent=agent_id,
+                                            market=cast(Market, market),
                                             scheduled_ts=scheduled_ts, outcome="skipped",
                                             reason=reason))
             await eng.commit(rc)

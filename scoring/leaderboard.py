@@ -55,15 +55,15 @@ from scoring.benchmarks import (
 from scoring.metrics import drawdown_series, periods_per_year, sharpe, simple_returns, summarise
 
 __all__ = [
-    "MIN_DAYS",
-    "MIN_VALID_RATE",
-    "NOT_ASKED_OUTCOMES",
-    "VALID_OUTCOMES",
     "BOOTSTRAP_LEVEL",
     "BOOTSTRAP_N",
     "BOOTSTRAP_SEED",
     "FIELDS",
     "LIVE_FIELDS",
+    "MIN_DAYS",
+    "MIN_VALID_RATE",
+    "NOT_ASKED_OUTCOMES",
+    "VALID_OUTCOMES",
     "AgentCurves",
     "Report",
     "leaderboard",
@@ -796,10 +796,11 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int) -> dic
         "risk_free_rate": dict(rf),
         "bootstrap": {"n": BOOTSTRAP_N, "level": BOOTSTRAP_LEVEL, "seed": BOOTSTRAP_SEED,
                       "over": "daily returns, i.i.d. resampling"},
-        "rank": "by cumulative_return among the non-provisional agents; tied_with_next when the cumulative_return_ci intervals "
-                "of adjacent ranks overlap (or one is undefined)",
+        "rank": "by cumulative_return among the non-provisional agents; tied_with_next when "
+                "the cumulative_return_ci intervals of adjacent ranks overlap (or one is "
+                "undefined)",
         "composite": "StockBench Eq. 4 (z(CR) + z(-MDD) + z(Sortino)) / 3 across the market's "
-                     "agents, ddof=0; NaN (rank null) when an input is undefined",
+                     "non-provisional agents, ddof=0; NaN (rank null) when an input is undefined",
         "rolling_k": "LiveTradeBench Eq. 6 on mark-to-mark steps: units from cumulated fills, "
                      "cash from the mark, last price at or before the mark; fee-free",
         "capitalbench": "100 * window return / best window return among the market's assets "

@@ -126,9 +126,9 @@ def test_table_json_html_and_live_figures_show_rate_and_provisional(store: Path)
 def test_leaderboard_settings_are_validated() -> None:
     cfg = parse_config({})
     assert cfg.leaderboard.min_valid_rate == 0.8 and cfg.leaderboard.min_days == 5
-    with pytest.raises(ConfigError, match="leaderboard.min_valid_rate"):
+    with pytest.raises(ConfigError, match=r"leaderboard\.min_valid_rate"):
         parse_config({"leaderboard": {"min_valid_rate": 2}})
-    with pytest.raises(ConfigError, match="leaderboard.min_days"):
+    with pytest.raises(ConfigError, match=r"leaderboard\.min_days"):
         parse_config({"leaderboard": {"min_days": -1}})
 
 

@@ -152,7 +152,8 @@ async def test_polymarket_coverage_uses_unresolved_yes_and_no_tokens(
     await price(eng, "q2y", 0.3, t - 60, "polymarket")  # q2's NO token never priced
     res = await pm.run(t - 1000)
     assert set(res.outcomes.values()) == {"skipped"}
-    reason = rows(tmp_path / "r.db", "SELECT reason FROM decisions ORDER BY rowid DESC LIMIT 1")[0][0]
+    reason = rows(tmp_path / "r.db",
+                  "SELECT reason FROM decisions ORDER BY rowid DESC LIMIT 1")[0][0]
     assert "3/4 fresh" in reason and "q2n: no price" in reason
     # q2 resolves: its tokens leave the tradable set and q1's fresh prices are enough.
     await pub(ResolutionEvent(ts=t - 500, question_id="q2", payouts={"q2y": 0.0, "q2n": 1.0}))
@@ -190,3 +191,25 @@ def test_coverage_setting_is_validated() -> None:
     assert cfg.markets.equity.min_price_coverage == 0.0
     assert cfg.markets.polymarket.min_price_coverage == 1.0
     assert "skipped" in OUTCOMES
+
+
+async def test_sample_replay_skips_only_the_polymarket_round_before_any_listing(
+    tmp_path: Path,
+) -> None:
+    from daemon.config import load_config
+    from daemon.replay import replay
+    from scoring.leaderboard import leaderboard
+
+    root = Path(__file__).resolve().parents[1]
+    db = tmp_path / "sample.db"
+    await replay(root / "examples" / "sample.jsonl.gz",
+                 load_config(root / "examples" / "sample-replay.toml"), db, progress=False)
+    skipped = rows(db, "SELECT market, scheduled_ts, COUNT(*) FROM decisions"
+                       " WHERE outcome='skipped' GROUP BY market, scheduled_ts")
+    first = rows(db, "SELECT MIN(scheduled_ts) FROM decisions WHERE market='polymarket'")[0][0]
+    # 00:00 UTC on the first day: the questions are listed at 00:01, so there is nothing to
+    # trade. Every other round (22 equity sessions, 29 Polymarket days) has every price fresh.
+    assert skipped == [("polymarket", first, 4)]
+    board = leaderboard(db)
+    assert all(r["valid_decision_rate"] == 1.0 and not r["provisional"] for r in board["rows"])
+    assert sorted(r["rank"] for r in board["rows"]) == [1, 1, 2, 2, 3, 3, 4, 4]
