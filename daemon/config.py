@@ -198,7 +198,14 @@ class EquityMarketConfig(_Frozen):
     risk_free_rate: Annotated[float, Field(ge=-0.05, le=0.5)] = Field(
         default=0.04, description="annual risk-free rate used by Sharpe/Sortino"
     )
-    stale_after: float = Field(default=900.0, description="price older than this is stale (> 0)")
+    stale_after: float = Field(
+        default=900.0,
+        description="a price older than this, counted in NYSE open time, is stale (> 0)",
+    )
+    min_price_coverage: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=1.0, description="share of the tradable assets that need a fresh price for a "
+        "round to run; below it the round is 'skipped' (1 = every asset)"
+    )
     asset_classes: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_ASSET_CLASSES),
         description="asset -> class (sector) for the leaderboard's diversification scores; an "
@@ -239,7 +246,11 @@ class PolymarketMarketConfig(_Frozen):
     questions: tuple[PolymarketQuestion, ...] = Field(
         default=(), description="fixed questions; empty = discovered by the feed / recording"
     )
-    stale_after: float = Field(default=3600.0, description="price older than this is stale (> 0)")
+    stale_after: float = Field(default=3600.0, description="a price older than this is stale (> 0)")
+    min_price_coverage: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=1.0, description="share of the tradable YES/NO tokens (unresolved questions) "
+        "that need a fresh price for a round to run; below it the round is 'skipped'"
+    )
 
     @field_validator("stale_after", mode="before")
     @classmethod
@@ -341,6 +352,18 @@ class AgentConfig(_Frozen):
         if not self.markets:
             raise ValueError("an agent must trade at least one market")
         return self
+
+
+class LeaderboardConfig(_Frozen):
+    """Who is ranked: agents below either minimum are listed as ``provisional``, without rank."""
+
+    min_valid_rate: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.8, description="minimum share of valid decisions (applied or held on purpose) "
+        "among the rounds the agent was asked"
+    )
+    min_days: Annotated[int, Field(ge=0, le=100_000)] = Field(
+        default=5, description="minimum number of scored days (daily marks) in the window"
+    )
 
 
 class SchedulerConfig(_Frozen):
@@ -451,6 +474,7 @@ class Config(_Frozen):
     agents: tuple[AgentConfig, ...] = Field(
         default_factory=lambda: default_agents(), description="agents under evaluation"
     )
+    leaderboard: LeaderboardConfig = LeaderboardConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     store: StoreConfig = StoreConfig()
     http: HttpConfig = HttpConfig()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -60,6 +61,73 @@ class _AssetHistory:
         self.day = ""
         self.last: tuple[float, float] | None = None
         """(ts, price) of the latest tick (a tuple: built once per tick, on the hot path)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PriceCoverage:
+    """Which tradable assets of a market have a fresh price at a decision time."""
+
+    universe: int
+    """Number of assets an agent could trade (resolved Polymarket tokens excluded)."""
+    fresh: int
+    stale: tuple[tuple[str, float | None], ...] = ()
+    """(asset, seconds since its last price, ``None`` when never priced), by asset."""
+
+    @property
+    def ratio(self) -> float:
+        """Return fresh / universe (0 for an empty universe)."""
+        return self.fresh / self.universe if self.universe else 0.0
+
+    @property
+    def text(self) -> str:
+        """Return ``fresh/universe``."""
+        return f"{self.fresh}/{self.universe}"
+
+    def enough(self, min_ratio: float) -> bool:
+        """Tell whether a round may run: a non-empty universe with enough fresh prices."""
+        return self.universe > 0 and self.ratio >= min_ratio - 1e-12
+
+    def reason(self, min_ratio: float, limit: str, shown: int = 10) -> str:
+        """Return the one-line reason of a skipped round (which assets, how old)."""
+        if not self.universe:
+            return "no tradable asset (no question listed or every one resolved)"
+        parts = [f"{a}: no price" if age is None else f"{a}: last price {format_age(age)} ago"
+                 for a, age in self.stale[:shown]]
+        if len(self.stale) > shown:
+            parts.append(f"... and {len(self.stale) - shown} more")
+        return (f"price coverage {self.text} fresh, need {100 * min_ratio:.0f}% "
+                f"(stale after {limit}): {', '.join(parts)}")
+
+
+def format_age(seconds: float) -> str:
+    """Format a duration compactly: ``45s``, ``12m``, ``1h``, ``1h5m``, ``3d2h``."""
+    s = max(int(seconds), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    big, small = (s // 3600, s % 3600 // 60) if s < 86400 else (s // 86400, s % 86400 // 3600)
+    units = ("h", "m") if s < 86400 else ("d", "h")
+    return f"{big}{units[0]}" + (f"{small}{units[1]}" if small else "")
+
+
+def nyse_open_seconds(t0: float, t1: float, cap: float = float("inf")) -> float:
+    """Return the NYSE regular-session seconds between ``t0`` and ``t1`` (stops past ``cap``)."""
+    if t1 <= t0:
+        return 0.0
+    from daemon.schedule import get_nyse_calendar
+
+    cal = get_nyse_calendar()
+    day = datetime.fromtimestamp(t0, NY).date()
+    last = datetime.fromtimestamp(t1, NY).date()
+    total = 0.0
+    while day <= last and total <= cap:
+        bounds = cal.session_bounds(day)
+        if bounds is not None:
+            lo, hi = max(bounds[0].timestamp(), t0), min(bounds[1].timestamp(), t1)
+            total += max(hi - lo, 0.0)
+        day += timedelta(days=1)
+    return total
 
 
 class MarketState:
@@ -218,6 +286,42 @@ class MarketState:
             news=news,
             questions=questions,
         )
+
+    def price_coverage(self, market: str, decision_ts: float, stale_after: float
+                       ) -> PriceCoverage:
+        """Count the tradable assets of ``market`` with a price younger than ``stale_after``.
+
+        The price is the one an observation shows (latest tick at or before ``decision_ts``, else
+        the latest daily close). Equity ages count NYSE regular-session time only (a Friday close
+        is still the price on Monday before the open); Polymarket trades 24/7.
+        """
+        book = self.books[market]
+        hist_map = self.history[market]
+        tradable = book.tradable
+        fresh = 0
+        stale: list[tuple[str, float | None]] = []
+        assets = [a for i, a in enumerate(book.assets) if tradable[i]]
+        for a in assets:
+            h = hist_map.get(a)
+            ts: float | None = None
+            if h is not None:
+                if h.last is not None and h.last[0] <= decision_ts:
+                    ts = h.last[0]
+                else:
+                    ts = max((p.ts for p in h.closes if p.ts <= decision_ts), default=None)
+            if ts is None:
+                stale.append((a, None))
+                continue
+            age = decision_ts - ts
+            if market == "equity":
+                age_open = nyse_open_seconds(ts, decision_ts, stale_after)
+            else:
+                age_open = age
+            if age_open <= stale_after:
+                fresh += 1
+            else:
+                stale.append((a, age))
+        return PriceCoverage(len(assets), fresh, tuple(sorted(stale)))
 
     # -- checkpoint -----------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

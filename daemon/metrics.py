@@ -43,7 +43,7 @@ log = structlog.get_logger(__name__)
 PREFIX = "paperarena"
 #: Decision outcomes (see daemon.rounds); counters are created at 0 for each agent and market.
 OUTCOMES: tuple[str, ...] = ("ok", "hold", "invalid", "rejected", "error", "paused", "halted",
-                             "missed", "abandoned")
+                             "skipped", "missed", "abandoned")
 #: Outcomes that count as a failed decision (the agent was asked and gave nothing usable).
 FAILED_OUTCOMES: tuple[str, ...] = ("invalid", "rejected", "error")
 AGENT_STATUSES: tuple[str, ...] = ("active", "halted", "paused")
@@ -132,7 +132,7 @@ class Metrics:
     def on_decision(self, ev: DecisionEvent) -> None:
         """Count one decision; observe its round's duration once per round."""
         self.decisions.labels(ev.agent, ev.market, ev.outcome).inc()
-        if ev.outcome in ("missed", "abandoned", "halted", "paused"):
+        if ev.outcome in ("skipped", "missed", "abandoned", "halted", "paused"):
             return
         key = (ev.market, ev.scheduled_ts)
         if key in self._observed_set:
@@ -299,8 +299,10 @@ class LeaderboardFigures(Collector):
 
     ``paperarena_leaderboard_figure{agent,market,figure}``: ``figure`` is one of
     :data:`scoring.leaderboard.LIVE_FIELDS` (rolling-k deltas, composite score, CapitalBench
-    score and regret, diversification, VaR, profile alignment, bootstrap bounds...). Computing
-    them reads the whole store, so they are refreshed in a thread, only after new daily marks.
+    score and regret, diversification, VaR, profile alignment, bootstrap bounds...). The
+    valid-decision rate and the provisional flag also get their own families,
+    ``paperarena_valid_decision_ratio`` and ``paperarena_agent_provisional``. Computing them
+    reads the whole store, so they are refreshed in a thread, only after new daily marks.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -332,10 +334,26 @@ class LeaderboardFigures(Collector):
             "Leaderboard figure per agent and market (see docs/scoring.md), from daily marks",
             labels=["agent", "market", "figure"],
         )
+        rate = GaugeMetricFamily(
+            f"{PREFIX}_valid_decision_ratio",
+            "Share of valid decisions (ok or hold) among the rounds the agent was asked "
+            "(skipped, missed, abandoned, paused and halted rounds left out)",
+            labels=["agent", "market"])
+        provisional = GaugeMetricFamily(
+            f"{PREFIX}_agent_provisional",
+            "1 if the agent is provisional on the leaderboard (valid-decision rate under "
+            "[leaderboard] min_valid_rate or fewer than min_days scored days): not ranked",
+            labels=["agent", "market"])
         for (agent, market), figs in sorted(self._figures.items()):
             for name, value in sorted(figs.items()):
                 fam.add_metric([agent, market, name], value)
+            if "valid_decision_rate" in figs:
+                rate.add_metric([agent, market], figs["valid_decision_rate"])
+            if "provisional" in figs:
+                provisional.add_metric([agent, market], figs["provisional"])
         yield fam
+        yield rate
+        yield provisional
 
 
 # ----------------------------------------------------------------------------------- scrape

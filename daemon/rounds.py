@@ -7,9 +7,13 @@ Outcomes stored per decision:
 - ``rejected``: the ledger refused it (e.g. no price) — holds;
 - ``error``: the agent raised or timed out — holds;
 - ``paused`` / ``halted``: the agent is not asked (budget, drawdown halt) — holds;
+- ``skipped``: too few tradable assets had a fresh price (``min_price_coverage`` of the market,
+  staleness ``stale_after``): no agent was asked, nothing was filled; the reason names the assets
+  without a fresh price and the age of their last one;
 - ``missed``: the round came later than the misfire grace and was not run;
 - ``abandoned``: the daemon stopped before the round finished (see :func:`record_abandoned`).
-The whole round, with every buffered market event and the books, is one store transaction.
+The whole round, with every buffered market event and the books, is one store transaction, and
+one log line per round gives the outcome counts and the price coverage (fresh / universe).
 """
 
 from __future__ import annotations
@@ -17,16 +21,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
 from agents.base import Agent, AgentDecision, Observation, assert_no_lookahead
 from agents.validation import InvalidAllocation, validate_allocation
-from daemon.events import DecisionEvent, FillEvent
+from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
+from daemon.market_state import PriceCoverage, format_age
 from daemon.store import DecisionRecord, FillRecord, RoundCommit
 from scoring.ledger import RebalanceRejected
 
@@ -60,6 +66,8 @@ class RoundResult:
     market: str
     scheduled_ts: float
     outcomes: dict[str, str] = field(default_factory=dict)
+    coverage: PriceCoverage | None = None
+    """Fresh prices / tradable assets at the decision time (``None`` for a missed round)."""
 
 
 class DecisionRound:
@@ -107,6 +115,27 @@ class DecisionRound:
                                             scheduled_ts=scheduled_ts, outcome="missed"))
             await eng.commit(rc)
             await self._publish(events)
+            self._log(result)
+            return result
+
+        mc = getattr(eng.config.markets, market)
+        result.coverage = cov = eng.state.price_coverage(market, now, mc.stale_after)
+        if not cov.enough(mc.min_price_coverage):
+            limit = format_age(mc.stale_after)
+            if market == "equity":
+                limit += " of NYSE open time"
+            reason = cov.reason(mc.min_price_coverage, limit)
+            for agent_id in todo:
+                rc.decisions.append(DecisionRecord(agent_id, market, scheduled_ts, now, "skipped",
+                                                   reason=reason))
+                result.outcomes[agent_id] = "skipped"
+                events.append(DecisionEvent(ts=now, recv_ts=now, agent=agent_id,
+                                            market=cast(Market, market),
+                                            scheduled_ts=scheduled_ts, outcome="skipped",
+                                            reason=reason))
+            await eng.commit(rc)
+            await self._publish(events)
+            self._log(result, reason)
             return result
 
         observations: dict[str, Observation] = {}
@@ -184,7 +213,21 @@ class DecisionRound:
         eng.add_equity_rows(rc, market, now, "decision")
         await eng.commit(rc)
         await self._publish(events)
+        self._log(result)
         return result
+
+    def _log(self, result: RoundResult, reason: str = "") -> None:
+        """Log the round in one line: outcome counts and price coverage."""
+        counts = dict(sorted(Counter(result.outcomes.values()).items()))
+        cov = None if result.coverage is None else result.coverage.text
+        kw: dict[str, Any] = {"market": self.market, "scheduled_ts": result.scheduled_ts,
+                              "outcomes": counts, "coverage": cov}
+        if "skipped" in counts:
+            log.warning("round skipped", **kw, reason=reason)
+        elif "missed" in counts:
+            log.warning("round missed", **kw)
+        else:
+            log.info("round decided", **kw)
 
     async def _ask(self, agent: Agent, obs: Observation) -> AgentDecision:
         try:

@@ -17,7 +17,11 @@ Besides the per-agent performance summary, every row carries the benchmark measu
 * bootstrap intervals of the headline figures and a ``tied_with_next`` flag for rank differences
   that are not significant;
 * the market regime of the window and a per-regime split of each agent's daily returns;
-* the latest consistency-probe result of the agent when the store has a ``probes`` table.
+* the latest consistency-probe result of the agent when the store has a ``probes`` table;
+* the valid-decision rate (``ok`` or ``hold`` among the rounds the agent was asked) and the
+  standing: an agent under ``[leaderboard] min_valid_rate`` or with fewer than ``min_days`` scored
+  days is ``provisional``: listed below the ranked agents of its market, never given a rank, and
+  left out of the composite z-scores.
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ __all__ = [
     "BOOTSTRAP_SEED",
     "FIELDS",
     "LIVE_FIELDS",
+    "MIN_DAYS",
+    "MIN_VALID_RATE",
+    "NOT_ASKED_OUTCOMES",
+    "VALID_OUTCOMES",
     "AgentCurves",
     "Report",
     "leaderboard",
@@ -82,6 +90,17 @@ _DAY = 86400.0
 _HELD_EPS = 1e-12
 _NAN = float("nan")
 
+#: Decision outcomes that are valid: applied (``ok``) or held on purpose (``hold``).
+VALID_OUTCOMES: tuple[str, ...] = ("ok", "hold")
+#: Outcomes left out of the valid-decision rate: the agent was not asked. ``skipped`` (no fresh
+#: prices), ``missed`` (the daemon was late) and ``abandoned`` (it stopped) are the daemon's;
+#: ``paused`` (daily budget) and ``halted`` (drawdown halt) are the operator's limits. Any other
+#: outcome (``invalid``, ``rejected``, ``error``...) counts against the agent.
+NOT_ASKED_OUTCOMES: tuple[str, ...] = ("skipped", "missed", "abandoned", "paused", "halted")
+#: Defaults of ``[leaderboard]`` (daemon/config.py), used when the store's run has none.
+MIN_VALID_RATE = 0.8
+MIN_DAYS = 5
+
 #: Figures :func:`live_figures` returns per (agent, market), when finite.
 LIVE_FIELDS: tuple[str, ...] = (
     "final_value", "days", "costs", "rank", "cumulative_return", "annualised_return",
@@ -91,7 +110,7 @@ LIVE_FIELDS: tuple[str, ...] = (
     "capitalbench_score", "regret", "s_intra", "s_inter", "s_corr", "var_95",
     "profile_alignment", "rolling_k_cr0",
     *(f"rolling_k_delta_{k}" for k in ROLLING_KS),
-    "consistency_mean_l1", "consistency_std_l1",
+    "consistency_mean_l1", "consistency_std_l1", "valid_decision_rate", "provisional",
 )  # fmt: skip
 
 Key = tuple[str, str]
@@ -165,6 +184,8 @@ class _Store:
     question_text: dict[str, str]
     probes: dict[Key, dict[str, Any]]
     panels: dict[str, _Panel]
+    board_cfg: dict[str, Any] = field(default_factory=dict)
+    """The ``[leaderboard]`` section of the latest run's config."""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -250,8 +271,9 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
         marks[market].update(t for t, _, _ in pts)
     panels = {m: _load_panel(con, m, sorted(ts), resolutions.get(m, []))
               for m, ts in sorted(marks.items())}
+    board_cfg = dict(runs[-1].get("leaderboard") or {}) if runs else {}
     return _Store(markets_cfg, agents_cfg, series, fills, _load_outcomes(con), resolutions,
-                  questions, question_text, _load_probes(con, hi), panels)
+                  questions, question_text, _load_probes(con, hi), panels, board_cfg)
 
 
 def _load_outcomes(con: sqlite3.Connection) -> dict[Key, dict[str, list[float]]]:
@@ -494,9 +516,13 @@ def _label_at(marks: np.ndarray, labels: Sequence[str], ts: float) -> str:
 # ----------------------------------------------------------------------------- the board
 
 
-def load_report(db_path: str | Path, *, window: tuple[float | None, float | None] = (None, None)
-                ) -> Report:
-    """Compute the leaderboard and the chart series of the database at ``db_path`` (read-only)."""
+def load_report(db_path: str | Path, *, window: tuple[float | None, float | None] = (None, None),
+                min_valid_rate: float | None = None, min_days: int | None = None) -> Report:
+    """Compute the leaderboard and the chart series of the database at ``db_path`` (read-only).
+
+    ``min_valid_rate`` / ``min_days`` override the ``[leaderboard]`` settings of the store's
+    latest run (defaults :data:`MIN_VALID_RATE`, :data:`MIN_DAYS`).
+    """
     p = Path(db_path)
     if not p.exists():
         raise FileNotFoundError(f"{db_path}: no such database")
@@ -504,22 +530,29 @@ def load_report(db_path: str | Path, *, window: tuple[float | None, float | None
 
     con = connect_readonly(p)
     try:
-        return _report(con, window)
+        return _report(con, window, min_valid_rate, min_days)
     finally:
         con.close()
 
 
-def leaderboard(db_path: str | Path, *, window: tuple[float | None, float | None] = (None, None)
+def leaderboard(db_path: str | Path, *, window: tuple[float | None, float | None] = (None, None),
+                min_valid_rate: float | None = None, min_days: int | None = None
                 ) -> dict[str, Any]:
     """Compute the leaderboard of the database at ``db_path`` (read-only)."""
-    return load_report(db_path, window=window).board
+    return load_report(db_path, window=window, min_valid_rate=min_valid_rate,
+                       min_days=min_days).board
 
 
-def _report(con: sqlite3.Connection, window: tuple[float | None, float | None]) -> Report:
+def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
+            min_valid_rate: float | None = None, min_days: int | None = None) -> Report:
     """Build the board and the chart series for ``window``."""
     lo = -math.inf if window[0] is None else window[0]
     hi = math.inf if window[1] is None else window[1]
     store = _load_store(con, hi)
+    if min_valid_rate is None:
+        min_valid_rate = float(store.board_cfg.get("min_valid_rate", MIN_VALID_RATE))
+    if min_days is None:
+        min_days = int(store.board_cfg.get("min_days", MIN_DAYS))
     cfg = store.markets_cfg
     rf = {"equity": float(cfg.get("equity", {}).get("risk_free_rate", 0.0)), "polymarket": 0.0}
     initial = {m: float(cfg.get(m, {}).get("initial_cash", 0.0)) for m in rf}
@@ -533,6 +566,7 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None]) 
             continue
         row, curve = _row(store, key, lo, hi, window[0] is None, rf, initial, classes,
                           (eq_marks, eq_labels))
+        _standing(row, min_valid_rate, min_days)
         rows.append(row)
         if curve is not None:
             curves[key] = curve
@@ -540,7 +574,7 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None]) 
     _rank(rows)
     regime = _window_regime(eq_marks, eq_index, eq_labels, lo, hi)
     board = _clean({
-        "conventions": _conventions(rf),
+        "conventions": _conventions(rf, min_valid_rate, min_days),
         "window": {"start": window[0], "end": window[1]},
         "regime": regime,
         "markets": markets,
@@ -614,6 +648,8 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
     consistency = store.probes.get((agent, market)) or store.probes.get((agent, ""))
     outcomes = {k: sum(lo <= t <= hi for t in ts)
                 for k, ts in store.outcomes.get(key, {}).items()}
+    valid = sum(n for k, n in outcomes.items() if k in VALID_OUTCOMES)
+    counted = sum(n for k, n in outcomes.items() if k not in NOT_ASKED_OUTCOMES)
     row = {
         "agent": agent,
         "market": market,
@@ -622,6 +658,9 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         "days": len(pts),
         "costs": float(sum(f.cost for f in fills)),
         "decisions": {k: v for k, v in sorted(outcomes.items()) if v},
+        "valid_decisions": valid,
+        "counted_decisions": counted,
+        "valid_decision_rate": valid / counted if counted else None,
         **summary,
         "current_drawdown": float(dd[-1]) if dd.size else None,
         "mean_daily_return": float(np.mean(r)) if r.size else None,
@@ -679,10 +718,38 @@ def _window_regime(marks: np.ndarray, index: np.ndarray, labels: Sequence[str], 
             "index_days": int(r.size), "days_by_label": dict(sorted(days.items()))}
 
 
+def _share(x: float) -> str:
+    """Format a share as a percentage without a misleading round-up (79.5%, not 80%)."""
+    return f"{100 * x:.1f}".rstrip("0").rstrip(".") + "%"
+
+
+def _standing(row: dict[str, Any], min_rate: float, min_days: int) -> None:
+    """Set ``provisional`` and ``provisional_reason`` of a row from its rate and days."""
+    reasons = []
+    rate = row["valid_decision_rate"]
+    if rate is None:
+        reasons.append("no decision was asked of the agent in the window")
+    elif rate < min_rate - 1e-12:
+        reasons.append(f"valid-decision rate {_share(rate)} ({row['valid_decisions']}/"
+                       f"{row['counted_decisions']}) below {_share(min_rate)}")
+    if row["days"] < min_days:
+        days = row["days"]
+        reasons.append(f"{days} scored day{'' if days == 1 else 's'}, fewer than {min_days}")
+    row["provisional"] = bool(reasons)
+    row["provisional_reason"] = "; ".join(reasons) if reasons else None
+
+
 def _rank(rows: list[dict[str, Any]]) -> None:
-    """Rank by cumulative return, flag insignificant gaps, add the composite score and rank."""
+    """Rank the non-provisional rows by cumulative return, flag insignificant gaps, add the
+    composite score and rank; provisional rows get neither and sort last in their market."""
     for market in sorted({r["market"] for r in rows}):
-        mine = [r for r in rows if r["market"] == market]
+        mine = [r for r in rows if r["market"] == market and not r["provisional"]]
+        for r in rows:
+            if r["market"] == market and r["provisional"]:
+                r |= {"rank": None, "tied_with_next": False, "composite_score": None,
+                      "composite_rank": None}
+        if not mine:
+            continue
         ranked = sorted(mine, key=lambda r: (
             -(r["cumulative_return"] if _finite(r["cumulative_return"]) else -math.inf),
             r["agent"]))
@@ -703,7 +770,7 @@ def _rank(rows: list[dict[str, Any]]) -> None:
         for i, r in enumerate(order):
             r["composite_score"] = comp[r["agent"]]
             r["composite_rank"] = i + 1 if math.isfinite(comp[r["agent"]]) else None
-    rows.sort(key=lambda r: (r["market"], r["rank"]))
+    rows.sort(key=lambda r: (r["market"], r["provisional"], r["rank"] or 0, r["agent"]))
 
 
 def _overlap(a: Sequence[float], b: Sequence[float]) -> bool:
@@ -713,19 +780,29 @@ def _overlap(a: Sequence[float], b: Sequence[float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def _conventions(rf: Mapping[str, float]) -> dict[str, Any]:
+def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int) -> dict[str, Any]:
     """Return the conventions block of the JSON output."""
     return {
+        "valid_decisions": {
+            "valid": list(VALID_OUTCOMES), "not_counted": list(NOT_ASKED_OUTCOMES),
+            "rate": "valid / (decisions in the window minus the not_counted ones); null when "
+                    "no decision was asked"},
+        "provisional": {
+            "min_valid_rate": min_rate, "min_days": min_days,
+            "rule": "an agent under min_valid_rate (or with no asked decision) or with fewer "
+                    "than min_days scored days is listed below the ranked agents of its market "
+                    "without rank, tied_with_next or composite score"},
         "returns": "daily simple returns from daily marks",
         "periods_per_year": {"equity": 252, "polymarket": 365},
         "ddof": 1,
         "risk_free_rate": dict(rf),
         "bootstrap": {"n": BOOTSTRAP_N, "level": BOOTSTRAP_LEVEL, "seed": BOOTSTRAP_SEED,
                       "over": "daily returns, i.i.d. resampling"},
-        "rank": "by cumulative_return; tied_with_next when the cumulative_return_ci intervals "
-                "of adjacent ranks overlap (or one is undefined)",
+        "rank": "by cumulative_return among the non-provisional agents; tied_with_next when "
+                "the cumulative_return_ci intervals of adjacent ranks overlap (or one is "
+                "undefined)",
         "composite": "StockBench Eq. 4 (z(CR) + z(-MDD) + z(Sortino)) / 3 across the market's "
-                     "agents, ddof=0; NaN (rank null) when an input is undefined",
+                     "non-provisional agents, ddof=0; NaN (rank null) when an input is undefined",
         "rolling_k": "LiveTradeBench Eq. 6 on mark-to-mark steps: units from cumulated fills, "
                      "cash from the mark, last price at or before the mark; fee-free",
         "capitalbench": "100 * window return / best window return among the market's assets "
@@ -764,6 +841,7 @@ def live_figures(db_path: str | Path) -> dict[Key, dict[str, float]]:
         probe = r.get("consistency") or {}
         flat["consistency_mean_l1"] = probe.get("mean_l1")
         flat["consistency_std_l1"] = probe.get("std_l1")
+        flat["provisional"] = 1.0 if r.get("provisional") else 0.0
         out[(r["agent"], r["market"])] = {
             k: float(v) for k, v in flat.items()
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
@@ -789,10 +867,16 @@ def to_table(board: dict[str, Any]) -> str:
         return "-" if not x or None in x else f"[{fmt(x[0])},{fmt(x[1])}]"
 
     def rank(r: Mapping[str, Any]) -> str:
+        if r.get("rank") is None:
+            return "-"
         return f"{r['rank']}{'~' if r.get('tied_with_next') else ''}"
 
+    def share(x: float | None) -> str:
+        return "-" if x is None else _share(x)
+
     head = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return':>10}{'sharpe':>8}{'sortino':>9}"
-            f"{'max dd':>9}{'vol':>9}{'win':>8}{'turnover':>9}{'days':>6}  decisions")
+            f"{'max dd':>9}{'vol':>9}{'win':>8}{'turnover':>9}{'days':>6}{'valid':>7}"
+            "  decisions")
     lines = [head, "-" * len(head)]
     for r in board["rows"]:
         dec = ",".join(f"{k}={v}" for k, v in sorted(r["decisions"].items()))
@@ -801,7 +885,7 @@ def to_table(board: dict[str, Any]) -> str:
             f"{pct(r['cumulative_return']):>10}"
             f"{num(r['sharpe']):>8}{num(r['sortino']):>9}{pct(r['max_drawdown']):>9}"
             f"{pct(r['volatility']):>9}{pct(r['win_rate']):>8}{num(r['mean_turnover']):>9}"
-            f"{r['days']:>6}  {dec}"
+            f"{r['days']:>6}{share(r.get('valid_decision_rate')):>7}  {dec}"
         )
     head2 = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return 95% CI':>20}{'sharpe 95% CI':>18}"
              f"{'comp':>7}{'capb':>8}{'s_corr':>8}{'VaR95':>9}{'align':>7}{'d1':>9}"
@@ -818,8 +902,14 @@ def to_table(board: dict[str, Any]) -> str:
             f"{num(r.get('profile_alignment')):>7}{pct(d1):>9}"
             f"{num(probe.get('mean_l1')):>9}"
         )
+    provisional = [r for r in board["rows"] if r.get("provisional")]
+    if provisional:
+        lines += ["", "provisional (not ranked):"]
+        lines += [f"  {r['agent']} ({r['market']}): {r.get('provisional_reason')}"
+                  for r in provisional]
     reg = board.get("regime") or {}
     lines += ["", f"regime: {reg.get('label', REGIME_UNKNOWN)} (equal-weight index "
                   f"{pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days); "
-                  "'~' after a rank: not significantly ahead of the next (95% CIs overlap)"]
+                  "'~' after a rank: not significantly ahead of the next (95% CIs overlap); "
+                  "valid: share of valid decisions (ok or hold) among the rounds asked"]
     return "\n".join(lines) + "\n"

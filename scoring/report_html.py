@@ -57,6 +57,7 @@ table{border-collapse:collapse;font-size:12px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}
 th{background:#f4f4f4}td.l,th.l{text-align:left}
 .note{font-size:12px;color:#555}.tie{color:#b35900;font-weight:bold}
+tr.provisional td{color:#777;background:#fafafa}td.provisional{font-style:italic}
 .charts{display:flex;flex-wrap:wrap;gap:8px}
 svg.chart{background:#fff;border:1px solid #e3e3e3}
 svg text{font-size:10px;fill:#444}svg .title{font-size:12px;font-weight:bold;fill:#222}
@@ -293,7 +294,7 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             "<th>Sortino</th><th>max DD</th><th>now DD</th><th>vol</th><th>VaR95</th>"
             "<th>composite (rank)</th><th>CapitalBench</th><th>regret</th><th>s_corr</th>"
             "<th>turnover</th><th>flip rate</th><th class='l'>profile (alignment)</th>"
-            "<th>consistency L1</th><th>days</th></tr>")
+            "<th>consistency L1</th><th>days</th><th>valid</th></tr>")
     out = ["<div class='scroll'><table class='leaderboard'>", head]
     for r in rows:
         tie = " <span class='tie' title='not significantly ahead of the next rank'>≈</span>" \
@@ -306,9 +307,18 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
         if r.get("composite_rank") is not None:
             comp += f" ({r['composite_rank']})"
         colour = colours.get(r["agent"], "#000")
+        if r.get("provisional"):
+            row_open = "<tr class='provisional'>"
+            rank = (f"<td class='provisional' title='{_esc(r.get('provisional_reason') or '')}'>"
+                    "provisional</td>")
+        else:
+            row_open, rank = "<tr>", f"<td>{r['rank']}{tie}</td>"
+        rate = r.get("valid_decision_rate")
+        valid = "–" if rate is None else (f"{100 * rate:.0f}% <span class='note'>("
+                                          f"{r.get('valid_decisions')}/"
+                                          f"{r.get('counted_decisions')})</span>")
         out.append(
-            "<tr>"
-            f"<td>{r['rank']}{tie}</td>"
+            row_open + rank +
             f"<td class='l'><span class='sw' style='background:{colour}'></span>"
             f"{_esc(r['agent'])}</td><td class='l'>{_esc(r.get('kind') or '')}</td>"
             f"<td>{_pct(r.get('cumulative_return'))}{_ci(r.get('cumulative_return_ci'), _pct)}</td>"
@@ -323,9 +333,14 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             f"<td>{_num(r.get('flip_rate'))}</td>"
             f"<td class='l'>{_esc(r.get('risk_profile') or '')} "
             f"({_num(r.get('profile_alignment'))})</td>"
-            f"<td>{consist}</td><td>{r.get('days')}</td></tr>"
+            f"<td>{consist}</td><td>{r.get('days')}</td><td>{valid}</td></tr>"
         )
     out.append("</table></div>")
+    provisional = [r for r in rows if r.get("provisional")]
+    if provisional:
+        out.append("<p class='note'>Provisional (not ranked): " + "; ".join(
+            f"{_esc(r['agent'])}: {_esc(r.get('provisional_reason') or '')}"
+            for r in provisional) + ".</p>")
     return "".join(out)
 
 
@@ -439,7 +454,12 @@ def render_html(report: Report) -> str:
         f"{conv.get('bootstrap', {}).get('seed')}). ≈ after a rank: its return interval "
         "overlaps the next agent's, so the order is not significant. Composite: StockBench "
         "Eq. 4 across the market's agents. Consistency: mean pairwise L1 distance of "
-        "repeated answers to one frozen prompt (lower is more consistent).</p>",
+        "repeated answers to one frozen prompt (lower is more consistent). Valid: share of "
+        "the rounds the agent was asked that it answered with an applied allocation or a "
+        "deliberate hold; an agent under "
+        f"{100 * conv.get('provisional', {}).get('min_valid_rate', 0.8):.0f}% or with fewer "
+        f"than {conv.get('provisional', {}).get('min_days', 5)} scored days is listed as "
+        "provisional, without a rank.</p>",
     ]
     if not markets:
         parts.append("<p>No agent has data in this window.</p>")

@@ -37,8 +37,13 @@ Plan = Mapping[int, Mapping[str, float]]
 
 def build_store(path: Path, prices: Mapping[str, Sequence[float]], plans: Mapping[str, Plan], *,
                 agents_cfg: Sequence[Mapping[str, Any]] = (), classes: Mapping[str, str] | None
-                = None, initial: float = 1000.0, rf: float = 0.0) -> list[float]:
-    """Write a zero-cost equity store: one mark a day, fills at the marks; return the marks."""
+                = None, initial: float = 1000.0, rf: float = 0.0,
+                min_days: int | None = 1) -> list[float]:
+    """Write a zero-cost equity store: one mark a day, fills at the marks; return the marks.
+
+    ``min_days`` goes to the run's ``[leaderboard]`` section (these hand-computed stores are a
+    few days long; ``None`` leaves the section out, i.e. the defaults).
+    """
     con = sqlite3.connect(path)
     for v in sorted(MIGRATIONS):
         con.executescript(MIGRATIONS[v])
@@ -51,9 +56,11 @@ def build_store(path: Path, prices: Mapping[str, Sequence[float]], plans: Mappin
         eq["asset_classes"] = dict(classes)
     ids = {a["id"] for a in agents_cfg}
     agents = [*agents_cfg, *({"id": a, "kind": "llm"} for a in sorted(plans) if a not in ids)]
+    run_cfg: dict[str, Any] = {"markets": {"equity": eq}, "agents": agents}
+    if min_days is not None:
+        run_cfg["leaderboard"] = {"min_days": min_days}
     con.execute("INSERT INTO runs(started_ts, mode, version, config_json) VALUES(?,?,?,?)",
-                (T0 - DAY, "replay", "test",
-                 json.dumps({"markets": {"equity": eq}, "agents": agents})))
+                (T0 - DAY, "replay", "test", json.dumps(run_cfg)))
     for t, m in enumerate(marks):
         for a in assets:
             con.execute("INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price)"

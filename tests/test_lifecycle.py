@@ -267,6 +267,15 @@ async def test_rounds_in_flight_at_shutdown_are_recorded_abandoned(
         assert d.engine is not None
         stuck = _Stuck("slow")
         d.engine.slots["polymarket"]["slow"].agent = stuck  # type: ignore[assignment]
+        # A round needs a tradable, freshly priced question to ask its agents.
+        from daemon.events import MarketListed, PriceEvent
+
+        now = time.time()
+        await d.engine.bus.publish(MarketListed(ts=now, recv_ts=now, question_id="q",
+                                                question="Q?", yes_asset="y", no_asset="n"))
+        for asset, p in (("y", 0.4), ("n", 0.6)):
+            await d.engine.bus.publish(PriceEvent(ts=now, recv_ts=now, market="polymarket",
+                                                  asset=asset, price=p))
         await asyncio.wait_for(stuck.started.wait(), 10)
         in_flight = dict(d.engine.rounds["polymarket"].in_flight)
         assert len(in_flight) == 1

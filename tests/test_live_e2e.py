@@ -625,9 +625,12 @@ async def test_a_round_boundary_passed_while_stopping_is_not_replayed(
         slot = eng.slots["polymarket"]["slow"]
         slot.agent = Slow(slot.agent, 1.25 * PERIOD)
         slow.append(slot.agent)
+        # Polymarket books too: a round without fresh prices is skipped, never asks the agent.
+        await wait_until(lambda: any(c.subscribed.is_set() and len(c.assets) == 6
+                                     for c in sc.pm.open_conns), 10, "the Polymarket subscription")
         t = await sc.wait_phase(1.0)
-        await sc.send_equities()
-        await wait_until(lambda: equities_applied(eng, sc), 5, "the first quotes")
+        await sc.send_initial()
+        await wait_until(lambda: prices_applied(eng, sc), 5, "the first prices")
         await wait_until(lambda: any(e.market == "equity" and e.scheduled_ts > t
                                      for e in tape.of(DecisionEvent)), 10, "the equity round")
         await wait_until(slow[0].started.is_set, 5, "the slow Polymarket round")
@@ -700,9 +703,12 @@ async def test_nothing_reaches_the_books_after_the_recording_is_sealed(
         slot = eng.slots["polymarket"]["slow"]
         slot.agent = Slow(slot.agent, 0.75 * PERIOD)
         slow.append(slot.agent)
+        # Polymarket books too: a round without fresh prices is skipped, never asks the agent.
+        await wait_until(lambda: any(c.subscribed.is_set() and len(c.assets) == 6
+                                     for c in sc.pm.open_conns), 10, "the Polymarket subscription")
         await sc.wait_phase(1.0)
-        await sc.send_equities()
-        await wait_until(lambda: equities_applied(eng, sc), 5, "the first quotes")
+        await sc.send_initial()
+        await wait_until(lambda: prices_applied(eng, sc), 5, "the first prices")
         await wait_until(slow[0].started.is_set, 5, "the slow Polymarket round")
 
     async def during_stop(d: LiveDaemon, recorder: Recorder) -> None:
