@@ -47,7 +47,7 @@ def agent_problems(agents: Sequence[AgentConfig]) -> list[str]:
         if cfg.kind not in BUILTIN_KINDS:
             problem = plugin_problem(cfg)
             if problem:
-                problems.append(f"{where}.kind: agent {cfg.id}: {problem}")
+                problems.append(f"{where}.{problem[0]}: agent {cfg.id}: {problem[1]}")
         if cfg.prompt_files is not None:
             from agents.llm import own_templates
 

@@ -35,6 +35,11 @@ REASON_CHARS = 300
 class PluginError(ValueError):
     """A plugin is missing, broken or misconfigured; the message is one line."""
 
+    def __init__(self, message: str, key: str = "kind") -> None:
+        """Say ``message``; ``key`` is the agent's config key at fault (``kind``, ``settings``)."""
+        super().__init__(message)
+        self.key = key
+
 
 def _one_line(s: str, limit: int = REASON_CHARS) -> str:
     flat = " ".join(str(s).split())
@@ -78,7 +83,8 @@ def plugin_settings(factory: Any, cfg: AgentConfig) -> BaseModel | None:
     model = getattr(factory, "settings_model", None)
     if model is None:
         if cfg.settings:
-            raise PluginError(f"plugin {cfg.kind!r} takes no settings; remove [agents.settings]")
+            raise PluginError(f"plugin {cfg.kind!r} takes no settings; remove [agents.settings]",
+                              key="settings")
         return None
     try:
         return model.model_validate(cfg.settings)  # type: ignore[no-any-return]
@@ -88,7 +94,7 @@ def plugin_settings(factory: Any, cfg: AgentConfig) -> BaseModel | None:
             loc = ".".join(str(p) for p in err["loc"])
             msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
             lines.append(f"settings.{loc}: {msg}" if loc else f"settings: {msg}")
-        raise PluginError(_one_line("; ".join(lines))) from None
+        raise PluginError(_one_line("; ".join(lines)), key="settings") from None
 
 
 def build_plugin_agent(cfg: AgentConfig) -> GuardedAgent:
@@ -106,12 +112,12 @@ def build_plugin_agent(cfg: AgentConfig) -> GuardedAgent:
     return GuardedAgent(cfg.id, agent, deadline=cfg.timeout, kind=cfg.kind)
 
 
-def plugin_problem(cfg: AgentConfig) -> str | None:
-    """Return why the plugin agent ``cfg`` cannot be built (one line), or ``None``."""
+def plugin_problem(cfg: AgentConfig) -> tuple[str, str] | None:
+    """Return (config key at fault, one line) if the plugin agent ``cfg`` cannot be built."""
     try:
         build_plugin_agent(cfg)
     except PluginError as exc:
-        return str(exc)
+        return exc.key, str(exc)
     return None
 
 
