@@ -25,9 +25,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agents.base import Agent, AgentDecision, Observation
-from daemon.config import AgentConfig
+from daemon.config import PLUGIN_GROUP, AgentConfig, unknown_kind_problem
 
-GROUP = "paperarena.agents"
+GROUP = PLUGIN_GROUP
 #: Longest reason text kept from a plugin's exception.
 REASON_CHARS = 300
 
@@ -58,12 +58,7 @@ def load_factory(kind: str) -> Any:
     """Return the factory the plugin ``kind`` registers, or raise :class:`PluginError`."""
     ep = installed_plugins().get(kind)
     if ep is None:
-        from daemon.config import BUILTIN_KINDS
-
-        raise PluginError(
-            f"unknown agent kind {kind!r}: not built in ({', '.join(BUILTIN_KINDS)}) and no"
-            f" installed package registers it in the entry-point group {GROUP!r}"
-        )
+        raise PluginError(unknown_kind_problem(kind) or f"no plugin registers kind {kind!r}")
     try:
         factory = ep.load()
     except Exception as exc:

@@ -259,6 +259,20 @@ AgentKind = Literal["buy_and_hold", "equal_weight", "cash", "momentum", "llm", "
 BUILTIN_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "momentum", "llm", "http")
 
 
+#: Entry-point group through which installed packages register agent kinds (agents/plugins.py).
+PLUGIN_GROUP = "paperarena.agents"
+
+
+def unknown_kind_problem(kind: str) -> str | None:
+    """Return why ``kind`` is neither built in nor registered by an installed plugin, or None."""
+    from importlib.metadata import entry_points
+
+    if kind in BUILTIN_KINDS or entry_points(group=PLUGIN_GROUP, name=kind):
+        return None
+    return (f"unknown agent kind {kind!r}: not built in ({', '.join(BUILTIN_KINDS)}) and no"
+            f" installed package registers it in the entry-point group {PLUGIN_GROUP!r}")
+
+
 class HttpAgentSettings(_Frozen):
     """A remote agent service called once per decision (``kind = "http"``; docs/agents-http.md)."""
 
@@ -352,6 +366,14 @@ class AgentConfig(_Frozen):
     prompt_files: PromptFiles | None = Field(
         default=None, description="an llm agent's own prompt templates (default: built-in)"
     )
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        problem = unknown_kind_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
     @field_validator("timeout", mode="before")
     @classmethod

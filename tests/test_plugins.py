@@ -20,7 +20,7 @@ import pytest
 
 from agents.base import CASH, Observation, PricePoint
 from agents.factory import build_agent
-from agents.plugins import GuardedAgent, PluginError
+from agents.plugins import GuardedAgent
 from agents.validation import validate_allocation
 from daemon.config import AgentConfig, ConfigError, load_config, parse_config
 from daemon.replay import replay
@@ -128,7 +128,7 @@ def test_plugin_settings_are_validated_by_the_plugins_model(site: Path, tmp_path
 
 
 @pytest.mark.parametrize(("kind", "line"), [
-    ("nope", "agents.0.kind: agent t: unknown agent kind 'nope': not built in (buy_and_hold,"
+    ("nope", "agents.0.kind: unknown agent kind 'nope': not built in (buy_and_hold,"
              " equal_weight, cash, momentum, llm, http) and no installed package registers it in"
              " the entry-point group 'paperarena.agents'"),
     ("broken", "agents.0.kind: agent t: plugin 'broken' (broken_plugin:Agent) failed to load:"
@@ -149,8 +149,10 @@ def test_missing_or_broken_plugins_are_one_line_at_load(
     with pytest.raises(ConfigError) as err:
         load_config(write_config(tmp_path, f'id = "t"\nkind = "{kind}"\n{extra}'))
     assert err.value.problems == [line]
-    with pytest.raises(PluginError):  # and the engine would refuse to build it the same way
-        build_agent(agent_cfg(kind, settings={"x": 1} if extra else {}))
+    with pytest.raises(ValueError) as built:  # the engine refuses to build it the same way
+        build_agent(AgentConfig.model_validate(
+            {"id": "t", "kind": kind, "settings": {"x": 1} if extra else {}}))
+    assert line.split(": ", 1)[1].removeprefix("agent t: ") in str(built.value)
 
 
 def test_check_config_reports_a_missing_or_broken_plugin_in_one_line(
@@ -208,12 +210,12 @@ def test_the_example_config_of_own_agents_checks(site: Path) -> None:
     env = {**os.environ, "PYTHONPATH": pythonpath(site, EXAMPLE_PLUGIN, ROOT),
            "AGENT_TOKEN": "example-token"}
     r = subprocess.run([sys.executable, "-m", "daemon.cli", "check-config",
-                        "examples/own-agents.toml"], cwd=ROOT, env=env, capture_output=True,
+                        "examples/own-agents/replay.toml"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     env.pop("AGENT_TOKEN")
     r = subprocess.run([sys.executable, "-m", "daemon.cli", "check-config",
-                        "examples/own-agents.toml"], cwd=ROOT, env=env, capture_output=True,
+                        "examples/own-agents/replay.toml"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "AGENT_TOKEN (agent remote)" in r.stderr
 
