@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,8 @@ from aiohttp import web
 from agents.base import CASH, Observation, PricePoint, Question
 from agents.factory import build_agent
 from agents.remote import HttpAgent, build_request, check_answer, decision_id
-from daemon.config import AgentConfig
+from daemon.config import AgentConfig, parse_config
+from daemon.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 T = 1_714_600_000.0
@@ -335,3 +338,28 @@ async def test_a_hold_answer_keeps_the_portfolio() -> None:
     async with ScriptedServer(answer(body=b'{"hold": true, "reasoning": "no edge"}')) as url:
         dec = await HttpAgent(http_cfg(url)).decide(equity_obs())
     assert dec.outcome == "hold" and dec.allocation is None and dec.reasoning == "no edge"
+
+
+async def test_a_failing_agent_service_holds_the_portfolio_in_a_replay(tmp_path: Path) -> None:
+    async def broken(req: web.Request) -> web.Response:
+        return web.Response(status=500, text="<html><body>Traceback (most recent call last):\n"
+                                             "  boom</body></html>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_post("/decide", broken)
+    async with serve(app) as url:
+        cfg = parse_config({"http": {"enabled": False}, "agents": [
+            {"id": "remote", "kind": "http", "http": {"url": url, "timeout": 5}},
+            {"id": "ew", "kind": "equal_weight"}]})
+        end = datetime(2026, 10, 21, tzinfo=UTC).timestamp()  # the first 2 sessions
+        await replay(ROOT / "examples" / "sample.jsonl.gz", cfg, tmp_path / "r.db",
+                     progress=False, window=(None, end))
+    con = sqlite3.connect(tmp_path / "r.db")
+    rows = con.execute("SELECT outcome, reason, raw_output FROM decisions"
+                       " WHERE agent='remote'").fetchall()
+    assert rows and {r[0] for r in rows} == {"error"}
+    assert all(r[1] == "HTTP 500 from the agent service: <html><body>Traceback (most recent call"
+               " last): boom</body></html>" for r in rows)
+    assert all(r[2].startswith("<html>") for r in rows)  # the raw answer is kept
+    assert con.execute("SELECT COUNT(*) FROM fills WHERE agent='remote'").fetchone()[0] == 0
+    assert con.execute("SELECT COUNT(*) FROM fills WHERE agent='ew'").fetchone()[0] > 0
