@@ -1,10 +1,15 @@
-"""Build agents from their config; LLM agents import LiteLLM only when configured."""
+"""Build agents from their config; LLM agents import LiteLLM only when configured.
+
+Any kind that is not built in names a plugin (:mod:`agents.plugins`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agents.base import Agent
 from agents.baselines import AllCash, BuyAndHold, EqualWeightRebalanced, Momentum
-from daemon.config import AgentConfig
+from daemon.config import BUILTIN_KINDS, AgentConfig
 
 
 def build_agent(cfg: AgentConfig) -> Agent:
@@ -21,4 +26,33 @@ def build_agent(cfg: AgentConfig) -> Agent:
         from agents.llm import LlmAgent  # heavy import (litellm), only when configured
 
         return LlmAgent(cfg)
-    raise ValueError(f"unknown agent kind {cfg.kind!r}")
+    if cfg.kind == "http":
+        from agents.remote import HttpAgent
+
+        return HttpAgent(cfg)
+    from agents.plugins import build_plugin_agent
+
+    return build_plugin_agent(cfg)  # raises PluginError (a ValueError), one line
+
+
+def agent_problems(agents: Sequence[AgentConfig]) -> list[str]:
+    """Return one line per agent that cannot be built: a missing or broken plugin, bad plugin
+    settings, an unusable own prompt file (checked when a config is loaded)."""
+    from agents.plugins import plugin_problem
+    from agents.prompting import PromptFileError
+
+    problems = []
+    for i, cfg in enumerate(agents):
+        where = f"agents.{i}"
+        if cfg.kind not in BUILTIN_KINDS:
+            problem = plugin_problem(cfg)
+            if problem:
+                problems.append(f"{where}.{problem[0]}: agent {cfg.id}: {problem[1]}")
+        if cfg.prompt_files is not None:
+            from agents.llm import own_templates
+
+            try:
+                own_templates(cfg)
+            except PromptFileError as exc:
+                problems.append(f"{where}.prompt_files: {exc}")
+    return problems

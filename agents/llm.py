@@ -46,7 +46,7 @@ import structlog
 
 from agents.base import AgentDecision, Observation
 from agents.llm_output import InvalidOutput, check_response
-from agents.prompting import RenderedPrompt, render_prompt
+from agents.prompting import RenderedPrompt, load_prompt_file, render_prompt
 from agents.validation import SUM_TOLERANCE
 from daemon.config import AgentConfig, is_loopback_url
 from daemon.logs import redact_text, register_secret
@@ -130,6 +130,7 @@ class LlmAgent:
         self._sem = asyncio.Semaphore(cfg.max_concurrency)
         self._spend: dict[str, tuple[int, float]] = {}
         self._cost_unknown_logged = False
+        self._templates = own_templates(cfg)  # own prompt files: read, checked, hashed once
         if cfg.api_key_env and not os.environ.get(cfg.api_key_env):
             log.warning("llm.api_key_missing", agent=self.id, env=cfg.api_key_env)
         elif cfg.api_key_env:
@@ -177,6 +178,7 @@ class LlmAgent:
             news_window=cfg.news_window,
             news_per_asset=cfg.news_per_asset,
             tolerance=SUM_TOLERANCE,
+            templates=self._templates,
         )
 
     def backoff(self, attempt: int) -> float:
@@ -474,6 +476,15 @@ def _reply(response: Any) -> _Reply:
         refusal=refusal,
         finish_reason=str(finish) if finish is not None else None,
     )
+
+
+def own_templates(cfg: AgentConfig) -> dict[str, tuple[str, str]]:
+    """Return template name -> (text, version) of ``cfg``'s own prompt files (may raise
+    :class:`~agents.prompting.PromptFileError`, one line)."""
+    if cfg.prompt_files is None:
+        return {}
+    return {name: load_prompt_file(path, name)
+            for name, path in cfg.prompt_files.model_dump().items() if path is not None}
 
 
 def _text(value: Any) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from agents.base import CASH, NewsItem, Observation, PricePoint, Question
@@ -65,6 +66,52 @@ def load_template(name: str) -> tuple[str, str]:
     data = resources.files("agents.prompts").joinpath(f"{name}.txt").read_bytes()
     digest = hashlib.sha256(data).hexdigest()[:8]
     return data.decode("utf-8"), f"{name}-{TEMPLATE_VERSIONS[name]}+{digest}"
+
+
+#: Placeholders a template may use; an own prompt file must use ``$assets`` and ``$market``.
+PLACEHOLDERS = frozenset(
+    {"now", "timezone", "market", "news", "account", "assets", "sum_low", "sum_high"}
+)
+REQUIRED_PLACEHOLDERS = ("market", "assets")
+#: Largest own prompt file accepted (bytes).
+MAX_PROMPT_FILE_BYTES = 256 * 1024
+
+
+class PromptFileError(ValueError):
+    """An own prompt file is unusable; the message is one line naming the file."""
+
+
+def load_prompt_file(path: str, name: str) -> tuple[str, str]:
+    """Return ``(template text, version)`` of an agent's own template for market ``name``.
+
+    Checked here, at load: readable, at most :data:`MAX_PROMPT_FILE_BYTES`, UTF-8, valid
+    ``$placeholder`` syntax, only known placeholders, and ``$market`` and ``$assets`` present.
+    The version is ``<name>-custom:<file stem>+<first 8 hex of the file's SHA-256>``.
+    """
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PROMPT_FILE_BYTES + 1)
+    except OSError as exc:
+        raise PromptFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_PROMPT_FILE_BYTES:
+        raise PromptFileError(f"{path}: larger than {MAX_PROMPT_FILE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PromptFileError(f"{path}: not UTF-8 (invalid byte at offset {exc.start})") from None
+    template = string.Template(text)
+    if not template.is_valid():
+        raise PromptFileError(f"{path}: invalid placeholder syntax (write $$ for a dollar sign)")
+    used = set(template.get_identifiers())
+    unknown = sorted(used - PLACEHOLDERS)
+    if unknown:
+        raise PromptFileError(f"{path}: unknown placeholder(s) ${', $'.join(unknown)}"
+                              f" (known: ${', $'.join(sorted(PLACEHOLDERS))})")
+    missing = [p for p in REQUIRED_PLACEHOLDERS if p not in used]
+    if missing:
+        raise PromptFileError(f"{path}: missing placeholder(s) ${', $'.join(missing)}")
+    stem = re.sub(r"[^A-Za-z0-9_.\-]", "_", Path(path).stem)[:40]
+    return text, f"{name}-custom:{stem}+{hashlib.sha256(data).hexdigest()[:8]}"
 
 
 def template_name(obs: Observation) -> str:
@@ -124,10 +171,16 @@ def render_prompt(
     news_per_asset: int = 5,
     history_days: int = HISTORY_DAYS,
     tolerance: float = SUM_TOLERANCE,
+    templates: Mapping[str, tuple[str, str]] | None = None,
 ) -> RenderedPrompt:
-    """Render the prompt for ``obs`` with its template version and key mapping."""
+    """Render the prompt for ``obs`` with its template version and key mapping.
+
+    ``templates`` maps a template name to an own ``(text, version)`` (see
+    :func:`load_prompt_file`); names it lacks use the built-in template.
+    """
     name = template_name(obs)
-    template, version = load_template(name)
+    own = templates.get(name) if templates else None
+    template, version = own if own is not None else load_template(name)
     key_map = key_map_for(obs)
     names = {v: k for k, v in key_map.items()} if key_map is not None else {}
     tz, tz_label = (UTC, "UTC") if name == "polymarket" else (_EASTERN, "US Eastern time")

@@ -265,7 +265,59 @@ class MarketsConfig(_Frozen):
     polymarket: PolymarketMarketConfig = PolymarketMarketConfig()
 
 
-AgentKind = Literal["buy_and_hold", "equal_weight", "cash", "momentum", "llm"]
+AgentKind = Literal["buy_and_hold", "equal_weight", "cash", "momentum", "llm", "http"]
+#: The agent kinds built into paperarena; any other ``kind`` names an installed plugin.
+BUILTIN_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "momentum", "llm", "http")
+
+
+#: Entry-point group through which installed packages register agent kinds (agents/plugins.py).
+PLUGIN_GROUP = "paperarena.agents"
+
+
+def unknown_kind_problem(kind: str) -> str | None:
+    """Return why ``kind`` is neither built in nor registered by an installed plugin, or None."""
+    from importlib.metadata import entry_points
+
+    if kind in BUILTIN_KINDS or entry_points(group=PLUGIN_GROUP, name=kind):
+        return None
+    return (f"unknown agent kind {kind!r}: not built in ({', '.join(BUILTIN_KINDS)}) and no"
+            f" installed package registers it in the entry-point group {PLUGIN_GROUP!r}")
+
+
+class HttpAgentSettings(_Frozen):
+    """A remote agent service called once per decision (``kind = "http"``; docs/agents-http.md)."""
+
+    url: str = Field(description="http(s) URL the decision request is POSTed to")
+    token_env: str | None = Field(
+        default=None, description="env var holding the bearer token sent; none = no token"
+    )
+    timeout: float = Field(default=30.0, description="seconds per request, answer included (> 0)")
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = Field(
+        default=3, description="requests per decision; only transport failures are retried"
+    )
+    max_body: Annotated[int, Field(ge=1024, le=1 << 26)] = Field(
+        default=1 << 20, description="largest answer body read, in bytes (larger: invalid)"
+    )
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _timeout(cls, v: Any) -> float:
+        return positive_duration(v)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        problem = url_problem(v, ("http", "https"))
+        if problem:
+            raise ValueError(problem)
+        return v
+
+
+class PromptFiles(_Frozen):
+    """An LLM agent's own prompt templates (relative paths: from the config file's folder)."""
+
+    equity: str | None = Field(default=None, description="template for equity decisions")
+    polymarket: str | None = Field(default=None, description="template for Polymarket decisions")
 
 
 #: What a retry after a rejected answer tells the model (``{error}``: the one-line reason).
@@ -279,7 +331,9 @@ class AgentConfig(_Frozen):
     """One agent under evaluation."""
 
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
-    kind: AgentKind
+    kind: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")] = Field(
+        description="a built-in kind (BUILTIN_KINDS) or the name of an installed plugin"
+    )
     markets: tuple[Literal["equity", "polymarket"], ...] = ("equity", "polymarket")
     risk_profile: Literal["conservative", "balanced", "aggressive"] = "balanced"
     max_drawdown: Annotated[float, Field(gt=0, lt=1)] | None = Field(
@@ -314,6 +368,23 @@ class AgentConfig(_Frozen):
         description="line added to the prompt of a retry after a rejected answer; '{error}' is"
         " replaced by the one-line reason; empty = retry with the unchanged prompt",
     )
+
+    # own agents (docs/agents-http.md, README "Your own agent")
+    http: HttpAgentSettings | None = Field(default=None, description="kind = 'http' only")
+    settings: dict[str, Any] = Field(
+        default_factory=dict, description="a plugin's settings, validated by the plugin's model"
+    )
+    prompt_files: PromptFiles | None = Field(
+        default=None, description="an llm agent's own prompt templates (default: built-in)"
+    )
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        problem = unknown_kind_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
     @field_validator("timeout", mode="before")
     @classmethod
@@ -351,6 +422,12 @@ class AgentConfig(_Frozen):
             raise ValueError("an llm agent needs 'model' (a LiteLLM model string)")
         if not self.markets:
             raise ValueError("an agent must trade at least one market")
+        if (self.kind == "http") != (self.http is not None):
+            raise ValueError("an http agent needs an [agents.http] table (url), and only it")
+        if self.settings and self.kind in BUILTIN_KINDS:
+            raise ValueError(f"'settings' is for plugin agents, not kind {self.kind!r}")
+        if self.prompt_files is not None and self.kind != "llm":
+            raise ValueError("'prompt_files' is for llm agents only")
         return self
 
 
@@ -620,16 +697,39 @@ def load_config(path: str | Path | None) -> Config:
         raise ConfigError(str(p), [f"invalid TOML: {exc}"]) from None
     except RecursionError:
         raise ConfigError(str(p), ["invalid TOML: arrays or tables nested too deeply"]) from None
-    return parse_config(data, str(p))
+    cfg = _with_prompt_paths(parse_config(data, str(p)), p.parent)
+    from agents.factory import agent_problems  # plugins and prompt files, checked at load
+
+    problems = agent_problems(cfg.agents)
+    if problems:
+        raise ConfigError(str(p), problems)
+    return cfg
+
+
+def _with_prompt_paths(cfg: Config, base: Path) -> Config:
+    """Return ``cfg`` with every relative ``prompt_files`` path made relative to ``base``."""
+    agents = []
+    for a in cfg.agents:
+        pf = a.prompt_files
+        if pf is not None:
+            paths = {k: str(base / v) for k, v in pf.model_dump().items()
+                     if v is not None and not Path(v).is_absolute()}
+            a = a.model_copy(update={"prompt_files": pf.model_copy(update=paths)})
+        agents.append(a)
+    return cfg.model_copy(update={"agents": tuple(agents)})
 
 
 def missing_api_keys(config: Config, environ: Mapping[str, str]) -> list[tuple[str, str]]:
-    """Return (agent id, variable) for each LLM agent whose ``api_key_env`` is unset or empty.
+    """Return (agent id, variable) for each unset or empty ``api_key_env`` / ``http.token_env``.
 
-    An agent whose ``api_base`` is a loopback address (a local server) needs no key.
+    An LLM agent whose ``api_base`` is a loopback address (a local server) needs no key; an
+    http agent that names a ``token_env`` always needs it (the service may require it).
     """
     out = []
     for agent in config.agents:
+        if agent.http is not None and agent.http.token_env and not environ.get(
+                agent.http.token_env):
+            out.append((agent.id, agent.http.token_env))  # a remote agent's bearer token
         if agent.kind != "llm" or not agent.api_key_env or environ.get(agent.api_key_env):
             continue
         if agent.api_base and is_loopback_url(agent.api_base):
