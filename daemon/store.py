@@ -336,6 +336,9 @@ class Store:
         if type(ev) is PriceEvent:
             self._pending.append((seq, ev.ts, ev.recv_ts, ev.market, ev.asset, ev.price, ev.bid,
                                   ev.ask))
+        elif isinstance(ev, PriceEvent):  # NonMarkingPrice: data with its asset, not a mark
+            self._pending.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, ev.market, ev.asset,
+                                  ev.price, ev.bid, ev.ask, encode_event(ev).decode()))
         else:
             market = getattr(ev, "market", None)
             asset = ev.id if isinstance(ev, NewsEvent) else getattr(ev, "question_id", None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -65,6 +66,12 @@ async def test_one_after_hours_print_does_not_change_the_report(tmp_path: Path) 
     printed = json.loads(to_json(leaderboard(tmp_path / "print.db")))
     assert printed["rows"] == plain["rows"]
     assert printed == plain
+    # The print is kept as data, with its asset and price, never as a 'price' (mark) row.
+    con = sqlite3.connect(tmp_path / "print.db")
+    rows = con.execute("SELECT kind, market, asset, price FROM market_events"
+                       " WHERE kind != 'price' AND asset = 'AAPL'").fetchall()
+    con.close()
+    assert rows == [("NonMarkingPrice", "equity", "AAPL", 250.0)]
 
 
 # Wed 2026-09-16 (EDT): the session is 13:30-20:00 UTC.
