@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from daemon.config import Config, ConfigError, load_config
 from daemon.signals import Stopped, run_stoppable
@@ -30,7 +31,7 @@ def package_version() -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
+    def error(self, message: str) -> NoReturn:  # one line, exit 2
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
@@ -400,6 +401,9 @@ def _replay_roles(args: argparse.Namespace) -> int:
     from daemon.store import StoreOpenError
     from feeds.recording import RecordingError
 
+    if TYPE_CHECKING:
+        from daemon.roles import EvaluateSummary, PublishSummary
+
     try:
         cfg = with_overrides(_load(args.config),
                              agents=parse_agents(getattr(args, "agents", None)),
@@ -413,6 +417,7 @@ def _replay_roles(args: argparse.Namespace) -> int:
     configure_logging(cfg.logging.level, cfg.logging.format)
     register_config_secrets(cfg)
     try:
+        summary: PublishSummary | EvaluateSummary
         if args.cmd == "replay-publish":
             if args.evaluators < 1 or args.window < 1:
                 return _fail("--evaluators and --window must be at least 1")

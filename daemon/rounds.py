@@ -76,7 +76,7 @@ class DecisionRound:
     def __init__(self, engine: Engine, market: str,
                  monotonic: Callable[[], float] = time.perf_counter) -> None:
         self.engine = engine
-        self.market = market
+        self.market: Market = cast(Market, market)  # a configured market name
         self._monotonic = monotonic
         self.in_flight: dict[float, tuple[str, ...]] = {}
         """scheduled_ts -> agents of rounds started and not finished (kept when cancelled)."""
@@ -130,7 +130,7 @@ class DecisionRound:
                                                    reason=reason))
                 result.outcomes[agent_id] = "skipped"
                 events.append(DecisionEvent(ts=now, recv_ts=now, agent=agent_id,
-                                            market=cast(Market, market),
+                                            market=market,
                                             scheduled_ts=scheduled_ts, outcome="skipped",
                                             reason=reason))
             await eng.commit(rc)

@@ -15,6 +15,7 @@ and can report each one as missed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import re
 import threading
@@ -541,7 +542,7 @@ class _ScheduledTimeExecutor(BaseExecutor):
         assert self._loop is not None, "executor not started"
         task = self._loop.create_task(self._run(job, run_times), name=f"job:{job.id}")
         self.pending.add(task)
-        task.add_done_callback(lambda t, job_id=job.id: self._done(job_id, t))
+        task.add_done_callback(functools.partial(self._done, job.id))
 
     def _done(self, job_id: str, task: asyncio.Task[list[JobExecutionEvent]]) -> None:
         """Release the instance slot and dispatch the run's events."""

@@ -404,7 +404,8 @@ def _window_asset_returns(assets: Sequence[str], p0: np.ndarray, p1: np.ndarray
 
 def _first_priced(prices: np.ndarray) -> int:
     """Return the first row with any finite price (the CapitalBench window start), else -1."""
-    rows = np.flatnonzero(np.isfinite(prices).any(axis=1)) if prices.size else []
+    rows: Sequence[int] = (np.flatnonzero(np.isfinite(prices).any(axis=1)).tolist()
+                           if prices.size else [])
     return int(rows[0]) if len(rows) else -1
 
 
