@@ -391,14 +391,9 @@ class AgentConfig(_Frozen):
     def _timeout(cls, v: Any) -> float:
         return positive_duration(v)
 
-    @field_validator("news_window", mode="before")
+    @field_validator("news_window", "retry_after_cap", mode="before")
     @classmethod
     def _durations(cls, v: Any) -> float:
-        return parse_duration(v)
-
-    @field_validator("retry_after_cap", mode="before")
-    @classmethod
-    def _retry_after_cap(cls, v: Any) -> float:
         return parse_duration(v)
 
     @field_validator("retry_feedback")
