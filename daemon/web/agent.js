@@ -115,7 +115,8 @@
       const weights = Object.entries(c.weights || {}).filter(([, w]) => w > 0.0005).sort((a, b) => b[1] - a[1]).map(([a, w]) => `${a.length > 14 ? a.slice(0, 12) + "…" : a} ${pct(w)}`).join(", ");
       body.append(el("tr", {"data-market": c.market},
         el("td", {}, c.market), el("td", {class: "num"}, money(c.value)), el("td", {class: "num"}, pct(c.return_ratio)),
-        el("td", {class: "num"}, pct(c.drawdown)), el("td", {class: "num"}, pct(c.limit)), el("td", {class: "num"}, pct(c.cash_ratio)),
+        el("td", {class: finite(c.drawdown) && c.drawdown >= c.limit ? "num warn" : "num"}, pct(c.drawdown).replace("+", "")),
+        el("td", {class: "num"}, pct(c.limit).replace("+", "")), el("td", {class: "num"}, pct(c.cash_ratio).replace("+", "")),
         el("td", {class: `status s-${c.status}`}, c.status, c.reason ? el("div", {class: "why"}, c.reason) : null),
         el("td", {class: "text"}, weights || "-")));
     }

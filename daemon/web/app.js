@@ -66,7 +66,9 @@
           ...COLUMNS.map(([, key, f]) => el("td", {"data-field": key, class: key === "decisions" ? "text" : "num"}, f(r[key]))),
           rk ? el("td", {"data-field": rk, class: "num"}, pct(r[rk])) : null,
           el("td", {"data-field": "live_value", class: "num"}, money(lv.value)),
-          el("td", {"data-field": "live_drawdown", class: "num"}, finite(lv.drawdown) ? `${pct(lv.drawdown)} / ${pct(lv.limit)}` : "-"),
+          el("td", {"data-field": "live_drawdown", class: finite(lv.drawdown) && finite(lv.limit) && lv.drawdown >= lv.limit ? "num warn" : "num",
+            title: "current drawdown from the peak / the agent's limit"},
+          finite(lv.drawdown) ? `${pct(lv.drawdown).slice(1)} / ${pct(lv.limit).slice(1)}` : "-"),
           el("td", {"data-field": "status", class: `status s-${lv.status || "unknown"}`}, lv.status || "-"));
         body.append(tr);
       };
