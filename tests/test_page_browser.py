@@ -250,3 +250,40 @@ def test_agent_page_opens_and_never_runs_untrusted_text(arena: Arena, browser: A
     browser.get(arena.url + "/")
     wait(browser, lambda d: loaded(d) >= 1, "leaderboard rendered")
     assert browser.execute_script("return window.__pwned") is None
+
+
+def test_provisional_agents_are_listed_below_the_ranked_ones(arena: Arena,
+                                                             browser: Any) -> None:
+    """Fields the leaderboard may carry (provisional + reason, a valid-decision rate) render."""
+    assert arena.obs is not None and arena.obs.server is not None
+    cache = arena.obs.server.board_cache
+    assert cache is not None
+    compute = cache.compute
+
+    def marked(path: Any) -> dict[str, Any]:
+        board = compute(path)
+        for row in board["rows"]:
+            row["valid_decision_rate"] = 0.5 if row["agent"] == "llm1" else 1.0
+            if row["agent"] == "cash":
+                row.update(provisional=True, rank=None,
+                           provisional_reason="<b>only 2 valid decisions</b>")
+        return board
+
+    cache.compute = marked
+    cache.stamp = None  # recompute on the next request
+    try:
+        browser.get(arena.url + "/")
+        wait(browser, lambda d: any(c.get("valid_decision_rate") for c in cells(d, "equity")),
+             "rate column")
+        rows = cells(browser, "equity")
+        assert rows[-1]["rank"] == "—" and rows[-1]["agent"].startswith("cash")
+        assert "provisional" in rows[-1]["agent"] and "<b>only 2 valid decisions</b>" in rows[-1][
+            "agent"]
+        assert all(r["rank"] != "—" for r in rows[:-1])
+        assert {r["agent"].split()[0]: r["valid_decision_rate"] for r in rows}["llm1"] == "50.00%"
+        status = arena.run(arena.obs.server.page.status())
+        assert [(a["agent"], a["provisional_reason"]) for a in status["agents"]
+                if a["provisional"]] == [("cash", "<b>only 2 valid decisions</b>")]
+    finally:
+        cache.compute = compute
+        cache.stamp = None

@@ -10,11 +10,11 @@
     if (typeof row.provisional === "string") return row.provisional;
     return row.provisional_reason || row.reason || "";
   }
-  /** Keys of a per-agent valid-decision rate, when the leaderboard has one. */
+  /** The key of a per-agent valid-decision rate (e.g. `valid_decision_rate`), when the board has one. */
   function rateKey(rows) {
     for (const r of rows) {
       for (const k of Object.keys(r)) {
-        if (/valid/.test(k) && /rate|ratio|share/.test(k) && (finite(r[k]) || r[k] === null)) return k;
+        if (/^valid.*(rate|ratio|share)$/.test(k) && (finite(r[k]) || r[k] === null)) return k;
       }
     }
     return null;
@@ -64,7 +64,7 @@
             provisional ? el("span", {class: "badge", title: provisionalReason(r)}, "provisional") : null,
             provisional && provisionalReason(r) ? el("div", {class: "why"}, provisionalReason(r)) : null),
           ...COLUMNS.map(([, key, f]) => el("td", {"data-field": key, class: key === "decisions" ? "text" : "num"}, f(r[key]))),
-          rk ? el("td", {"data-field": rk, class: "num"}, pct(r[rk])) : null,
+          rk ? el("td", {"data-field": rk, class: "num"}, pct(r[rk]).replace("+", "")) : null,
           el("td", {"data-field": "live_value", class: "num"}, money(lv.value)),
           el("td", {"data-field": "live_drawdown", class: finite(lv.drawdown) && finite(lv.limit) && lv.drawdown >= lv.limit ? "num warn" : "num",
             title: "current drawdown from the peak / the agent's limit"},
