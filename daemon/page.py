@@ -204,8 +204,12 @@ class Page:
         """Prepare the routes and the event stream of ``server``."""
         self.server = server
         self.events = LiveEvents(server)
-        self.files = {p.name: p for p in WEB_DIR.iterdir()
-                      if p.is_file() and p.suffix in CONTENT_TYPES and _NAME.match(p.name)}
+        self.files: dict[str, Path] = {}
+        if WEB_DIR.is_dir():
+            self.files = {p.name: p for p in WEB_DIR.iterdir()
+                          if p.is_file() and p.suffix in CONTENT_TYPES and _NAME.match(p.name)}
+        else:  # a broken install: the API still works, the page answers 404
+            log.warning("the page's files are missing; / answers 404", path=str(WEB_DIR))
 
     def add_routes(self, app: web.Application) -> None:
         """Add the page's routes to ``app``."""
