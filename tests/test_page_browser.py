@@ -174,8 +174,8 @@ def cells(drv: Any, market: str) -> list[dict[str, str]]:
     """Return the leaderboard's rows of ``market`` as {field: text}, read in one go."""
     return list(drv.execute_script(
         "return [...document.querySelectorAll(`table.leaderboard[data-market='${arguments[0]}']"
-        " tbody tr`)].map((tr) => Object.fromEntries([...tr.children].map("
-        "(td) => [td.dataset.field, td.innerText.trim()])))", market))
+        " tbody tr`)].map((tr) => Object.fromEntries([['_agent', tr.dataset.agent],"
+        " ...[...tr.children].map((td) => [td.dataset.field, td.innerText.trim()])]))", market))
 
 
 def click(drv: Any, css: str) -> None:
@@ -200,10 +200,16 @@ def test_page_loads_and_matches_the_report(arena: Arena, browser: Any) -> None:
     wait(browser, lambda d: d.find_element(By.ID, "conn").text == "live", "event stream open")
     report = report_json(arena.db)
     page = cells(browser, "equity")
-    rows = [r for r in report["rows"] if r["market"] == "equity" and not r.get("provisional")]
-    assert [c["agent"] for c in page[:len(rows)]] == [r["agent"] for r in rows]
-    for c, r in zip(page, rows, strict=False):
-        assert c["rank"] == f"{r['rank']}{'~' if r['tied_with_next'] else ''}"
+    mine = [r for r in report["rows"] if r["market"] == "equity"]
+    # Ranked agents in the report's order, then the provisional ones without a rank.
+    rows = ([r for r in mine if not r.get("provisional")] +
+            [r for r in mine if r.get("provisional")])
+    assert [c["_agent"] for c in page] == [r["agent"] for r in rows]
+    for c, r in zip(page, rows, strict=True):
+        if r.get("provisional"):
+            assert c["rank"] == "—" and "provisional" in c["agent"]
+        else:
+            assert c["rank"] == f"{r['rank']}{'~' if r['tied_with_next'] else ''}"
         assert c["cumulative_return"] == pct(r["cumulative_return"])
         assert c["max_drawdown"] == pct(r["max_drawdown"])
         assert c["sharpe"] == num(r["sharpe"])
@@ -220,11 +226,11 @@ def test_a_new_fill_appears_without_a_reload(arena: Arena, browser: Any) -> None
     wait(browser, lambda d: loaded(d) >= 1 and d.find_element(By.ID, "conn").text == "live",
          "page live")
     browser.execute_script("window.__same_page = true")
-    before = {c["agent"]: c["decisions"] for c in cells(browser, "equity")}
+    before = {c["_agent"]: c["decisions"] for c in cells(browser, "equity")}
     arena.run(arena.next_day())
     wait(browser, lambda d: d.find_elements(
         By.CSS_SELECTOR, '#activity li[data-type="fill"][data-agent="ew"]'), "fill in activity")
-    wait(browser, lambda d: {c["agent"]: c["decisions"] for c in cells(d, "equity")}["ew"]
+    wait(browser, lambda d: {c["_agent"]: c["decisions"] for c in cells(d, "equity")}["ew"]
          != before["ew"], "table updated")
     assert browser.execute_script("return window.__same_page") is True  # never reloaded
 
@@ -267,6 +273,8 @@ def test_provisional_agents_are_listed_below_the_ranked_ones(arena: Arena,
             if row["agent"] == "cash":
                 row.update(provisional=True, rank=None,
                            provisional_reason="<b>only 2 valid decisions</b>")
+            else:
+                row.update(provisional=False, provisional_reason=None)
         return board
 
     cache.compute = marked
@@ -276,11 +284,11 @@ def test_provisional_agents_are_listed_below_the_ranked_ones(arena: Arena,
         wait(browser, lambda d: any(c.get("valid_decision_rate") for c in cells(d, "equity")),
              "rate column")
         rows = cells(browser, "equity")
-        assert rows[-1]["rank"] == "—" and rows[-1]["agent"].startswith("cash")
+        assert rows[-1]["rank"] == "—" and rows[-1]["_agent"] == "cash"
         assert "provisional" in rows[-1]["agent"] and "<b>only 2 valid decisions</b>" in rows[-1][
             "agent"]
         assert all(r["rank"] != "—" for r in rows[:-1])
-        assert {r["agent"].split()[0]: r["valid_decision_rate"] for r in rows}["llm1"] == "50.00%"
+        assert {r["_agent"]: r["valid_decision_rate"] for r in rows}["llm1"] == "50.00%"
         status = arena.run(arena.obs.server.page.status())
         assert [(a["agent"], a["provisional_reason"]) for a in status["agents"]
                 if a["provisional"]] == [("cash", "<b>only 2 valid decisions</b>")]
