@@ -47,6 +47,7 @@ KEY_ENV = "PAPERARENA_TEST_LLM_KEY"
 XSS_ANSWER = '<script>window.__pwned = "answer"</script><img src=x onerror="window.__pwned=1">'
 XSS_HEADLINE = '<script>window.__pwned = "news"</script><img src=y onerror="window.__pwned=2">'
 WAIT = 20.0
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def config(api_base: str) -> Config:
@@ -163,9 +164,8 @@ def num(x: float | None) -> str:
 
 
 def report_json(db: Path) -> dict[str, Any]:
-    exe = Path(sys.executable).with_name("paperarena")
-    out = subprocess.run([str(exe), "report", "--db", str(db), "--json"], check=True,
-                         capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-m", "daemon.cli", "report", "--db", str(db), "--json"],
+                         check=True, capture_output=True, text=True, timeout=120, cwd=ROOT,
                          env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     return json.loads(out.stdout)
 

@@ -137,7 +137,14 @@ async def test_status_names_sources_rounds_and_agents(daemon: Daemon) -> None:
     assert eq["last_ts"] == T0 + 3600 and eq["missed"] == 3 and eq["last_outcomes"] == {"missed": 3}
     assert eq["outcomes"]["ok"] >= 2
     agents = {a["agent"]: a for a in st["agents"]}
-    assert agents["ew"]["status"] == "active" and agents["ew"]["provisional"] is False
+    assert agents["ew"]["status"] == "active"
+    # Provisional exactly when the leaderboard says so (a reason with it).
+    assert daemon.obs.server is not None and daemon.obs.server.board_cache is not None
+    board = await daemon.obs.server.board_cache.get()
+    flagged = {(r["agent"], r["market"]) for r in board["rows"] if r.get("provisional")}
+    for a in st["agents"]:
+        assert a["provisional"] == ((a["agent"], a["market"]) in flagged)
+        assert bool(a["provisional_reason"]) == a["provisional"]
 
 
 async def test_decisions_are_paged_with_their_audit_trail(daemon: Daemon) -> None:

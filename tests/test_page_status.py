@@ -10,12 +10,14 @@ from pathlib import Path
 from tests.test_alerts import T0, FakeSource, buy, tick
 from tests.test_metrics_http import start_daemon, stop_daemon
 
-EXE = str(Path(sys.executable).with_name("paperarena"))
+ROOT = Path(__file__).resolve().parents[1]
 
 
 async def status(*args: str) -> tuple[int, str, str]:
+    """Run ``paperarena status`` (this checkout's) and return (exit code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
-        EXE, "status", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "daemon.cli", "status", *args, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode or 0, out.decode(), err.decode()
@@ -42,7 +44,8 @@ async def test_status_prints_sources_rounds_and_flagged_agents(tmp_path: Path) -
         assert "missed=3" in eq and "missed 3" in eq
         assert any(line.split()[:3] == ["ew", "equity", "halted"] for line in lines)
         assert any(line.split()[:3] == ["cash", "equity", "active"] for line in lines)
-        assert lines[-1].startswith("attention: ew (equity) halted: ")
+        assert lines[-1].startswith("attention: ")
+        assert "ew (equity) halted: " in lines[-1]
         code, out, _ = await status("--url", str(d.obs.url), "--json")
         assert code == 0 and out.startswith("{") and '"rounds"' in out
         # From the config's [http] address, as `paperarena resume` does.
