@@ -51,8 +51,8 @@
       const info = (board.markets || {})[market] || {};
       const head = el("tr", {}, el("th", {}, "#"), el("th", {}, "agent"),
         ...COLUMNS.map(([label]) => el("th", {}, label)),
-        rk ? el("th", {}, "valid decisions") : null,
-        el("th", {}, "value now"), el("th", {}, "drawdown / limit"), el("th", {}, "status"));
+        rk ? el("th", {title: "share of valid decisions"}, "valid") : null,
+        el("th", {title: "mark-to-market value now"}, "value"), el("th", {title: "current drawdown from the peak / the agent's limit"}, "dd / limit"), el("th", {}, "status"));
       const body = el("tbody");
       const liveOf = (agent) => liveRows.find((l) => l.agent === agent && l.market === market) || {};
       const addRow = (r, provisional) => {
@@ -63,7 +63,7 @@
           el("td", {"data-field": "agent"}, el("a", {href: `/agent/${encodeURIComponent(r.agent)}`}, r.agent),
             provisional ? el("span", {class: "badge", title: provisionalReason(r)}, "provisional") : null,
             provisional && provisionalReason(r) ? el("div", {class: "why"}, provisionalReason(r)) : null),
-          ...COLUMNS.map(([, key, f]) => el("td", {"data-field": key, class: key === "decisions" ? "text" : "num"}, f(r[key]))),
+          ...COLUMNS.map(([, key, f]) => el("td", {"data-field": key, class: key === "decisions" ? "counts" : "num"}, f(r[key]))),
           rk ? el("td", {"data-field": rk, class: "num"}, pct(r[rk]).replace("+", "")) : null,
           el("td", {"data-field": "live_value", class: "num"}, money(lv.value)),
           el("td", {"data-field": "live_drawdown", class: finite(lv.drawdown) && finite(lv.limit) && lv.drawdown >= lv.limit ? "num warn" : "num",
@@ -81,7 +81,7 @@
       const best = info.best_asset ? `best asset ${info.best_asset.length > 16 ? info.best_asset.slice(0, 14) + "…" : info.best_asset} ${pct(info.best_asset_return)}` : "";
       root.append(el("section", {class: "board", "data-market": market},
         el("h2", {}, market, el("span", {class: "meta"}, `${finite(info.marks) ? info.marks : 0} marks${best ? " · " + best : ""}`)),
-        el("table", {class: "leaderboard", "data-market": market}, el("thead", {}, head), body)));
+        el("div", {class: "scroll"}, el("table", {class: "leaderboard", "data-market": market}, el("thead", {}, head), body))));
     }
     if (!markets.length) root.append(el("p", {class: "note"}, "No agents yet."));
   }
