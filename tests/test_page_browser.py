@@ -295,3 +295,25 @@ def test_provisional_agents_are_listed_below_the_ranked_ones(arena: Arena,
     finally:
         cache.compute = compute
         cache.stamp = None
+
+
+def test_agent_page_pages_through_a_long_history(arena: Arena, browser: Any) -> None:
+    from daemon.store import DecisionRecord, RoundCommit
+
+    assert arena.engine is not None
+    old = [DecisionRecord("cash", "equity", T0 - (i + 1) * 3600.0, T0 - (i + 1) * 3600.0,
+                          "error", reason=f"old failure {i}") for i in range(30)]
+    arena.run(arena.engine.store.commit_round(RoundCommit(decisions=old)))
+    browser.get(arena.url + "/agent/cash")
+    wait(browser, lambda d: "page 1 of" in d.find_element(By.ID, "page").text, "pager")
+    first = browser.find_element(By.ID, "page").text
+    total = int(first.split("(")[1].split()[0])
+    assert total >= 30 and first.startswith(f"page 1 of {(total + 19) // 20} ")
+    assert browser.find_element(By.ID, "newer").get_attribute("disabled") is not None
+    click(browser, "#older")
+    wait(browser, lambda d: d.find_element(By.ID, "page").text.startswith("page 2 of"), "page 2")
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#decisions tbody tr[data-ts]')]"
+        ".map((tr) => Number(tr.dataset.ts))")
+    assert rows == sorted(rows, reverse=True) and len(rows) == min(20, total - 20)
+    assert max(rows) < T0  # the older decisions, newest first
