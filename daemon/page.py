@@ -12,7 +12,8 @@ Routes added to the daemon's HTTP server (:class:`daemon.http.HttpServer`):
   resolution, alert, source-status and price (mark) events into at most one ``update`` message
   per :data:`MIN_INTERVAL` seconds, so a replay at full speed costs each page one refetch per
   interval, never one per event. A comment line every :data:`KEEPALIVE` seconds keeps proxies
-  from closing an idle stream; at most :data:`MAX_CLIENTS` streams are open at once (503 beyond).
+  from closing an idle stream; at most :data:`MAX_CLIENTS` streams are open at once, and never
+  more than half of ``[http] max_connections`` (503 beyond).
 - ``GET /api/status``: sources (state, market, last data and its age), rounds per market (last
   round, outcome counts including ``missed`` and ``skipped``), agents (live status, halted,
   provisional with its reason when the leaderboard says so), the engine clock.
@@ -94,6 +95,14 @@ class LiveEvents:
         """Return the number of open streams."""
         return len(self._clients)
 
+    @property
+    def limit(self) -> int:
+        """Return how many streams may be open: :data:`MAX_CLIENTS`, at most half the connections.
+
+        The other half of ``[http] max_connections`` stays for the API, metrics and probes.
+        """
+        return max(1, min(MAX_CLIENTS, self.server.settings.max_connections // 2))
+
     def start(self) -> None:
         """Start the flusher task."""
         if self._task is None:
@@ -143,9 +152,10 @@ class LiveEvents:
         """Serve one event stream until the client leaves or the server stops."""
         if self._closed:
             raise web.HTTPServiceUnavailable(text="the server is stopping")
-        if len(self._clients) >= MAX_CLIENTS:
+        limit = self.limit
+        if len(self._clients) >= limit:
             return web.json_response(
-                {"error": f"too many event streams (at most {MAX_CLIENTS}), retry shortly"},
+                {"error": f"too many event streams (at most {limit}), retry shortly"},
                 status=503)
         resp = web.StreamResponse(headers={**_headers(), "Content-Type": "text/event-stream",
                                            "X-Accel-Buffering": "no"})

@@ -14,7 +14,7 @@ import pytest
 from daemon import page as page_mod
 from daemon.events import FillEvent
 from daemon.store import DecisionRecord, RoundCommit
-from tests.test_alerts import T0, FakeSource, buy, tick
+from tests.test_alerts import T0, FakeSource, buy, make_config, tick
 from tests.test_metrics_http import Daemon, start_daemon, stop_daemon
 
 
@@ -102,6 +102,15 @@ async def test_event_stream_pushes_coalesced_updates(daemon: Daemon,
         assert daemon.obs.server.page.events.clients == 1
 
 
+async def test_event_streams_take_at_most_half_the_connections(tmp_path: Path) -> None:
+    d = await start_daemon(tmp_path, config=make_config(max_connections=6))
+    try:
+        assert d.obs.server is not None
+        assert d.obs.server.page.events.limit == 3
+    finally:
+        await stop_daemon(d)
+
+
 async def test_event_streams_are_bounded_and_end_when_the_server_stops(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(page_mod, "MAX_CLIENTS", 2)
@@ -111,7 +120,9 @@ async def test_event_streams_are_bounded_and_end_when_the_server_stops(
     for s in streams:
         await read_event(s, "hello")
     status, body = await d.get("/api/events")
-    assert status == 503 and "too many event streams" in body["error"]
+    assert status == 503 and "too many event streams (at most 2)" in body["error"]
+    status, _ = await d.get("/api/status")  # the API still answers
+    assert status == 200
     ends = [asyncio.ensure_future(s.content.read()) for s in streams]
     await asyncio.wait_for(d.obs.stop(), 10)  # open streams do not hold the shutdown
     await asyncio.wait_for(asyncio.gather(*ends), 5)
