@@ -7,8 +7,8 @@
     python3 dev.py paperarena <args...>       # any paperarena command inside the venv
 
 The venv is (re)installed when pyproject.toml changes. ``test`` also installs what the end-to-end
-tests need from Debian packages (Prometheus, Alertmanager, Mosquitto) when run as root; elsewhere it
-says what to install and those tests are skipped with that reason.
+tests need from Debian packages (Prometheus, Alertmanager, Mosquitto, Chromium and its driver) when
+run as root; elsewhere it says what to install and those tests are skipped with that reason.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ APT_PACKAGES = {
     "promtool": "prometheus",
     "prometheus-alertmanager": "prometheus-alertmanager",
     "mosquitto": "mosquitto",
+    "chromium": "chromium",  # the live page's browser tests (tests/test_page_browser.py)
+    "chromedriver": "chromium-driver",
 }
 
 

@@ -137,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--market", default=None, help="only this market (default: every market)")
     rs.add_argument("--config", "-c", help="config of the running daemon (for its HTTP address)")
 
+    st = sub.add_parser("status", help="print the running daemon's state (from its HTTP API)")
+    st.add_argument("--config", "-c", help="config of the running daemon (for its HTTP address)")
+    st.add_argument("--url", default=None, help="the daemon's base URL instead, e.g. "
+                    "http://127.0.0.1:9464")
+    st.add_argument("--json", action="store_true", help="print /api/status as JSON")
+
     bk = sub.add_parser("backup", help="consistent online copy of the database (daemon may run)")
     bk.add_argument("--out", "-o", required=True, help="backup file to write")
     bk.add_argument("--db", default="paperarena.db")
@@ -250,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _resume(args)
         if args.cmd == "probe":
             return _probe(args)
+        if args.cmd == "status":
+            return _status(args)
     except ConfigError as exc:
         for line in exc.problems:
             sys.stderr.write(f"{exc.source}: {line}\n")
@@ -481,6 +489,27 @@ def _resume(args: argparse.Namespace) -> int:
         return _fail(f"resume refused ({exc.code}): {exc.read().decode(errors='replace')[:200]}")
     except OSError as exc:
         return _fail(f"no daemon answering at {url}: {exc}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    import json
+
+    from daemon.status import StatusError, fetch_status, render_status
+
+    if args.url:
+        base = args.url
+    else:
+        cfg = _load(args.config)
+        host = "127.0.0.1" if cfg.http.host in ("0.0.0.0", "::") else cfg.http.host
+        base = f"http://{host}:{cfg.http.port}"
+    try:
+        st = fetch_status(base)
+    except StatusError as exc:
+        sys.stderr.write(f"paperarena status: {exc}\n")
+        return 1
+    sys.stdout.write(json.dumps(st, sort_keys=True) + "\n" if args.json
+                     else render_status(st, base))
     return 0
 
 

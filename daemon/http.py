@@ -13,6 +13,9 @@ Routes (bound to 127.0.0.1 by default, ``[http] host/port``):
   after new marks or rounds, one computation at a time;
 - ``GET /api/agents``: the running agents with their live figures;
 - ``GET /api/agents/{id}``: equity curve, allocations (fills), recent decisions and alerts;
+- ``GET /``, ``GET /agent/{id}``, ``GET /static/{name}``, ``GET /api/events`` (server-sent
+  events), ``GET /api/status``, ``GET /api/agents/{id}/decisions``: the live page and its data
+  (:mod:`daemon.page`);
 - ``POST /api/agents/{id}/resume`` (operator action; JSON body ``{}`` or ``{"market": ...}``,
   ``Content-Type: application/json`` required): resume an agent halted after a drawdown breach.
 
@@ -47,6 +50,7 @@ from daemon.alerts import market_open, source_market, state_name
 from daemon.board_cache import BoardCache
 from daemon.config import ConfigError, HttpConfig
 from daemon.metrics import portfolio_rows
+from daemon.page import Page
 
 if TYPE_CHECKING:
     from daemon.alerts import AlertMonitor
@@ -252,6 +256,7 @@ class HttpServer:
         self._queries = asyncio.Semaphore(self.settings.max_queries)
         path = engine.store.path
         self.board_cache = None if path == ":memory:" else BoardCache(path, serialize=_dumps)
+        self.page = Page(self)  # the live page at / and its event stream (daemon/page.py)
         self.app = self._build_app()
 
     def _build_app(self) -> web.Application:
@@ -263,6 +268,7 @@ class HttpServer:
         app.router.add_get("/api/agents", self.handle_agents)
         app.router.add_get("/api/agents/{id}", self.handle_agent)
         app.router.add_post("/api/agents/{id}/resume", self.handle_resume)
+        self.page.add_routes(app)
         return app
 
     @web.middleware
@@ -312,6 +318,7 @@ class HttpServer:
                 f"http: cannot listen on {self.host}:{self.port}: {exc.strerror or exc} "
                 "(another daemon? change [http] port or set enabled = false)"]) from None
         self._runner = runner
+        self.page.start()
         for addr in runner.addresses:
             if isinstance(addr, tuple) and len(addr) >= 2:
                 self.port = int(addr[1])
@@ -325,6 +332,7 @@ class HttpServer:
 
     async def stop(self) -> None:
         """Stop serving."""
+        await self.page.close()  # end the event streams first: cleanup waits for handlers
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -1,0 +1,197 @@
+// One agent's page: figures now, equity and drawdown curves, allocation over time, model usage,
+// and every decision with its audit trail (reason, raw answer, input hash, headlines, calls).
+"use strict";
+
+(() => {
+  const {el, svg, pct, num, money, time, counts, clear, getJSON, live, finite, PALETTE} = PA;
+  const PAGE = 20;
+  const agent = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop() || "");
+  const base = `/api/agents/${encodeURIComponent(agent)}`;
+  let offset = 0;
+  let total = 0;
+  document.getElementById("agent-id").textContent = agent;
+  document.title = `paperarena: ${agent}`;
+
+  /** A line chart of [ts, y] points as an SVG element. */
+  function lineChart(points, {title, fmt, color, zeroLine}) {
+    const W = 460, H = 170, L = 62, R = 10, T = 22, B = 26;
+    const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img"});
+    const label = svg("text", {x: L, y: 14, class: "title"});
+    label.textContent = title;
+    box.append(label);
+    if (points.length < 1) {
+      const t = svg("text", {x: W / 2, y: H / 2, "text-anchor": "middle", class: "axis"});
+      t.textContent = "no data yet";
+      box.append(t);
+      return box;
+    }
+    const xs = points.map((p) => p[0]);
+    const ys = points.map((p) => p[1]);
+    let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+    let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+    if (zeroLine) { y0 = Math.min(y0, 0); y1 = Math.max(y1, 0); }
+    if (x1 === x0) x1 = x0 + 1;
+    if (y1 === y0) { const pad = Math.abs(y1) * 0.01 || 0.01; y1 += zeroLine ? 0 : pad; y0 -= pad; }
+    const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
+    const sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+    box.append(svg("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, class: "grid"}));
+    box.append(svg("line", {x1: L, y1: T, x2: L, y2: H - B, class: "grid"}));
+    for (const [y, v] of [[sy(y1), y1], [sy(y0), y0]]) {
+      const t = svg("text", {x: L - 4, y: y + 4, "text-anchor": "end", class: "axis"});
+      t.textContent = fmt(v);
+      box.append(t);
+    }
+    for (const [x, v, anchor] of [[L, x0, "start"], [W - R, x1, "end"]]) {
+      const t = svg("text", {x, y: H - 8, "text-anchor": anchor, class: "axis"});
+      t.textContent = time(v).slice(0, 10);
+      box.append(t);
+    }
+    const d = points.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
+    box.append(svg("path", {d, fill: "none", stroke: color, "stroke-width": 1.6}));
+    return box;
+  }
+
+  /** Stacked bars of the weights after each fill. */
+  function allocationChart(fills) {
+    const W = 460, H = 170, L = 62, R = 10, T = 22, B = 26;
+    const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img"});
+    const label = svg("text", {x: L, y: 14, class: "title"});
+    label.textContent = "allocation after each rebalance";
+    box.append(label);
+    const held = (f) => Object.entries(f.weights || {}).filter(([, w]) => Number(w) > 0.0005).map(([a]) => a);
+    const assets = [...new Set(fills.flatMap(held))].sort((a, b) => (a === "CASH") - (b === "CASH") || a.localeCompare(b));
+    const n = Math.max(1, fills.length);
+    const bw = (W - L - R) / n;
+    fills.forEach((f, i) => {
+      let acc = 0;
+      assets.forEach((a, j) => {
+        const w = Math.max(0, Number((f.weights || {})[a]) || 0);
+        if (!w) return;
+        const h = w * (H - T - B);
+        const r = svg("rect", {x: (L + i * bw).toFixed(1), y: (H - B - acc - h).toFixed(1), width: Math.max(0.5, bw - (bw > 3 ? 1 : 0)).toFixed(1), height: h.toFixed(1), fill: a === "CASH" ? "#c9ced6" : PALETTE[j % PALETTE.length]});
+        const tip = svg("title", {});
+        tip.textContent = `${time(f.scheduled_ts)} ${a} ${pct(w)}`;
+        r.append(tip);
+        box.append(r);
+        acc += h;
+      });
+    });
+    for (const [y, v] of [[T, "100%"], [H - B, "0%"]]) {
+      const t = svg("text", {x: L - 4, y: y + 4, "text-anchor": "end", class: "axis"});
+      t.textContent = v;
+      box.append(t);
+    }
+    const legend = el("div", {class: "legend"}, ...assets.slice(0, 20).map((a, j) => el("span", {},
+      el("i", {class: "swatch", "data-color": j}), a.length > 18 ? a.slice(0, 16) + "…" : a)));
+    legend.querySelectorAll("i.swatch").forEach((s) => {
+      const j = Number(s.dataset.color);
+      s.style.background = assets[j] === "CASH" ? "#c9ced6" : PALETTE[j % PALETTE.length];
+    });
+    return [box, legend];
+  }
+
+  function renderCharts(data) {
+    const root = clear(document.getElementById("charts"));
+    const markets = [...new Set([...(data.current || []).map((c) => c.market), ...(data.equity || []).map((e) => e.market)])];
+    for (const market of markets) {
+      const eq = (data.equity || []).filter((e) => e.market === market && finite(e.value)).sort((a, b) => a.ts - b.ts);
+      const pts = eq.map((e) => [e.ts, e.value]);
+      let peak = -Infinity;
+      const dd = pts.map(([t, v]) => { peak = Math.max(peak, v); return [t, peak > 0 ? Math.min(0, v / peak - 1) : 0]; });
+      const fills = (data.allocations || []).filter((f) => f.market === market).sort((a, b) => a.scheduled_ts - b.scheduled_ts);
+      const [alloc, legend] = allocationChart(fills);
+      root.append(el("div", {class: "market-charts", "data-market": market},
+        el("h2", {}, `${market}`),
+        el("div", {class: "chart-row"},
+          lineChart(pts, {title: "equity (USD)", fmt: money, color: "#4e79a7"}),
+          lineChart(dd, {title: "drawdown from peak", fmt: pct, color: "#e15759", zeroLine: true}),
+          el("div", {}, alloc, legend))));
+    }
+  }
+
+  function renderCurrent(data) {
+    const body = clear(document.querySelector("#current tbody"));
+    for (const c of data.current || []) {
+      const weights = Object.entries(c.weights || {}).filter(([, w]) => w > 0.0005).sort((a, b) => b[1] - a[1]).map(([a, w]) => `${a.length > 14 ? a.slice(0, 12) + "…" : a} ${pct(w)}`).join(", ");
+      body.append(el("tr", {"data-market": c.market},
+        el("td", {}, c.market), el("td", {class: "num"}, money(c.value)), el("td", {class: "num"}, pct(c.return_ratio)),
+        el("td", {class: finite(c.drawdown) && c.drawdown >= c.limit ? "num warn" : "num"}, pct(c.drawdown).replace("+", "")),
+        el("td", {class: "num"}, pct(c.limit).replace("+", "")), el("td", {class: "num"}, pct(c.cash_ratio).replace("+", "")),
+        el("td", {class: `status s-${c.status}`}, c.status, c.reason ? el("div", {class: "why"}, c.reason) : null),
+        el("td", {class: "text"}, weights || "-")));
+    }
+    const llm = clear(document.querySelector("#llm tbody"));
+    for (const u of data.llm || []) {
+      llm.append(el("tr", {}, el("td", {}, u.market), el("td", {class: "num"}, u.calls), el("td", {class: "num"}, u.tokens_in),
+        el("td", {class: "num"}, u.tokens_out), el("td", {class: "num"}, num(u.cost_usd, 4))));
+    }
+    if (!(data.llm || []).length) llm.append(el("tr", {}, el("td", {colspan: 5}, "no model calls (not an LLM agent, or none yet)")));
+  }
+
+  function audit(d) {
+    const parts = [];
+    if (d.reason) parts.push(el("div", {class: "reason"}, d.reason));
+    const key = `${d.market}|${d.scheduled_ts}`;
+    const details = el("details", {class: "audit", "data-key": key}, el("summary", {}, `audit: input ${d.input_sha256 ? d.input_sha256.slice(0, 12) : "-"}${d.calls.length ? `, ${d.calls.length} call${d.calls.length > 1 ? "s" : ""}` : ""}`));
+    details.append(el("div", {}, "input SHA-256: ", el("code", {class: "hash"}, d.input_sha256 || "-"), d.template_version ? ` · prompt ${d.template_version}` : ""));
+    if (d.headlines.length) {
+      details.append(el("div", {class: "label"}, "headlines in the input"),
+        el("ul", {class: "headlines"}, ...d.headlines.map((h) => el("li", {}, el("span", {class: "when"}, time(h.ts)), ` [${h.key}] `, h.headline, h.source ? ` (${h.source})` : ""))));
+    }
+    d.calls.forEach((c, i) => {
+      details.append(el("div", {class: "label"}, `step ${i + 1} (attempt ${c.attempt}) · ${c.model || "?"} · ${finite(c.tokens_in) ? c.tokens_in : "-"} in / ${finite(c.tokens_out) ? c.tokens_out : "-"} out tokens · ${finite(c.cost_usd) ? "$" + num(c.cost_usd, 5) : "cost -"} · ${finite(c.latency_s) ? num(c.latency_s, 2) + " s" : "-"}${c.finish_reason ? " · " + c.finish_reason : ""}`));
+      if (c.error) details.append(el("div", {class: "error-text"}, c.error));
+      if (c.raw_response) details.append(el("pre", {class: "raw"}, c.raw_response));
+    });
+    if (d.raw_output && !d.calls.some((c) => c.raw_response === d.raw_output)) {
+      details.append(el("div", {class: "label"}, "raw answer"), el("pre", {class: "raw"}, d.raw_output));
+    }
+    parts.push(details);
+    return parts;
+  }
+
+  function renderDecisions(page) {
+    total = page.total || 0;
+    const body = document.querySelector("#decisions tbody");
+    const open = new Set([...body.querySelectorAll("details[open]")].map((d) => d.dataset.key));
+    clear(body);
+    for (const d of page.decisions || []) {
+      const alloc = d.allocation && typeof d.allocation === "object"
+        ? Object.entries(d.allocation).filter(([, w]) => w > 0.0005).sort((a, b) => b[1] - a[1]).slice(0, 6).map(([a, w]) => `${a.length > 12 ? a.slice(0, 10) + "…" : a} ${pct(w)}`).join(", ")
+        : "-";
+      body.append(el("tr", {class: `outcome o-${d.outcome}`, "data-ts": d.scheduled_ts},
+        el("td", {}, time(d.scheduled_ts)), el("td", {}, d.market),
+        el("td", {class: `o o-${d.outcome}`}, d.outcome), el("td", {class: "text"}, alloc),
+        el("td", {class: "text"}, ...audit(d)),
+        el("td", {class: "num"}, d.attempts), el("td", {class: "num"}, `${num(d.duration_s, 2)} s`)));
+    }
+    body.querySelectorAll("details").forEach((d) => { if (open.has(d.dataset.key)) d.open = true; });
+    if (!(page.decisions || []).length) body.append(el("tr", {}, el("td", {colspan: 7}, "no decisions yet")));
+    const pages = Math.max(1, Math.ceil(total / PAGE));
+    document.getElementById("page").textContent = `page ${Math.floor(offset / PAGE) + 1} of ${pages} (${total} decisions)`;
+    document.getElementById("newer").disabled = offset <= 0;
+    document.getElementById("older").disabled = offset + PAGE >= total;
+  }
+
+  async function loadDecisions() {
+    const page = await getJSON(`${base}/decisions?offset=${offset}&limit=${PAGE}`);
+    if (page && page.error) throw new Error(page.error);
+    renderDecisions(page);
+  }
+
+  async function load() {
+    const data = await getJSON(`${base}?limit=5000`);
+    if (data && data.error) throw new Error(data.error);
+    PA.showError("");
+    renderCurrent(data);
+    renderCharts(data);
+    await loadDecisions();
+    document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
+  }
+
+  document.getElementById("newer").addEventListener("click", () => { offset = Math.max(0, offset - PAGE); loadDecisions().catch((e) => PA.showError(String(e.message || e))); });
+  document.getElementById("older").addEventListener("click", () => { if (offset + PAGE < total) { offset += PAGE; loadDecisions().catch((e) => PA.showError(String(e.message || e))); } });
+
+  // Reload when the stream names this agent, a resolution moved its book or prices moved.
+  live(load, null, (msg) => (msg.recent || []).some((r) => r.agent === agent || r.type === "resolution") || Boolean((msg.counts || {}).mark));
+})();
