@@ -67,7 +67,8 @@ async def test_four_steps_end_in_an_allocation(server: FakeLlmServer, monkeypatc
     assert "YOUR SELECTION: MSFT" in decision
     fundamentals = decision.split("FUNDAMENTALS OF THE SELECTED STOCKS", 1)[1]
     assert "MSFT:\n  market capitalisation: unavailable" in fundamentals
-    assert "P/E ratio: unavailable" in fundamentals and "dividend yield: unavailable" in fundamentals
+    assert "P/E ratio: unavailable" in fundamentals
+    assert "dividend yield: unavailable" in fundamentals
     assert "52-week range: unavailable; range over the 5 daily close(s) available" in fundamentals
     assert "AAPL:" not in fundamentals
     # Each step is auditable: its name, the hash of what it sent, its answer and parsed value.
@@ -180,3 +181,72 @@ def test_execution_fits_and_weights() -> None:
                         "stop", obs)
     assert "0.01 USD short" in execution_problem(over, obs)
     assert T > 0
+
+
+class StockBenchModel(FakeLlmServer):
+    """A model that reads each step's prompt: picks two stocks, buys 10,000 USD of each it
+    does not hold, asks for too much every third decision (then revises), and sends garbage
+    to every fourth overview (valid on retry)."""
+
+    async def _respond(self, body: dict[str, Any]) -> Any:
+        prompt = body["messages"][-1]["content"]
+        step = self.step_of(body) or ""
+        tickers = prompt.rsplit("Tickers: ", 1)[-1].split(".\n")[0].split(", ")
+        if step == "overview":
+            tickers = prompt.split("each one of: ", 1)[1].split(".\n", 1)[0].split(", ")
+            n = self.steps.count("overview")
+            self.push(ok("no idea") if n % 4 == 0 else pick(*tickers[n % 5: n % 5 + 2]))
+        else:
+            held = {line.split(":")[0] for line in prompt.splitlines()
+                    if "shares =" in line and line[:1].isalpha()}
+            picks = prompt.split("YOUR SELECTION: ", 1)[1].split("\n", 1)[0].split(", ")
+            buy = [t for t in picks if t in tickers and t not in held]
+            greedy = step == "decision" and self.steps.count("decision") % 3 == 0
+            amount = 1e6 if greedy else 10_000.0
+            self.push(orders({t: {"action": "increase", "target_usd": amount} for t in buy}))
+        return await super()._respond(body)
+
+
+async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any) -> None:
+    import sqlite3
+    import tomllib
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from daemon.config import parse_config
+    from daemon.replay import replay
+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "examples" / "stockbench.toml").read_text())
+    monkeypatch.setenv("LOCAL_LLM_KEY", "sk-local")
+    async with StockBenchModel() as model:
+        data["agents"][0].update(api_base=model.api_base, timeout=10)
+        cfg = parse_config(data)
+        end = datetime(2026, 10, 28, tzinfo=UTC).timestamp()  # the first 7 sessions
+        await replay(root / "examples" / "sample.jsonl.gz", cfg, tmp_path / "sb.db",
+                     progress=False, window=(None, end))
+    con = sqlite3.connect(tmp_path / "sb.db")
+    q = con.execute
+    outcomes = dict(q("SELECT outcome, COUNT(*) FROM decisions WHERE agent='stockbench'"
+                      " GROUP BY outcome").fetchall())
+    assert sum(outcomes.values()) == 7 and outcomes.get("ok", 0) >= 4, outcomes
+    steps = {s for (s,) in q("SELECT DISTINCT step FROM llm_calls")}
+    assert {"overview", "decision", "revision_1"} <= steps
+    assert q("SELECT COUNT(*) FROM llm_calls WHERE outcome='invalid' AND step='overview'"
+             ).fetchone()[0] >= 1
+    # Every call names its step, the hash of its prompt, its outcome; valid ones their value.
+    for step, sha, outcome, parsed in q("SELECT step, input_sha256, outcome, parsed_json"
+                                        " FROM llm_calls"):
+        assert step and len(sha) == 64 and outcome in ("ok", "invalid")
+        assert (parsed is not None) == (outcome == "ok")
+    # Decisions at the open, 100,000 USD accounts, stock purchases filled.
+    (first,) = q("SELECT MIN(scheduled_ts) FROM decisions").fetchone()
+    assert datetime.fromtimestamp(first, UTC).strftime("%H:%M") == "13:31"  # 09:31 EDT
+    bought = q("SELECT value_before, traded_value FROM fills WHERE agent='stockbench'"
+               " AND traded_value > 0").fetchall()
+    assert bought and bought[0][0] == pytest.approx(100_000.0)
+    assert all(v == pytest.approx(20_000.0, rel=0.01) or v < 20_001 for _, v in bought)
+    reasons = [r for (r,) in q("SELECT reason FROM decisions WHERE outcome != 'ok'"
+                               " AND agent='stockbench'")]
+    assert all(r.startswith("step ") or r == "every stock held" or not r for r in reasons)
+    con.close()
