@@ -16,9 +16,10 @@ Steps of one decision (each model call is stored with its step name, see :mod:`a
 The orders become the target weights the ledger applies (``target / account value``, held
 stocks at their current weight, the rest in CASH); the configured cost model applies.
 
-Fundamentals: the observation carries no market capitalisation, P/E or dividend figures yet, so
-the decision prompt names them unavailable; the 52-week range is computed from the daily closes
-the observation holds and says how many sessions it covers.
+Fundamentals come from the observation (the latest snapshot of :mod:`feeds.fundamentals` received
+before the decision); a figure it lacks is named unavailable in the prompt. Without a 52-week
+range from the source, the range is computed from the daily closes the observation holds and says
+how many sessions it covers.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -56,8 +57,20 @@ FIT_TOLERANCE = 1e-9
 #: Span of the "52-week" range in seconds (365 days).
 YEAR_S = 365 * 86_400.0
 _EASTERN = ZoneInfo("America/New_York")
-#: The fundamentals StockBench gives per selected stock that no source supplies yet.
-UNAVAILABLE = ("market capitalisation", "P/E ratio", "dividend yield", "recent quarterly dividends")
+
+
+def _fmt_cap(x: float) -> str:
+    return f"{x / 1e9:,.1f} billion USD" if x >= 1e9 else f"{x / 1e6:,.1f} million USD"
+
+
+#: The fundamentals shown per selected stock: (normalised name, label, format).
+FIGURES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
+    ("market_cap_usd", "market capitalisation", _fmt_cap),
+    ("pe_ratio", "P/E ratio (trailing)", lambda x: f"{x:.2f}"),
+    ("dividend_yield_pct", "dividend yield", lambda x: f"{x:.2f}%"),
+    ("dividend_per_share_annual", "dividends per share, last 12 months",
+     lambda x: f"{x:.2f} USD"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,10 +349,23 @@ class StockBenchAgent(LlmAgent):
             return "(no stock selected)"
         lines = []
         for t in tickers:
-            lines.append(f"{t}:")
-            for name in UNAVAILABLE:
-                lines.append(f"  {name}: unavailable (no fundamentals source)")
-            lines.append(f"  {_range_line(obs, t)}")
+            snap = obs.fundamentals.get(t)
+            if snap is None:
+                lines.append(f"{t}: (no fundamentals received)")
+                missing = "unavailable (no fundamentals source data)"
+                metrics: Mapping[str, float] = {}
+            else:
+                lines.append(f"{t}: (as of {_fmt_ts(snap.ts)}, source {snap.source or 'n/a'})")
+                missing = "unavailable (not given by the source)"
+                metrics = snap.metrics
+            for key, label, fmt in FIGURES:
+                x = metrics.get(key)
+                lines.append(f"  {label}: {fmt(x) if x is not None else missing}")
+            high, low = metrics.get("week52_high"), metrics.get("week52_low")
+            if high is not None and low is not None:
+                lines.append(f"  52-week range: {low:.2f} - {high:.2f}")
+            else:
+                lines.append(f"  {_range_line(obs, t)}")
         return "\n".join(lines)
 
     # -- outcomes -------------------------------------------------------------------------------

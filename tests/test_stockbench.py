@@ -66,8 +66,8 @@ async def test_four_steps_end_in_an_allocation(server: FakeLlmServer, monkeypatc
     # The decision step adds the fundamentals of the selection, naming what is unavailable.
     assert "YOUR SELECTION: MSFT" in decision
     fundamentals = decision.split("FUNDAMENTALS OF THE SELECTED STOCKS", 1)[1]
-    assert "MSFT:\n  market capitalisation: unavailable" in fundamentals
-    assert "P/E ratio: unavailable" in fundamentals
+    assert "MSFT: (no fundamentals received)\n  market capitalisation: unavailable" in fundamentals
+    assert "P/E ratio (trailing): unavailable" in fundamentals
     assert "dividend yield: unavailable" in fundamentals
     assert "52-week range: unavailable; range over the 5 daily close(s) available" in fundamentals
     assert "AAPL:" not in fundamentals
