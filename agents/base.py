@@ -180,7 +180,8 @@ class AgentDecision:
     raw_responses: tuple[str, ...] = ()
     calls: tuple[Mapping[str, Any], ...] = ()
     """One record per model call: attempt, ts, model, raw_response, error, tokens_in,
-    tokens_out, latency_s, cost_usd (stored in the ``llm_calls`` table)."""
+    tokens_out, latency_s, cost_usd, and for protocol steps step, input_sha256 (of the prompt
+    sent), outcome and parsed (stored in the ``llm_calls`` table)."""
 
 
 @runtime_checkable

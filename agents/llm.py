@@ -225,6 +225,10 @@ class LlmAgent:
             tolerance=SUM_TOLERANCE,
         )
 
+    def prompt_version(self, obs: Observation) -> str:
+        """Return the version of the prompt(s) this agent sends for ``obs``."""
+        return self.render(obs).template_version
+
     def backoff(self, attempt: int) -> float:
         """Return the wait after failed attempt ``attempt`` (base * 2^(attempt-1), jittered)."""
         delay = self._backoff_base * (2.0 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())

@@ -277,6 +277,10 @@ class StockBenchAgent(LlmAgent):
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def prompt_version(self, obs: Observation) -> str:
+        """Return the version of the StockBench prompt set."""
+        return load_prompt_set(PROTOCOL)[1]
+
     # -- rendering ------------------------------------------------------------------------------
     def context(self, obs: Observation) -> dict[str, str]:
         """Return the placeholders shared by the overview and decision prompts."""

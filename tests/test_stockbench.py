@@ -250,3 +250,29 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
                                " AND agent='stockbench'")]
     assert all(r.startswith("step ") or r == "every stock held" or not r for r in reasons)
     con.close()
+
+
+async def test_probe_runs_the_agents_own_protocol(
+    server: FakeLlmServer, monkeypatch: Any, tmp_path: Any
+) -> None:
+    from agents.probe import run_probe_command
+    from agents.protocols import load_prompt_set
+    from tests.test_llm_agent import _store_decisions
+
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    db = tmp_path / "arena.db"
+    e = equity_obs()
+    _store_decisions(db, [("sb", "equity", T, e, e.sha256())])
+    cfg = tmp_path / "arena.toml"
+    cfg.write_text(
+        '[[agents]]\nid = "sb"\nkind = "llm"\nmodel = "openai/test-model"\n'
+        f'api_base = "{server.api_base}"\napi_key_env = "{KEY_ENV}"\n'
+        'protocol = "stockbench"\nmarkets = ["equity"]\n')
+    server.push_step("overview", pick(), pick())
+    server.push_step("decision", orders({"MSFT": {"action": "increase", "target_usd": 500.0}}),
+                     orders({"MSFT": {"action": "increase", "target_usd": 300.0}}))
+    out = await run_probe_command(str(cfg), str(db), "sb", 2)
+    assert server.steps == ["overview", "decision", "overview", "decision"]
+    assert (out["valid"], out["invalid"]) == (2, 0)
+    assert out["mean_l1"] == pytest.approx(0.4)
+    assert out["template_version"] == load_prompt_set("stockbench")[1]
