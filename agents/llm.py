@@ -117,6 +117,11 @@ class DecisionRun:
     attempts: list[_Attempt] = field(default_factory=list)
     stop_reason: str = ""
     """Why calls stopped early (the daily budget), ``""`` if they did not."""
+    deadline: float | None = None
+    """``time.monotonic()`` by which the decision must end; a call that could outlast it is not
+    started and the step fails (``None``: no limit besides the round's own)."""
+    out_of_time: bool = False
+    """Whether a call was not started because of :attr:`deadline`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +131,7 @@ class StepResult:
     step: str
     attempts: list[_Attempt]
     stop_reason: str = ""
+    out_of_time: bool = False
 
     @property
     def ok(self) -> bool:
@@ -145,6 +151,9 @@ class StepResult:
         if self.stop_reason:
             last = f": {self.attempts[-1].error}" if self.attempts else ""
             return f"{self.stop_reason}{last}"
+        if self.out_of_time:
+            last = f" (after: {self.attempts[-1].error})" if self.attempts else ""
+            return f"not enough time left before the decision deadline for another call{last}"
         return self.attempts[-1].error if self.attempts else "no call made"
 
 
@@ -317,6 +326,9 @@ class LlmAgent:
                 run.stop_reason = self.budget_exceeded(run.day) or ""
                 if run.stop_reason:
                     break
+            if run.deadline is not None and time.monotonic() + self.cfg.timeout > run.deadline:
+                run.out_of_time = True
+                break
             if n > 1:
                 wait = self.wait_after(n - 1, attempts[-1])
                 if attempts[-1].retry_after is not None:
@@ -341,7 +353,7 @@ class LlmAgent:
             )
             if att.kind in ("ok", "fatal"):
                 break
-        return StepResult(step, attempts, run.stop_reason)
+        return StepResult(step, attempts, run.stop_reason, run.out_of_time)
 
     def _decision(
         self, obs: Observation, prompt: RenderedPrompt, attempts: list[_Attempt], paused: str

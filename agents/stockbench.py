@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import string
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,6 +48,7 @@ from agents.llm_output import InvalidOutput, extract_json, split_think
 from agents.prompting import _Ctx
 from agents.protocols import load_prompt_set
 from daemon.logs import redact_text
+from daemon.rounds import AGENT_DEADLINE
 
 log = structlog.get_logger(__name__)
 
@@ -215,6 +217,9 @@ class StockBenchAgent(LlmAgent):
     """An LLM agent following the StockBench workflow (see the module doc)."""
 
     protocol = PROTOCOL
+    decision_deadline: float = AGENT_DEADLINE - 30.0
+    """Seconds a decision may take, all steps included: a call that could end later is not
+    started (the step fails, naming the deadline) so the calls made so far are kept."""
 
     async def decide(self, obs: Observation) -> AgentDecision:
         """Run the workflow for ``obs``; any failed step holds with the step in the reason."""
@@ -228,6 +233,7 @@ class StockBenchAgent(LlmAgent):
         run = self.prepare(obs, version)
         if isinstance(run, AgentDecision):
             return run
+        run.deadline = time.monotonic() + self.decision_deadline
         summary: dict[str, Any] = {"protocol": PROTOCOL}
 
         picked = await self.run_step(
@@ -406,6 +412,9 @@ class StockBenchAgent(LlmAgent):
         last = step.attempts[-1] if step.attempts else None
         if step.stop_reason:
             outcome = "paused"
+            reason = f"step {step.step}: {step.error}"
+        elif step.out_of_time:
+            outcome = "error"
             reason = f"step {step.step}: {step.error}"
         else:
             outcome = "invalid" if last is not None and last.kind == "invalid" else "error"

@@ -276,3 +276,16 @@ async def test_probe_runs_the_agents_own_protocol(
     assert (out["valid"], out["invalid"]) == (2, 0)
     assert out["mean_l1"] == pytest.approx(0.4)
     assert out["template_version"] == load_prompt_set("stockbench")[1]
+
+
+async def test_a_step_that_could_pass_the_deadline_is_not_started(
+    server: FakeLlmServer, monkeypatch: Any
+) -> None:
+    server.push_step("overview", Behaviour(content=json.dumps({"selected": []}), delay=0.8))
+    agent = make(server, monkeypatch, timeout=1)
+    agent.decision_deadline = 1.5  # the decision step could end 1.8 s in at the earliest
+    d = await agent.decide(equity_obs())
+    assert d.outcome == "error"
+    assert d.reason == ("step decision: not enough time left before the decision deadline"
+                        " for another call")
+    assert server.steps == ["overview"] and [c["step"] for c in d.calls] == ["overview"]
