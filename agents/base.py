@@ -36,6 +36,15 @@ class NewsItem:
 
 
 @dataclass(frozen=True, slots=True)
+class Fundamentals:
+    """A stock's fundamentals as observed at ``ts`` (normalised names, see feeds.fundamentals)."""
+
+    ts: float
+    metrics: Mapping[str, float]
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class PastAllocation:
     """A past applied allocation with the cumulative return the account had reached then."""
 
@@ -73,6 +82,8 @@ class Observation:
     recent_allocations: tuple[PastAllocation, ...] = ()
     news: Mapping[str, tuple[NewsItem, ...]] = field(default_factory=dict)
     questions: tuple[Question, ...] = ()
+    fundamentals: Mapping[str, Fundamentals] = field(default_factory=dict)
+    """The latest fundamentals snapshot per stock observed by the decision time (if any)."""
 
     @property
     def tradable(self) -> tuple[str, ...]:
@@ -104,6 +115,11 @@ class Observation:
                 for k, items in sorted(self.news.items())
             },
             "questions": [[q.id, q.question, q.yes, q.no] for q in self.questions],
+            # Only when present, so that the hash of an observation without them is unchanged.
+            **({"fundamentals": {
+                a: [f.ts, dict(sorted(f.metrics.items())), f.source]
+                for a, f in sorted(self.fundamentals.items())
+            }} if self.fundamentals else {}),
         }
 
     @classmethod
@@ -132,6 +148,10 @@ class Observation:
                 for k, items in d["news"].items()
             },
             questions=tuple(Question(*q) for q in d["questions"]),
+            fundamentals={
+                a: Fundamentals(float(t), dict(m), str(src))
+                for a, (t, m, src) in d.get("fundamentals", {}).items()
+            },
         )
 
     def canonical_json(self) -> bytes:
@@ -160,7 +180,8 @@ class AgentDecision:
     raw_responses: tuple[str, ...] = ()
     calls: tuple[Mapping[str, Any], ...] = ()
     """One record per model call: attempt, ts, model, raw_response, error, tokens_in,
-    tokens_out, latency_s, cost_usd (stored in the ``llm_calls`` table)."""
+    tokens_out, latency_s, cost_usd, and for protocol steps step, input_sha256 (of the prompt
+    sent), outcome and parsed (stored in the ``llm_calls`` table)."""
 
 
 @runtime_checkable
@@ -192,6 +213,9 @@ def assert_no_lookahead(obs: Observation) -> None:
         for item in items:
             if item.ts > t:
                 raise LookAheadError(f"news for {key} at {item.ts} is after decision time {t}")
+    for asset, f in obs.fundamentals.items():
+        if f.ts > t:
+            raise LookAheadError(f"fundamentals of {asset} at {f.ts} are after decision time {t}")
     for past in obs.recent_allocations:
         if past.ts > t:
             raise LookAheadError(f"past allocation at {past.ts} is after decision time {t}")

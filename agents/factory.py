@@ -23,9 +23,9 @@ def build_agent(cfg: AgentConfig) -> Agent:
     if cfg.kind == "momentum":
         return Momentum(cfg.id, lookback=cfg.lookback_days, top_k=cfg.top_k)
     if cfg.kind == "llm":
-        from agents.llm import LlmAgent  # heavy import (litellm), only when configured
+        from agents.protocols import build_llm_agent  # heavy import (litellm), only when configured
 
-        return LlmAgent(cfg)
+        return build_llm_agent(cfg)
     if cfg.kind == "http":
         from agents.remote import HttpAgent
 

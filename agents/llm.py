@@ -31,12 +31,13 @@ LiteLLM is imported lazily (it takes seconds) when the first :class:`LlmAgent` i
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from types import ModuleType
@@ -100,6 +101,60 @@ class _Attempt:
     parsed: Any = None
     retry_after: float | None = None
     """Seconds the provider asked to wait (a 429's ``Retry-After``), when it said."""
+
+
+#: A step's validator: (answer text, finish reason) -> parsed value, or raise InvalidOutput.
+Check = Callable[[str, str | None], Any]
+
+
+@dataclass(slots=True)
+class DecisionRun:
+    """One decision in progress: its observation, budget day, key and every call so far."""
+
+    obs: Observation
+    day: str
+    api_key: str | None
+    attempts: list[_Attempt] = field(default_factory=list)
+    stop_reason: str = ""
+    """Why calls stopped early (the daily budget), ``""`` if they did not."""
+    deadline: float | None = None
+    """``time.monotonic()`` by which the decision must end; a call that could outlast it is not
+    started and the step fails (``None``: no limit besides the round's own)."""
+    out_of_time: bool = False
+    """Whether a call was not started because of :attr:`deadline`."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """The calls of one step and how it ended."""
+
+    step: str
+    attempts: list[_Attempt]
+    stop_reason: str = ""
+    out_of_time: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Return whether the step got a valid answer."""
+        return bool(self.attempts) and self.attempts[-1].kind == "ok"
+
+    @property
+    def parsed(self) -> Any:
+        """Return the parsed value of the valid answer (``None`` when there is none)."""
+        return self.attempts[-1].parsed if self.ok else None
+
+    @property
+    def error(self) -> str:
+        """Return why the step failed (``""`` when it did not)."""
+        if self.ok:
+            return ""
+        if self.stop_reason:
+            last = f": {self.attempts[-1].error}" if self.attempts else ""
+            return f"{self.stop_reason}{last}"
+        if self.out_of_time:
+            last = f" (after: {self.attempts[-1].error})" if self.attempts else ""
+            return f"not enough time left before the decision deadline for another call{last}"
+        return self.attempts[-1].error if self.attempts else "no call made"
 
 
 class LlmAgent:
@@ -181,6 +236,10 @@ class LlmAgent:
             templates=self._templates,
         )
 
+    def prompt_version(self, obs: Observation) -> str:
+        """Return the version of the prompt(s) this agent sends for ``obs``."""
+        return self.render(obs).template_version
+
     def backoff(self, attempt: int) -> float:
         """Return the wait after failed attempt ``attempt`` (base * 2^(attempt-1), jittered)."""
         delay = self._backoff_base * (2.0 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
@@ -199,20 +258,9 @@ class LlmAgent:
             return ""
         return _one_line(template.replace("{error}", error.removeprefix("invalid output: ")))
 
-    async def decide(self, obs: Observation) -> AgentDecision:
-        """Ask the model for the allocation of ``obs``; see the module doc for the policy."""
+    def prepare(self, obs: Observation, template_version: str) -> AgentDecision | DecisionRun:
+        """Return a decision made without calling (budget spent, key unset) or the run to make."""
         day = utc_day(obs.decision_ts)
-        try:
-            prompt = self.render(obs)
-        except Exception as exc:
-            log.exception("llm.render_failed", agent=self.id, market=obs.market)
-            return AgentDecision(
-                allocation=None,
-                outcome="error",
-                reason=_one_line(f"prompt rendering failed: {exc}", 300),
-                attempts=0,
-                usage=_usage(()),
-            )
         paused = self.budget_exceeded(day)
         if paused:
             log.info("llm.paused", agent=self.id, market=obs.market, reason=paused)
@@ -222,7 +270,7 @@ class LlmAgent:
                 reason=paused,
                 attempts=0,
                 usage=_usage(()),
-                template_version=prompt.template_version,
+                template_version=template_version,
             )
         api_key: str | None = None
         if self.cfg.api_key_env:
@@ -236,17 +284,56 @@ class LlmAgent:
                     reason=f"environment variable {self.cfg.api_key_env} (api_key_env) is not set",
                     attempts=0,
                     usage=_usage(()),
-                    template_version=prompt.template_version,
+                    template_version=template_version,
                 )
             register_secret(api_key)  # never stored nor logged, even if a model echoes it
+        return DecisionRun(obs=obs, day=day, api_key=api_key)
+
+    async def decide(self, obs: Observation) -> AgentDecision:
+        """Ask the model for the allocation of ``obs``; see the module doc for the policy."""
+        try:
+            prompt = self.render(obs)
+        except Exception as exc:
+            log.exception("llm.render_failed", agent=self.id, market=obs.market)
+            return render_failed(exc)
+        run = self.prepare(obs, prompt.template_version)
+        if isinstance(run, AgentDecision):
+            return run
+
+        def check(answer: str, finish_reason: str | None) -> Any:
+            return check_response(answer, finish_reason, obs, key_map=prompt.key_map)
+
+        await self.run_step(run, "allocation", prompt.text, check, dump=_dump_allocation)
+        return self._decision(obs, prompt, run.attempts, run.stop_reason)
+
+    async def run_step(
+        self,
+        run: DecisionRun,
+        step: str,
+        text: str,
+        check: Check,
+        *,
+        dump: Callable[[Any], Any] = lambda parsed: parsed,
+    ) -> StepResult:
+        """Ask the model ``text`` until ``check`` accepts an answer (see the module doc).
+
+        ``check(answer, finish_reason)`` returns the parsed value or raises
+        :class:`~agents.llm_output.InvalidOutput`; ``dump`` makes that value JSON-ready for the
+        call record. Every call is appended to ``run.attempts``; a budget exhausted before a call
+        sets ``run.stop_reason`` and ends the step.
+        """
+        obs = run.obs
         attempts: list[_Attempt] = []
-        stop_reason = ""
         feedback = ""
         for n in range(1, self.cfg.max_attempts + 1):
-            if n > 1:
-                stop_reason = self.budget_exceeded(day) or ""
-                if stop_reason:
+            if n > 1 or run.attempts:
+                run.stop_reason = self.budget_exceeded(run.day) or ""
+                if run.stop_reason:
                     break
+            if run.deadline is not None and time.monotonic() + self.cfg.timeout > run.deadline:
+                run.out_of_time = True
+                break
+            if n > 1:
                 wait = self.wait_after(n - 1, attempts[-1])
                 if attempts[-1].retry_after is not None:
                     log.info("llm.retry_after", agent=self.id, market=obs.market,
@@ -254,37 +341,30 @@ class LlmAgent:
                 await self._sleep(wait)
                 if attempts[-1].kind == "invalid":
                     feedback = self.feedback(attempts[-1].error)
-            text = f"{prompt.text}\n\n{feedback}" if feedback else prompt.text
-            messages = [{"role": "user", "content": text}]
-            att = await self._attempt(n, messages, api_key, obs, prompt)
+            sent = f"{text}\n\n{feedback}" if feedback else text
+            messages = [{"role": "user", "content": sent}]
+            att = await self._attempt(len(run.attempts) + 1, messages, run.api_key, obs, check)
+            att.record["step"] = step
+            att.record["input_sha256"] = hashlib.sha256(sent.encode("utf-8")).hexdigest()
+            att.record["outcome"] = att.kind
+            att.record["parsed"] = dump(att.parsed) if att.kind == "ok" else None
             attempts.append(att)
+            run.attempts.append(att)
             self._add_spend(
-                day,
+                run.day,
                 int(att.record["tokens_in"]) + int(att.record["tokens_out"]),
                 float(att.record["cost_usd"]),
             )
             if att.kind in ("ok", "fatal"):
                 break
-        return self._decision(obs, prompt, attempts, stop_reason)
+        return StepResult(step, attempts, run.stop_reason, run.out_of_time)
 
     def _decision(
         self, obs: Observation, prompt: RenderedPrompt, attempts: list[_Attempt], paused: str
     ) -> AgentDecision:
-        for a in attempts:  # secrets echoed by a model or a provider error stay out of storage
-            a.content = redact_text(a.content)
-            a.record = _redacted_record(a.record)
-        calls = tuple(a.record for a in attempts)
-        raws = tuple(a.content for a in attempts)
-        usage = _usage(calls)
+        common = audit_trail(attempts, prompt.template_version)
+        usage = common["usage"]
         last = attempts[-1]
-        common: dict[str, Any] = {
-            "attempts": len(attempts),
-            "usage": usage,
-            "template_version": prompt.template_version,
-            "raw_responses": raws,
-            "calls": calls,
-            "raw_output": last.content,
-        }
         if last.kind == "ok":
             outcome, reason = "ok", ""
             decision = AgentDecision(
@@ -326,9 +406,9 @@ class LlmAgent:
         messages: list[dict[str, str]],
         api_key: str | None,
         obs: Observation,
-        prompt: RenderedPrompt,
+        check: Check,
     ) -> _Attempt:
-        """Make call number ``n`` and classify its result."""
+        """Make call number ``n`` and classify its result (``check`` validates the answer)."""
         cfg = self.cfg
         litellm = self._litellm
         kwargs: dict[str, Any] = {
@@ -387,7 +467,7 @@ class LlmAgent:
         try:
             if reply.refusal:
                 raise InvalidOutput(f"model refused: {_one_line(reply.refusal, 200)}")
-            parsed = check_response(reply.answer, finish_reason, obs, key_map=prompt.key_map)
+            parsed = check(reply.answer, finish_reason)
         except InvalidOutput as exc:
             error = redact_text(f"invalid output: {exc}")
             record["error"] = error
@@ -520,8 +600,18 @@ def _retry_after(exc: BaseException) -> float | None:
 
 
 def _redacted_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """Return a call record with secrets replaced in every text field."""
-    return {k: redact_text(v) if isinstance(v, str) else v for k, v in record.items()}
+    """Return a call record with secrets replaced in every text field (nested ones too)."""
+    return {k: _redacted(v) for k, v in record.items()}
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {k: _redacted(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(v) for v in value]
+    return value
 
 
 def _tokens(response: Any) -> tuple[int, int]:
@@ -530,6 +620,41 @@ def _tokens(response: Any) -> tuple[int, int]:
     tin = getattr(usage, "prompt_tokens", 0) or 0
     tout = getattr(usage, "completion_tokens", 0) or 0
     return int(tin), int(tout)
+
+
+def audit_trail(attempts: Sequence[_Attempt], template_version: str) -> dict[str, Any]:
+    """Return the audit fields of a decision (calls, responses, usage), secrets redacted.
+
+    ``raw_output`` is the last response text; a protocol may replace it.
+    """
+    for a in attempts:  # secrets echoed by a model or a provider error stay out of storage
+        a.content = redact_text(a.content)
+        a.record = _redacted_record(a.record)
+    calls = tuple(a.record for a in attempts)
+    return {
+        "attempts": len(attempts),
+        "usage": _usage(calls),
+        "template_version": template_version,
+        "raw_responses": tuple(a.content for a in attempts),
+        "calls": calls,
+        "raw_output": attempts[-1].content if attempts else "",
+    }
+
+
+def render_failed(exc: BaseException) -> AgentDecision:
+    """Return the ``error`` decision of a prompt that could not be rendered."""
+    return AgentDecision(
+        allocation=None,
+        outcome="error",
+        reason=_one_line(f"prompt rendering failed: {exc}", 300),
+        attempts=0,
+        usage=_usage(()),
+    )
+
+
+def _dump_allocation(parsed: Any) -> Any:
+    """Return the JSON-ready allocation of a LiveTradeBench answer."""
+    return {"allocations": dict(parsed.allocation)}
 
 
 def _usage(calls: Sequence[Mapping[str, Any]]) -> dict[str, float]:

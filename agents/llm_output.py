@@ -141,8 +141,8 @@ class _Found:
     other_object: bool = False
 
 
-def _find_answers(text: str) -> _Found:
-    """Parse every outermost object of ``text``; keep those holding ``allocations``."""
+def _find_answers(text: str, key: str = "allocations") -> _Found:
+    """Parse every outermost object of ``text``; keep those holding ``key``."""
     found = _Found(answers=[])
     for start, end in object_spans(text):
         cand = text[start:end]
@@ -157,15 +157,15 @@ def _find_answers(text: str) -> _Found:
         except (ValueError, RecursionError) as exc:
             found.first_error = found.first_error or f"malformed JSON: {_one_line(str(exc))}"
             continue
-        if isinstance(obj, dict) and "allocations" in obj:
+        if isinstance(obj, dict) and key in obj:
             found.answers.append(obj)
         else:
             found.other_object = True
     return found
 
 
-def extract_json(text: str) -> dict[str, Any]:
-    """Return the answer object (the JSON object holding ``allocations``) found in ``text``.
+def extract_json(text: str, key: str = "allocations") -> dict[str, Any]:
+    """Return the answer object (the JSON object holding ``key``) found in ``text``.
 
     Objects inside closed ``<think>`` blocks are ignored; an unclosed ``<think>`` is searched
     only when the text outside it holds no answer. Several answer objects with different
@@ -177,21 +177,22 @@ def extract_json(text: str) -> dict[str, Any]:
     body, unclosed = split_think(text[:MAX_TEXT_CHARS])
     if not body.strip() and not unclosed.strip():
         raise InvalidOutput("empty response")
-    found = _find_answers(body)
+    found = _find_answers(body, key)
     if not found.answers and unclosed.strip():
-        inner = _find_answers(unclosed)
+        inner = _find_answers(unclosed, key)
         if inner.answers or not body.strip():
             found = inner
     answers = found.answers
     if answers:
-        first = answers[0]["allocations"]
-        if any(a["allocations"] != first for a in answers[1:]):
-            raise InvalidOutput(f"ambiguous: {len(answers)} allocation objects")
+        first = answers[0][key]
+        if any(a[key] != first for a in answers[1:]):
+            noun = "allocation" if key == "allocations" else repr(key)
+            raise InvalidOutput(f"ambiguous: {len(answers)} {noun} objects")
         return answers[-1]
     if found.first_error:
         raise InvalidOutput(found.first_error)
     if found.other_object:
-        raise InvalidOutput("JSON object has no 'allocations' key")
+        raise InvalidOutput(f"JSON object has no {key!r} key")
     raise InvalidOutput("no JSON object found in response")
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from agents.base import Agent, AgentDecision, Observation
-from agents.llm import LlmAgent
+from agents.protocols import build_llm_agent
 from daemon.config import load_config
 
 log = structlog.get_logger(__name__)
@@ -200,7 +200,7 @@ async def run_probe_command(
     if cfg.kind != "llm":
         raise ProbeError(f"agent {agent_id!r} is a {cfg.kind} agent, not an LLM agent")
     frozen = load_frozen_row(db_path, agent_id)
-    agent = LlmAgent(cfg)
+    agent = build_llm_agent(cfg)  # the agent's own protocol
     result = await probe(agent, frozen.obs, repeats)
     usage: dict[str, float] = {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "latency_s": 0.0}
     for d in result.decisions:
@@ -213,7 +213,7 @@ async def run_probe_command(
         "scheduled_ts": frozen.scheduled_ts,
         "decision_ts": frozen.obs.decision_ts,
         "input_sha256": frozen.input_sha256,
-        "template_version": agent.render(frozen.obs).template_version,
+        "template_version": agent.prompt_version(frozen.obs),
         **result.to_dict(),
         "usage": usage,
     }

@@ -362,6 +362,20 @@ class AgentConfig(_Frozen):
     retry_after_cap: Annotated[float, Field(le=3600)] = Field(
         default=60.0, description="longest wait honoured from a 429's Retry-After (default 60s)"
     )
+    protocol: Literal["livetradebench", "stockbench"] = Field(
+        default="livetradebench",
+        description="LLM decision workflow: 'livetradebench' (one call returns the allocation)"
+        " or 'stockbench' (overview -> pick stocks -> fundamentals -> per-stock dollar orders);"
+        " see docs/protocols.md",
+    )
+    revision_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
+        default=3,
+        description="stockbench: times orders exceeding the account may be revised before the"
+        " agent holds (default 3)",
+    )
+    action_days: Annotated[int, Field(ge=0, le=60)] = Field(
+        default=7, description="stockbench: days of past actions the overview shows (default 7)"
+    )
     retry_feedback: str = Field(
         default=DEFAULT_RETRY_FEEDBACK,
         max_length=500,
@@ -415,6 +429,10 @@ class AgentConfig(_Frozen):
     def _llm_needs_model(self) -> AgentConfig:
         if self.kind == "llm" and not self.model:
             raise ValueError("an llm agent needs 'model' (a LiteLLM model string)")
+        if self.kind != "llm" and self.protocol != "livetradebench":
+            raise ValueError(f"protocol {self.protocol!r} is for llm agents only")
+        if self.protocol == "stockbench" and self.markets != ("equity",):
+            raise ValueError("protocol 'stockbench' trades stocks only: set markets = ['equity']")
         if not self.markets:
             raise ValueError("an agent must trade at least one market")
         if (self.kind == "http") != (self.http is not None):

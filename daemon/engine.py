@@ -99,7 +99,9 @@ class Engine:
         self.bus.add_tap("market.#", st.on_listed)  # type: ignore[arg-type]
         self.bus.add_tap("resolution.#", st.on_resolution)  # type: ignore[arg-type]
         self.bus.add_tap("history.#", st.on_history)  # type: ignore[arg-type]
-        for pattern in ("price.#", "news.#", "market.#", "resolution.#", "history.#"):
+        self.bus.add_tap("fundamentals.#", st.on_fundamentals)  # type: ignore[arg-type]
+        for pattern in ("price.#", "news.#", "market.#", "resolution.#", "history.#",
+                        "fundamentals.#"):
             self.bus.add_tap(pattern, self._store_tap)
 
     def _store_tap(self, ev: Event) -> None:

@@ -27,6 +27,7 @@ ALERT = "alert"
 STATUS = "status"
 HISTORY = "history"
 CLOCK = "clock"
+FUNDAMENTALS = "fundamentals"
 
 
 class Event(msgspec.Struct, frozen=True, tag=True, kw_only=True):
@@ -217,6 +218,25 @@ class HistoryEvent(Event, frozen=True, tag=True, kw_only=True):
         return f"history.{self.market}.{self.asset}"
 
 
+class FundamentalsEvent(Event, frozen=True, tag=True, kw_only=True):
+    """A snapshot of one stock's fundamentals, normalised (see :mod:`feeds.fundamentals`).
+
+    ``metrics`` maps a normalised name (``market_cap_usd``, ``pe_ratio``, ``dividend_yield_pct``,
+    ``dividend_per_share_annual``, ``week52_high``, ``week52_low``) to its value; a figure the
+    source did not give is absent.
+    """
+
+    topic_class: ClassVar[str] = FUNDAMENTALS
+    market: Market = "equity"
+    asset: str
+    metrics: dict[str, float]
+    source: str = ""
+
+    @property
+    def topic(self) -> str:
+        return f"fundamentals.{self.market}.{self.asset}"
+
+
 class ClockEvent(Event, frozen=True, tag=True, kw_only=True):
     """Time passed with no market data (e.g. the end of a live recording); moves replay clocks."""
 
@@ -240,6 +260,7 @@ AnyEvent = (
     | SourceStatus
     | HistoryEvent
     | ClockEvent
+    | FundamentalsEvent
 )
 
 #: Events that come from the outside world (recorded and replayed).
@@ -251,6 +272,7 @@ MarketData = (
     | ResolutionEvent
     | HistoryEvent
     | ClockEvent
+    | FundamentalsEvent
 )
 
 _encoder = msgspec.json.Encoder()

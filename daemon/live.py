@@ -24,7 +24,7 @@ from daemon.clock import LiveClock
 from daemon.components import Component
 from daemon.config import Config
 from daemon.engine import Engine
-from daemon.events import HISTORY, MARKET, NEWS, PRICE, RESOLUTION
+from daemon.events import FUNDAMENTALS, HISTORY, MARKET, NEWS, PRICE, RESOLUTION
 from daemon.schedule import LiveScheduler
 from daemon.store import Store, StoreWriteError
 from feeds.health import SourceHealth
@@ -32,7 +32,7 @@ from feeds.health import SourceHealth
 log = structlog.get_logger(__name__)
 
 #: Topic classes of market data (what a recording holds).
-MARKET_DATA_CLASSES = (PRICE, NEWS, MARKET, RESOLUTION, HISTORY)
+MARKET_DATA_CLASSES = (PRICE, NEWS, MARKET, RESOLUTION, HISTORY, FUNDAMENTALS)
 
 #: How long in-flight decision rounds may take to finish after SIGTERM.
 STOP_GRACE = 20.0

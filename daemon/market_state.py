@@ -17,8 +17,22 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
-from agents.base import NewsItem, Observation, PastAllocation, PricePoint, Question
-from daemon.events import HistoryEvent, MarketListed, NewsEvent, PriceEvent, ResolutionEvent
+from agents.base import (
+    Fundamentals,
+    NewsItem,
+    Observation,
+    PastAllocation,
+    PricePoint,
+    Question,
+)
+from daemon.events import (
+    FundamentalsEvent,
+    HistoryEvent,
+    MarketListed,
+    NewsEvent,
+    PriceEvent,
+    ResolutionEvent,
+)
 from scoring.ledger import CASH, Book
 
 log = structlog.get_logger(__name__)
@@ -26,6 +40,8 @@ log = structlog.get_logger(__name__)
 NY = ZoneInfo("America/New_York")
 HISTORY_DAYS = 30
 NEWS_PER_KEY = 50
+#: Fundamentals snapshots kept per stock (the latest one before a decision is shown).
+FUNDAMENTALS_KEPT = 4
 
 
 class _DayClock:
@@ -147,6 +163,8 @@ class MarketState:
         self.news: dict[str, deque[NewsEvent]] = {}
         self._news_ids: set[str] = set()
         self.questions: dict[str, Question] = {}
+        self.fundamentals: dict[str, deque[Fundamentals]] = {}
+        """Latest fundamentals snapshots per stock, oldest first (a few, for look-ahead)."""
         self.resolved: dict[str, dict[str, float]] = {}
         self.on_resolved = on_resolved
         self.offset = 0
@@ -175,6 +193,19 @@ class MarketState:
         hist.last = (ts, ev.price)
         if known:
             book.set_price(ev.asset, ev.price, ts)  # ignored for resolved tokens
+
+    def on_fundamentals(self, ev: FundamentalsEvent) -> None:
+        """Keep the last few fundamentals snapshots of a stock of the universe."""
+        book = self.books.get(ev.market)
+        if book is None or not book.has_asset(ev.asset):
+            return
+        ts = min(ev.ts, ev.recv_ts) if ev.recv_ts else ev.ts
+        q = self.fundamentals.get(ev.asset)
+        if q is None:
+            q = self.fundamentals[ev.asset] = deque(maxlen=FUNDAMENTALS_KEPT)
+        if q and ts < q[-1].ts:
+            return  # out of order: an older snapshot never replaces a newer one
+        q.append(Fundamentals(ts, dict(ev.metrics), ev.source))
 
     def on_history(self, ev: HistoryEvent) -> None:
         """Seed an asset's daily closes from a backfill (only points before the event time)."""
@@ -270,6 +301,12 @@ class MarketState:
             PastAllocation(ts, w, v / init - 1.0) for ts, w, v in recent if ts <= decision_ts
         )
         weights = book.weights(agent)
+        fundamentals: dict[str, Fundamentals] = {}
+        if market == "equity":
+            for a in assets:
+                seen = [f for f in self.fundamentals.get(a, ()) if f.ts <= decision_ts]
+                if seen:
+                    fundamentals[a] = seen[-1]
         return Observation(
             agent=agent,
             market=market,
@@ -285,6 +322,7 @@ class MarketState:
             recent_allocations=past,
             news=news,
             questions=questions,
+            fundamentals=fundamentals,
         )
 
     def price_coverage(self, market: str, decision_ts: float, stale_after: float
@@ -345,6 +383,10 @@ class MarketState:
             },
             "questions": [[q.id, q.question, q.yes, q.no] for q in self.questions.values()],
             "resolved": self.resolved,
+            "fundamentals": {
+                a: [[f.ts, f.metrics, f.source] for f in q]
+                for a, q in sorted(self.fundamentals.items())
+            },
         }
 
     def restore(self, st: dict[str, Any]) -> None:
@@ -369,6 +411,11 @@ class MarketState:
                 self._news_ids.add(ev.id)
         self.questions = {q[0]: Question(*q) for q in st.get("questions", [])}
         self.resolved = {k: dict(v) for k, v in st.get("resolved", {}).items()}
+        self.fundamentals = {
+            a: deque((Fundamentals(float(t), dict(m), str(src)) for t, m, src in items),
+                     maxlen=FUNDAMENTALS_KEPT)
+            for a, items in st.get("fundamentals", {}).items()
+        }
 
     def seed_history(self, market: str, asset: str, closes: list[tuple[float, float]]) -> None:
         """Add backfilled daily closes (from a REST history endpoint) before live data."""

@@ -30,7 +30,7 @@ from feeds.recording import RecordingHeader, RecordingWriter
 
 log = structlog.get_logger(__name__)
 
-MARKET_DATA = ("price.#", "news.#", "market.#", "resolution.#", "history.#")
+MARKET_DATA = ("price.#", "news.#", "market.#", "resolution.#", "history.#", "fundamentals.#")
 
 
 class Recorder:

@@ -36,7 +36,7 @@ from daemon.events import Event, NewsEvent, PriceEvent, encode_event
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -106,7 +106,16 @@ CREATE TABLE IF NOT EXISTS probes(
 CREATE INDEX IF NOT EXISTS probes_agent_ts ON probes(agent, ts);
 """
 
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+# v5: multi-step protocols; each model call names its step, the SHA-256 of the prompt it sent,
+# its outcome (ok / invalid / error / fatal) and the value its answer was parsed into (JSON).
+_V5 = """
+ALTER TABLE llm_calls ADD COLUMN step TEXT;
+ALTER TABLE llm_calls ADD COLUMN input_sha256 TEXT;
+ALTER TABLE llm_calls ADD COLUMN outcome TEXT;
+ALTER TABLE llm_calls ADD COLUMN parsed_json TEXT;
+"""
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 
 class StoreLockedError(StoreOpenError):
@@ -522,14 +531,17 @@ class Store:
             (d.agent, d.market, d.scheduled_ts, int(c.get("attempt", 0)),
              float(c.get("ts", d.decided_ts)), c.get("model"), c.get("raw_response"),
              c.get("error"), c.get("finish_reason"), c.get("tokens_in"),
-             c.get("tokens_out"), c.get("latency_s"), c.get("cost_usd"))
+             c.get("tokens_out"), c.get("latency_s"), c.get("cost_usd"), c.get("step"),
+             c.get("input_sha256"), c.get("outcome"),
+             None if c.get("parsed") is None else _dumps(c["parsed"]))
             for d in rc.decisions for c in d.calls
         ]
         if calls:
             await db.executemany(
                 "INSERT INTO llm_calls(agent, market, scheduled_ts, attempt, ts, model,"
                 " raw_response, error, finish_reason, tokens_in, tokens_out, latency_s,"
-                " cost_usd) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " cost_usd, step, input_sha256, outcome, parsed_json)"
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 calls,
             )
         await db.executemany(

@@ -40,6 +40,7 @@ import msgspec
 from daemon.events import (
     ClockEvent,
     Event,
+    FundamentalsEvent,
     HistoryEvent,
     MarketData,
     MarketListed,
@@ -56,6 +57,7 @@ QUESTION_KEYS: tuple[str, ...] = ("id", "question", "yes", "no")
 #: Event types a recording may hold (the market-data union of :mod:`daemon.events`).
 RECORDED_TYPES: tuple[type, ...] = (
     PriceEvent, NewsEvent, MarketListed, ResolutionEvent, HistoryEvent, ClockEvent,
+    FundamentalsEvent,
 )
 
 StrPath = str | os.PathLike[str]

@@ -3,6 +3,10 @@
 Each request to ``POST /v1/chat/completions`` takes the next :class:`Behaviour` from the queue
 (or the default one when the queue is empty) and answers with it; every request body is kept.
 Reach it through LiteLLM with ``model="openai/test-model"`` and ``api_base=server.api_base``.
+
+Multi-step protocols: a prompt names its step on a line ``Step: <name>`` (the last such line
+counts); behaviours queued with :meth:`FakeLlmServer.push_step` answer only that step, before
+the shared queue. :attr:`FakeLlmServer.steps` lists the step of every request.
 """
 
 from __future__ import annotations
@@ -10,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+_STEP = re.compile(r"^Step: (\w+)", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,9 @@ class FakeLlmServer:
         """Create the server; ``default`` answers when the queue is empty (else HTTP 500)."""
         self.default = default
         self.queue: deque[Behaviour] = deque()
+        self.step_queues: dict[str, deque[Behaviour]] = {}
+        self.steps: list[str | None] = []
+        """The step each request named (``None`` when its prompt named none), in order."""
         self.requests: list[dict[str, Any]] = []
         self.keys: list[str] = []
         """The bearer key of every request, in order (what a real provider would see)."""
@@ -71,6 +81,16 @@ class FakeLlmServer:
     def push(self, *behaviours: Behaviour) -> None:
         """Queue behaviours for the next requests, in order."""
         self.queue.extend(behaviours)
+
+    def push_step(self, step: str, *behaviours: Behaviour) -> None:
+        """Queue behaviours for the next requests whose prompt names ``step``."""
+        self.step_queues.setdefault(step, deque()).extend(behaviours)
+
+    @staticmethod
+    def step_of(body: dict[str, Any]) -> str | None:
+        """Return the step a request's last message names (its last ``Step:`` line)."""
+        found = _STEP.findall(str(body["messages"][-1]["content"]))
+        return found[-1] if found else None
 
     def prompts(self) -> list[str]:
         """Return the last user message of every request received, in order."""
@@ -106,6 +126,7 @@ class FakeLlmServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        self.steps.append(self.step_of(body))
         self.keys.append(request.headers.get("Authorization", "").removeprefix("Bearer "))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -115,7 +136,10 @@ class FakeLlmServer:
             self.in_flight -= 1
 
     async def _respond(self, body: dict[str, Any]) -> web.StreamResponse:
-        if self.queue:
+        step_queue = self.step_queues.get(self.step_of(body) or "")
+        if step_queue:
+            b = step_queue.popleft()
+        elif self.queue:
             b = self.queue.popleft()
         elif self.default is not None:
             b = self.default

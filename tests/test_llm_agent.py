@@ -46,6 +46,10 @@ CALL_KEYS = {
     "tokens_out",
     "latency_s",
     "cost_usd",
+    "step",
+    "input_sha256",
+    "outcome",
+    "parsed",
 }
 VALID = {"AAPL": 0.5, "MSFT": 0.3, "CASH": 0.2}
 

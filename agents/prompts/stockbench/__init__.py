@@ -1,0 +1,1 @@
+"""StockBench prompt set: one template per step (overview, decision, revision)."""
