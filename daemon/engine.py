@@ -17,6 +17,7 @@ recorded as ``error`` too if that fails.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -79,6 +80,10 @@ class Engine:
         self.seq: int | None = None
         self._pending_resolutions: list[tuple[ResolutionEvent, Any]] = []
         self._resolution_log: list[ResolutionEvent] = []
+        self.book_lock = asyncio.Lock()
+        """Held from a round's first rebalance until its commit is stored or rolled back, and
+        by every other commit: a commit never writes a book holding another round's
+        uncommitted trades."""
         self._failed_slots: dict[tuple[str, float], tuple[tuple[str, ...], str]] = {}
         """(market, scheduled_ts) -> (agents, reason) of rounds whose commit failed."""
         self._retry_equity: list[tuple[str, str, float, str, float, float]] = []
@@ -343,13 +348,21 @@ class Engine:
         self.state.clock = self.clock.now()
         return self.state.offset, self.state.clock, self.state.state()
 
-    async def commit(self, rc: RoundCommit) -> None:
+    async def commit(self, rc: RoundCommit, *, locked: bool = False) -> None:
         """Commit ``rc`` with every book, pending resolutions and a checkpoint, atomically.
 
         Rounds that could not be stored earlier are added as ``error`` decisions, and daily
         marks that could not be stored are retried. On :class:`StoreWriteError` nothing is
-        written and everything pending stays pending.
+        written and everything pending stays pending. ``locked``: the caller holds
+        :attr:`book_lock` (a round between its rebalances and their commit).
         """
+        if locked:
+            await self._commit(rc)
+            return
+        async with self.book_lock:
+            await self._commit(rc)
+
+    async def _commit(self, rc: RoundCommit) -> None:
         rc.books = {m: b.state() for m, b in self.books.items()}
         rc.checkpoint = self.checkpoint()
         resolutions, self._pending_resolutions = self._pending_resolutions, []
@@ -357,7 +370,9 @@ class Engine:
             (ev.question_id, ev.market, ev.ts, dict(ev.payouts), ev.source)
             for ev, _ in resolutions
         ]
-        held = self._failed_decisions(rc)
+        # Take the failed slots now: another job may add some while this commit awaits.
+        slots, self._failed_slots = self._failed_slots, {}
+        held = self._failed_decisions(rc, slots)
         retried = self._retry_equity
         self._retry_equity = []
         rc.decisions.extend(held)
@@ -366,6 +381,8 @@ class Engine:
             await self.store.commit_round(rc)
         except StoreWriteError:
             self._pending_resolutions = resolutions + self._pending_resolutions
+            for key, value in slots.items():
+                self._failed_slots.setdefault(key, value)
             if held:
                 del rc.decisions[-len(held):]
             self._retry_equity = [e for e in rc.equity if e[3] == "daily"]
@@ -378,17 +395,18 @@ class Engine:
                     ts=d.decided_ts, recv_ts=d.decided_ts, agent=d.agent,
                     market=d.market,  # type: ignore[arg-type]
                     scheduled_ts=d.scheduled_ts, outcome=d.outcome, reason=d.reason))
-        self._failed_slots.clear()
         if not self.stop_on_store_fault:
             self.job_write_failed = None
 
-    def _failed_decisions(self, rc: RoundCommit) -> list[DecisionRecord]:
+    def _failed_decisions(self, rc: RoundCommit,
+                          slots: dict[tuple[str, float], tuple[tuple[str, ...], str]]
+                          ) -> list[DecisionRecord]:
         now = self.clock.now()
         keys = {(d.agent, d.market, d.scheduled_ts) for d in rc.decisions}
         return [
             DecisionRecord(agent, market, ts, now, "error",
                            reason=f"round not stored: {reason}"[:500])
-            for (market, ts), (agents, reason) in sorted(self._failed_slots.items())
+            for (market, ts), (agents, reason) in sorted(slots.items())
             for agent in agents if (agent, market, ts) not in keys
         ]
 

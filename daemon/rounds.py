@@ -160,58 +160,64 @@ class DecisionRound:
             decisions[agent_id] = c if isinstance(c, AgentDecision) else await c
         duration = self._monotonic() - started
 
-        for agent_id, _ in calls:
-            obs = observations[agent_id]
-            dec = decisions[agent_id]
-            outcome, reason, allocation = dec.outcome, dec.reason, None
-            fill_rec = None
-            if dec.allocation is not None and outcome == "ok":
-                try:
-                    allocation = validate_allocation(dec.allocation, obs)
-                    fill = book.rebalance(agent_id, allocation)
-                    fill_rec = FillRecord(
-                        agent_id, market, scheduled_ts, now,
-                        {a: float(q) for a, q in zip(fill.assets, fill.trades, strict=True)
-                         if q != 0.0},
-                        fill.traded_value, fill.cost, fill.value_before, fill.value_after,
-                        fill.weights_after,
-                    )
-                except InvalidAllocation as exc:
-                    outcome, reason, allocation = "invalid", str(exc), None
-                except RebalanceRejected as exc:
-                    outcome, reason = "rejected", str(exc)
-            elif outcome == "ok":
-                outcome, reason = "invalid", reason or "no allocation"
-            if outcome == "hold":
-                allocation = None
-            if fill_rec is not None:
-                rc.fills.append(fill_rec)
-                events.append(FillEvent(
-                    ts=now, recv_ts=now, agent=agent_id, market=market, scheduled_ts=scheduled_ts,
-                    trades=fill_rec.trades, traded_value=fill_rec.traded_value,
-                    cost=fill_rec.cost, value_before=fill_rec.value_before,
-                    value_after=fill_rec.value_after, weights=fill_rec.weights,
+        # The book lock spans the rebalances and their commit: no other commit may store this
+        # book while it holds trades that are not stored yet. On a failed commit the engine
+        # rolls the book back before anything else runs (Engine.on_job).
+        async with eng.book_lock:
+            for agent_id, _ in calls:
+                obs = observations[agent_id]
+                dec = decisions[agent_id]
+                outcome, reason, allocation = dec.outcome, dec.reason, None
+                fill_rec = None
+                if dec.allocation is not None and outcome == "ok":
+                    try:
+                        allocation = validate_allocation(dec.allocation, obs)
+                        fill = book.rebalance(agent_id, allocation)
+                        fill_rec = FillRecord(
+                            agent_id, market, scheduled_ts, now,
+                            {a: float(q) for a, q in zip(fill.assets, fill.trades, strict=True)
+                             if q != 0.0},
+                            fill.traded_value, fill.cost, fill.value_before, fill.value_after,
+                            fill.weights_after,
+                        )
+                    except InvalidAllocation as exc:
+                        outcome, reason, allocation = "invalid", str(exc), None
+                    except RebalanceRejected as exc:
+                        outcome, reason = "rejected", str(exc)
+                elif outcome == "ok":
+                    outcome, reason = "invalid", reason or "no allocation"
+                if outcome == "hold":
+                    allocation = None
+                if fill_rec is not None:
+                    rc.fills.append(fill_rec)
+                    events.append(FillEvent(
+                        ts=now, recv_ts=now, agent=agent_id, market=market,
+                        scheduled_ts=scheduled_ts, trades=fill_rec.trades,
+                        traded_value=fill_rec.traded_value,
+                        cost=fill_rec.cost, value_before=fill_rec.value_before,
+                        value_after=fill_rec.value_after, weights=fill_rec.weights,
+                    ))
+                answer = (json.dumps(dict(dec.allocation), sort_keys=True)
+                          if dec.allocation is not None else "")
+                raw = redact_text(dec.raw_output or answer)
+                reason = redact_text(reason)  # provider errors can echo credentials
+                rc.decisions.append(DecisionRecord(
+                    agent_id, market, scheduled_ts, now, outcome, reason=reason,
+                    input_json=obs.canonical_json().decode(), input_sha256=obs.sha256(),
+                    raw_output=raw, allocation=allocation, template_version=dec.template_version,
+                    attempts=dec.attempts, duration_s=duration,
+                    calls=[_redacted_call(c) for c in dec.calls],
                 ))
-            raw = redact_text(dec.raw_output or (json.dumps(dict(dec.allocation), sort_keys=True)
-                                                 if dec.allocation is not None else ""))
-            reason = redact_text(reason)  # provider errors can echo credentials
-            rc.decisions.append(DecisionRecord(
-                agent_id, market, scheduled_ts, now, outcome, reason=reason,
-                input_json=obs.canonical_json().decode(), input_sha256=obs.sha256(),
-                raw_output=raw, allocation=allocation, template_version=dec.template_version,
-                attempts=dec.attempts, duration_s=duration,
-                calls=[_redacted_call(c) for c in dec.calls],
-            ))
-            result.outcomes[agent_id] = outcome
-            events.append(DecisionEvent(
-                ts=now, recv_ts=now, agent=agent_id, market=market, scheduled_ts=scheduled_ts,
-                outcome=outcome, allocation=allocation, reason=reason, duration_s=duration,
-            ))
-            if outcome not in ("ok", "hold", "paused", "halted"):
-                log.warning("decision not applied", agent=agent_id, market=market,
-                            outcome=outcome, reason=reason)
-        eng.add_equity_rows(rc, market, now, "decision")
-        await eng.commit(rc)
+                result.outcomes[agent_id] = outcome
+                events.append(DecisionEvent(
+                    ts=now, recv_ts=now, agent=agent_id, market=market, scheduled_ts=scheduled_ts,
+                    outcome=outcome, allocation=allocation, reason=reason, duration_s=duration,
+                ))
+                if outcome not in ("ok", "hold", "paused", "halted"):
+                    log.warning("decision not applied", agent=agent_id, market=market,
+                                outcome=outcome, reason=reason)
+            eng.add_equity_rows(rc, market, now, "decision")
+            await eng.commit(rc, locked=True)
         await self._publish(events)
         self._log(result)
         return result

@@ -447,3 +447,59 @@ def test_resume_after_a_kill_before_the_first_checkpoint_stores_events_once(
 
     assert count(db) == count(clean)
     assert cli("report", "--db", str(db), "--json").stdout == reference
+
+
+# -- concurrent jobs during and after a fault ---------------------------------------------------
+async def test_concurrent_commits_after_a_fault_store_each_failed_slot_once(
+        tmp_path: Path, engine_factory: Any) -> None:
+    db = tmp_path / "c.db"
+    eng = await engine_factory(db, busy_timeout=0.2)
+    await prices(eng, T0, 10.0, 20.0)
+    await round_at(eng, T0)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        await round_at(eng, T0 + HOUR)  # not stored: its slots wait to be recorded as error
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    await prices(eng, T0 + HOUR + 60, 14.0, 18.0)
+    eng.clock.advance(T0 + 2 * HOUR)  # type: ignore[attr-defined]
+    # Two jobs at one instant (two markets, or a round and a mark) both commit.
+    await asyncio.gather(eng.on_job("decide:equity", T0 + 2 * HOUR, False),
+                         eng.on_job("mark:equity", T0 + 2 * HOUR, False))
+    assert eng.store.fault is None
+    rows = decisions(db)
+    assert [(ts - T0, outcome) for ts, _, outcome, _ in rows] == [
+        (0.0, "ok"), (0.0, "ok"), (HOUR, "error"), (HOUR, "error"),
+        (2 * HOUR, "hold"), (2 * HOUR, "ok")]
+    assert not [r for *_, r in rows if "UNIQUE" in r]
+    assert_books_match_store(eng, db)
+
+
+async def test_a_commit_never_stores_another_rounds_uncommitted_trades(
+        tmp_path: Path, engine_factory: Any) -> None:
+    db = tmp_path / "d.db"
+    eng = await engine_factory(db)
+    await prices(eng, T0, 10.0, 20.0)
+    await round_at(eng, T0)
+    await prices(eng, T0 + 60, 14.0, 18.0)  # equal weight rebalances next round
+    before = eng.books["equity"].state()
+    real = eng.store.commit_round
+
+    marks: list[asyncio.Future[None]] = []
+
+    async def slow_failing_write(rc: Any) -> None:
+        if rc.fills:  # the round's own write: a mark job starts meanwhile, then the disk is full
+            marks.append(asyncio.ensure_future(eng.on_job("mark:equity", T0 + HOUR, False)))
+            await asyncio.sleep(0.2)
+            raise StoreWriteError("store write failed: database or disk is full")
+        await real(rc)
+
+    eng.store.commit_round = slow_failing_write  # type: ignore[method-assign]
+    eng.clock.advance(T0 + HOUR)  # type: ignore[attr-defined]
+    await eng.on_job("decide:equity", T0 + HOUR, False)
+    assert len(marks) == 1
+    await marks[0]
+    assert eng.books["equity"].state() == before  # the round was rolled back ...
+    assert_books_match_store(eng, db)  # ... and the mark stored no trade of it
