@@ -219,12 +219,6 @@ def _table_columns(con: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
 
 
-def _day_bucket_sql() -> str:
-    """Return the SQL expression of a price's day bucket, ``ceil(ts / 86400)``."""
-    # ceil(ts / 86400): a mark at 00:00 UTC closes the UTC day before it, a close mark its day.
-    return "CAST(ts / 86400 AS INTEGER) + (ts / 86400 > CAST(ts / 86400 AS INTEGER))"
-
-
 # ----------------------------------------------------------------------------- loading
 
 
@@ -292,11 +286,20 @@ def _load_panel(con: sqlite3.Connection, market: str, marks: list[float],
     """Return the last price of every asset at each mark (one grouped scan of market_events)."""
     if not marks:
         return _Panel(np.empty(0), [], np.empty((0, 0)))
-    rows = con.execute(
-        f"SELECT asset, {_day_bucket_sql()} AS day, MAX(ts), price FROM market_events"
-        " WHERE kind='price' AND market=? AND ts <= ? GROUP BY asset, day",
-        (market, marks[-1]),
-    ).fetchall()
+    # The last price of each asset before or at each mark: rows are bucketed by the first mark
+    # at or after them, so a print after a mark (a closing auction, an after-hours trade) never
+    # hides the price the mark used.
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS panel_marks(m REAL PRIMARY KEY)")
+    try:
+        con.executemany("INSERT OR IGNORE INTO panel_marks(m) VALUES(?)", [(m,) for m in marks])
+        rows = con.execute(
+            "SELECT asset, (SELECT MIN(m) FROM panel_marks WHERE m >= ts) AS upto, MAX(ts), price"
+            " FROM market_events WHERE kind='price' AND market=? AND ts <= ? GROUP BY asset, upto",
+            (market, marks[-1]),
+        ).fetchall()
+    finally:
+        con.execute("DROP TABLE panel_marks")
+        con.commit()
     rows.sort(key=lambda r: (r[2], r[0]))
     assets = sorted({r[0] for r in rows} | {a for _, p in resolutions for a in p})
     col = {a: j for j, a in enumerate(assets)}

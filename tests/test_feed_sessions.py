@@ -107,3 +107,26 @@ def test_finnhub_trades_outside_the_regular_session_are_data_only() -> None:
     ]})
     evs = ad.decode(frame, POST_T + 1).events
     assert [type(e) for e in evs] == [PriceEvent, NonMarkingPrice]
+
+
+async def test_a_print_after_the_close_mark_does_not_change_the_report(tmp_path: Path) -> None:
+    """The report prices each mark at the last price at or before it (a closing-auction print
+    just after the close, at the close's price, changes nothing)."""
+    from daemon.schedule import get_nyse_calendar as nyse
+    from feeds.recording import iter_events
+
+    cfg_path = tmp_path / "tiny.toml"
+    cfg_path.write_text(TINY_CONFIG)
+    cfg = load_config(cfg_path)
+    make_recording(tmp_path / "plain.jsonl.gz")
+    close = nyse().session_bounds(datetime(2026, 11, 5, tzinfo=UTC).date())[1].timestamp()
+    last = [ev for _, ev in iter_events(tmp_path / "plain.jsonl.gz")
+            if type(ev) is PriceEvent and ev.asset == "AAPL" and ev.ts <= close][-1]
+    auction = PriceEvent(ts=close + 0.3, recv_ts=close + 0.4, market="equity", asset="AAPL",
+                         price=last.price)
+    make_recording(tmp_path / "auction.jsonl.gz", extra=[auction])
+    await replay(tmp_path / "plain.jsonl.gz", cfg, tmp_path / "plain.db", progress=False)
+    await replay(tmp_path / "auction.jsonl.gz", cfg, tmp_path / "auction.db", progress=False)
+    plain = json.loads(to_json(leaderboard(tmp_path / "plain.db")))
+    auctioned = json.loads(to_json(leaderboard(tmp_path / "auction.db")))
+    assert auctioned == plain
