@@ -412,13 +412,14 @@ class Store:
         await asyncio.shield(task)
 
     def _failed(self, exc: BaseException | str) -> StoreWriteError:
-        """Return the one-line error of a failed write; log it once per distinct fault."""
+        """Return the one-line error of a failed write; log it once per fault (until a write
+        succeeds again), however its text varies meanwhile."""
         text = " ".join(str(exc).split()) or type(exc).__name__
         if "locked" in text or "busy" in text:
             text += (f" (another process held the write lock for more than "
                      f"{self.busy_timeout:g}s: store.busy_timeout)")
         msg = f"{self.path}: store write failed: {text}"
-        if msg != self.fault:
+        if self.fault is None:
             log.error("store write failed; trading halts until the store is writable again",
                       error=msg, buffered_events=len(self._pending))
         self.fault = msg

@@ -503,3 +503,23 @@ async def test_a_commit_never_stores_another_rounds_uncommitted_trades(
     await marks[0]
     assert eng.books["equity"].state() == before  # the round was rolled back ...
     assert_books_match_store(eng, db)  # ... and the mark stored no trade of it
+
+
+async def test_a_lasting_fault_is_logged_once(small_disk: Path, engine_factory: Any) -> None:
+    from structlog.testing import capture_logs
+
+    db = small_disk / "o.db"
+    eng = await engine_factory(db)
+    await prices(eng, T0, 10.0, 20.0)
+    await round_at(eng, T0)
+    filler = fill(small_disk)
+    with capture_logs() as logs:
+        for k in range(1, 6):  # rounds and readiness probes fail with varying texts
+            await round_at(eng, T0 + k * HOUR)
+            with pytest.raises(StoreWriteError):
+                await eng.store.probe_writable()
+    halts = [e for e in logs if e["event"].startswith("store write failed")]
+    assert len(halts) == 1, halts
+    filler.unlink()
+    await round_at(eng, T0 + 6 * HOUR)
+    assert eng.store.fault is None
