@@ -39,10 +39,14 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_response import StreamResponse
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
@@ -125,6 +129,31 @@ _PROTOCOL_LOG = _ProtocolLogger("aiohttp.server.paperarena")
 _PROTOCOL_LOG.parent = logging.getLogger("aiohttp.server")  # debug lines follow its config
 
 
+class _OneLineErrors(RequestHandler):
+    """aiohttp's request handler whose protocol-level errors (a malformed request line, header
+    or length) answer ``{"error": "<one line>"}`` like the API's own errors."""
+
+    def handle_error(self, request: BaseRequest, status: int = 500,
+                     exc: BaseException | None = None, message: str | None = None
+                     ) -> StreamResponse:
+        """Log the error as aiohttp does, then answer one JSON line with its status."""
+        super().handle_error(request, status, exc, message)  # logs; raises if already sent
+        detail = getattr(exc, "message", None) or message or HTTPStatus(status).phrase
+        reason = " ".join(str(detail).split())[:200]
+        resp = web.json_response({"error": reason}, status=status)
+        resp.force_close()
+        return resp
+
+
+def _request_handler(server: web.Server) -> RequestHandler:
+    """Return a request handler for one connection of ``server``, with one-line errors."""
+    kwargs = getattr(server, "_kwargs", None)
+    loop = getattr(server, "_loop", None)
+    if kwargs is None or loop is None:  # an aiohttp without these: its own handler
+        return server()
+    return _OneLineErrors(server, loop=loop, **kwargs)
+
+
 class BoundedSite(web.BaseSite):
     """A TCP site that answers connections beyond ``max_connections`` with 503 and closes them."""
 
@@ -153,7 +182,7 @@ class BoundedSite(web.BaseSite):
         def factory() -> asyncio.BaseProtocol:
             if len(server.connections) >= self._max:
                 return _Busy()
-            return server()
+            return _request_handler(server)
 
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(factory, self._host, self._port,

@@ -88,10 +88,18 @@ async def test_malformed_requests_get_4xx_with_one_line(daemon: Daemon, request_
     assert (await daemon.get("/healthz"))[0] == 200
 
 
-async def test_malformed_http_is_answered_400(daemon: Daemon) -> None:
-    answer = await raw(daemon, b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 20000 +
-                       b"\r\n\r\n")
+@pytest.mark.parametrize("request_bytes", [
+    b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 20000 + b"\r\n\r\n",
+    b"POST /api/agents/ew/resume HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    b"GET /healthz HTTP/1.1 extra\r\nHost: x\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nBad Header\r\n\r\n",
+], ids=["long-header", "bad-content-length", "bad-request-line", "bad-header"])
+async def test_malformed_http_is_answered_400_with_one_line(daemon: Daemon,
+                                                            request_bytes: bytes) -> None:
+    answer = await raw(daemon, request_bytes)
     assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.0 400")), answer[:200]
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert error and "\n" not in error, error
     assert (await daemon.get("/healthz"))[0] == 200
 
 
