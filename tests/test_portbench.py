@@ -212,3 +212,61 @@ def test_protocol_is_config() -> None:
     assert isinstance(build_llm_agent(cfg), PortBenchAgent)
     with pytest.raises(ValidationError, match="protocol 'portbench' trades the equity market"):
         AgentConfig(id="x", kind="llm", model="m", protocol="portbench")
+
+
+class PortBenchModel(FakeLlmServer):
+    """A model that reads each stage's prompt: bullish on the first two tickers, buys them
+    within the balanced cap (30 % each), rebalances; garbage to every third S1 (valid on retry)."""
+
+    async def _respond(self, body: dict[str, Any]) -> Any:
+        prompt = body["messages"][-1]["content"]
+        step = self.step_of(body) or ""
+        tickers = prompt.split("needs a view: ", 1)[1].split(".\n", 1)[0].split(", ")
+        top = tickers[:2]
+        if step == "views":
+            n = self.steps.count("views")
+            v = {t: (0.5 if t in top else 0.0) for t in tickers}
+            self.push(ok("bullish") if n % 3 == 0 else views(**v))
+        elif step == "signals":
+            self.push(signals(**{t: ("buy" if t in top else "hold") for t in tickers}))
+        elif step == "weights":
+            self.push(weights(**{t: 0.3 for t in top}))
+        else:
+            self.push(risk())
+        return await super()._respond(body)
+
+
+async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any) -> None:
+    import sqlite3
+    import tomllib
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from daemon.config import parse_config
+    from daemon.replay import replay
+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "examples" / "portbench.toml").read_text())
+    monkeypatch.setenv("LOCAL_LLM_KEY", "sk-local")
+    async with PortBenchModel() as model:
+        data["agents"][0].update(api_base=model.api_base, timeout=10)
+        cfg = parse_config(data)
+        end = datetime(2026, 10, 28, tzinfo=UTC).timestamp()  # the first sessions
+        await replay(root / "examples" / "sample.jsonl.gz", cfg, tmp_path / "pb.db",
+                     progress=False, window=(None, end))
+    con = sqlite3.connect(tmp_path / "pb.db")
+    q = con.execute
+    outcomes = dict(q("SELECT outcome, COUNT(*) FROM decisions WHERE agent='portbench'"
+                      " GROUP BY outcome").fetchall())
+    assert outcomes.get("ok", 0) >= 4 and set(outcomes) == {"ok"}, outcomes
+    steps = [s for (s,) in q("SELECT step FROM llm_calls WHERE outcome='ok' ORDER BY id")]
+    assert steps[:4] == ["views", "signals", "weights", "risk"]
+    assert q("SELECT COUNT(*) FROM llm_calls WHERE outcome='invalid' AND step='views'"
+             ).fetchone()[0] >= 1
+    for (raw,) in q("SELECT raw_output FROM decisions WHERE agent='portbench'"):
+        summary = json.loads(raw)
+        assert summary["execution"]["cost_bps"] == 15.0 and "risk_truth" in summary
+    # Every baseline decided every round.
+    agents = {a for (a,) in q("SELECT DISTINCT agent FROM decisions WHERE outcome='ok'")}
+    assert {"sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance"} <= agents
+    con.close()
