@@ -310,7 +310,10 @@ class PortBenchAgent(StepwiseAgent):
         if isinstance(run, AgentDecision):
             return run
         run.deadline = time.monotonic() + self.decision_deadline
-        summary: dict[str, Any] = {"protocol": PROTOCOL, "profile": profile.name}
+        summary: dict[str, Any] = {
+            "protocol": PROTOCOL, "profile": profile.name,
+            "current": {a: obs.weights.get(a, 0.0) for a in [*assets, CASH]},
+        }
 
         s1 = await self.run_step(
             run, "views", views_text, lambda a, f: check_views(a, f, assets),

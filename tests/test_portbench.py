@@ -270,3 +270,13 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
     agents = {a for (a,) in q("SELECT DISTINCT agent FROM decisions WHERE outcome='ok'")}
     assert {"sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance"} <= agents
     con.close()
+    # Stage scores from the store: S5 at once; S1..S4 and CEPS once 2 later closes exist, the
+    # last decisions of the window pending.
+    from scoring.portbench_scores import format_table, score_store, summarise
+
+    by_agent = score_store(str(tmp_path / "pb.db"), {}, horizon=2)
+    m = summarise(by_agent["portbench"])
+    assert m["decisions"] == outcomes["ok"] and m["S5_pending"] == 0
+    assert 1 <= m["pending"] < m["decisions"] and m["CEPS"] is not None
+    assert all(0.0 <= m[s] <= 1.0 for s in ("S1", "S2", "S3", "S4", "S5")), m
+    assert "pending" not in format_table(by_agent).splitlines()[1]
