@@ -129,11 +129,13 @@ class StageScores:
     ts: float
     scores: dict[str, float | None] = field(default_factory=dict)
     ceps: float | None = None
+    failed: bool = False
+    """Whether the workflow stopped at a failed stage (its scores stay unset, not pending)."""
 
     @property
     def pending(self) -> bool:
         """Return whether any stage waits for its horizon."""
-        return self.ceps is None
+        return self.ceps is None and not self.failed
 
 
 def _window(closes: Closes, assets: Sequence[str], ts: float, before: bool, n: int) -> np.ndarray:
@@ -158,6 +160,8 @@ def score_decision(
 ) -> StageScores:
     """Return the stage scores of one decision's ``summary`` made at ``ts``."""
     scores: dict[str, float | None] = dict.fromkeys(STAGES)
+    if "failed_step" in summary or "risk" not in summary:
+        return StageScores(ts, scores, None, failed=True)
     if "risk" in summary:
         scores["S5"] = s5_score(summary["risk"], summary["risk_truth"])
     views: Mapping[str, float] = summary.get("views", {})
@@ -252,24 +256,25 @@ def summarise(rows: Sequence[StageScores]) -> dict[str, Any]:
         vals = [r.scores[s] for r in rows if r.scores.get(s) is not None]
         finite = [v for v in vals if v is not None and math.isfinite(v)]
         out[s] = sum(finite) / len(finite) if finite else None
-        out[f"{s}_pending"] = sum(1 for r in rows if r.scores.get(s) is None)
+        out[f"{s}_pending"] = sum(1 for r in rows if r.scores.get(s) is None and not r.failed)
     cs = [r.ceps for r in rows if r.ceps is not None and math.isfinite(r.ceps)]
     out["CEPS"] = sum(cs) / len(cs) if cs else None
     out["pending"] = sum(1 for r in rows if r.pending)
+    out["failed"] = sum(1 for r in rows if r.failed)
     return out
 
 
 def format_table(by_agent: Mapping[str, Sequence[StageScores]]) -> str:
-    """Return one line per agent: S1..S5, CEPS, decisions and pending counts."""
+    """Return one line per agent: S1..S5, CEPS, decisions, pending and failed counts."""
     def num(x: Any) -> str:
         return f"{x:.3f}" if isinstance(x, float) else "pending"
 
     lines = [f"{'agent':<20}" + "".join(f"{s:>9}" for s in (*STAGES, "CEPS"))
-             + f"{'decisions':>11}{'pending':>9}"]
+             + f"{'decisions':>11}{'pending':>9}{'failed':>8}"]
     for agent, rows in sorted(by_agent.items()):
         m = summarise(rows)
         lines.append(f"{agent:<20}" + "".join(f"{num(m[s]):>9}" for s in (*STAGES, "CEPS"))
-                     + f"{m['decisions']:>11}{m['pending']:>9}")
+                     + f"{m['decisions']:>11}{m['pending']:>9}{m['failed']:>8}")
     return "\n".join(lines)
 
 

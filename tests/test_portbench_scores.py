@@ -115,3 +115,11 @@ def test_unexecuted_target_has_zero_turnover() -> None:
     kept = SUMMARY | {"applied": False}
     sc = score_decision(kept, T, closes(5), CLASSES, horizon=5)
     assert sc.scores["S4"] == 0.0  # tau = 0 against tau* = 0.5
+
+
+def test_failed_workflow_is_not_pending() -> None:
+    failed = {"protocol": "portbench", "views": SUMMARY["views"], "failed_step": "signals"}
+    sc = score_decision(failed, T, closes(5), CLASSES, horizon=5)
+    assert sc.failed and not sc.pending and sc.scores["S1"] is None
+    m = summarise([sc])
+    assert (m["pending"], m["failed"], m["S1_pending"]) == (0, 1, 0)
