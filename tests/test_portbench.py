@@ -236,7 +236,9 @@ class PortBenchModel(FakeLlmServer):
         return await super()._respond(body)
 
 
-async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any) -> None:
+async def test_example_config_replays_the_sample(
+    tmp_path: Any, monkeypatch: Any, capsys: Any
+) -> None:
     import sqlite3
     import tomllib
     from datetime import UTC, datetime
@@ -280,3 +282,13 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
     assert 1 <= m["pending"] < m["decisions"] and m["CEPS"] is not None
     assert all(0.0 <= m[s] <= 1.0 for s in ("S1", "S2", "S3", "S4", "S5")), m
     assert "pending" not in format_table(by_agent).splitlines()[1]
+    from scoring.portbench_scores import main
+
+    assert main(["--db", str(tmp_path / "pb.db"), "--horizon", "2",
+                 "--config", str(root / "examples" / "portbench.toml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("agent "))
+    assert "CEPS" in lines[head] and lines[head + 1].startswith("portbench")
+    with pytest.raises(SystemExit) as bad:
+        main(["--db", str(tmp_path / "missing.db")])
+    assert bad.value.code == 2
