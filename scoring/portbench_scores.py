@@ -21,7 +21,8 @@ store (the last recorded price of each UTC day):
 S1..S4 and CEPS need the horizon's closes: until the horizon has passed they are ``None``
 (pending). Scores are recomputed from the store each time, so they are reproducible.
 
-Run ``python -m scoring.portbench_scores --db pb.db`` for a table per agent.
+``paperarena report`` appends the table per agent (:func:`report_section`); ``python -m
+scoring.portbench_scores --db pb.db --horizon N`` prints it alone.
 """
 
 from __future__ import annotations
@@ -224,11 +225,24 @@ def daily_closes(
 
 
 def score_store(
-    db: str, classes: Mapping[str, str], *, horizon: int = HORIZON
+    db: str, classes: Mapping[str, str] | None = None, *, horizon: int = HORIZON
 ) -> dict[str, list[StageScores]]:
-    """Return the stage scores of every ``portbench`` decision of the store ``db``, by agent."""
+    """Return the stage scores of every ``portbench`` decision of the store ``db``, by agent.
+
+    Each agent's asset classes are those of its stored config (the last run's), unless
+    ``classes`` is given.
+    """
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
+        own: dict[str, dict[str, str]] = {}
+        for (raw_cfg,) in con.execute("SELECT config_json FROM runs ORDER BY id"):
+            try:
+                agents = json.loads(raw_cfg or "{}").get("agents", [])
+            except (ValueError, AttributeError):
+                continue
+            for a in agents if isinstance(agents, list) else []:
+                if isinstance(a, dict) and isinstance(a.get("asset_classes"), dict):
+                    own[str(a.get("id"))] = {str(k): str(v) for k, v in a["asset_classes"].items()}
         closes = daily_closes(con)
         out: dict[str, list[StageScores]] = {}
         for agent, ts, raw in con.execute(
@@ -241,12 +255,22 @@ def score_store(
                 continue
             if not isinstance(summary, dict) or summary.get("protocol") != "portbench":
                 continue
+            mine = classes if classes is not None else own.get(agent, {})
             out.setdefault(agent, []).append(
-                score_decision(summary, ts, closes, classes, horizon=horizon)
+                score_decision(summary, ts, closes, mine, horizon=horizon)
             )
         return out
     finally:
         con.close()
+
+
+def report_section(db: str, *, horizon: int = HORIZON) -> str:
+    """Return the PortBench block of ``paperarena report`` (``""`` without portbench agents)."""
+    by_agent = score_store(db, horizon=horizon)
+    if not by_agent:
+        return ""
+    return (f"\nPortBench stage scores (horizon {horizon} daily closes; pending: the horizon has"
+            f" not passed)\n{format_table(by_agent)}\n")
 
 
 def summarise(rows: Sequence[StageScores]) -> dict[str, Any]:
@@ -283,19 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--db", required=True)
     p.add_argument("--horizon", type=int, default=HORIZON, help="daily closes after a decision")
-    p.add_argument("--config", help="config file whose portbench agent's asset_classes apply")
     args = p.parse_args(argv)
-    classes: dict[str, str] = {}
-    if args.config:
-        from daemon.config import load_config
-
-        cfg = load_config(args.config)
-        for a in cfg.agents:
-            if a.protocol == "portbench":
-                classes = dict(a.asset_classes)
-                break
     try:
-        by_agent = score_store(args.db, classes, horizon=args.horizon)
+        by_agent = score_store(args.db, horizon=args.horizon)
     except sqlite3.Error as exc:
         p.exit(2, f"cannot read {args.db}: {exc}\n")
     import sys

@@ -276,7 +276,7 @@ async def test_example_config_replays_the_sample(
     # last decisions of the window pending.
     from scoring.portbench_scores import format_table, score_store, summarise
 
-    by_agent = score_store(str(tmp_path / "pb.db"), {}, horizon=2)
+    by_agent = score_store(str(tmp_path / "pb.db"), horizon=2)
     m = summarise(by_agent["portbench"])
     assert m["decisions"] == outcomes["ok"] and m["S5_pending"] == 0
     assert 1 <= m["pending"] < m["decisions"] and m["CEPS"] is not None
@@ -284,11 +284,18 @@ async def test_example_config_replays_the_sample(
     assert "pending" not in format_table(by_agent).splitlines()[1]
     from scoring.portbench_scores import main
 
-    assert main(["--db", str(tmp_path / "pb.db"), "--horizon", "2",
-                 "--config", str(root / "examples" / "portbench.toml")]) == 0
+    assert main(["--db", str(tmp_path / "pb.db"), "--horizon", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("agent "))
     assert "CEPS" in lines[head] and lines[head + 1].startswith("portbench")
     with pytest.raises(SystemExit) as bad:
         main(["--db", str(tmp_path / "missing.db")])
     assert bad.value.code == 2
+    # paperarena report shows the stage scores under the leaderboard.
+    from daemon.cli import main as cli
+
+    capsys.readouterr()
+    assert cli(["report", "--db", str(tmp_path / "pb.db")]) == 0
+    report = capsys.readouterr().out
+    assert "PortBench stage scores (horizon 5 daily closes" in report
+    assert "\nportbench " in report.split("PortBench stage scores", 1)[1]
