@@ -391,7 +391,8 @@ class AgentConfig(_Frozen):
     # asset classes (portbench limits, sixty_forty)
     asset_classes: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_ASSET_CLASSES),
-        description="asset -> asset class (an unmapped asset is its own class)",
+        description="asset -> asset class (an unmapped asset is its own class); default: the"
+        " equity market's asset_classes",
     )
     class_roles: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_CLASS_ROLES),
@@ -738,6 +739,22 @@ def _url_problems(settings: BaseModel, prefix: str) -> list[str]:
     return problems
 
 
+def _market_classes(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Return ``data`` with the equity market's ``asset_classes`` given to every agent that
+    has none of its own."""
+    markets = data.get("markets")
+    equity = markets.get("equity") if isinstance(markets, dict) else None
+    classes = equity.get("asset_classes") if isinstance(equity, dict) else None
+    agents = data.get("agents")
+    if not isinstance(classes, dict) or not isinstance(agents, list):
+        return data
+    filled = [
+        {**a, "asset_classes": classes} if isinstance(a, dict) and "asset_classes" not in a else a
+        for a in agents
+    ]
+    return {**data, "agents": filled}
+
+
 def parse_config(data: Mapping[str, Any], source: str = "<config>") -> Config:
     """Validate a parsed TOML mapping into a :class:`Config` or raise :class:`ConfigError`.
 
@@ -749,7 +766,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> Config:
     if problems:
         raise ConfigError(source, problems)
     try:
-        cfg = Config.model_validate_json(json.dumps(data), strict=True)
+        cfg = Config.model_validate_json(json.dumps(_market_classes(data)), strict=True)
     except ValidationError as exc:
         raise ConfigError(source, _format_errors(exc)) from None
     problems = _url_problems(cfg.sources, "sources")

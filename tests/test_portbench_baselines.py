@@ -153,3 +153,17 @@ def test_class_roles_are_checked() -> None:
         AgentConfig(id="x", kind="sixty_forty", class_roles={"gold": "metal"})
     cov = covariance(np.array([[0.01, 0.02], [-0.01, 0.02], [0.01, -0.02]]))
     assert cov.shape == (2, 2)
+
+
+def test_agents_take_the_markets_asset_classes_unless_given() -> None:
+    from daemon.config import parse_config
+
+    cfg = parse_config({
+        "markets": {"equity": {"assets": ["SPY", "TLT"],
+                               "asset_classes": {"SPY": "equities", "TLT": "bonds"}}},
+        "agents": [{"id": "a", "kind": "sixty_forty", "markets": ["equity"]},
+                   {"id": "b", "kind": "sixty_forty", "markets": ["equity"],
+                    "asset_classes": {"SPY": "bonds"}}],
+    })
+    assert cfg.agents[0].asset_classes == {"SPY": "equities", "TLT": "bonds"}
+    assert cfg.agents[1].asset_classes == {"SPY": "bonds"}
