@@ -22,6 +22,14 @@ def build_agent(cfg: AgentConfig) -> Agent:
         return BuyAndHold(cfg.id)
     if cfg.kind == "momentum":
         return Momentum(cfg.id, lookback=cfg.lookback_days, top_k=cfg.top_k)
+    if cfg.kind == "sixty_forty":
+        from agents.portfolio_baselines import SixtyForty
+
+        return SixtyForty(cfg.id, cfg.asset_classes, cfg.class_roles)
+    if cfg.kind in ("risk_parity", "equal_risk_contribution", "min_variance"):
+        from agents.portfolio_baselines import CovarianceBaseline
+
+        return CovarianceBaseline(cfg.id, cfg.kind, window=cfg.cov_window)
     if cfg.kind == "llm":
         from agents.protocols import build_llm_agent  # heavy import (litellm), only when configured
 

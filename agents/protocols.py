@@ -11,7 +11,12 @@ Protocols (``[[agents]] protocol = ...``):
 
 - ``livetradebench`` (default): one call returns the whole allocation (:mod:`agents.llm`);
 - ``stockbench``: overview -> stock selection -> fundamentals -> per-stock dollar orders ->
-  execution check with revisions (:mod:`agents.stockbench`).
+  execution check with revisions (:mod:`agents.stockbench`);
+- ``portbench``: views -> signals -> target weights (investor limits enforced) -> execution ->
+  risk monitor (:mod:`agents.portbench`).
+
+Multi-step protocols derive from :class:`StepwiseAgent`, which ends a decision the same way for
+all of them (a failed step, a hold, the stored JSON summary of the workflow).
 
 Prompts are files, one set per protocol under ``agents/prompts/<protocol>/``; a set's version is
 ``<protocol>-v<N>+<first 8 hex of the SHA-256 of its files>``, so any edit changes the version
@@ -21,14 +26,24 @@ stored with each decision.
 from __future__ import annotations
 
 import hashlib
+import json
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
-from agents.llm import LlmAgent
+import structlog
+
+from agents.base import AgentDecision
+from agents.llm import DecisionRun, LlmAgent, StepResult, audit_trail
+from agents.llm_output import split_think
 from daemon.config import AgentConfig
+from daemon.logs import redact_text
+from daemon.rounds import AGENT_DEADLINE
+
+log = structlog.get_logger(__name__)
 
 #: Protocol -> version label of its prompt set (bump it when a prompt's meaning changes).
-PROMPT_SET_VERSIONS: dict[str, str] = {"stockbench": "v1"}
+PROMPT_SET_VERSIONS: dict[str, str] = {"stockbench": "v1", "portbench": "v1"}
 
 
 @lru_cache(maxsize=8)
@@ -59,4 +74,62 @@ def build_llm_agent(cfg: AgentConfig) -> LlmAgent:
         from agents.stockbench import StockBenchAgent
 
         return StockBenchAgent(cfg)
+    if cfg.protocol == "portbench":
+        from agents.portbench import PortBenchAgent
+
+        return PortBenchAgent(cfg)
     raise ValueError(f"agent {cfg.id}: unknown protocol {cfg.protocol!r}")
+
+
+class StepwiseAgent(LlmAgent):
+    """An LLM agent whose decision is several steps: the shared ways a decision ends."""
+
+    decision_deadline: float = AGENT_DEADLINE - 30.0
+    """Seconds a decision may take, all steps included: a call that could end later is not
+    started (the step fails, naming the deadline) so the calls made so far are kept."""
+
+    def _held(
+        self, run: DecisionRun, reason: str, version: str, summary: dict[str, Any]
+    ) -> AgentDecision:
+        common = self._common(run, version, summary)
+        log.info("llm.decision", agent=self.id, market=run.obs.market, outcome="invalid",
+                 reason=reason, attempts=common["attempts"])
+        return AgentDecision(
+            allocation=None, outcome="invalid", reason=flat(redact_text(reason), 300), **common
+        )
+
+    def _failed(
+        self, run: DecisionRun, step: StepResult, version: str, summary: dict[str, Any]
+    ) -> AgentDecision:
+        summary["failed_step"] = step.step
+        common = self._common(run, version, summary)
+        last = step.attempts[-1] if step.attempts else None
+        if step.stop_reason:
+            outcome = "paused"
+            reason = f"step {step.step}: {step.error}"
+        elif step.out_of_time:
+            outcome = "error"
+            reason = f"step {step.step}: {step.error}"
+        else:
+            outcome = "invalid" if last is not None and last.kind == "invalid" else "error"
+            reason = (
+                f"step {step.step}: {step.error}"
+                f" (attempt {len(step.attempts)} of {self.cfg.max_attempts})"
+            )
+        log.info("llm.decision", agent=self.id, market=run.obs.market, outcome=outcome,
+                 reason=reason, attempts=common["attempts"])
+        return AgentDecision(
+            allocation=None, outcome=outcome, reason=flat(redact_text(reason), 300), **common
+        )
+
+    @staticmethod
+    def _common(run: DecisionRun, version: str, summary: dict[str, Any]) -> dict[str, Any]:
+        common = audit_trail(run.attempts, version)
+        common["raw_output"] = redact_text(json.dumps(summary, sort_keys=True))
+        return common
+
+
+def flat(text: str, limit: int) -> str:
+    """Return ``text`` without thinking blocks, on one line, cut to ``limit`` characters."""
+    one = " ".join(split_think(text)[0].split()) if text else ""
+    return one if len(one) <= limit else one[: limit - 1] + "…"

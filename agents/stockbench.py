@@ -37,18 +37,11 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from agents.base import CASH, AgentDecision, Observation
-from agents.llm import (
-    DecisionRun,
-    LlmAgent,
-    StepResult,
-    audit_trail,
-    render_failed,
-)
-from agents.llm_output import InvalidOutput, extract_json, split_think
+from agents.llm import DecisionRun, render_failed
+from agents.llm_output import InvalidOutput, extract_json
 from agents.prompting import _Ctx
-from agents.protocols import load_prompt_set
+from agents.protocols import StepwiseAgent, flat, load_prompt_set
 from daemon.logs import redact_text
-from daemon.rounds import AGENT_DEADLINE
 
 log = structlog.get_logger(__name__)
 
@@ -213,13 +206,10 @@ def to_weights(orders: Orders, obs: Observation) -> dict[str, float]:
     return out
 
 
-class StockBenchAgent(LlmAgent):
+class StockBenchAgent(StepwiseAgent):
     """An LLM agent following the StockBench workflow (see the module doc)."""
 
     protocol = PROTOCOL
-    decision_deadline: float = AGENT_DEADLINE - 30.0
-    """Seconds a decision may take, all steps included: a call that could end later is not
-    started (the step fails, naming the deadline) so the calls made so far are kept."""
 
     async def decide(self, obs: Observation) -> AgentDecision:
         """Run the workflow for ``obs``; any failed step holds with the step in the reason."""
@@ -249,7 +239,7 @@ class StockBenchAgent(LlmAgent):
         decision_text = string.Template(templates["decision"]).substitute(
             ctx,
             selected=", ".join(selection.tickers) or "(none)",
-            selection_reasoning=_flat(selection.reasoning, 600) or "(none given)",
+            selection_reasoning=flat(selection.reasoning, 600) or "(none given)",
             fundamentals=self.fundamentals(obs, selection.tickers),
         )
 
@@ -394,47 +384,6 @@ class StockBenchAgent(LlmAgent):
             reasoning=redact_text(orders.reasoning), **common,
         )
 
-    def _held(
-        self, run: DecisionRun, reason: str, version: str, summary: dict[str, Any]
-    ) -> AgentDecision:
-        common = self._common(run, version, summary)
-        log.info("llm.decision", agent=self.id, market=run.obs.market, outcome="invalid",
-                 reason=reason, attempts=common["attempts"])
-        return AgentDecision(
-            allocation=None, outcome="invalid", reason=_flat(redact_text(reason), 300), **common
-        )
-
-    def _failed(
-        self, run: DecisionRun, step: StepResult, version: str, summary: dict[str, Any]
-    ) -> AgentDecision:
-        summary["failed_step"] = step.step
-        common = self._common(run, version, summary)
-        last = step.attempts[-1] if step.attempts else None
-        if step.stop_reason:
-            outcome = "paused"
-            reason = f"step {step.step}: {step.error}"
-        elif step.out_of_time:
-            outcome = "error"
-            reason = f"step {step.step}: {step.error}"
-        else:
-            outcome = "invalid" if last is not None and last.kind == "invalid" else "error"
-            reason = (
-                f"step {step.step}: {step.error}"
-                f" (attempt {len(step.attempts)} of {self.cfg.max_attempts})"
-            )
-        log.info("llm.decision", agent=self.id, market=run.obs.market, outcome=outcome,
-                 reason=reason, attempts=common["attempts"])
-        return AgentDecision(
-            allocation=None, outcome=outcome, reason=_flat(redact_text(reason), 300), **common
-        )
-
-    @staticmethod
-    def _common(run: DecisionRun, version: str, summary: dict[str, Any]) -> dict[str, Any]:
-        common = audit_trail(run.attempts, version)
-        common["raw_output"] = redact_text(json.dumps(summary, sort_keys=True))
-        return common
-
-
 def _range_line(obs: Observation, t: str) -> str:
     """Return the 52-week range of ``t`` from the closes the observation holds."""
     lo_ts = obs.decision_ts - YEAR_S
@@ -454,8 +403,3 @@ def _range_line(obs: Observation, t: str) -> str:
 
 def _fmt_ts(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).astimezone(_EASTERN).strftime("%Y-%m-%d %H:%M")
-
-
-def _flat(text: str, limit: int) -> str:
-    flat = " ".join(split_think(text)[0].split()) if text else ""
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -13,6 +13,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -37,6 +38,40 @@ DEFAULT_ASSET_CLASSES: dict[str, str] = {
     "TSLA": "consumer", "PG": "consumer", "KO": "consumer", "WMT": "consumer",
     "JNJ": "health", "UNH": "health",
 }  # fmt: skip
+
+#: Role of an asset class in PortBench's investor limits and the 60/40 baseline: "equity" and
+#: "crypto" count toward a profile's equity cap, "bond" and "cash" (and CASH itself) toward its
+#: bond floor, "other" toward neither. A class not listed here is "equity" (so the sectors of
+#: the default stock universe are equities).
+DEFAULT_CLASS_ROLES: dict[str, str] = {
+    "equities": "equity", "crypto": "crypto", "bonds": "bond", "cash": "cash",
+    "commodities": "other", "real_estate": "other",
+}  # fmt: skip
+CLASS_ROLES: tuple[str, ...] = ("equity", "crypto", "bond", "cash", "other")
+
+
+def class_role(asset: str, classes: Mapping[str, str], roles: Mapping[str, str]) -> str:
+    """Return the role of ``asset``'s class (an unmapped asset is its own class: "equity")."""
+    return roles.get(classes.get(asset, asset), "equity")
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationLimits:
+    """An investor profile's allocation limits (PortBench, Table 7), as weights of the account."""
+
+    equity_cap: float
+    """Largest weight of equity- and crypto-role assets together."""
+    bond_floor: float
+    """Smallest weight of bond- and cash-role assets plus CASH together."""
+
+
+#: The allocation limits of each risk profile (the drawdown and VaR limits are in
+#: ``scoring.benchmarks.RISK_PROFILES``).
+PROFILE_LIMITS: dict[str, AllocationLimits] = {
+    "conservative": AllocationLimits(equity_cap=0.40, bond_floor=0.40),
+    "balanced": AllocationLimits(equity_cap=0.65, bond_floor=0.20),
+    "aggressive": AllocationLimits(equity_cap=0.90, bond_floor=0.05),
+}
 
 #: How deeply arrays and tables may nest in a config file.
 MAX_DEPTH = 32
@@ -265,9 +300,15 @@ class MarketsConfig(_Frozen):
     polymarket: PolymarketMarketConfig = PolymarketMarketConfig()
 
 
-AgentKind = Literal["buy_and_hold", "equal_weight", "cash", "momentum", "llm", "http"]
+AgentKind = Literal[
+    "buy_and_hold", "equal_weight", "cash", "momentum", "llm", "http",
+    "sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance",
+]  # fmt: skip
 #: The agent kinds built into paperarena; any other ``kind`` names an installed plugin.
-BUILTIN_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "momentum", "llm", "http")
+BUILTIN_KINDS: tuple[str, ...] = (
+    "buy_and_hold", "equal_weight", "cash", "momentum", "llm", "http",
+    "sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance",
+)  # fmt: skip
 
 
 #: Entry-point group through which installed packages register agent kinds (agents/plugins.py).
@@ -343,6 +384,20 @@ class AgentConfig(_Frozen):
     # momentum
     lookback_days: Annotated[int, Field(ge=1, le=250)] = 5
     top_k: Annotated[int, Field(ge=1, le=100)] = 3
+    # covariance baselines (risk_parity, equal_risk_contribution, min_variance)
+    cov_window: Annotated[int, Field(ge=2, le=250)] = Field(
+        default=60, description="daily returns in the rolling covariance window (default 60)"
+    )
+    # asset classes (portbench limits, sixty_forty)
+    asset_classes: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_ASSET_CLASSES),
+        description="asset -> asset class (an unmapped asset is its own class); default: the"
+        " equity market's asset_classes",
+    )
+    class_roles: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_CLASS_ROLES),
+        description="asset class -> equity | crypto | bond | cash | other (unlisted: equity)",
+    )
     # llm (used by the LLM agent; ignored by baselines)
     model: str | None = None
     api_base: str | None = Field(default=None, description="http(s) URL of the provider's API")
@@ -362,10 +417,11 @@ class AgentConfig(_Frozen):
     retry_after_cap: Annotated[float, Field(le=3600)] = Field(
         default=60.0, description="longest wait honoured from a 429's Retry-After (default 60s)"
     )
-    protocol: Literal["livetradebench", "stockbench"] = Field(
+    protocol: Literal["livetradebench", "stockbench", "portbench"] = Field(
         default="livetradebench",
         description="LLM decision workflow: 'livetradebench' (one call returns the allocation)"
-        " or 'stockbench' (overview -> pick stocks -> fundamentals -> per-stock dollar orders);"
+        ", 'stockbench' (overview -> pick stocks -> fundamentals -> per-stock dollar orders)"
+        " or 'portbench' (views -> signals -> weights -> execution -> risk monitor);"
         " see docs/protocols.md",
     )
     revision_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
@@ -391,6 +447,16 @@ class AgentConfig(_Frozen):
     prompt_files: PromptFiles | None = Field(
         default=None, description="an llm agent's own prompt templates (default: built-in)"
     )
+
+    @field_validator("class_roles")
+    @classmethod
+    def _roles(cls, v: dict[str, str]) -> dict[str, str]:
+        for klass, role in v.items():
+            if role not in CLASS_ROLES:
+                raise ValueError(
+                    f"role of class {klass!r} must be one of {', '.join(CLASS_ROLES)}, got {role!r}"
+                )
+        return v
 
     @field_validator("kind")
     @classmethod
@@ -431,8 +497,11 @@ class AgentConfig(_Frozen):
             raise ValueError("an llm agent needs 'model' (a LiteLLM model string)")
         if self.kind != "llm" and self.protocol != "livetradebench":
             raise ValueError(f"protocol {self.protocol!r} is for llm agents only")
-        if self.protocol == "stockbench" and self.markets != ("equity",):
-            raise ValueError("protocol 'stockbench' trades stocks only: set markets = ['equity']")
+        if self.protocol in ("stockbench", "portbench") and self.markets != ("equity",):
+            raise ValueError(
+                f"protocol {self.protocol!r} trades the equity market only:"
+                " set markets = ['equity']"
+            )
         if not self.markets:
             raise ValueError("an agent must trade at least one market")
         if (self.kind == "http") != (self.http is not None):
@@ -670,6 +739,22 @@ def _url_problems(settings: BaseModel, prefix: str) -> list[str]:
     return problems
 
 
+def _market_classes(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Return ``data`` with the equity market's ``asset_classes`` given to every agent that
+    has none of its own."""
+    markets = data.get("markets")
+    equity = markets.get("equity") if isinstance(markets, dict) else None
+    classes = equity.get("asset_classes") if isinstance(equity, dict) else None
+    agents = data.get("agents")
+    if not isinstance(classes, dict) or not isinstance(agents, list):
+        return data
+    filled = [
+        {**a, "asset_classes": classes} if isinstance(a, dict) and "asset_classes" not in a else a
+        for a in agents
+    ]
+    return {**data, "agents": filled}
+
+
 def parse_config(data: Mapping[str, Any], source: str = "<config>") -> Config:
     """Validate a parsed TOML mapping into a :class:`Config` or raise :class:`ConfigError`.
 
@@ -681,7 +766,7 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> Config:
     if problems:
         raise ConfigError(source, problems)
     try:
-        cfg = Config.model_validate_json(json.dumps(data), strict=True)
+        cfg = Config.model_validate_json(json.dumps(_market_classes(data)), strict=True)
     except ValidationError as exc:
         raise ConfigError(source, _format_errors(exc)) from None
     problems = _url_problems(cfg.sources, "sources")

@@ -1,0 +1,1 @@
+"""PortBench prompt set: one template per model stage (views, signals, weights, risk)."""

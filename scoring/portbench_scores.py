@@ -1,0 +1,322 @@
+"""PortBench's per-stage scores S1..S5 and CEPS, with delayed scoring.
+
+A ``portbench`` decision stores its whole workflow in ``decisions.raw_output`` (see
+:mod:`agents.portbench`). Its scores are computed from that summary and the daily closes of the
+store (the last recorded price of each UTC day):
+
+- S1 ``1 - mean|v - v*| / 2``, ``v* = clip(r / VIEW_SCALE, -1, 1)`` from each asset's return
+  ``r`` over the horizon (the next ``horizon`` daily closes after the decision);
+- S2 the share of signals equal to those the S1 thresholds give ``v*``;
+- S3 ``0.5 * s_acc + 0.5 * s_corr``: ``s_acc = 1 - |w - w*|_1 / 2`` against the long-only
+  maximum-Sharpe weights ``w*`` over the buy-signal assets (mean future returns, covariance of
+  the lookback window, risk-free 4 % a year; all CASH when no portfolio beats it), and ``s_corr``
+  the two-layer correlation score of ``w`` over the lookback window;
+- S4 ``max(0, 1 - |tau - tau*| / max(tau, tau*, 1e-4))``: executed turnover (0 when the risk
+  monitor kept the portfolio) against the turnover to ``w*``;
+- S5 ``0.5 * d + 0.5 * clip(1 - (e_VaR + e_DD) / 2, 0, 1)``: the rebalance decision against the
+  5 % drift rule and the relative errors of the VaR and drawdown estimates against historical
+  simulation over the lookback window (known at decision time, so never pending);
+- CEPS ``clip(mean - 0.1 * sum of drops, 0, 1)`` (:func:`scoring.benchmarks.ceps`).
+
+S1..S4 and CEPS need the horizon's closes: until the horizon has passed they are ``None``
+(pending). Scores are recomputed from the store each time, so they are reproducible.
+
+``paperarena report`` appends the table per agent (:func:`report_section`); ``python -m
+scoring.portbench_scores --db pb.db --horizon N`` prints it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from scoring.benchmarks import ceps, diversification_from_returns
+
+CASH = "CASH"
+#: A forward return of +-VIEW_SCALE maps to a ground-truth view of +-1.
+VIEW_SCALE = 0.10
+#: Views above this are buys, below its negative sells (the paper's S2 thresholds).
+SIGNAL_THRESHOLD = 0.2
+#: Daily closes after the decision that make up the scoring horizon (default).
+HORIZON = 5
+#: Daily closes before the decision that make up the lookback window.
+LOOKBACK = 60
+#: Annual risk-free rate of the maximum-Sharpe reference.
+RISK_FREE = 0.04
+YEAR_DAYS = 252
+STAGES = ("S1", "S2", "S3", "S4", "S5")
+
+Closes = Mapping[str, Sequence[tuple[float, float]]]
+
+
+def _signal(v: float) -> str:
+    return "buy" if v > SIGNAL_THRESHOLD else "sell" if v < -SIGNAL_THRESHOLD else "hold"
+
+
+def s1_score(views: Mapping[str, float], truth: Mapping[str, float]) -> float:
+    """Return ``1 - mean|v - v*| / 2`` over the assets of ``truth``."""
+    errs = [abs(views.get(a, 0.0) - v) for a, v in truth.items()]
+    return 1.0 - math.fsum(errs) / (2.0 * len(errs)) if errs else math.nan
+
+
+def s2_score(signals: Mapping[str, str], truth: Mapping[str, float]) -> float:
+    """Return the share of ``signals`` equal to the thresholds applied to the true views."""
+    hits = [signals.get(a) == _signal(v) for a, v in truth.items()]
+    return sum(hits) / len(hits) if hits else math.nan
+
+
+def s4_score(turnover: float, oracle_turnover: float) -> float:
+    """Return ``max(0, 1 - |tau - tau*| / max(tau, tau*, 1e-4))``."""
+    return max(0.0, 1.0 - abs(turnover - oracle_turnover) / max(turnover, oracle_turnover, 1e-4))
+
+
+def s5_score(answer: Mapping[str, Any], truth: Mapping[str, Any]) -> float:
+    """Return ``0.5 d + 0.5 clip(1 - (e_VaR + e_DD) / 2, 0, 1)`` (NaN without true figures)."""
+    if truth.get("var_95") is None or truth.get("max_drawdown") is None:
+        return math.nan
+    d = float(bool(answer["rebalance"]) == bool(truth["rebalance"]))
+    errs = [
+        abs(float(answer[k]) - float(truth[k])) / max(abs(float(truth[k])), 1e-6)
+        for k in ("var_95", "max_drawdown")
+    ]
+    return 0.5 * d + 0.5 * min(1.0, max(0.0, 1.0 - sum(errs) / 2.0))
+
+
+def max_sharpe(mu: np.ndarray, cov: np.ndarray, rf: float) -> np.ndarray | None:
+    """Return the long-only weights of greatest ``(w'mu - rf) / sqrt(w'cov w)`` (None when no
+    portfolio has a positive excess return: cash is better).
+
+    Solved as ``min y'cov y`` subject to ``(mu - rf)'y = 1, y >= 0`` (then ``w = y / sum y``)
+    by projected gradient on that set.
+    """
+    ex = mu - rf
+    if mu.size == 0 or float(np.max(ex)) <= 0.0:
+        return None
+    pos = ex > 0
+    e, c = ex[pos], cov[np.ix_(pos, pos)]
+    lam = float(np.max(np.linalg.eigvalsh(c))) or 1.0
+    y = np.full(e.size, 1.0 / e.sum())
+    for _ in range(20_000):
+        z = y - (c @ y) / lam
+        # project on {e'y = 1, y >= 0}: bisection on the multiplier
+        lo, hi = -1e6, 1e6
+        for _ in range(100):
+            t = 0.5 * (lo + hi)
+            if float(e @ np.maximum(z + t * e, 0.0)) > 1.0:
+                hi = t
+            else:
+                lo = t
+        nxt = np.maximum(z + 0.5 * (lo + hi) * e, 0.0)
+        if float(np.max(np.abs(nxt - y))) <= 1e-12 * max(1.0, float(np.max(y))):
+            y = nxt
+            break
+        y = nxt
+    w = np.zeros(mu.size)
+    w[pos] = y / y.sum()
+    return w
+
+
+@dataclass(frozen=True, slots=True)
+class StageScores:
+    """The scores of one decision (``None``: pending, the horizon has not passed)."""
+
+    ts: float
+    scores: dict[str, float | None] = field(default_factory=dict)
+    ceps: float | None = None
+    failed: bool = False
+    """Whether the workflow stopped at a failed stage (its scores stay unset, not pending)."""
+
+    @property
+    def pending(self) -> bool:
+        """Return whether any stage waits for its horizon."""
+        return self.ceps is None and not self.failed
+
+
+def _window(closes: Closes, assets: Sequence[str], ts: float, before: bool, n: int) -> np.ndarray:
+    """Return the ``(n + 1) x A`` closes up to ``ts`` (``before``) or from the last close before
+    ``ts`` onwards, on the days every asset has; fewer rows when fewer exist."""
+    series = [dict(closes.get(a, ())) for a in assets]
+    days = sorted(set(series[0]).intersection(*series[1:])) if series else []
+    past = [d for d in days if d < ts]
+    picked = past[-(n + 1):] if before else past[-1:] + [d for d in days if d >= ts][:n]
+    return np.array([[s[d] for s in series] for d in picked], dtype=float).reshape(
+        len(picked), len(assets)
+    )
+
+
+def score_decision(
+    summary: Mapping[str, Any],
+    ts: float,
+    closes: Closes,
+    classes: Mapping[str, str],
+    *,
+    horizon: int = HORIZON,
+) -> StageScores:
+    """Return the stage scores of one decision's ``summary`` made at ``ts``."""
+    scores: dict[str, float | None] = dict.fromkeys(STAGES)
+    if "failed_step" in summary or "risk" not in summary:
+        return StageScores(ts, scores, None, failed=True)
+    if "risk" in summary:
+        scores["S5"] = s5_score(summary["risk"], summary["risk_truth"])
+    views: Mapping[str, float] = summary.get("views", {})
+    assets = sorted(views)
+    fut = _window(closes, assets, ts, before=False, n=horizon)
+    if not assets or fut.shape[0] < horizon + 1:
+        return StageScores(ts, scores, None)
+    fwd = fut[-1] / fut[0] - 1.0
+    truth = {a: float(np.clip(r / VIEW_SCALE, -1.0, 1.0)) for a, r in zip(assets, fwd, strict=True)}
+    scores["S1"] = s1_score(views, truth)
+    if "signals" in summary:
+        scores["S2"] = s2_score(summary["signals"], truth)
+    if "weights" in summary:
+        past = _window(closes, assets, ts, before=True, n=LOOKBACK)
+        hist = past[1:] / past[:-1] - 1.0 if past.shape[0] > 2 else np.zeros((0, len(assets)))
+        fret = fut[1:] / fut[:-1] - 1.0
+        buys = [i for i, a in enumerate(assets) if summary["signals"].get(a) == "buy"]
+        oracle = {a: 0.0 for a in assets} | {CASH: 1.0}
+        if buys and hist.shape[0] > 1:
+            cov = np.atleast_2d(np.cov(hist[:, buys], rowvar=False, ddof=1))
+            w = max_sharpe(fret[:, buys].mean(axis=0), cov, RISK_FREE / YEAR_DAYS)
+            if w is not None:
+                oracle = {a: 0.0 for a in assets} | {CASH: 0.0}
+                for i, x in zip(buys, w, strict=True):
+                    oracle[assets[i]] = float(x)
+        weights: Mapping[str, float] = summary["weights"]
+        keys = [*assets, CASH]
+        s_acc = 1.0 - math.fsum(abs(weights.get(k, 0.0) - oracle[k]) for k in keys) / 2.0
+        risky = {a: float(weights.get(a, 0.0)) for a in assets}
+        own = {a: classes.get(a, a) for a in assets}
+        corr = (diversification_from_returns(risky, own, hist, assets)["s_corr"]
+                if hist.shape[0] > 1 and any(risky.values()) else math.nan)
+        scores["S3"] = 0.5 * s_acc + 0.5 * corr
+        current: Mapping[str, float] = summary.get("current", {})
+        tau = summary["execution"]["turnover"] if summary.get("applied") else 0.0
+        tau_star = math.fsum(abs(oracle[a] - current.get(a, 0.0)) for a in assets)
+        scores["S4"] = s4_score(tau, tau_star) if "risk" in summary else None
+    done = [scores[s] for s in STAGES]
+    if any(v is None for v in done):
+        return StageScores(ts, scores, None)
+    return StageScores(ts, scores, ceps([float(v) for v in done if v is not None]))
+
+
+def daily_closes(
+    con: sqlite3.Connection, market: str = "equity"
+) -> dict[str, list[tuple[float, float]]]:
+    """Return ``{asset: [(end of UTC day, close)]}``: the last price recorded on each UTC day
+    (stamped with the day's last second, so all assets' closes of a day share one stamp)."""
+    rows = con.execute(
+        "SELECT asset, CAST(ts / 86400 AS INTEGER) AS day, ts, price FROM market_events"
+        " WHERE kind='price' AND market=? ORDER BY asset, ts", (market,),
+    ).fetchall()
+    last: dict[tuple[str, int], tuple[float, float]] = {}
+    for asset, day, _ts, price in rows:
+        last[(asset, day)] = (day * 86_400.0 + 86_399.0, float(price))
+    out: dict[str, list[tuple[float, float]]] = {}
+    for (asset, _), point in sorted(last.items()):
+        out.setdefault(asset, []).append(point)
+    return out
+
+
+def score_store(
+    db: str, classes: Mapping[str, str] | None = None, *, horizon: int = HORIZON
+) -> dict[str, list[StageScores]]:
+    """Return the stage scores of every ``portbench`` decision of the store ``db``, by agent.
+
+    Each agent's asset classes are those of its stored config (the last run's), unless
+    ``classes`` is given.
+    """
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        own: dict[str, dict[str, str]] = {}
+        for (raw_cfg,) in con.execute("SELECT config_json FROM runs ORDER BY id"):
+            try:
+                agents = json.loads(raw_cfg or "{}").get("agents", [])
+            except (ValueError, AttributeError):
+                continue
+            for a in agents if isinstance(agents, list) else []:
+                if isinstance(a, dict) and isinstance(a.get("asset_classes"), dict):
+                    own[str(a.get("id"))] = {str(k): str(v) for k, v in a["asset_classes"].items()}
+        closes = daily_closes(con)
+        out: dict[str, list[StageScores]] = {}
+        for agent, ts, raw in con.execute(
+            "SELECT agent, scheduled_ts, raw_output FROM decisions WHERE market='equity'"
+            " ORDER BY agent, scheduled_ts"
+        ):
+            try:
+                summary = json.loads(raw or "")
+            except ValueError:
+                continue
+            if not isinstance(summary, dict) or summary.get("protocol") != "portbench":
+                continue
+            mine = classes if classes is not None else own.get(agent, {})
+            out.setdefault(agent, []).append(
+                score_decision(summary, ts, closes, mine, horizon=horizon)
+            )
+        return out
+    finally:
+        con.close()
+
+
+def report_section(db: str, *, horizon: int = HORIZON) -> str:
+    """Return the PortBench block of ``paperarena report`` (``""`` without portbench agents)."""
+    by_agent = score_store(db, horizon=horizon)
+    if not by_agent:
+        return ""
+    return (f"\nPortBench stage scores (horizon {horizon} daily closes; pending: the horizon has"
+            f" not passed)\n{format_table(by_agent)}\n")
+
+
+def summarise(rows: Sequence[StageScores]) -> dict[str, Any]:
+    """Return the mean of each stage over its scored decisions, mean CEPS and pending counts."""
+    out: dict[str, Any] = {"decisions": len(rows)}
+    for s in STAGES:
+        vals = [r.scores[s] for r in rows if r.scores.get(s) is not None]
+        finite = [v for v in vals if v is not None and math.isfinite(v)]
+        out[s] = sum(finite) / len(finite) if finite else None
+        out[f"{s}_pending"] = sum(1 for r in rows if r.scores.get(s) is None and not r.failed)
+    cs = [r.ceps for r in rows if r.ceps is not None and math.isfinite(r.ceps)]
+    out["CEPS"] = sum(cs) / len(cs) if cs else None
+    out["pending"] = sum(1 for r in rows if r.pending)
+    out["failed"] = sum(1 for r in rows if r.failed)
+    return out
+
+
+def format_table(by_agent: Mapping[str, Sequence[StageScores]]) -> str:
+    """Return one line per agent: S1..S5, CEPS, decisions, pending and failed counts."""
+    def num(x: Any) -> str:
+        return f"{x:.3f}" if isinstance(x, float) else "pending"
+
+    lines = [f"{'agent':<20}" + "".join(f"{s:>9}" for s in (*STAGES, "CEPS"))
+             + f"{'decisions':>11}{'pending':>9}{'failed':>8}"]
+    for agent, rows in sorted(by_agent.items()):
+        m = summarise(rows)
+        lines.append(f"{agent:<20}" + "".join(f"{num(m[s]):>9}" for s in (*STAGES, "CEPS"))
+                     + f"{m['decisions']:>11}{m['pending']:>9}{m['failed']:>8}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the PortBench stage scores of a store."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("--db", required=True)
+    p.add_argument("--horizon", type=int, default=HORIZON, help="daily closes after a decision")
+    args = p.parse_args(argv)
+    try:
+        by_agent = score_store(args.db, horizon=args.horizon)
+    except sqlite3.Error as exc:
+        p.exit(2, f"cannot read {args.db}: {exc}\n")
+    import sys
+
+    sys.stdout.write(format_table(by_agent) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

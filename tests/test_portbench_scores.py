@@ -1,0 +1,125 @@
+"""PortBench's stage scores and CEPS, with delayed scoring, against hand-derived numbers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from scoring.benchmarks import ceps, diversification_from_returns
+from scoring.portbench_scores import (
+    format_table,
+    max_sharpe,
+    s1_score,
+    s2_score,
+    s4_score,
+    s5_score,
+    score_decision,
+    summarise,
+)
+
+T = 1_714_600_000.0
+DAY = 86_400.0
+
+
+def test_stage_formulas() -> None:
+    assert s1_score({"A": 0.5, "B": 0.3, "C": -0.4}, {"A": 1.0, "B": 0.0, "C": -0.5}) == (
+        pytest.approx(1 - 0.9 / 6))
+    assert s2_score({"A": "buy", "B": "buy", "C": "sell"},
+                    {"A": 1.0, "B": 0.0, "C": -0.5}) == pytest.approx(2 / 3)
+    assert s4_score(0.4, 0.5) == pytest.approx(0.8)
+    assert s4_score(0.0, 0.0) == 1.0 and s4_score(0.0, 0.7) == 0.0
+    # d = 1; e_VaR = 0.5, e_DD = 0: 0.5 + 0.5 * (1 - 0.25).
+    assert s5_score({"rebalance": True, "var_95": -0.015, "max_drawdown": -0.04},
+                    {"rebalance": True, "var_95": -0.01, "max_drawdown": -0.04}) == (
+        pytest.approx(0.875))
+    assert math.isnan(s5_score({"rebalance": True, "var_95": -0.01, "max_drawdown": -0.01},
+                               {"rebalance": True, "var_95": None, "max_drawdown": None}))
+
+
+def test_ceps_of_the_papers_trace() -> None:
+    # Stages .792 .506 .714 .136 .480: drops .286 + .578 = .864, penalty .0864.
+    assert ceps([0.792, 0.506, 0.714, 0.136, 0.480]) == pytest.approx(0.5256 - 0.0864)
+
+
+def test_max_sharpe_is_the_tangency_portfolio() -> None:
+    # Uncorrelated: w ∝ excess / variance = (1e-3 / 1e-4, 2e-3 / 4e-4) = (10, 5).
+    w = max_sharpe(np.array([1e-3, 2e-3]), np.diag([1e-4, 4e-4]), 0.0)
+    assert w == pytest.approx([2 / 3, 1 / 3], abs=1e-6)
+    # An asset below the risk-free rate gets nothing; none above it: cash (None).
+    w = max_sharpe(np.array([1e-3, -1e-3]), np.diag([1e-4, 4e-4]), 0.0)
+    assert w == pytest.approx([1.0, 0.0])
+    assert max_sharpe(np.array([-1e-3]), np.diag([1e-4]), 0.0) is None
+
+
+def closes(horizon_days: int) -> dict[str, list[tuple[float, float]]]:
+    """Six closes before T, then ``horizon_days`` after: SPY +10 %, TLT flat, GLD -5 %."""
+    before = {"SPY": [100, 101, 99, 100.5, 100.5, 101.5], "TLT": [100, 99.5, 100.5, 100, 100.2,
+              100.2], "GLD": [100, 100, 100.4, 100.6, 100.5, 100.8]}
+    out = {}
+    for a, ps in before.items():
+        pts = [(T - (6 - i) * DAY, float(p)) for i, p in enumerate(ps)]
+        end = {"SPY": 1.10, "TLT": 1.0, "GLD": 0.95}[a]
+        for k in range(1, horizon_days + 1):
+            pts.append((T + k * DAY - 3600, ps[-1] * end ** (k / 5)))
+        out[a] = pts
+    return out
+
+
+SUMMARY = {
+    "protocol": "portbench", "profile": "balanced", "regime": "bull",
+    "current": {"SPY": 0.5, "TLT": 0.0, "GLD": 0.0, "CASH": 0.5},
+    "views": {"SPY": 0.5, "TLT": 0.3, "GLD": -0.4},
+    "signals": {"SPY": "buy", "TLT": "buy", "GLD": "sell"},
+    "weights": {"SPY": 0.6, "TLT": 0.3, "GLD": 0.0, "CASH": 0.1},
+    "execution": {"turnover": 0.4, "cost_usd": 0.6, "cost_bps": 15.0, "drift": 0.3},
+    "risk": {"rebalance": True, "var_95": -0.01, "max_drawdown": -0.02},
+    "risk_truth": {"rebalance": True, "var_95": -0.01, "max_drawdown": -0.02},
+    "applied": True,
+}
+CLASSES = {"SPY": "equities", "TLT": "bonds", "GLD": "commodities"}
+
+
+def test_scores_wait_for_the_horizon() -> None:
+    early = score_decision(SUMMARY, T, closes(3), CLASSES, horizon=5)
+    assert early.pending and early.ceps is None
+    assert early.scores["S5"] == 1.0
+    assert [early.scores[s] for s in ("S1", "S2", "S3", "S4")] == [None] * 4
+
+
+def test_scores_after_the_horizon() -> None:
+    sc = score_decision(SUMMARY, T, closes(5), CLASSES, horizon=5)
+    assert not sc.pending
+    # v* = (1, 0, -0.5): S1 = 1 - 0.9 / 6; signals truth buy / hold / sell: S2 = 2/3.
+    assert sc.scores["S1"] == pytest.approx(0.85)
+    assert sc.scores["S2"] == pytest.approx(2 / 3)
+    # Buys SPY, TLT; only SPY beats the risk-free rate: w* = SPY 100 %.
+    # s_acc = 1 - (0.4 + 0.3 + 0.1) / 2 = 0.6; turnover to w* 0.5 vs 0.4 executed: S4 = 0.8.
+    past = np.array([[p for _, p in closes(0)[a]] for a in ("SPY", "TLT", "GLD")]).T
+    hist = past[1:] / past[:-1] - 1.0
+    corr = diversification_from_returns({"SPY": 0.6, "TLT": 0.3, "GLD": 0.0}, CLASSES, hist,
+                                        ["SPY", "TLT", "GLD"])["s_corr"]
+    assert sc.scores["S3"] == pytest.approx(0.5 * 0.6 + 0.5 * corr)
+    assert sc.scores["S4"] == pytest.approx(0.8)
+    s = [sc.scores[k] for k in ("S1", "S2", "S3", "S4", "S5")]
+    assert sc.ceps == pytest.approx(ceps(s))
+    m = summarise([sc, score_decision(SUMMARY, T + 3 * DAY, closes(5), CLASSES, horizon=5)])
+    assert m["pending"] == 1 and m["S1_pending"] == 1 and m["S5_pending"] == 0
+    assert m["S1"] == pytest.approx(0.85) and m["CEPS"] == pytest.approx(sc.ceps)
+    table = format_table({"pb": [sc]})
+    assert table.splitlines()[1].startswith("pb") and "0.850" in table
+
+
+def test_unexecuted_target_has_zero_turnover() -> None:
+    kept = SUMMARY | {"applied": False}
+    sc = score_decision(kept, T, closes(5), CLASSES, horizon=5)
+    assert sc.scores["S4"] == 0.0  # tau = 0 against tau* = 0.5
+
+
+def test_failed_workflow_is_not_pending() -> None:
+    failed = {"protocol": "portbench", "views": SUMMARY["views"], "failed_step": "signals"}
+    sc = score_decision(failed, T, closes(5), CLASSES, horizon=5)
+    assert sc.failed and not sc.pending and sc.scores["S1"] is None
+    m = summarise([sc])
+    assert (m["pending"], m["failed"], m["S1_pending"]) == (0, 1, 0)
