@@ -359,15 +359,18 @@ class Page:
                 lo = min(r[1] for r in rows)
                 hi = max(r[1] for r in rows)
                 for (m, st, attempt, ts, model, raw, err, finish, ti, to, lat,
-                     cost) in await store.fetchall(
+                     cost, step, sha, outcome, parsed) in await store.fetchall(
                         "SELECT market, scheduled_ts, attempt, ts, model, raw_response, error,"
-                        " finish_reason, tokens_in, tokens_out, latency_s, cost_usd FROM"
+                        " finish_reason, tokens_in, tokens_out, latency_s, cost_usd, step,"
+                        " input_sha256, outcome, parsed_json FROM"
                         " llm_calls WHERE agent=? AND scheduled_ts BETWEEN ? AND ?"
                         " ORDER BY id", (agent, lo, hi)):
                     calls.setdefault((m, st), []).append({
                         "attempt": attempt, "ts": ts, "model": model, "raw_response": raw,
                         "error": err, "finish_reason": finish, "tokens_in": ti,
-                        "tokens_out": to, "latency_s": lat, "cost_usd": cost})
+                        "tokens_out": to, "latency_s": lat, "cost_usd": cost,
+                        "step": step, "input_sha256": sha, "outcome": outcome,
+                        "parsed": _loads(parsed)})
         decisions = []
         for (m, st, dt, outcome, reason, input_json, sha, raw, alloc, template, attempts,
              duration) in rows:

@@ -166,7 +166,8 @@ async def test_decisions_are_paged_with_their_audit_trail(daemon: Daemon) -> Non
                            raw_output=f'{{"n": {i}}}', allocation={"CASH": 1.0}, attempts=1,
                            calls=[{"attempt": 1, "ts": T0 + i, "model": "m", "raw_response": "x",
                                    "tokens_in": 10, "tokens_out": 2, "latency_s": 0.5,
-                                   "cost_usd": 0.001}])
+                                   "cost_usd": 0.001, "step": "selection", "outcome": "ok",
+                                   "input_sha256": "ab" * 32, "parsed": {"pick": ["AAA"]}}])
             for i in range(45)]
     await store.commit_round(RoundCommit(decisions=recs))
     status, page = await daemon.get("/api/agents/ew/decisions?offset=40&limit=20")
@@ -178,6 +179,10 @@ async def test_decisions_are_paged_with_their_audit_trail(daemon: Daemon) -> Non
     assert first["headlines"] == [{"key": "AAA", "ts": T0, "headline": "<b>Headline</b>",
                                    "source": "Wire"}]
     assert first["calls"][0]["tokens_in"] == 10 and first["calls"][0]["latency_s"] == 0.5
+    # Multi-step protocols: each call names its step, the hash of its prompt and its answer.
+    assert {k: first["calls"][0][k] for k in ("step", "outcome", "input_sha256", "parsed")} == {
+        "step": "selection", "outcome": "ok", "input_sha256": "ab" * 32,
+        "parsed": {"pick": ["AAA"]}}
     status, page = await daemon.get("/api/agents/ew/decisions")
     assert page["limit"] == 20 and page["decisions"][0]["scheduled_ts"] == T0 + 44
     for bad in ("offset=-1", "limit=x", "page=2"):

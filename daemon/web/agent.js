@@ -139,7 +139,8 @@
         el("ul", {class: "headlines"}, ...d.headlines.map((h) => el("li", {}, el("span", {class: "when"}, time(h.ts)), ` [${h.key}] `, h.headline, h.source ? ` (${h.source})` : ""))));
     }
     d.calls.forEach((c, i) => {
-      details.append(el("div", {class: "label"}, `step ${i + 1} (attempt ${c.attempt}) · ${c.model || "?"} · ${finite(c.tokens_in) ? c.tokens_in : "-"} in / ${finite(c.tokens_out) ? c.tokens_out : "-"} out tokens · ${finite(c.cost_usd) ? "$" + num(c.cost_usd, 5) : "cost -"} · ${finite(c.latency_s) ? num(c.latency_s, 2) + " s" : "-"}${c.finish_reason ? " · " + c.finish_reason : ""}`));
+      const step = c.step ? `step ${c.step}` : `call ${i + 1}`;
+      details.append(el("div", {class: "label"}, `${step}${c.outcome ? " [" + c.outcome + "]" : ""} (attempt ${c.attempt}) · ${c.model || "?"} · ${finite(c.tokens_in) ? c.tokens_in : "-"} in / ${finite(c.tokens_out) ? c.tokens_out : "-"} out tokens · ${finite(c.cost_usd) ? "$" + num(c.cost_usd, 5) : "cost -"} · ${finite(c.latency_s) ? num(c.latency_s, 2) + " s" : "-"}${c.finish_reason ? " · " + c.finish_reason : ""}`));
       if (c.error) details.append(el("div", {class: "error-text"}, c.error));
       if (c.raw_response) details.append(el("pre", {class: "raw"}, c.raw_response));
     });
