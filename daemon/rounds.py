@@ -22,22 +22,22 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 
 from agents.base import Agent, AgentDecision, Observation, assert_no_lookahead
 from agents.validation import InvalidAllocation, validate_allocation
+from daemon.bus import Bus
+from daemon.clock import Clock
+from daemon.config import Config
 from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
-from daemon.market_state import PriceCoverage, format_age
-from daemon.store import DecisionRecord, FillRecord, RoundCommit
-from scoring.ledger import RebalanceRejected
-
-if TYPE_CHECKING:
-    from daemon.engine import Engine
+from daemon.market_state import MarketState, PriceCoverage, format_age
+from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store
+from scoring.ledger import Book, RebalanceRejected
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +59,31 @@ class AgentSlot:
     reason: str = ""
 
 
+class RoundHost(Protocol):
+    """What a round needs from its engine (:class:`daemon.engine.Engine` is one)."""
+
+    config: Config
+    clock: Clock
+    store: Store
+    bus: Bus
+    books: dict[str, Book]
+    state: MarketState
+    slots: dict[str, dict[str, AgentSlot]]
+
+    @property
+    def rounds(self) -> Mapping[str, DecisionRound]:
+        """Return the round runner of every market."""
+        ...
+
+    async def commit(self, rc: RoundCommit) -> None:
+        """Commit ``rc`` with the books and a checkpoint, atomically."""
+        ...
+
+    def add_equity_rows(self, rc: RoundCommit, market: str, ts: float, kind: str) -> None:
+        """Append a (value, cash) snapshot of every agent in ``market`` to ``rc``."""
+        ...
+
+
 @dataclass(slots=True)
 class RoundResult:
     """What a round did, for callers and tests."""
@@ -73,7 +98,7 @@ class RoundResult:
 class DecisionRound:
     """Run one market's decision rounds for its agents."""
 
-    def __init__(self, engine: Engine, market: str,
+    def __init__(self, engine: RoundHost, market: str,
                  monotonic: Callable[[], float] = time.perf_counter) -> None:
         self.engine = engine
         self.market: Market = cast(Market, market)  # a configured market name
@@ -244,7 +269,7 @@ class DecisionRound:
             await self.engine.bus.publish(ev)
 
 
-async def record_abandoned(engine: Engine) -> int:
+async def record_abandoned(engine: RoundHost) -> int:
     """Record every undecided agent of a cancelled, in-flight round as ``abandoned``."""
     n = 0
     for rnd in engine.rounds.values():
