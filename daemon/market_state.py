@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import numpy as np
 import structlog
 
 from agents.base import (
@@ -279,12 +280,14 @@ class MarketState:
                 prices[a] = closes[-1]
             history[a] = closes
         i = book.agent_index(agent)
-        holdings = {a: float(book.holdings[i, book.asset_index(a)]) for a in book.assets
-                    if book.holdings[i, book.asset_index(a)] != 0.0}
+        row = book.holdings[i]
+        all_assets = book.assets
+        holdings = {all_assets[j]: float(row[j]) for j in np.flatnonzero(row).tolist()}
         value = float(book.value(agent))
         init = book.initial_cash
+        listed = set(assets)  # a set: membership per question in O(1), not O(assets)
         questions = tuple(
-            q for q in self.questions.values() if q.yes in assets and q.no in assets
+            q for q in self.questions.values() if q.yes in listed and q.no in listed
         )
         news: dict[str, tuple[NewsItem, ...]] = {}
         keys = list(assets) if market == "equity" else [q.id for q in questions]
