@@ -23,7 +23,7 @@ import structlog
 from daemon.clock import LiveClock
 from daemon.components import Component
 from daemon.config import Config
-from daemon.engine import Engine
+from daemon.engine import Engine, freeze_heap
 from daemon.events import FUNDAMENTALS, HISTORY, MARKET, NEWS, PRICE, RESOLUTION
 from daemon.schedule import LiveScheduler
 from daemon.store import Store, StoreWriteError
@@ -75,6 +75,7 @@ class LiveDaemon:
         engine = self.engine = Engine(self.config, clock=self.clock, store=store)
         engine.add_equity_universe(self.config.markets.equity.assets)
         engine.build_agents()
+        freeze_heap()
         await engine.restore()
         for market, asset, ts, price in await store.latest_prices_after_checkpoint():
             from daemon.events import MARKETS, PriceEvent
