@@ -117,7 +117,8 @@ class BookSnapshot:
     def holdings_of(self, agent: str) -> dict[str, float]:
         """Return ``agent``'s non-zero holdings, in column order."""
         row = self.holdings[self.index[agent]]
-        return {self.assets[j]: float(row[j]) for j in np.flatnonzero(row).tolist()}
+        vals, assets = row.tolist(), self.assets
+        return {assets[j]: vals[j] for j in np.flatnonzero(row).tolist()}
 
     def weights_of(self, agent: str) -> dict[str, float]:
         """Return ``agent``'s non-zero weights and ``CASH`` (as :meth:`Book.weights`, filtered)."""
@@ -127,11 +128,8 @@ class BookSnapshot:
         v = cash + float(held.sum())
         if v <= 0.0:
             return {CASH: 1.0}
-        out = {}
-        for j in np.flatnonzero(held).tolist():
-            w = float(held[j] / v)
-            if w != 0.0:
-                out[self.assets[j]] = w
+        ws, assets = (held / v).tolist(), self.assets
+        out = {assets[j]: ws[j] for j in np.flatnonzero(held).tolist() if ws[j] != 0.0}
         out[CASH] = cash / v
         return out
 
