@@ -45,3 +45,10 @@ def test_rounds_does_not_import_the_engine() -> None:
     assert _reaches("daemon.engine", "daemon.rounds") is not None
     assert _reaches("daemon.rounds", "daemon.engine") is None, _reaches("daemon.rounds",
                                                                        "daemon.engine")
+
+
+def test_the_live_daemon_does_not_import_the_roles() -> None:
+    """Roles build live daemons; starting one by role (``run_live``) lives above both."""
+    assert _reaches("daemon.roles", "daemon.live") is not None
+    assert _reaches("daemon.live", "daemon.roles") is None, _reaches("daemon.live",
+                                                                     "daemon.roles")
