@@ -129,3 +129,25 @@ async def test_recent_allocations_kept_across_rounds_match_the_store(tmp_path: P
     finally:
         await eng.bus.stop()
         await eng.store.close()
+
+
+async def test_a_round_yields_to_the_loop_after_each_slice_of_work() -> None:
+    """The pause a round takes between agents yields only once its work budget is spent."""
+    import asyncio
+
+    from daemon.rounds import _Pauser
+
+    now = [0.0]
+    pause = _Pauser(lambda: now[0], every=0.002)
+    ran: list[int] = []
+
+    async def other() -> None:
+        ran.append(1)
+
+    task = asyncio.create_task(other())
+    await pause()  # no work done yet: the round keeps going
+    assert not ran
+    now[0] = 0.003
+    await pause()  # 3 ms of work: other tasks (bus subscribers, sources) run now
+    assert ran
+    await task
