@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
@@ -92,8 +93,20 @@ class Observation:
 
     def to_dict(self) -> dict[str, Any]:
         """Return a plain JSON-ready mapping of this observation (exact round trip)."""
+        m, a = self.market_dict(), self.agent_dict()
+        out = {"agent": a["agent"], "market": m["market"], "decision_ts": m["decision_ts"],
+               "assets": m["assets"], "prices": m["prices"], "history": m["history"]}
+        for k in ("holdings", "cash", "value", "initial_value", "weights",
+                  "recent_allocations"):
+            out[k] = a[k]
+        out["news"], out["questions"] = m["news"], m["questions"]
+        if "fundamentals" in m:
+            out["fundamentals"] = m["fundamentals"]
+        return out
+
+    def market_dict(self) -> dict[str, Any]:
+        """Return the market-wide keys of :meth:`to_dict` (the same for every agent)."""
         return {
-            "agent": self.agent,
             "market": self.market,
             "decision_ts": self.decision_ts,
             "assets": list(self.assets),
@@ -101,15 +114,6 @@ class Observation:
             "history": {
                 a: [[p.ts, p.price] for p in h] for a, h in sorted(self.history.items())
             },
-            "holdings": dict(sorted(self.holdings.items())),
-            "cash": self.cash,
-            "value": self.value,
-            "initial_value": self.initial_value,
-            "weights": dict(sorted(self.weights.items())),
-            "recent_allocations": [
-                [p.ts, dict(sorted(p.weights.items())), p.cumulative_return]
-                for p in self.recent_allocations
-            ],
             "news": {
                 k: [[n.ts, n.headline, n.source, n.summary, n.url] for n in items]
                 for k, items in sorted(self.news.items())
@@ -120,6 +124,21 @@ class Observation:
                 a: [f.ts, dict(sorted(f.metrics.items())), f.source]
                 for a, f in sorted(self.fundamentals.items())
             }} if self.fundamentals else {}),
+        }
+
+    def agent_dict(self) -> dict[str, Any]:
+        """Return the per-agent keys of :meth:`to_dict`."""
+        return {
+            "agent": self.agent,
+            "holdings": dict(sorted(self.holdings.items())),
+            "cash": self.cash,
+            "value": self.value,
+            "initial_value": self.initial_value,
+            "weights": dict(sorted(self.weights.items())),
+            "recent_allocations": [
+                [p.ts, dict(sorted(p.weights.items())), p.cumulative_return]
+                for p in self.recent_allocations
+            ],
         }
 
     @classmethod
@@ -161,6 +180,59 @@ class Observation:
     def sha256(self) -> str:
         """Return the SHA-256 hex digest of :meth:`canonical_json` (hashed before any call)."""
         return hashlib.sha256(self.canonical_json()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class MarketView:
+    """The market-wide part of a round's observations, built once per round.
+
+    Its mappings are read-only: every agent of the round shares them. :meth:`observation` adds
+    one agent's part; :meth:`encode` returns that observation's canonical JSON spliced from the
+    market-wide values encoded once (equal to :meth:`Observation.canonical_json` byte for byte).
+    """
+
+    market: str
+    decision_ts: float
+    assets: tuple[str, ...]
+    prices: Mapping[str, PricePoint]
+    history: Mapping[str, tuple[PricePoint, ...]]
+    news: Mapping[str, tuple[NewsItem, ...]]
+    questions: tuple[Question, ...]
+    fundamentals: Mapping[str, Fundamentals]
+    encoded: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+    """Canonical JSON of each market-wide key of :meth:`Observation.to_dict` (on first use)."""
+
+    @classmethod
+    def build(cls, market: str, decision_ts: float, assets: tuple[str, ...],
+              prices: dict[str, PricePoint], history: dict[str, tuple[PricePoint, ...]],
+              news: dict[str, tuple[NewsItem, ...]], questions: tuple[Question, ...],
+              fundamentals: dict[str, Fundamentals]) -> MarketView:
+        """Freeze the market-wide values of a round."""
+        ro = MappingProxyType
+        return cls(market, decision_ts, assets, ro(prices), ro(history), ro(news), questions,
+                   ro(fundamentals))
+
+    def observation(self, agent: str, *, holdings: Mapping[str, float], cash: float,
+                    value: float, initial_value: float, weights: Mapping[str, float],
+                    recent_allocations: tuple[PastAllocation, ...] = ()) -> Observation:
+        """Return ``agent``'s observation: this view plus the agent's own part."""
+        return Observation(
+            agent=agent, market=self.market, decision_ts=self.decision_ts, assets=self.assets,
+            prices=self.prices, history=self.history, holdings=holdings, cash=cash,
+            value=value, initial_value=initial_value, weights=weights,
+            recent_allocations=recent_allocations, news=self.news, questions=self.questions,
+            fundamentals=self.fundamentals,
+        )
+
+    def encode(self, obs: Observation) -> bytes:
+        """Return the canonical JSON of ``obs``, an observation made by :meth:`observation`."""
+        enc = msgspec.json.encode
+        if not self.encoded:
+            self.encoded.update({k: enc(v, order="sorted")
+                                 for k, v in obs.market_dict().items()})
+        parts = {k: enc(v, order="sorted") for k, v in obs.agent_dict().items()}
+        parts.update(self.encoded)
+        return b"{" + b",".join(b'"' + k.encode() + b'":' + parts[k] for k in sorted(parts)) + b"}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 BENCHES = {
     "ledger": "bench_ledger",
+    "observation": "bench_observation",
+    "rounds": "bench_rounds",
     "replay": "bench_replay",
     "polymarket_decode": "bench_polymarket_decode",
     "equity_decode": "bench_equity_decode",

@@ -363,9 +363,9 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from daemon.live import StartupError, run_live
     from daemon.logs import configure_logging, register_config_secrets
     from daemon.roles import RoleError, parse_agents, with_overrides
+    from daemon.run import StartupError, run_live
     from daemon.store import StoreWriteError
 
     try:
@@ -450,9 +450,9 @@ def _replay_roles(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from daemon.live import StartupError, run_live
     from daemon.logs import configure_logging
     from daemon.record import recorder_components
+    from daemon.run import StartupError, run_live
 
     if Path(args.out).is_dir():
         return _fail(f"--out {args.out}: is a directory, not a recording file")

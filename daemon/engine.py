@@ -18,6 +18,7 @@ recorded as ``error`` too if that fails.
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -55,6 +56,17 @@ def schedule_spec(cfg: ScheduleConfig) -> ScheduleSpec:
     """Translate a market's schedule config into a trigger spec."""
     return ScheduleSpec(kind=cfg.kind, times=tuple(cfg.times), every_seconds=cfg.every,
                         at=cfg.at, timezone=cfg.timezone)
+
+
+def freeze_heap() -> None:
+    """Collect once, then keep every object alive now out of the cyclic collector's scans.
+
+    Called once a daemon or replay has built its engine and agents: the start-up heap (modules,
+    litellm's tables, config, agents) never becomes garbage, and full collections that re-scan
+    it stalled the event loop for 100 ms and more in the middle of a round of 1,000 agents.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 class Engine:

@@ -19,6 +19,7 @@ import structlog
 
 from agents.base import (
     Fundamentals,
+    MarketView,
     NewsItem,
     Observation,
     PastAllocation,
@@ -33,7 +34,7 @@ from daemon.events import (
     PriceEvent,
     ResolutionEvent,
 )
-from scoring.ledger import CASH, Book
+from scoring.ledger import Book, BookSnapshot
 
 log = structlog.get_logger(__name__)
 
@@ -262,6 +263,13 @@ class MarketState:
         news_per_key: int,
     ) -> Observation:
         """Build what ``agent`` may know at ``decision_ts``: nothing timestamped after it."""
+        view = self.market_view(market, decision_ts, news_window=news_window,
+                                news_per_key=news_per_key)
+        return self.agent_observation(view, agent, recent, self.books[market].snapshot())
+
+    def market_view(self, market: str, decision_ts: float, *, news_window: float,
+                    news_per_key: int) -> MarketView:
+        """Build the market-wide part of observations at ``decision_ts`` (once per round)."""
         book = self.books[market]
         hist_map = self.history[market]
         tradable = book.tradable
@@ -278,13 +286,9 @@ class MarketState:
             elif closes:
                 prices[a] = closes[-1]
             history[a] = closes
-        i = book.agent_index(agent)
-        holdings = {a: float(book.holdings[i, book.asset_index(a)]) for a in book.assets
-                    if book.holdings[i, book.asset_index(a)] != 0.0}
-        value = float(book.value(agent))
-        init = book.initial_cash
+        listed = set(assets)  # a set: membership per question in O(1), not O(assets)
         questions = tuple(
-            q for q in self.questions.values() if q.yes in assets and q.no in assets
+            q for q in self.questions.values() if q.yes in listed and q.no in listed
         )
         news: dict[str, tuple[NewsItem, ...]] = {}
         keys = list(assets) if market == "equity" else [q.id for q in questions]
@@ -297,32 +301,33 @@ class MarketState:
                     NewsItem(n.ts, n.headline, n.source, n.summary, n.url)
                     for n in items[:news_per_key]
                 )
-        past = tuple(
-            PastAllocation(ts, w, v / init - 1.0) for ts, w, v in recent if ts <= decision_ts
-        )
-        weights = book.weights(agent)
         fundamentals: dict[str, Fundamentals] = {}
         if market == "equity":
             for a in assets:
                 seen = [f for f in self.fundamentals.get(a, ()) if f.ts <= decision_ts]
                 if seen:
                     fundamentals[a] = seen[-1]
-        return Observation(
-            agent=agent,
-            market=market,
-            decision_ts=decision_ts,
-            assets=assets,
-            prices=prices,
-            history=history,
-            holdings=holdings,
-            cash=float(book.cash[i]),
-            value=value,
+        return MarketView.build(market, decision_ts, assets, prices, history, news, questions,
+                                fundamentals)
+
+    def agent_observation(self, view: MarketView, agent: str,
+                          recent: list[tuple[float, dict[str, float], float]],
+                          snapshot: BookSnapshot) -> Observation:
+        """Add ``agent``'s part (holdings, cash, value, weights, past allocations) to ``view``."""
+        init = self.books[view.market].initial_cash
+        past = tuple(
+            PastAllocation(ts, w, v / init - 1.0) for ts, w, v in recent
+            if ts <= view.decision_ts
+        )
+        i = snapshot.index[agent]
+        return view.observation(
+            agent,
+            holdings=snapshot.holdings_of(agent),
+            cash=float(snapshot.cash[i]),
+            value=float(snapshot.values[i]),
             initial_value=init,
-            weights={k: float(v) for k, v in weights.items() if v != 0.0 or k == CASH},
+            weights=snapshot.weights_of(agent),
             recent_allocations=past,
-            news=news,
-            questions=questions,
-            fundamentals=fundamentals,
         )
 
     def price_coverage(self, market: str, decision_ts: float, stale_after: float

@@ -38,7 +38,7 @@ from daemon.clock import SimClock
 from daemon.components import Component
 from daemon.config import Config
 from daemon.dbfile import describe_sqlite_error
-from daemon.engine import Engine
+from daemon.engine import Engine, freeze_heap
 from daemon.events import Event
 from daemon.schedule import SimScheduler
 from daemon.store import RoundCommit, Store, StoreWriteError
@@ -169,6 +169,7 @@ async def replay_session(
         engine.stop_on_store_fault = True
         engine.add_equity_universe(config.markets.equity.assets)
         engine.build_agents(agent_ids)
+        freeze_heap()
         offset = await engine.restore()
         resume_clock = engine.state.clock if offset else start
         if resume_clock > clock.now():

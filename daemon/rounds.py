@@ -19,31 +19,44 @@ one log line per round gives the outcome counts and the price coverage (fresh / 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import hashlib
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 
-from agents.base import Agent, AgentDecision, Observation, assert_no_lookahead
+from agents.base import (
+    Agent,
+    AgentDecision,
+    LookAheadError,
+    MarketView,
+    Observation,
+    assert_no_lookahead,
+)
 from agents.validation import InvalidAllocation, validate_allocation
+from daemon.bus import Bus
+from daemon.clock import Clock
+from daemon.config import Config
 from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
-from daemon.market_state import PriceCoverage, format_age
-from daemon.store import DecisionRecord, FillRecord, RoundCommit
-from scoring.ledger import RebalanceRejected
-
-if TYPE_CHECKING:
-    from daemon.engine import Engine
+from daemon.market_state import MarketState, PriceCoverage, format_age
+from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store
+from scoring.ledger import Book, RebalanceRejected
 
 log = structlog.get_logger(__name__)
 
 #: An agent call longer than this is abandoned and recorded as ``error`` (LLM agents have their
 #: own, shorter per-call timeouts inside).
 AGENT_DEADLINE = 600.0
+
+#: A round yields to the event loop after this much work (seconds), so a round of many agents
+#: does not hold back prices on the bus.
+YIELD_EVERY = 0.002
 
 
 @dataclass(slots=True)
@@ -57,6 +70,52 @@ class AgentSlot:
     status: str = "active"
     """``active``, ``halted`` (drawdown) or ``paused`` (budget)."""
     reason: str = ""
+
+
+class RoundHost(Protocol):
+    """What a round needs from its engine (:class:`daemon.engine.Engine` is one)."""
+
+    config: Config
+    clock: Clock
+    store: Store
+    bus: Bus
+    books: dict[str, Book]
+    state: MarketState
+    slots: dict[str, dict[str, AgentSlot]]
+    book_lock: asyncio.Lock
+    """Held from a round's first rebalance until its commit is stored or rolled back."""
+
+    @property
+    def rounds(self) -> Mapping[str, DecisionRound]:
+        """Return the round runner of every market."""
+        ...
+
+    async def commit(self, rc: RoundCommit, *, locked: bool = False) -> None:
+        """Commit ``rc`` with the books and a checkpoint, atomically (``locked``: the caller
+        holds :attr:`book_lock`)."""
+        ...
+
+    def add_equity_rows(self, rc: RoundCommit, market: str, ts: float, kind: str) -> None:
+        """Append a (value, cash) snapshot of every agent in ``market`` to ``rc``."""
+        ...
+
+
+class _Pauser:
+    """Yield to the event loop once ``every`` seconds of work have passed (prices keep flowing
+    through the bus during a long round)."""
+
+    __slots__ = ("_clock", "_every", "_last")
+
+    def __init__(self, clock: Callable[[], float], every: float = YIELD_EVERY) -> None:
+        self._clock = clock
+        self._every = every
+        self._last = clock()
+
+    async def __call__(self) -> None:
+        now = self._clock()
+        if now - self._last >= self._every:
+            await asyncio.sleep(0)
+            self._last = self._clock()
 
 
 @dataclass(slots=True)
@@ -73,13 +132,18 @@ class RoundResult:
 class DecisionRound:
     """Run one market's decision rounds for its agents."""
 
-    def __init__(self, engine: Engine, market: str,
+    def __init__(self, engine: RoundHost, market: str,
                  monotonic: Callable[[], float] = time.perf_counter) -> None:
         self.engine = engine
         self.market: Market = cast(Market, market)  # a configured market name
         self._monotonic = monotonic
         self.in_flight: dict[float, tuple[str, ...]] = {}
         """scheduled_ts -> agents of rounds started and not finished (kept when cancelled)."""
+        self._recent_fills: dict[str, list[tuple[float, tuple[float, dict[str, float], float]]]]
+        self._recent_fills = {}
+        """Agent -> its last fills as (scheduled_ts, (ts, weights, value after)), oldest first."""
+        self._recent_limit: dict[str, int] = {}
+        """Agent -> how many fills :attr:`_recent_fills` holds at most."""
 
     async def run(self, scheduled_ts: float, *, missed: bool = False) -> RoundResult:
         """Run (or record as missed) the round scheduled at ``scheduled_ts``."""
@@ -139,16 +203,32 @@ class DecisionRound:
             return result
 
         observations: dict[str, Observation] = {}
+        inputs: dict[str, bytes] = {}
         calls: list[tuple[str, asyncio.Future[AgentDecision] | AgentDecision]] = []
+        recents = await self._recent(todo, slots)
+        # The market-wide part once per (news window, news per key), every agent's position
+        # from one snapshot: prices arriving while the round yields change neither.
+        views: dict[tuple[float, int], MarketView] = {}
+        snapshot = book.snapshot()
+        pause = _Pauser(self._monotonic)
         for agent_id in todo:
             slot = slots[agent_id]
-            recent = await eng.store.recent_allocations(agent_id, market, max(slot.memory, 1))
-            obs = eng.state.observation(
-                agent_id, market, now, recent=recent,
-                news_window=slot.news_window, news_per_key=slot.news_per_key,
-            )
-            assert_no_lookahead(obs)
+            key = (slot.news_window, slot.news_per_key)
+            view = views.get(key)
+            if view is None:
+                view = views[key] = eng.state.market_view(
+                    market, now, news_window=slot.news_window, news_per_key=slot.news_per_key)
+                assert_no_lookahead(view.observation(
+                    agent_id, holdings={}, cash=0.0, value=0.0, initial_value=0.0, weights={}))
+            obs = eng.state.agent_observation(view, agent_id, recents[agent_id], snapshot)
+            for past in obs.recent_allocations:  # the rest is the view's, checked above
+                if past.ts > now:
+                    raise LookAheadError(f"past allocation at {past.ts} is after decision "
+                                         f"time {now}")
             observations[agent_id] = obs
+            # Encoded before the agent is asked: stored and hashed as given, whatever it does.
+            inputs[agent_id] = view.encode(obs)
+            await pause()
             if slot.status != "active":
                 calls.append((agent_id, AgentDecision(None, outcome=slot.status,
                                                       reason=slot.reason)))
@@ -165,6 +245,7 @@ class DecisionRound:
         # rolls the book back before anything else runs (Engine.on_job).
         async with eng.book_lock:
             for agent_id, _ in calls:
+                await pause()
                 obs = observations[agent_id]
                 dec = decisions[agent_id]
                 outcome, reason, allocation = dec.outcome, dec.reason, None
@@ -203,7 +284,8 @@ class DecisionRound:
                 reason = redact_text(reason)  # provider errors can echo credentials
                 rc.decisions.append(DecisionRecord(
                     agent_id, market, scheduled_ts, now, outcome, reason=reason,
-                    input_json=obs.canonical_json().decode(), input_sha256=obs.sha256(),
+                    input_json=inputs[agent_id].decode(),
+                    input_sha256=hashlib.sha256(inputs[agent_id]).hexdigest(),
                     raw_output=raw, allocation=allocation, template_version=dec.template_version,
                     attempts=dec.attempts, duration_s=duration,
                     calls=[_redacted_call(c) for c in dec.calls],
@@ -218,9 +300,43 @@ class DecisionRound:
                                 outcome=outcome, reason=reason)
             eng.add_equity_rows(rc, market, now, "decision")
             await eng.commit(rc, locked=True)
+        self._remember(rc.fills)
         await self._publish(events)
         self._log(result)
         return result
+
+    async def _recent(self, agents: list[str], slots: Mapping[str, AgentSlot]
+                      ) -> dict[str, list[tuple[float, dict[str, float], float]]]:
+        """Return each agent's last ``memory`` fills (ts, weights, value after), oldest first.
+
+        Read from the store in one query the first time (or when an agent's memory grows),
+        then kept up to date from the fills this runner commits.
+        """
+        need = [a for a in agents if self._recent_limit.get(a, 0) < max(slots[a].memory, 1)]
+        if need:
+            limit = max(max(slots[a].memory, 1) for a in need)
+            got = await self.engine.store.recent_allocations_of(self.market, need, limit)
+            for a in need:
+                self._recent_fills[a] = [(ts, (ts, w, v)) for ts, w, v in got[a]]
+                self._recent_limit[a] = limit
+        out = {}
+        for a in agents:
+            n = max(slots[a].memory, 1)
+            out[a] = [e for _, e in self._recent_fills[a][-n:]]
+        return out
+
+    def _remember(self, fills: list[FillRecord]) -> None:
+        """Add committed fills to the recent allocations kept (as the store returns them)."""
+        for f in fills:
+            kept = self._recent_fills.get(f.agent)
+            if kept is None or f.market != self.market:
+                continue
+            weights = dict(sorted(f.weights.items()))  # as stored: sorted keys, floats
+            if not all(type(v) is float for v in weights.values()):
+                weights = json.loads(json.dumps(weights))
+            bisect.insort(kept, (f.scheduled_ts, (float(f.ts), weights, float(f.value_after))),
+                          key=lambda e: e[0])
+            del kept[:-self._recent_limit[f.agent]]
 
     def _log(self, result: RoundResult, reason: str = "") -> None:
         """Log the round in one line: outcome counts and price coverage."""
@@ -246,11 +362,13 @@ class DecisionRound:
             return AgentDecision(None, outcome="error", reason=f"agent raised {exc!r}"[:500])
 
     async def _publish(self, events: list[DecisionEvent | FillEvent]) -> None:
+        pause = _Pauser(self._monotonic)
         for ev in events:
             await self.engine.bus.publish(ev)
+            await pause()
 
 
-async def record_abandoned(engine: Engine) -> int:
+async def record_abandoned(engine: RoundHost) -> int:
     """Record every undecided agent of a cancelled, in-flight round as ``abandoned``."""
     n = 0
     for rnd in engine.rounds.values():

@@ -633,6 +633,23 @@ class Store:
         )
         return [(ts, json.loads(w), v) for ts, w, v in reversed(rows)]
 
+    async def recent_allocations_of(self, market: str, agents: list[str], limit: int
+                                    ) -> dict[str, list[tuple[float, dict[str, float], float]]]:
+        """Return :meth:`recent_allocations` of many agents in one query (every agent a key)."""
+        out: dict[str, list[tuple[float, dict[str, float], float]]] = {a: [] for a in agents}
+        for k in range(0, len(agents), 500):
+            chunk = agents[k:k + 500]
+            rows = await self.fetchall(
+                "SELECT agent, ts, weights_json, value_after FROM (SELECT agent, ts,"
+                " weights_json, value_after, scheduled_ts, ROW_NUMBER() OVER (PARTITION BY agent"
+                " ORDER BY scheduled_ts DESC) AS n FROM fills WHERE market=? AND agent IN"
+                f" ({','.join('?' * len(chunk))})) WHERE n <= ? ORDER BY agent, scheduled_ts",
+                (market, *chunk, limit),
+            )
+            for agent, ts, w, v in rows:
+                out[agent].append((ts, json.loads(w), v))
+        return out
+
     async def latest_prices_after_checkpoint(self) -> list[tuple[str, str, float, float]]:
         """Return the last (market, asset, ts, price) per asset stored after the checkpoint."""
         rows = await self.fetchall("SELECT events_id FROM checkpoint WHERE id=1")

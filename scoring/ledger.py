@@ -101,6 +101,39 @@ def _capacity(need: int, have: int) -> int:
     return cap
 
 
+@dataclass(frozen=True, slots=True)
+class BookSnapshot:
+    """Every agent's position at one instant (a decision round reads it while prices move on)."""
+
+    assets: tuple[str, ...]
+    index: dict[str, int]
+    """Agent -> row."""
+    holdings: np.ndarray
+    cash: np.ndarray
+    values: np.ndarray
+    held: np.ndarray
+    """Value held per agent and asset (holdings x price)."""
+
+    def holdings_of(self, agent: str) -> dict[str, float]:
+        """Return ``agent``'s non-zero holdings, in column order."""
+        row = self.holdings[self.index[agent]]
+        vals, assets = row.tolist(), self.assets
+        return {assets[j]: vals[j] for j in np.flatnonzero(row).tolist()}
+
+    def weights_of(self, agent: str) -> dict[str, float]:
+        """Return ``agent``'s non-zero weights and ``CASH`` (as :meth:`Book.weights`, filtered)."""
+        i = self.index[agent]
+        held = self.held[i]
+        cash = float(self.cash[i])
+        v = cash + float(held.sum())
+        if v <= 0.0:
+            return {CASH: 1.0}
+        ws, assets = (held / v).tolist(), self.assets
+        out = {assets[j]: ws[j] for j in np.flatnonzero(held).tolist() if ws[j] != 0.0}
+        out[CASH] = cash / v
+        return out
+
+
 class Book:
     """One market's books for many agents: holdings (agents x assets), cash, price vector."""
 
@@ -391,6 +424,13 @@ class Book:
         cash = float(self._cash[i])
         v = cash + float(held.sum())
         return self._weights_dict(held, cash, v)
+
+    def snapshot(self) -> BookSnapshot:
+        """Return a copy of every agent's holdings, cash and value at the current prices."""
+        na, nx = self._na, self._nx
+        h = self._h[:na, :nx].copy()
+        return BookSnapshot(self._assets, dict(self._agent_idx), h, self._cash[:na].copy(),
+                            self.values(), h * self._pz[:nx])
 
     def _weights_dict(self, held: np.ndarray, cash: float, v: float) -> dict[str, float]:
         """Return the weights dict for value-held vector ``held`` and ``cash`` of total ``v``."""

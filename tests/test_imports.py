@@ -1,0 +1,54 @@
+"""The daemon's modules import each other without circles (issue 16, point 7).
+
+Every import counts, including those under ``TYPE_CHECKING`` and inside functions: a circle that
+only type checking sees still ties the two modules together (neither can be read, tested or
+replaced alone).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _imports(module: str) -> set[str]:
+    """Return the project modules ``module`` imports anywhere in its source."""
+    path = ROOT / (module.replace(".", "/") + ".py")
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if (ROOT / (m.replace(".", "/") + ".py")).exists()}
+
+
+def _reaches(src: str, dst: str) -> list[str] | None:
+    """Return an import path from ``src`` to ``dst`` (``None`` if there is none)."""
+    seen = {src}
+    stack: list[list[str]] = [[src]]
+    while stack:
+        path = stack.pop()
+        for nxt in sorted(_imports(path[-1])):
+            if nxt == dst:
+                return [*path, nxt]
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append([*path, nxt])
+    return None
+
+
+def test_rounds_does_not_import_the_engine() -> None:
+    """The engine runs rounds; a round sees only the narrow host it needs, not the engine."""
+    assert _reaches("daemon.engine", "daemon.rounds") is not None
+    assert _reaches("daemon.rounds", "daemon.engine") is None, _reaches("daemon.rounds",
+                                                                       "daemon.engine")
+
+
+def test_the_live_daemon_does_not_import_the_roles() -> None:
+    """Roles build live daemons; starting one by role (``run_live``) lives above both."""
+    assert _reaches("daemon.roles", "daemon.live") is not None
+    assert _reaches("daemon.live", "daemon.roles") is None, _reaches("daemon.live",
+                                                                     "daemon.roles")
