@@ -54,7 +54,8 @@ DURATION_BUCKETS: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 #: Risk-adjusted figures exported per agent and market: (summary field, metric suffix, help).
 RISK_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("sharpe", "sharpe", "Annualised Sharpe ratio of daily returns (NaN until 2 daily returns)"),
-    ("sortino", "sortino", "Annualised Sortino ratio of daily returns (NaN without a loss day)"),
+    ("sortino", "sortino", "Annualised standard Sortino ratio of daily returns (downside below the "
+     "risk-free rate over all days; NaN without such a day)"),
     ("calmar", "calmar", "Calmar ratio: annualised return over max drawdown of daily marks"),
     ("volatility", "volatility_ratio", "Annualised volatility of daily returns"),
     ("annualised_return", "annualised_return_ratio", "Annualised return of daily marks"),

@@ -74,6 +74,7 @@ __all__ = [
 ]
 
 FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sortino",
+          "sortino_stockbench",
           "max_drawdown", "calmar", "win_rate", "mean_turnover", "flip_rate")
 
 BOOTSTRAP_N = 1000
@@ -104,7 +105,8 @@ MIN_DAYS = 5
 #: Figures :func:`live_figures` returns per (agent, market), when finite.
 LIVE_FIELDS: tuple[str, ...] = (
     "final_value", "days", "costs", "rank", "cumulative_return", "annualised_return",
-    "volatility", "sharpe", "sortino", "max_drawdown", "current_drawdown", "calmar", "win_rate",
+    "volatility", "sharpe", "sortino", "sortino_stockbench", "max_drawdown", "current_drawdown",
+    "calmar", "win_rate",
     "mean_turnover", "flip_rate", "mean_daily_return", "sharpe_ci_low", "sharpe_ci_high",
     "mean_daily_return_ci_low", "mean_daily_return_ci_high", "composite_score",
     "capitalbench_score", "regret", "s_intra", "s_inter", "s_corr", "var_95",
@@ -765,7 +767,7 @@ def _rank(rows: list[dict[str, Any]]) -> None:
 
         comp = composite_rank({r["agent"]: num(r["cumulative_return"]) for r in mine},
                               {r["agent"]: num(r["max_drawdown"]) for r in mine},
-                              {r["agent"]: num(r["sortino"]) for r in mine})
+                              {r["agent"]: num(r["sortino_stockbench"]) for r in mine})
         order = sorted(mine, key=lambda r: (
             -comp[r["agent"]] if math.isfinite(comp[r["agent"]]) else math.inf, r["agent"]))
         for i, r in enumerate(order):
@@ -802,8 +804,14 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int) -> dic
         "rank": "by cumulative_return among the non-provisional agents; tied_with_next when "
                 "the cumulative_return_ci intervals of adjacent ranks overlap (or one is "
                 "undefined)",
-        "composite": "StockBench Eq. 4 (z(CR) + z(-MDD) + z(Sortino)) / 3 across the market's "
-                     "non-provisional agents, ddof=0; NaN (rank null) when an input is undefined",
+        "sortino": {
+            "headline": "standard: (mean(r) - rf) / sqrt(mean over all days of min(r - rf, 0)^2)"
+                        " * sqrt(N), rf = rf_annual / N (AlphaForgeBench, reference libraries)",
+            "sortino_stockbench": "StockBench Eq. 3: downside over the negative days only, "
+                                  "target 0; used by the composite"},
+        "composite": "StockBench Eq. 4 (z(CR) + z(-MDD) + z(sortino_stockbench)) / 3 across the "
+                     "market's non-provisional agents, ddof=0; NaN (rank null) when an input is "
+                     "undefined",
         "rolling_k": "LiveTradeBench Eq. 6 on mark-to-mark steps: units from cumulated fills, "
                      "cash from the mark, last price at or before the mark; fee-free",
         "capitalbench": "100 * window return / best window return among the market's assets "

@@ -39,6 +39,7 @@ __all__ = [
     "sharpe",
     "simple_returns",
     "sortino",
+    "sortino_stockbench",
     "summarise",
     "turnover",
     "volatility",
@@ -129,13 +130,34 @@ def sharpe(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
 
 
 def sortino(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
-    """Return the Sortino ratio of StockBench Eq. 3, annualised once.
+    """Return the standard Sortino ratio (the headline figure), annualised once.
 
-    ``R_p = (mean(r) - rf_annual / N) * N`` (mean excess return per period, annualised
-    arithmetically) and ``sigma_d = sqrt(mean_{r_t < 0} r_t**2) * sqrt(N)`` where the mean runs
-    over the ``N_d`` strictly negative raw returns only. Sortino ``= R_p / sigma_d``, which equals
-    ``(mean(r) - rf/N) / sqrt(mean_{r<0} r^2) * sqrt(N)``. NaN when there are no returns or no
-    negative returns.
+    With the per-period target ``rf = rf_annual / N``: the downside deviation
+    ``DD = sqrt(mean_t min(r_t - rf, 0)**2)`` runs over **all** ``T`` returns (a day at or above
+    the target contributes 0), and Sortino ``= (mean(r) - rf) / DD * sqrt(N)``. This is the
+    convention of AlphaForgeBench (Table 10, with its DD read per period) and of the reference
+    libraries (e.g. empyrical's ``sortino_ratio`` with ``required_return = rf``). NaN when there
+    are no returns or no return below the target (``DD = 0``).
+    """
+    r = _as_1d(returns)
+    if r.size == 0:
+        return _NAN
+    target = rf_annual / periods
+    down = np.minimum(r - target, 0.0)
+    dd = math.sqrt(float(np.mean(down**2)))
+    if not math.isfinite(dd) or dd == 0.0:
+        return _NAN
+    return (float(np.mean(r)) - target) / dd * math.sqrt(periods)
+
+
+def sortino_stockbench(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
+    """Return the Sortino ratio of StockBench Eq. 3 read literally, annualised once.
+
+    ``R_p = (mean(r) - rf_annual / N) * N`` and ``sigma_d = sqrt(mean_{r_t < 0} r_t**2) *
+    sqrt(N)``, where the mean runs over the ``N_d`` strictly negative raw returns only (target
+    0). The ratio equals ``(mean(r) - rf/N) / sqrt(mean_{r<0} r^2) * sqrt(N)``: larger than the
+    standard :func:`sortino`'s downside deviation by ``sqrt(T / N_d)``. The StockBench composite
+    rank uses this variant. NaN when there are no returns or no negative returns.
     """
     r = _as_1d(returns)
     if r.size == 0:
@@ -271,6 +293,7 @@ class PerformanceSummary:
     volatility: float
     sharpe: float
     sortino: float
+    sortino_stockbench: float
     max_drawdown: float
     calmar: float
     win_rate: float
@@ -302,6 +325,7 @@ def summarise(
         volatility=volatility(r, periods, annualise=True),
         sharpe=sharpe(r, periods, rf_annual),
         sortino=sortino(r, periods, rf_annual),
+        sortino_stockbench=sortino_stockbench(r, periods, rf_annual),
         max_drawdown=max_drawdown(v),
         calmar=calmar(r, v, periods),
         win_rate=win_rate(r),

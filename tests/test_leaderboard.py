@@ -210,7 +210,7 @@ def test_composite_and_ranks(hand: tuple[Path, list[float]]) -> None:
 
     comp = composite_rank({r["agent"]: v(r["cumulative_return"]) for r in rows},
                           {r["agent"]: v(r["max_drawdown"]) for r in rows},
-                          {r["agent"]: v(r["sortino"]) for r in rows})
+                          {r["agent"]: v(r["sortino_stockbench"]) for r in rows})
     for r in rows:
         want = comp[r["agent"]]
         if math.isnan(want):
