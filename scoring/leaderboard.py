@@ -75,7 +75,7 @@ __all__ = [
 
 FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sortino",
           "sortino_stockbench",
-          "max_drawdown", "calmar", "win_rate", "mean_turnover", "flip_rate")
+          "max_drawdown", "calmar", "win_rate", "mean_turnover", "target_turnover", "flip_rate")
 
 BOOTSTRAP_N = 1000
 BOOTSTRAP_LEVEL = 0.95
@@ -106,8 +106,8 @@ MIN_DAYS = 5
 LIVE_FIELDS: tuple[str, ...] = (
     "final_value", "days", "costs", "rank", "cumulative_return", "annualised_return",
     "volatility", "sharpe", "sortino", "sortino_stockbench", "max_drawdown", "current_drawdown",
-    "calmar", "win_rate",
-    "mean_turnover", "flip_rate", "mean_daily_return", "sharpe_ci_low", "sharpe_ci_high",
+    "calmar", "win_rate", "mean_turnover", "target_turnover", "flip_rate", "mean_daily_return",
+    "sharpe_ci_low", "sharpe_ci_high",
     "mean_daily_return_ci_low", "mean_daily_return_ci_high", "composite_score",
     "capitalbench_score", "regret", "s_intra", "s_inter", "s_corr", "var_95",
     "profile_alignment", "rolling_k_cr0",
@@ -156,6 +156,7 @@ class _Fill:
     trades: dict[str, float]
     weights: dict[str, float]
     cost: float
+    traded_value: float = 0.0
 
 
 @dataclass
@@ -245,11 +246,12 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
     ):
         series[(agent, market)].append((ts, value, cash))
     fills: dict[Key, list[_Fill]] = defaultdict(list)
-    for agent, market, ts, trades, w, cost in con.execute(
-        "SELECT agent, market, ts, trades_json, weights_json, cost FROM fills"
+    for agent, market, ts, trades, w, cost, traded in con.execute(
+        "SELECT agent, market, ts, trades_json, weights_json, cost, traded_value FROM fills"
         " ORDER BY agent, market, scheduled_ts"
     ):
-        fills[(agent, market)].append(_Fill(ts, json.loads(trades), json.loads(w), cost))
+        fills[(agent, market)].append(_Fill(ts, json.loads(trades), json.loads(w), cost,
+                                            float(traded or 0.0)))
     resolutions: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
     for market, ts, payouts in con.execute(
         "SELECT market, ts, payouts_json FROM resolutions ORDER BY ts, question_id"
@@ -622,7 +624,9 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
     n = periods_per_year(market)
     start_value = initial.get(market) or (pts[0][1] if pts else 0.0)
     values = [start_value] + [v for _, v, _ in pts] if from_start else [v for _, v, _ in pts]
-    summary = summarise(values, n, rf.get(market, 0.0), weights).to_dict()
+    first_fill = store.fills[key][0] if store.fills.get(key) else None
+    traded = [f.traded_value for f in fills if f is not first_fill]  # building it: not counted
+    summary = summarise(values, n, rf.get(market, 0.0), weights, traded).to_dict()
     r = simple_returns(values)
     agent_cfg = store.agents_cfg.get(agent, {})
     mark_ts = [t for t, _, _ in pts]
@@ -809,6 +813,11 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int) -> dic
                         " * sqrt(N), rf = rf_annual / N (AlphaForgeBench, reference libraries)",
             "sortino_stockbench": "StockBench Eq. 3: downside over the negative days only, "
                                   "target 0; used by the composite"},
+        "turnover": "mean_turnover: executed, sum of the traded value of the window's fills "
+                    "(the agent's first fill, building the portfolio from cash, left out) / "
+                    "mean equity of the series / daily returns; target_turnover: mean "
+                    "sum |w_new - w_old| between the consecutive target allocations of the "
+                    "window's fills",
         "composite": "StockBench Eq. 4 (z(CR) + z(-MDD) + z(sortino_stockbench)) / 3 across the "
                      "market's non-provisional agents, ddof=0; NaN (rank null) when an input is "
                      "undefined",

@@ -34,6 +34,7 @@ __all__ = [
     "drawdown_series",
     "flip_rate",
     "max_drawdown",
+    "mean_daily_turnover",
     "mean_turnover",
     "periods_per_year",
     "sharpe",
@@ -245,6 +246,24 @@ def mean_turnover(weight_seq: Sequence[Mapping[str, float]]) -> float:
     return float(np.mean(taus))
 
 
+def mean_daily_turnover(traded_values: Iterable[float], values: ArrayLike) -> float:
+    """Return the executed turnover per period: ``sum(traded) / mean(values) / (T - 1)``.
+
+    ``traded_values`` are the gross values traded (buys plus sells, ``sum_i |dq_i| p_i``) of the
+    fills counted; ``values`` is the equity series (``T`` points, ``T - 1`` periods). Selling
+    everything to buy another asset trades twice the portfolio's value, so the figure shares the
+    ``[0, 2]`` per-rebalance scale of :func:`turnover`. 0 without a trade; NaN for fewer than
+    two values or a non-positive mean equity.
+    """
+    v = _as_1d(values)
+    if v.size < 2:
+        return _NAN
+    mean_equity = float(np.mean(v))
+    if not math.isfinite(mean_equity) or mean_equity <= 0.0:
+        return _NAN
+    return float(sum(float(x) for x in traded_values)) / mean_equity / (v.size - 1)
+
+
 def flip_rate(weight_seq: Sequence[Mapping[str, float]], eps: float = 1e-9) -> float:
     """Return the share of weight changes that reverse the asset's previous non-zero change.
 
@@ -298,6 +317,7 @@ class PerformanceSummary:
     calmar: float
     win_rate: float
     mean_turnover: float
+    target_turnover: float
     flip_rate: float
     n_periods: int
 
@@ -311,10 +331,14 @@ def summarise(
     periods: int,
     rf_annual: float = 0.0,
     weight_seq: Iterable[Mapping[str, float]] = (),
+    traded_values: Iterable[float] | None = None,
 ) -> PerformanceSummary:
-    """Compute every per-agent metric for an equity series (and optional allocation history).
+    """Compute every per-agent metric for an equity series (and optional trading history).
 
     ``volatility`` is annualised; ``n_periods`` is the number of returns (``T - 1``).
+    ``mean_turnover`` is the executed turnover per period (:func:`mean_daily_turnover` of
+    ``traded_values``; NaN when they are not given); ``target_turnover`` is the mean
+    target-to-target turnover of ``weight_seq`` (:func:`mean_turnover`).
     """
     v = _as_1d(values)
     r = simple_returns(v)
@@ -329,7 +353,9 @@ def summarise(
         max_drawdown=max_drawdown(v),
         calmar=calmar(r, v, periods),
         win_rate=win_rate(r),
-        mean_turnover=mean_turnover(weights),
+        mean_turnover=(mean_daily_turnover(traded_values, v) if traded_values is not None
+                       else _NAN),
+        target_turnover=mean_turnover(weights),
         flip_rate=flip_rate(weights),
         n_periods=int(r.size),
     )

@@ -293,7 +293,8 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             "<th>return [95% CI]</th><th>Sharpe [95% CI]</th><th>mean daily [95% CI]</th>"
             "<th>Sortino</th><th>max DD</th><th>now DD</th><th>vol</th><th>VaR95</th>"
             "<th>composite (rank)</th><th>CapitalBench</th><th>regret</th><th>s_corr</th>"
-            "<th>turnover</th><th>flip rate</th><th class='l'>profile (alignment)</th>"
+            "<th>turnover</th><th>target turnover</th><th>flip rate</th>"
+            "<th class='l'>profile (alignment)</th>"
             "<th>consistency L1</th><th>days</th><th>valid</th></tr>")
     out = ["<div class='scroll'><table class='leaderboard'>", head]
     for r in rows:
@@ -329,8 +330,8 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             f"<td>{_pct(r.get('current_drawdown'))}</td><td>{_pct(r.get('volatility'))}</td>"
             f"<td>{_pct(r.get('var_95'))}</td><td>{comp}</td>"
             f"<td>{_num(r.get('capitalbench_score'), 1)}</td><td>{_pct(r.get('regret'))}</td>"
-            f"<td>{_num(r.get('s_corr'), 3)}</td><td>{_num(r.get('mean_turnover'))}</td>"
-            f"<td>{_num(r.get('flip_rate'))}</td>"
+            f"<td>{_num(r.get('s_corr'), 3)}</td><td>{_num(r.get('mean_turnover'), 3)}</td>"
+            f"<td>{_num(r.get('target_turnover'))}</td><td>{_num(r.get('flip_rate'))}</td>"
             f"<td class='l'>{_esc(r.get('risk_profile') or '')} "
             f"({_num(r.get('profile_alignment'))})</td>"
             f"<td>{consist}</td><td>{r.get('days')}</td><td>{valid}</td></tr>"

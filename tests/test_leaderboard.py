@@ -311,7 +311,9 @@ def test_window_applies_to_every_figure(hand: tuple[Path, list[float]]) -> None:
     assert board["markets"]["equity"]["capitalbench_start"] == marks[1]
     assert board["markets"]["equity"]["best_asset_return"] == pytest.approx(0.32)
     assert a["capitalbench_score"] == pytest.approx(100 * -0.1 / 0.32)
-    assert rows["switch"]["mean_turnover"] == pytest.approx(2.0)  # 2 fills inside
+    assert rows["switch"]["target_turnover"] == pytest.approx(2.0)  # 2 fills inside
+    # Executed: 2200 + 2640 traded over the window's series 1100, 1320, 1320 (2 returns).
+    assert rows["switch"]["mean_turnover"] == pytest.approx(4840 / (3740 / 3) / 2)
     assert rows["switch"]["costs"] == 0.0
     assert board["window"] == {"start": marks[1], "end": marks[3]}
     assert leaderboard(db, window=(marks[3] + 1, None))["rows"] == []

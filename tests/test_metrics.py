@@ -194,7 +194,11 @@ def test_summarise() -> None:
     assert s.max_drawdown == pytest.approx(0.25)
     assert s.calmar == pytest.approx(0.32)
     assert s.win_rate == pytest.approx(2 / 3)
-    assert s.mean_turnover == pytest.approx(2.0)
+    assert s.target_turnover == pytest.approx(2.0)
+    assert math.isnan(s.mean_turnover)  # executed turnover needs the traded values
+    traded = summarise(v, 3, weight_seq=w, traded_values=[216.0, 216.0])
+    # 432 traded over a mean equity of (100 + 120 + 90 + 108) / 4 = 104.5, 3 returns.
+    assert traded.mean_turnover == pytest.approx(432 / 104.5 / 3)
     assert s.flip_rate == pytest.approx(1.0)
     r = simple_returns(v)
     assert s.volatility == pytest.approx(float(np.std(r, ddof=1)) * math.sqrt(3))
@@ -229,6 +233,7 @@ def test_to_dict_keeps_finite_values() -> None:
         "calmar",
         "win_rate",
         "mean_turnover",
+        "target_turnover",
         "flip_rate",
         "n_periods",
     }

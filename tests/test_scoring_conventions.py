@@ -13,7 +13,13 @@ import pytest
 
 from scoring.benchmarks import composite_rank
 from scoring.leaderboard import leaderboard, to_table
-from scoring.metrics import simple_returns, sortino, sortino_stockbench, summarise
+from scoring.metrics import (
+    mean_daily_turnover,
+    simple_returns,
+    sortino,
+    sortino_stockbench,
+    summarise,
+)
 from tests.test_leaderboard import AGENTS_CFG, PLANS, PRICES, build_store, rows_by_agent
 
 SQRT252 = math.sqrt(252)
@@ -103,3 +109,42 @@ def _ranked(board: dict[str, Any]) -> list[dict[str, Any]]:
 def test_table_names_both_sortinos(hand: Path) -> None:
     text = to_table(leaderboard(hand))
     assert "sortino" in text
+
+
+# ----------------------------------------------------------------------------- 4. turnover
+
+
+def test_executed_turnover_by_hand() -> None:
+    # Traded 50 + 157.5 on a series 1000, 1050, 1102.5: mean equity 1050.833..., 2 returns.
+    # (207.5 / 1050.8333) / 2 = 0.0987312...
+    assert mean_daily_turnover([50.0, 157.5], [1000.0, 1050.0, 1102.5]) == pytest.approx(
+        207.5 / (3152.5 / 3) / 2)
+    assert mean_daily_turnover([], [1000.0, 1010.0]) == 0.0  # no trade: 0, not NaN
+    assert math.isnan(mean_daily_turnover([10.0], [1000.0]))  # no return
+    assert math.isnan(mean_daily_turnover([10.0], [0.0, 0.0]))  # no equity
+
+
+def test_daily_rebalanced_equal_weight_turns_over_although_its_target_never_moves(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "ew.db"
+    build_store(db, PRICES, {"ew": {t: {"A": 0.5, "B": 0.5} for t in range(4)}})
+    row = rows_by_agent(leaderboard(db))["ew"]
+    # Mark 0: 1000 -> 5 A + 10 B (the first fill builds the portfolio: not counted).
+    # Mark 1: A 110, B 50: value 1050, 525 each: sell 25 of A, buy 25 of B -> 50 traded.
+    # Mark 2: A 99, B 60: 472.5 + 630 = 1102.5, 551.25 each -> 2 * 78.75 = 157.5 traded.
+    # Mark 3: A 99, B 66: 551.25 + 606.375 = 1157.625, 578.8125 each -> 2 * 27.5625 = 55.125.
+    # Series 1000 (initial), 1000, 1050, 1102.5, 1157.625: mean 1062.025; 4 daily returns.
+    want = (50 + 157.5 + 55.125) / 1062.025 / 4  # 0.0618220...
+    assert row["mean_turnover"] == pytest.approx(want)
+    assert row["target_turnover"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_switching_agent_turnover_and_window(hand: Path) -> None:
+    board = leaderboard(hand)
+    sw = rows_by_agent(board)["switch"]
+    # Fills: mark 0 buys 1000 of A (first: not counted), mark 1 swaps 1100 A for B (2200
+    # traded), mark 2 swaps 1320 B for A (2640). Series 1000, 1000, 1100, 1320, 1320: mean 1148.
+    assert sw["mean_turnover"] == pytest.approx(4840 / 1148 / 4)
+    assert sw["target_turnover"] == pytest.approx(2.0)
+    assert "target_turnover" in board["conventions"]["turnover"]
