@@ -281,7 +281,9 @@ class PerformanceCache:
         start = book.initial_cash if book is not None else (min(pts.values()) if pts else 0.0)
         values = [start, *(pts[t] for t in sorted(pts))]
         rf = (self.engine.config.markets.equity.risk_free_rate if market == "equity" else 0.0)
-        return summarise(values, periods_per_year(market), rf)
+        cfg = getattr(self.engine.config.markets, market, None)
+        periods = int(getattr(cfg, "periods_per_year", 0) or periods_per_year(market))
+        return summarise(values, periods, rf)
 
     def summary(self, market: str, agent: str) -> PerformanceSummary:
         """Return the figures of ``agent`` in ``market`` (NaN where too short)."""

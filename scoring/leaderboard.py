@@ -579,7 +579,8 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
     _rank(rows)
     regime = _window_regime(eq_marks, eq_index, eq_labels, lo, hi)
     board = _clean({
-        "conventions": _conventions(rf, min_valid_rate, min_days),
+        "conventions": _conventions(rf, min_valid_rate, min_days,
+                                    {m: _periods(cfg, m) for m in markets}),
         "window": {"start": window[0], "end": window[1]},
         "regime": regime,
         "markets": markets,
@@ -621,7 +622,7 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
     pts = [p for p in store.series.get(key, []) if lo <= p[0] <= hi]
     fills = [f for f in store.fills.get(key, []) if lo <= f.ts <= hi]
     weights = [f.weights for f in fills]
-    n = periods_per_year(market)
+    n = _periods(store.markets_cfg, market)
     start_value = initial.get(market) or (pts[0][1] if pts else 0.0)
     values = [start_value] + [v for _, v, _ in pts] if from_start else [v for _, v, _ in pts]
     first_fill = store.fills[key][0] if store.fills.get(key) else None
@@ -787,7 +788,14 @@ def _overlap(a: Sequence[float], b: Sequence[float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int) -> dict[str, Any]:
+def _periods(markets_cfg: Mapping[str, Any], market: str) -> int:
+    """Return the market's configured ``periods_per_year`` (the default for older stores)."""
+    n = (markets_cfg.get(market) or {}).get("periods_per_year")
+    return int(n) if n else periods_per_year(market)
+
+
+def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
+                 periods: Mapping[str, int]) -> dict[str, Any]:
     """Return the conventions block of the JSON output."""
     return {
         "valid_decisions": {
@@ -800,7 +808,7 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int) -> dic
                     "than min_days scored days is listed below the ranked agents of its market "
                     "without rank, tied_with_next or composite score"},
         "returns": "daily simple returns from daily marks",
-        "periods_per_year": {"equity": 252, "polymarket": 365},
+        "periods_per_year": dict(periods),
         "ddof": 1,
         "risk_free_rate": dict(rf),
         "bootstrap": {"n": BOOTSTRAP_N, "level": BOOTSTRAP_LEVEL, "seed": BOOTSTRAP_SEED,
@@ -872,6 +880,16 @@ def to_json(board: dict[str, Any]) -> str:
     return json.dumps(board, sort_keys=True, indent=2, allow_nan=False) + "\n"
 
 
+def _header(conv: Mapping[str, Any]) -> str:
+    """Return the table's first line: the annualisation and risk-free rate of each market."""
+    periods = conv.get("periods_per_year") or {}
+    rf = conv.get("risk_free_rate") or {}
+    ann = ", ".join(f"{m} {n}" for m, n in sorted(periods.items())) or "-"
+    rates = ", ".join(f"{m} {100 * rf.get(m, 0.0):.2f}%" for m in sorted(periods)) or "-"
+    return (f"annualisation (periods a year): {ann}; risk-free rate a year: {rates}; "
+            "daily simple returns from the daily marks")
+
+
 def to_table(board: dict[str, Any]) -> str:
     """Render the leaderboard as two fixed-width text tables (performance, benchmarks)."""
 
@@ -895,7 +913,8 @@ def to_table(board: dict[str, Any]) -> str:
     head = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return':>10}{'sharpe':>8}{'sortino':>9}"
             f"{'max dd':>9}{'vol':>9}{'win':>8}{'turnover':>9}{'days':>6}{'valid':>7}"
             "  decisions")
-    lines = [head, "-" * len(head)]
+    conv = board.get("conventions") or {}
+    lines = [_header(conv), "", head, "-" * len(head)]
     for r in board["rows"]:
         dec = ",".join(f"{k}={v}" for k, v in sorted(r["decisions"].items()))
         lines.append(

@@ -5,7 +5,8 @@ Pure numpy functions implementing ``/work/shared/reference/scoring.md``.
 Conventions (see ``docs/scoring.md`` for the full table):
 
 * Simple returns ``r_t = v_t / v_{t-1} - 1``; a series of ``T`` values gives ``T - 1`` returns.
-* Annualisation factor ``N``: 252 for equities, 365 for Polymarket (trades every day).
+* Annualisation factor ``N``: a per-market setting, 252 by default for both markets
+  (LiveTradeBench's convention).
 * Sample statistics use ``ddof = 1``.
 * The risk-free rate is given per year; the per-period rate is ``rf_annual / N`` (simple, not
   compounded).
@@ -25,6 +26,7 @@ from numpy.typing import ArrayLike
 
 __all__ = [
     "DDOF",
+    "DEFAULT_PERIODS_PER_YEAR",
     "TRADING_DAYS_EQUITY",
     "TRADING_DAYS_POLYMARKET",
     "PerformanceSummary",
@@ -48,7 +50,11 @@ __all__ = [
 ]
 
 TRADING_DAYS_EQUITY = 252
+#: Polymarket trades every day of the year; not the default annualisation (see below).
 TRADING_DAYS_POLYMARKET = 365
+#: Default annualisation per market: LiveTradeBench's convention, 252 for both (its Polymarket
+#: table fits 252, not 365). ``[markets.<m>] periods_per_year`` overrides it.
+DEFAULT_PERIODS_PER_YEAR: dict[str, int] = {"equity": 252, "polymarket": 252}
 DDOF = 1
 
 # Relative tolerance under which a standard deviation counts as zero.
@@ -58,16 +64,15 @@ _NAN = float("nan")
 
 
 def periods_per_year(market: str) -> int:
-    """Return the annualisation factor N for a market kind.
+    """Return the default annualisation factor N for a market kind.
 
-    ``"equity"`` -> 252, ``"polymarket"`` -> 365 (case-insensitive); anything else raises
-    ``ValueError``.
+    ``"equity"`` and ``"polymarket"`` -> 252 (:data:`DEFAULT_PERIODS_PER_YEAR`,
+    case-insensitive); anything else raises ``ValueError``. The configured
+    ``periods_per_year`` of a market takes precedence where a config is at hand.
     """
     key = market.strip().lower()
-    if key == "equity":
-        return TRADING_DAYS_EQUITY
-    if key == "polymarket":
-        return TRADING_DAYS_POLYMARKET
+    if key in DEFAULT_PERIODS_PER_YEAR:
+        return DEFAULT_PERIODS_PER_YEAR[key]
     raise ValueError(f"unknown market {market!r}; expected 'equity' or 'polymarket'")
 
 

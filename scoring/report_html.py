@@ -447,9 +447,10 @@ def render_html(report: Report) -> str:
         f"<p>Window: {_esc(start)} → {_esc(end)}. Regime of the window: "
         f"<b>{_esc(reg.get('label', 'unknown'))}</b> (equal-weight equity index "
         f"{_pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days).</p>",
-        "<p class='note'>Returns are daily from the daily marks; Sharpe and volatility "
-        "annualise with " + ", ".join(f"{n} periods ({_esc(m)})" for m, n in
-                                      sorted(conv.get("periods_per_year", {}).items()))
+        "<p class='note'>Returns are daily from the daily marks; volatility, Sharpe, "
+        "Sortino and the annualised return annualise with "
+        + (", ".join(f"{n} periods a year ({_esc(m)})" for m, n in
+                     sorted(conv.get("periods_per_year", {}).items())) or "-")
         + ". Intervals are 95% percentile bootstraps "
         f"({conv.get('bootstrap', {}).get('n')} resamples of the daily returns, seed "
         f"{conv.get('bootstrap', {}).get('seed')}). ≈ after a rank: its return interval "

@@ -47,7 +47,7 @@ def test_constants() -> None:
 
 def test_periods_per_year() -> None:
     assert periods_per_year("equity") == 252
-    assert periods_per_year("Polymarket") == 365
+    assert periods_per_year("Polymarket") == 252  # LiveTradeBench convention (issue 17.2)
     with pytest.raises(ValueError):
         periods_per_year("crypto")
 

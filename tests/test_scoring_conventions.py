@@ -5,16 +5,22 @@ Every test states the arithmetic it checks; where a paper prints a number, the n
 
 from __future__ import annotations
 
+import json
 import math
+import sqlite3
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from daemon.config import Config, ConfigError, parse_config
 from scoring.benchmarks import composite_rank
 from scoring.leaderboard import leaderboard, to_table
 from scoring.metrics import (
     mean_daily_turnover,
+    periods_per_year,
+    sharpe,
     simple_returns,
     sortino,
     sortino_stockbench,
@@ -148,3 +154,66 @@ def test_switching_agent_turnover_and_window(hand: Path) -> None:
     assert sw["mean_turnover"] == pytest.approx(4840 / 1148 / 4)
     assert sw["target_turnover"] == pytest.approx(2.0)
     assert "target_turnover" in board["conventions"]["turnover"]
+
+
+# ----------------------------------------------------------------------------- 2. annualisation
+
+
+def _implied_cr(sr: float, vol: float, n: int, days: int) -> float:
+    """Return the cumulative return a (log-normal) daily series with these figures implies."""
+    mean_d = sr * vol / n  # SR = mean_d / sigma_d * sqrt(N), vol = sigma_d * sqrt(N), rf = 0
+    sigma_d = vol / math.sqrt(n)
+    return math.exp(days * (mean_d - sigma_d**2 / 2)) - 1
+
+
+def test_livetradebench_polymarket_table_fits_252_periods() -> None:
+    # LiveTradeBench Table 2, Polymarket, 49 daily returns (win rates 25/49 = 51.02 %):
+    # Claude-Sonnet-3.7 CR 20.54 %, SR 2.38, sigma 44.64 %; Grok-4 CR 7.38 %, SR 1.01, 46.92 %.
+    for cr, sr, vol in ((0.2054, 2.38, 0.4464), (0.0738, 1.01, 0.4692)):
+        assert _implied_cr(sr, vol, 252, 49) == pytest.approx(cr, abs=0.005)
+        assert abs(_implied_cr(sr, vol, 365, 49) - cr) > 0.02
+    assert periods_per_year("polymarket") == 252
+    assert periods_per_year("equity") == 252
+    assert Config().markets.polymarket.periods_per_year == 252
+    assert Config().markets.equity.periods_per_year == 252
+
+
+def test_periods_per_year_setting_validates() -> None:
+    cfg = parse_config({"markets": {"polymarket": {"periods_per_year": 365}}})
+    assert cfg.markets.polymarket.periods_per_year == 365
+    for bad in (0, -5, 400, "daily"):
+        with pytest.raises(ConfigError):
+            parse_config({"markets": {"equity": {"periods_per_year": bad}}})
+
+
+def _as_polymarket(db: Path, periods: int | None) -> None:
+    """Move a hand-built equity store to the polymarket market (optionally with a setting)."""
+    con = sqlite3.connect(db)
+    for table in ("equity", "fills", "decisions", "market_events"):
+        con.execute(f"UPDATE {table} SET market='polymarket'")
+    (cfg_json,) = con.execute("SELECT config_json FROM runs").fetchone()
+    cfg = json.loads(cfg_json)
+    poly = cfg["markets"].pop("equity")
+    if periods is not None:
+        poly["periods_per_year"] = periods
+    cfg["markets"]["polymarket"] = poly
+    con.execute("UPDATE runs SET config_json=?", (json.dumps(cfg),))
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("periods", [None, 365])
+def test_leaderboard_annualises_per_market_and_says_so(tmp_path: Path,
+                                                       periods: int | None) -> None:
+    db = tmp_path / "p.db"
+    build_store(db, PRICES, PLANS)
+    _as_polymarket(db, periods)
+    board = leaderboard(db)
+    n = periods or 252  # an older store without the setting gets the default
+    half = rows_by_agent(board)["half"]
+    # half: 1000, 1000, 1050, 1095, 1155 -> the Sharpe of these returns with N = n.
+    r = simple_returns([1000, 1000, 1050, 1095, 1155])
+    assert half["sharpe"] == pytest.approx(sharpe(r, n))
+    assert half["volatility"] == pytest.approx(float(np.std(r, ddof=1)) * math.sqrt(n))
+    assert board["conventions"]["periods_per_year"] == {"polymarket": n}
+    assert f"polymarket {n}" in to_table(board).splitlines()[0]
