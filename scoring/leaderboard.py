@@ -44,8 +44,9 @@ from scoring.benchmarks import (
     RiskProfile,
     bootstrap_ci,
     capitalbench_score,
+    class_correlations,
     composite_rank,
-    diversification_from_returns,
+    diversification,
     historical_var,
     profile_alignment,
     regime_label,
@@ -443,13 +444,14 @@ def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
     acc: dict[str, list[float]] = {"s_intra": [], "s_inter": [], "s_corr": []}
     if panel.shape[0] < 2:
         return {k: _NAN for k in acc}
+    corr = class_correlations(panel, names, cls)  # the whole class's, once for the window
     held = h * pz
     for row in held:
         v = float(row.sum())
         if not v > 0:
             continue
         w = {names[j]: float(x / v) for j, x in enumerate(row) if x / v > _HELD_EPS}
-        for k, x in diversification_from_returns(w, cls, panel, names).items():
+        for k, x in diversification(w, corr).items():
             if math.isfinite(x):
                 acc[k].append(x)
     return {k: float(np.mean(v)) if v else _NAN for k, v in acc.items()}
@@ -834,9 +836,10 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
         "capitalbench": "100 * window return / best window return among the market's assets "
                         "and CASH; regret = best - window return; over the window's marks",
         "diversification": "PortBench s_intra/s_inter/s_corr of the weights held at each mark "
-                           "with correlations of mark-to-mark asset returns over the window; "
-                           "mean over marks; CASH is its own class; Polymarket: one class per "
-                           "question",
+                           "with the whole class's correlations of mark-to-mark asset returns "
+                           "over the window; one held class: s_inter 0; all-cash marks not "
+                           "scored; mean over marks; CASH is its own class; Polymarket: one "
+                           "class per question",
         "var": {"level": VAR_LEVEL, "window": VAR_WINDOW, "min_periods": VAR_MIN_PERIODS},
         "regime": {"index": "equal-weight mean of the equity universe's mark-to-mark returns",
                    "window": REGIME_WINDOW, "min_returns": REGIME_MIN_RETURNS},

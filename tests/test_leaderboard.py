@@ -167,22 +167,23 @@ def test_capitalbench_best_asset_scores_100_and_cash_0(hand: tuple[Path, list[fl
 def test_diversification_conventions(hand: tuple[Path, list[float]], tmp_path: Path) -> None:
     db, _ = hand
     rows = rows_by_agent(leaderboard(db))
-    # A single risky asset: s_intra 0, s_inter 0.5, s_corr 0.25 (documented convention).
+    # A single risky asset in a one-asset class: s_intra 0 (rho 1), one class -> s_inter 0,
+    # s_corr 0 (issue 17.3; was 0.25); all cash is not scored (was 0.75).
     for agent in ("allA", "allB", "switch"):
         assert rows[agent]["s_intra"] == 0.0
-        assert rows[agent]["s_inter"] == 0.5
-        assert rows[agent]["s_corr"] == 0.25
-    assert rows["cash"]["s_corr"] == 0.75
+        assert rows[agent]["s_inter"] == 0.0
+        assert rows[agent]["s_corr"] == 0.0
+    assert rows["cash"]["s_corr"] is None
     # A and B returns (+.1, -.1, 0) and (0, +.2, +.1) correlate at -1: classes x and y give
     # s_intra = 0 (each class is one asset, rho 1), s_inter = (1 - (-1)) / 2 = 1.
     assert rows["half"]["s_intra"] == 0.0
     assert rows["half"]["s_inter"] == pytest.approx(1.0)
     assert rows["half"]["s_corr"] == pytest.approx(0.5)
-    # The same pair as one class: rho_intra = -1 -> s_intra 1, single class -> s_inter 0.5.
+    # The same pair as one class: rho_intra = -1 -> s_intra 1, single class -> s_inter 0.
     db2 = tmp_path / "one_class.db"
     build_store(db2, PRICES, PLANS, classes={"A": "x", "B": "x"})
     half = rows_by_agent(leaderboard(db2))["half"]
-    assert (half["s_intra"], half["s_inter"]) == (pytest.approx(1.0), 0.5)
+    assert (half["s_intra"], half["s_inter"]) == (pytest.approx(1.0), 0.0)
 
 
 def test_profile_alignment_and_checks(hand: tuple[Path, list[float]]) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from daemon.config import Config, ConfigError, parse_config
-from scoring.benchmarks import composite_rank
+from scoring.benchmarks import class_correlations, composite_rank, diversification_from_returns
 from scoring.leaderboard import leaderboard, to_table
 from scoring.metrics import (
     mean_daily_turnover,
@@ -217,3 +217,81 @@ def test_leaderboard_annualises_per_market_and_says_so(tmp_path: Path,
     assert half["volatility"] == pytest.approx(float(np.std(r, ddof=1)) * math.sqrt(n))
     assert board["conventions"]["periods_per_year"] == {"polymarket": n}
     assert f"polymarket {n}" in to_table(board).splitlines()[0]
+
+
+# ----------------------------------------------------------------------------- 3. s_corr
+
+
+def _panel_with_correlation(corr: np.ndarray, rows: int = 40, seed: int = 1) -> np.ndarray:
+    """Return daily returns whose sample Pearson correlation matrix is exactly ``corr``."""
+    k = corr.shape[0]
+    z = np.random.default_rng(seed).normal(size=(rows, k))
+    z -= z.mean(axis=0)
+    q, _ = np.linalg.qr(z)  # orthonormal, still zero-mean columns
+    return 0.001 + 0.01 * q @ np.linalg.cholesky(corr).T
+
+
+def test_s_corr_worked_example_over_the_whole_class() -> None:
+    # The PortBench vector: equities weight .6, intra rho .48; bonds .4, rho .77; rho(eq, bond)
+    # -.18 -> s_intra .404, s_inter .59, s_corr .497. Only E1 of the two equities is held: the
+    # class correlation is still the whole class's (E1, E2) .48, not E1's self-correlation.
+    c = np.array([[1, .48, -.18, -.18], [.48, 1, -.18, -.18],
+                  [-.18, -.18, 1, .77], [-.18, -.18, .77, 1]])
+    r = _panel_with_correlation(c)
+    assets = ["E1", "E2", "B1", "B2"]
+    classes = {"E1": "equities", "E2": "equities", "B1": "bonds", "B2": "bonds"}
+    out = diversification_from_returns({"E1": 0.6, "B1": 0.2, "B2": 0.2}, classes, r, assets)
+    assert round(out["s_intra"], 3) == 0.404
+    assert round(out["s_inter"], 3) == 0.59
+    assert round(out["s_corr"], 3) == 0.497
+    cc = class_correlations(r, assets, classes)
+    assert cc.intra == pytest.approx({"equities": 0.48, "bonds": 0.77})
+    assert cc.cross[("bonds", "equities")] == pytest.approx(-0.18)
+
+
+NINE = [f"{c}{i}" for c in "XYZ" for i in (1, 2, 3)]
+NINE_CLASSES = {a: a[0] for a in NINE} | {"CASH": "cash"}
+
+
+def _nine() -> np.ndarray:
+    """Three classes of three assets: rho .6 inside a class, .2 across; CASH constant."""
+    c = np.full((9, 9), 0.2)
+    for k in range(3):
+        c[3 * k:3 * k + 3, 3 * k:3 * k + 3] = 0.6
+    np.fill_diagonal(c, 1.0)
+    r = _panel_with_correlation(c)
+    return np.column_stack([r, np.zeros(r.shape[0])])
+
+
+def test_s_corr_one_asset_per_class_beats_three_correlated_assets_in_one_class() -> None:
+    r, assets = _nine(), [*NINE, "CASH"]
+    spread = diversification_from_returns({"X1": 1 / 3, "Y1": 1 / 3, "Z1": 1 / 3},
+                                          NINE_CLASSES, r, assets)
+    # s_intra = 1 - 3 * (1/3 * .6) = .4; rho_cross .2 -> s_inter .4; s_corr .4.
+    assert spread == pytest.approx({"s_intra": 0.4, "s_inter": 0.4, "s_corr": 0.4})
+    one = diversification_from_returns({"X1": 1 / 3, "X2": 1 / 3, "X3": 1 / 3},
+                                       NINE_CLASSES, r, assets)
+    # s_intra = 1 - .6 = .4; one class: no class to hedge with -> s_inter 0; s_corr .2.
+    assert one == pytest.approx({"s_intra": 0.4, "s_inter": 0.0, "s_corr": 0.2})
+    # The same class holding, one asset only: the class's correlation still applies.
+    single = diversification_from_returns({"X1": 1.0}, NINE_CLASSES, r, assets)
+    assert single == pytest.approx(one)
+
+
+def test_s_corr_all_cash_is_not_scored() -> None:
+    r, assets = _nine(), [*NINE, "CASH"]
+    cash = diversification_from_returns({"CASH": 1.0}, NINE_CLASSES, r, assets)
+    assert all(math.isnan(x) for x in cash.values())  # nothing at risk: nothing to diversify
+    # Half cash: CASH is a class with correlation 0 (PortBench's cash class, riskless).
+    # s_intra = 1 - .5 * .6 = .7; rho_cross(x, cash) = 0 -> s_inter .5; s_corr .6.
+    half = diversification_from_returns({"X1": 0.5, "CASH": 0.5}, NINE_CLASSES, r, assets)
+    assert half == pytest.approx({"s_intra": 0.7, "s_inter": 0.5, "s_corr": 0.6})
+
+
+def test_leaderboard_s_corr_conventions(hand: Path) -> None:
+    rows = rows_by_agent(leaderboard(hand))
+    # Classes x = {A}, y = {B}: a one-asset class has rho_intra 1 (the asset with itself).
+    # allA: s_intra 1 - 1 = 0; one class -> s_inter 0. The cash agent's marks are all cash.
+    assert (rows["allA"]["s_intra"], rows["allA"]["s_inter"], rows["allA"]["s_corr"]) == (
+        0.0, 0.0, 0.0)
+    assert rows["cash"]["s_corr"] is None
