@@ -883,6 +883,11 @@ def to_json(board: dict[str, Any]) -> str:
     return json.dumps(board, sort_keys=True, indent=2, allow_nan=False) + "\n"
 
 
+def _neg(x: float | None) -> float | None:
+    """Return a drawdown magnitude as the negative figure the reports print (0 stays 0)."""
+    return None if x is None else (-x if x else 0.0)
+
+
 def _header(conv: Mapping[str, Any]) -> str:
     """Return the table's first line: the annualisation and risk-free rate of each market."""
     periods = conv.get("periods_per_year") or {}
@@ -923,7 +928,7 @@ def to_table(board: dict[str, Any]) -> str:
         lines.append(
             f"{r['market']:<11}{rank(r):>4}  {r['agent'][:19]:<20}"
             f"{pct(r['cumulative_return']):>10}"
-            f"{num(r['sharpe']):>8}{num(r['sortino']):>9}{pct(r['max_drawdown']):>9}"
+            f"{num(r['sharpe']):>8}{num(r['sortino']):>9}{pct(_neg(r['max_drawdown'])):>9}"
             f"{pct(r['volatility']):>9}{pct(r['win_rate']):>8}{num(r['mean_turnover']):>9}"
             f"{r['days']:>6}{share(r.get('valid_decision_rate')):>7}  {dec}"
         )

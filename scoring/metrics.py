@@ -1,6 +1,6 @@
 """Per-agent performance metrics over an equity (portfolio value) series.
 
-Pure numpy functions implementing ``/work/shared/reference/scoring.md``.
+Pure numpy functions: the measures of LiveTradeBench, AlphaForgeBench and StockBench.
 
 Conventions (see ``docs/scoring.md`` for the full table):
 

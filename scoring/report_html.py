@@ -85,6 +85,11 @@ def _pct(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{100 * x:+.{digits}f}%"
 
 
+def _neg(x: float | None) -> float | None:
+    """Return a drawdown magnitude as the negative figure the report prints (0 stays 0)."""
+    return None if x is None else (-x if x else 0.0)
+
+
 def _num(x: float | None, digits: int = 2) -> str:
     """Format a number ('–' for None)."""
     return "–" if x is None else f"{x:.{digits}f}"
@@ -326,8 +331,8 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             f"<td>{_num(r.get('sharpe'))}{_ci(r.get('sharpe_ci'), _num)}</td>"
             f"<td>{_pct(r.get('mean_daily_return'), 3)}"
             f"{_ci(r.get('mean_daily_return_ci'), lambda x: _pct(x, 3))}</td>"
-            f"<td>{_num(r.get('sortino'))}</td><td>{_pct(r.get('max_drawdown'))}</td>"
-            f"<td>{_pct(r.get('current_drawdown'))}</td><td>{_pct(r.get('volatility'))}</td>"
+            f"<td>{_num(r.get('sortino'))}</td><td>{_pct(_neg(r.get('max_drawdown')))}</td>"
+            f"<td>{_pct(_neg(r.get('current_drawdown')))}</td><td>{_pct(r.get('volatility'))}</td>"
             f"<td>{_pct(r.get('var_95'))}</td><td>{comp}</td>"
             f"<td>{_num(r.get('capitalbench_score'), 1)}</td><td>{_pct(r.get('regret'))}</td>"
             f"<td>{_num(r.get('s_corr'), 3)}</td><td>{_num(r.get('mean_turnover'), 3)}</td>"

@@ -16,7 +16,7 @@ import pytest
 
 from daemon.config import Config, ConfigError, parse_config
 from scoring.benchmarks import class_correlations, composite_rank, diversification_from_returns
-from scoring.leaderboard import leaderboard, to_table
+from scoring.leaderboard import leaderboard, load_report, to_table
 from scoring.metrics import (
     mean_daily_turnover,
     periods_per_year,
@@ -26,6 +26,7 @@ from scoring.metrics import (
     sortino_stockbench,
     summarise,
 )
+from scoring.report_html import render_html
 from tests.test_leaderboard import AGENTS_CFG, PLANS, PRICES, build_store, rows_by_agent
 
 SQRT252 = math.sqrt(252)
@@ -295,3 +296,32 @@ def test_leaderboard_s_corr_conventions(hand: Path) -> None:
     assert (rows["allA"]["s_intra"], rows["allA"]["s_inter"], rows["allA"]["s_corr"]) == (
         0.0, 0.0, 0.0)
     assert rows["cash"]["s_corr"] is None
+
+
+# ----------------------------------------------------------------------------- 11. the docs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_scoring_docs_cite_papers_by_name_and_no_path_outside_the_repo() -> None:
+    text = (ROOT / "docs" / "scoring.md").read_text(encoding="utf-8")
+    for name in ("LiveTradeBench", "StockBench", "PortBench", "AlphaForgeBench", "CapitalBench",
+                 "arXiv:2511.03628", "arXiv:2605.27887"):
+        assert name in text, name
+    assert "Where paperarena departs from a paper" in text
+    for path in (ROOT / "docs" / "scoring.md", *sorted((ROOT / "scoring").glob("*.py"))):
+        assert "/work/" not in path.read_text(encoding="utf-8"), path
+
+
+# ----------------------------------------------------------------------------- 9. presentation
+
+
+def test_drawdowns_print_negative_like_the_chart(hand: Path) -> None:
+    board = leaderboard(hand)
+    a = rows_by_agent(board)["allA"]
+    # allA: peak 1100, trough 990 -> max drawdown 10 % (JSON keeps the positive magnitude).
+    assert a["max_drawdown"] == pytest.approx(0.1)
+    line = next(x for x in to_table(board).splitlines() if " allA " in x)
+    assert "-10.00%" in line and "+10.00%" not in line
+    html = render_html(load_report(hand))
+    assert "<td>-10.00%</td>" in html and "<td>+10.00%</td>" not in html
