@@ -1,10 +1,10 @@
 """Benchmark-level measures from the reference papers (pure numpy).
 
-Implements the papers' benchmark measures (docs/scoring.md names them): LiveTradeBench
-rolling-k deltas, the StockBench composite rank, CapitalBench round scoring, PortBench
-correlation-aware diversification and CEPS, historical VaR and risk-profile alignment, a
-simple market-regime label and a seeded bootstrap confidence interval. Every convention is
-stated in the docstrings and in ``docs/scoring.md``. Series too short for a measure give NaN rather than raising;
+Implements the papers' benchmark measures (docs/scoring.md names them): LiveTradeBench rolling-k
+deltas, the StockBench composite rank, CapitalBench round scoring, PortBench correlation-aware
+diversification and CEPS, historical VaR and risk-profile alignment, a simple market-regime
+label and a seeded bootstrap confidence interval. Every convention is stated in the docstrings
+and in ``docs/scoring.md``. Series too short for a measure give NaN rather than raising;
 malformed input (mismatched shapes, missing keys) raises ``ValueError``.
 """
 
