@@ -32,6 +32,7 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ __all__ = [
     "BOOTSTRAP_N",
     "BOOTSTRAP_SEED",
     "FIELDS",
+    "LEGEND",
     "LIVE_FIELDS",
     "MIN_DAYS",
     "MIN_VALID_RATE",
@@ -102,6 +104,36 @@ NOT_ASKED_OUTCOMES: tuple[str, ...] = ("skipped", "missed", "abandoned", "paused
 #: Defaults of ``[leaderboard]`` (daemon/config.py), used when the store's run has none.
 MIN_VALID_RATE = 0.8
 MIN_DAYS = 5
+
+#: Every column of the text table (and its HTML twin), explained once: the legend of the table,
+#: the HTML report and docs/scoring.md. Drawdowns print negative, like the drawdown chart.
+LEGEND: tuple[tuple[str, str], ...] = (
+    ("#", "rank by cumulative return among the market's non-provisional agents; '~' after it: "
+          "not significantly ahead of the next (their 95% intervals overlap); '-': "
+          "provisional, not ranked"),
+    ("return", "cumulative return over the window, v_T / v_0 - 1"),
+    ("sharpe", "annualised Sharpe ratio of the daily returns, (mean - rf) / std * sqrt(N)"),
+    ("sortino", "annualised standard Sortino ratio: downside deviation over all days below rf"),
+    ("max dd", "maximum drawdown from a peak, printed negative"),
+    ("vol", "annualised volatility of the daily returns, std * sqrt(N)"),
+    ("win", "share of daily returns above zero"),
+    ("turnover", "executed turnover per day: traded value / mean equity / days (first fill "
+                 "left out)"),
+    ("days", "daily marks in the window"),
+    ("valid", "valid-decision rate: ok or hold among the rounds the agent was asked"),
+    ("decisions", "decision outcomes in the window"),
+    ("return 95% CI", "95% percentile bootstrap interval of the cumulative return"),
+    ("sharpe 95% CI", "95% percentile bootstrap interval of the Sharpe ratio"),
+    ("comp", "StockBench composite score (z(CR) + z(-MDD) + z(Sortino StockBench)) / 3"),
+    ("capb", "CapitalBench score: 100 * window return / best asset's window return"),
+    ("s_corr", "PortBench correlation-aware diversification, 0.5 s_intra + 0.5 s_inter"),
+    ("VaR95", "95% historical-simulation value at risk of one day (last 60 returns)"),
+    ("align", "risk-profile alignment: share of the profile's drawdown and VaR checks passed"),
+    ("d1", "LiveTradeBench rolling-k delta for k = 1: CR^(1) - CR^(0) (negative: timing "
+           "matters)"),
+    ("consist", "consistency probe: mean pairwise L1 distance of repeated answers (lower is "
+                "more consistent)"),
+)
 
 #: Figures :func:`live_figures` returns per (agent, market), when finite.
 LIVE_FIELDS: tuple[str, ...] = (
@@ -584,6 +616,7 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
         "conventions": _conventions(rf, min_valid_rate, min_days,
                                     {m: _periods(cfg, m) for m in markets}),
         "window": {"start": window[0], "end": window[1]},
+        "window_dates": _window_dates(store, lo, hi),
         "regime": regime,
         "markets": markets,
         "rows": rows,
@@ -790,6 +823,21 @@ def _overlap(a: Sequence[float], b: Sequence[float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
+def _window_dates(store: _Store, lo: float, hi: float) -> dict[str, Any]:
+    """Return the first and last daily mark inside the window, as timestamps and UTC dates."""
+    ts = [p[0] for pts in store.series.values() for p in pts if lo <= p[0] <= hi]
+    if not ts:
+        return {"first_mark": None, "last_mark": None, "first_date": None, "last_date": None}
+    first, last = min(ts), max(ts)
+    return {"first_mark": first, "last_mark": last, "first_date": _utc_date(first),
+            "last_date": _utc_date(last)}
+
+
+def _utc_date(ts: float) -> str:
+    """Return the UTC date of ``ts`` as YYYY-MM-DD."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+
+
 def _periods(markets_cfg: Mapping[str, Any], market: str) -> int:
     """Return the market's configured ``periods_per_year`` (the default for older stores)."""
     n = (markets_cfg.get(market) or {}).get("periods_per_year")
@@ -922,7 +970,10 @@ def to_table(board: dict[str, Any]) -> str:
             f"{'max dd':>9}{'vol':>9}{'win':>8}{'turnover':>9}{'days':>6}{'valid':>7}"
             "  decisions")
     conv = board.get("conventions") or {}
-    lines = [_header(conv), "", head, "-" * len(head)]
+    dates = board.get("window_dates") or {}
+    span = (f"window: {dates['first_date']} to {dates['last_date']} (first and last daily "
+            "mark, UTC)" if dates.get("first_date") else "window: no daily mark")
+    lines = [_header(conv), span, "", head, "-" * len(head)]
     for r in board["rows"]:
         dec = ",".join(f"{k}={v}" for k, v in sorted(r["decisions"].items()))
         lines.append(
@@ -953,6 +1004,8 @@ def to_table(board: dict[str, Any]) -> str:
         lines += [f"  {r['agent']} ({r['market']}): {r.get('provisional_reason')}"
                   for r in provisional]
     reg = board.get("regime") or {}
+    width = max(len(k) for k, _ in LEGEND)
+    lines += ["", "columns:"] + [f"  {k:<{width}}  {v}" for k, v in LEGEND]
     lines += ["", f"regime: {reg.get('label', REGIME_UNKNOWN)} (equal-weight index "
                   f"{pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days); "
                   "'~' after a rank: not significantly ahead of the next (95% CIs overlap); "

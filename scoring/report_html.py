@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from scoring.benchmarks import CASH, ROLLING_KS
-from scoring.leaderboard import AgentCurves, Report, load_report
+from scoring.leaderboard import LEGEND, AgentCurves, Report, load_report
 
 __all__ = ["CHART_KINDS", "render_html", "write_html"]
 
@@ -51,6 +51,12 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
 max-width:1240px}
 .scroll{overflow-x:auto;max-width:100%}
+table.leaderboard td:nth-child(2),table.leaderboard tr+tr th:nth-child(2){position:sticky;left:0;
+background:#fff;z-index:1}
+table.leaderboard tr+tr th:nth-child(2){background:#f4f4f4}
+th.group{background:#e8e8e8;text-align:center}
+details.columns dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;
+font-size:12px}details.columns dd{margin:0}
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ccc}
 h3{font-size:15px;margin:18px 0 6px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
@@ -291,16 +297,62 @@ def _asset_colours(curves: Sequence[AgentCurves], labels: Mapping[str, str]) -> 
 
 # ----------------------------------------------------------------------------- tables
 
+_LEGEND = dict(LEGEND)
+#: The report's columns: (header, group, explanation); the groups head the table.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("#", "", _LEGEND["#"]),
+    ("agent", "", "agent id (colour of its curves)"),
+    ("kind", "", "agent kind from the config (llm, baselines...)"),
+    ("return [95% CI]", "performance",
+     f"{_LEGEND['return']}; [{_LEGEND['return 95% CI']}]"),
+    ("Sharpe [95% CI]", "performance", f"{_LEGEND['sharpe']}; [its 95% bootstrap interval]"),
+    ("mean daily [95% CI]", "performance", "mean daily return [its 95% bootstrap interval]"),
+    ("Sortino", "performance", _LEGEND["sortino"]),
+    ("max DD", "risk", _LEGEND["max dd"]),
+    ("now DD", "risk", "drawdown at the last mark, printed negative"),
+    ("vol", "risk", _LEGEND["vol"]),
+    ("VaR95", "risk", _LEGEND["VaR95"]),
+    ("composite (rank)", "benchmarks", f"{_LEGEND['comp']} (its rank)"),
+    ("CapitalBench", "benchmarks", _LEGEND["capb"]),
+    ("regret", "benchmarks", "CapitalBench regret: best asset's window return - own return"),
+    ("s_corr", "benchmarks", _LEGEND["s_corr"]),
+    ("turnover", "behaviour", _LEGEND["turnover"]),
+    ("target turnover", "behaviour",
+     "mean sum |w_new - w_old| between consecutive target allocations"),
+    ("flip rate", "behaviour", "share of weight changes reversing the asset's previous change"),
+    ("profile (alignment)", "behaviour", f"configured risk profile ({_LEGEND['align']})"),
+    ("consistency L1", "behaviour", _LEGEND["consist"]),
+    ("days", "standing", _LEGEND["days"]),
+    ("valid", "standing", _LEGEND["valid"]),
+)
+_LEFT = {"agent", "kind", "profile (alignment)"}
+
+
+def _table_head() -> str:
+    """Return the two header rows: column groups, then the columns with their explanation."""
+    groups: list[tuple[str, int]] = []
+    for _, group, _ in COLUMNS:
+        if groups and groups[-1][0] == group:
+            groups[-1] = (group, groups[-1][1] + 1)
+        else:
+            groups.append((group, 1))
+    top = "".join(f"<th colspan='{n}' class='group'>{_esc(g)}</th>" for g, n in groups)
+    left = " class='l'"
+    cols = "".join(
+        f"<th{left if name in _LEFT else ''} title='{_esc(text)}'>{_esc(name)}</th>"
+        for name, _, text in COLUMNS)
+    return f"<thead><tr>{top}</tr><tr>{cols}</tr></thead>"
+
+
+def _columns_legend() -> str:
+    """Return the column legend of the report."""
+    items = "".join(f"<dt>{_esc(name)}</dt><dd>{_esc(text)}</dd>" for name, _, text in COLUMNS)
+    return f"<details class='columns'><summary>Columns</summary><dl>{items}</dl></details>"
+
 
 def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -> str:
     """Render one market's leaderboard rows as an HTML table."""
-    head = ("<tr><th>#</th><th class='l'>agent</th><th class='l'>kind</th>"
-            "<th>return [95% CI]</th><th>Sharpe [95% CI]</th><th>mean daily [95% CI]</th>"
-            "<th>Sortino</th><th>max DD</th><th>now DD</th><th>vol</th><th>VaR95</th>"
-            "<th>composite (rank)</th><th>CapitalBench</th><th>regret</th><th>s_corr</th>"
-            "<th>turnover</th><th>target turnover</th><th>flip rate</th>"
-            "<th class='l'>profile (alignment)</th>"
-            "<th>consistency L1</th><th>days</th><th>valid</th></tr>")
+    head = _table_head()
     out = ["<div class='scroll'><table class='leaderboard'>", head]
     for r in rows:
         tie = " <span class='tie' title='not significantly ahead of the next rank'>≈</span>" \
@@ -439,8 +491,11 @@ def render_html(report: Report) -> str:
     agents = sorted({r["agent"] for r in board["rows"]})
     colours = {a: AGENT_COLOURS[i % len(AGENT_COLOURS)] for i, a in enumerate(agents)}
     win = board.get("window", {})
-    start = "start of the store" if win.get("start") is None else _date(win["start"])
-    end = "end of the store" if win.get("end") is None else _date(win["end"])
+    dates = board.get("window_dates") or {}
+    start = dates.get("first_date") or ("start of the store" if win.get("start") is None
+                                        else _date(win["start"]))
+    end = dates.get("last_date") or ("end of the store" if win.get("end") is None
+                                     else _date(win["end"]))
     reg = board.get("regime") or {}
     conv = board.get("conventions", {})
     markets = sorted({r["market"] for r in board["rows"]})
@@ -449,7 +504,8 @@ def render_html(report: Report) -> str:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         "<title>paperarena report</title><style>", _CSS, "</style></head><body>",
         "<h1>paperarena report</h1>",
-        f"<p>Window: {_esc(start)} → {_esc(end)}. Regime of the window: "
+        f"<p>Window: {_esc(start)} → {_esc(end)} (first and last daily mark, UTC). "
+        "Regime of the window: "
         f"<b>{_esc(reg.get('label', 'unknown'))}</b> (equal-weight equity index "
         f"{_pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days).</p>",
         "<p class='note'>Returns are daily from the daily marks; volatility, Sharpe, "
@@ -467,6 +523,7 @@ def render_html(report: Report) -> str:
         f"{100 * conv.get('provisional', {}).get('min_valid_rate', 0.8):.0f}% or with fewer "
         f"than {conv.get('provisional', {}).get('min_days', 5)} scored days is listed as "
         "provisional, without a rank.</p>",
+        _columns_legend(),
     ]
     if not markets:
         parts.append("<p>No agent has data in this window.</p>")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 
 from daemon.config import Config, ConfigError, parse_config
 from scoring.benchmarks import class_correlations, composite_rank, diversification_from_returns
-from scoring.leaderboard import leaderboard, load_report, to_table
+from scoring.leaderboard import LEGEND, leaderboard, load_report, to_table
 from scoring.metrics import (
     mean_daily_turnover,
     periods_per_year,
@@ -26,7 +27,7 @@ from scoring.metrics import (
     sortino_stockbench,
     summarise,
 )
-from scoring.report_html import render_html
+from scoring.report_html import COLUMNS, render_html
 from tests.test_leaderboard import AGENTS_CFG, PLANS, PRICES, build_store, rows_by_agent
 
 SQRT252 = math.sqrt(252)
@@ -325,3 +326,36 @@ def test_drawdowns_print_negative_like_the_chart(hand: Path) -> None:
     assert "-10.00%" in line and "+10.00%" not in line
     html = render_html(load_report(hand))
     assert "<td>-10.00%</td>" in html and "<td>+10.00%</td>" not in html
+
+
+def test_every_table_column_is_explained_in_table_html_and_docs(hand: Path) -> None:
+    board = leaderboard(hand)
+    text = to_table(board)
+    legend = dict(LEGEND)
+    lines = text.splitlines()
+    heads = [lines[i] for i in range(1, len(lines)) if lines[i].startswith("-" * 10)]
+    assert heads  # the header rows are the lines above the dashes
+    header_lines = [lines[i - 1] for i in range(1, len(lines)) if lines[i].startswith("-" * 10)]
+    for head in header_lines:
+        for token in ("return 95% CI", "sharpe 95% CI", "max dd", "#", "comp", "capb", "align",
+                      "d1", "consist", "valid", "turnover", "sortino"):
+            if token in head:
+                assert token in legend, token
+    for key, meaning in LEGEND:
+        assert f"  {key}" in text and meaning in text
+    html = render_html(load_report(hand))
+    docs = (ROOT / "docs" / "scoring.md").read_text(encoding="utf-8")
+    for key, _ in LEGEND:
+        assert f"`{key}`" in docs, key
+    for name, _, meaning in COLUMNS:  # every HTML column: a tooltip and a legend entry
+        assert f"title='{escape(meaning, quote=True)}'>{escape(name)}</th>" in html, name
+        assert f"<dt>{escape(name)}</dt><dd>{escape(meaning, quote=True)}</dd>" in html, name
+
+
+def test_window_real_dates_in_json_table_and_html(hand: Path) -> None:
+    board = leaderboard(hand)
+    # Marks from 2026-11-02 21:00 UTC, one a day for four days.
+    assert board["window_dates"]["first_date"] == "2026-11-02"
+    assert board["window_dates"]["last_date"] == "2026-11-05"
+    assert "window: 2026-11-02 to 2026-11-05" in to_table(board).splitlines()[1]
+    assert "Window: 2026-11-02 → 2026-11-05" in render_html(load_report(hand))
