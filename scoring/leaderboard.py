@@ -133,6 +133,8 @@ LEGEND: tuple[tuple[str, str], ...] = (
            "matters)"),
     ("consist", "consistency probe: mean pairwise L1 distance of repeated answers (lower is "
                 "more consistent)"),
+    ("model $", "USD spent on model calls scheduled in the window (stored llm_calls)"),
+    ("ret/$", "cumulative return per USD of model cost (return / model $)"),
 )
 
 #: Figures :func:`live_figures` returns per (agent, market), when finite.
@@ -146,6 +148,8 @@ LIVE_FIELDS: tuple[str, ...] = (
     "profile_alignment", "rolling_k_cr0",
     *(f"rolling_k_delta_{k}" for k in ROLLING_KS),
     "consistency_mean_l1", "consistency_std_l1", "valid_decision_rate", "provisional",
+    "llm_calls", "llm_tokens_in", "llm_tokens_out", "llm_cost_usd", "llm_latency_mean_s",
+    "return_per_usd",
 )  # fmt: skip
 
 Key = tuple[str, str]
@@ -222,6 +226,9 @@ class _Store:
     panels: dict[str, _Panel]
     board_cfg: dict[str, Any] = field(default_factory=dict)
     """The ``[leaderboard]`` section of the latest run's config."""
+    llm: dict[Key, list[tuple[float, Any, Any, Any, Any]]] = field(default_factory=dict)
+    """Model calls per (agent, market): (scheduled_ts, tokens_in, tokens_out, latency_s,
+    cost_usd)."""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -310,7 +317,47 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
               for m, ts in sorted(marks.items())}
     board_cfg = dict(runs[-1].get("leaderboard") or {}) if runs else {}
     return _Store(markets_cfg, agents_cfg, series, fills, _load_outcomes(con), resolutions,
-                  questions, question_text, _load_probes(con, hi), panels, board_cfg)
+                  questions, question_text, _load_probes(con, hi), panels, board_cfg,
+                  _load_llm_calls(con))
+
+
+def _load_llm_calls(con: sqlite3.Connection) -> dict[Key, list[tuple[float, Any, Any, Any, Any]]]:
+    """Return the stored model calls per (agent, market) (empty without the table)."""
+    need = {"agent", "market", "scheduled_ts", "tokens_in", "tokens_out", "latency_s",
+            "cost_usd"}
+    if not need <= set(_table_columns(con, "llm_calls")):
+        return {}
+    out: dict[Key, list[tuple[float, Any, Any, Any, Any]]] = defaultdict(list)
+    for agent, market, ts, tin, tout, lat, cost in con.execute(
+        "SELECT agent, market, scheduled_ts, tokens_in, tokens_out, latency_s, cost_usd"
+        " FROM llm_calls ORDER BY agent, market, scheduled_ts, id"
+    ):
+        out[(agent, market)].append((ts, tin, tout, lat, cost))
+    return dict(out)
+
+
+def _model_cost(calls: Sequence[tuple[float, Any, Any, Any, Any]], lo: float, hi: float,
+                cumulative: float | None) -> dict[str, Any]:
+    """Return the cost of intelligence of the calls scheduled inside the window.
+
+    Tokens and USD are sums over the calls (a call without a known cost adds nothing; the sum
+    is ``None`` when no call has one), latency the mean over the calls that report one;
+    ``return_per_usd`` is the cumulative return divided by the USD spent (``None`` when
+    nothing was spent).
+    """
+    inside = [c for c in calls if lo <= c[0] <= hi]
+    costs = [float(c[4]) for c in inside if c[4] is not None]
+    lats = [float(c[3]) for c in inside if c[3] is not None]
+    usd = float(sum(costs)) if costs else None
+    return {
+        "llm_calls": len(inside),
+        "llm_tokens_in": int(sum(int(c[1] or 0) for c in inside)),
+        "llm_tokens_out": int(sum(int(c[2] or 0) for c in inside)),
+        "llm_cost_usd": usd,
+        "llm_latency_mean_s": float(np.mean(lats)) if lats else None,
+        "return_per_usd": (cumulative / usd if usd and cumulative is not None
+                           and math.isfinite(cumulative) else None),
+    }
 
 
 def _load_outcomes(con: sqlite3.Connection) -> dict[Key, dict[str, list[float]]]:
@@ -715,6 +762,7 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         **_profile(agent_cfg, mdd if mdd is not None else _NAN, var95),
         "by_regime": _by_regime(r, labels),
         "consistency": consistency,
+        **_model_cost(store.llm.get(key, []), lo, hi, summary["cumulative_return"]),
     }
     curve = None
     if pts:
@@ -966,6 +1014,9 @@ def to_table(board: dict[str, Any]) -> str:
     def share(x: float | None) -> str:
         return "-" if x is None else _share(x)
 
+    def usd(x: float | None) -> str:
+        return "-" if x is None else f"{x:.4f}"
+
     head = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return':>10}{'sharpe':>8}{'sortino':>9}"
             f"{'max dd':>9}{'vol':>9}{'win':>8}{'turnover':>9}{'days':>6}{'valid':>7}"
             "  decisions")
@@ -985,7 +1036,7 @@ def to_table(board: dict[str, Any]) -> str:
         )
     head2 = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return 95% CI':>20}{'sharpe 95% CI':>18}"
              f"{'comp':>7}{'capb':>8}{'s_corr':>8}{'VaR95':>9}{'align':>7}{'d1':>9}"
-             f"{'consist':>9}")
+             f"{'consist':>9}{'model $':>10}{'ret/$':>9}")
     lines += ["", head2, "-" * len(head2)]
     for r in board["rows"]:
         probe = r.get("consistency") or {}
@@ -996,7 +1047,8 @@ def to_table(board: dict[str, Any]) -> str:
             f"{num(r.get('composite_score')):>7}{num(r.get('capitalbench_score')):>8}"
             f"{num(r.get('s_corr')):>8}{pct(r.get('var_95')):>9}"
             f"{num(r.get('profile_alignment')):>7}{pct(d1):>9}"
-            f"{num(probe.get('mean_l1')):>9}"
+            f"{num(probe.get('mean_l1')):>9}{usd(r.get('llm_cost_usd')):>10}"
+            f"{num(r.get('return_per_usd')):>9}"
         )
     provisional = [r for r in board["rows"] if r.get("provisional")]
     if provisional:

@@ -91,6 +91,16 @@ def _pct(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{100 * x:+.{digits}f}%"
 
 
+def _secs(x: float | None) -> str:
+    """Format seconds ('–' for None)."""
+    return "–" if x is None else f"{x:.1f} s"
+
+
+def _usd(x: float | None) -> str:
+    """Format a USD amount ('–' for None)."""
+    return "–" if x is None else f"${x:.4f}"
+
+
 def _neg(x: float | None) -> float | None:
     """Return a drawdown magnitude as the negative figure the report prints (0 stays 0)."""
     return None if x is None else (-x if x else 0.0)
@@ -324,6 +334,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("consistency L1", "behaviour", _LEGEND["consist"]),
     ("days", "standing", _LEGEND["days"]),
     ("valid", "standing", _LEGEND["valid"]),
+    ("model cost", "cost of intelligence",
+     "USD spent on model calls in the window; tokens in / out"),
+    ("mean latency", "cost of intelligence", "mean latency of a model call"),
+    ("return per $", "cost of intelligence", _LEGEND["ret/$"]),
 )
 _LEFT = {"agent", "kind", "profile (alignment)"}
 
@@ -391,7 +405,11 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             f"<td>{_num(r.get('target_turnover'))}</td><td>{_num(r.get('flip_rate'))}</td>"
             f"<td class='l'>{_esc(r.get('risk_profile') or '')} "
             f"({_num(r.get('profile_alignment'))})</td>"
-            f"<td>{consist}</td><td>{r.get('days')}</td><td>{valid}</td></tr>"
+            f"<td>{consist}</td><td>{r.get('days')}</td><td>{valid}</td>"
+            f"<td>{_usd(r.get('llm_cost_usd'))} <span class='note'>({r.get('llm_tokens_in', 0)}"
+            f" / {r.get('llm_tokens_out', 0)} tok)</span></td>"
+            f"<td>{_secs(r.get('llm_latency_mean_s'))}</td>"
+            f"<td>{_num(r.get('return_per_usd'))}</td></tr>"
         )
     out.append("</table></div>")
     provisional = [r for r in rows if r.get("provisional")]

@@ -17,7 +17,7 @@ import pytest
 
 from daemon.config import Config, ConfigError, parse_config
 from scoring.benchmarks import class_correlations, composite_rank, diversification_from_returns
-from scoring.leaderboard import LEGEND, leaderboard, load_report, to_table
+from scoring.leaderboard import LEGEND, leaderboard, live_figures, load_report, to_table
 from scoring.metrics import (
     mean_daily_turnover,
     periods_per_year,
@@ -359,3 +359,52 @@ def test_window_real_dates_in_json_table_and_html(hand: Path) -> None:
     assert board["window_dates"]["last_date"] == "2026-11-05"
     assert "window: 2026-11-02 to 2026-11-05" in to_table(board).splitlines()[1]
     assert "Window: 2026-11-02 → 2026-11-05" in render_html(load_report(hand))
+
+
+# ----------------------------------------------------------------------------- 7. model cost
+
+
+def _add_calls(db: Path, marks: list[float]) -> None:
+    con = sqlite3.connect(db)
+    calls = [  # agent, scheduled_ts, tokens in/out, latency, cost, error
+        ("switch", marks[0], 100, 20, 1.0, 0.01, None),
+        ("switch", marks[1], 300, 40, 3.0, 0.03, None),
+        ("switch", marks[2], 50, 0, 8.0, None, "timeout"),  # failed call: no cost known
+        ("half", marks[0], 10, 5, 0.5, 0.0, None),
+    ]
+    for agent, ts, tin, tout, lat, cost, err in calls:
+        con.execute("INSERT INTO llm_calls(agent, market, scheduled_ts, attempt, ts, model,"
+                    " error, tokens_in, tokens_out, latency_s, cost_usd)"
+                    " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                    (agent, "equity", ts, 1, ts + lat, "m", err, tin, tout, lat, cost))
+    con.commit()
+    con.close()
+
+
+def test_cost_of_intelligence_beside_the_returns(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    marks = build_store(db, PRICES, PLANS, agents_cfg=AGENTS_CFG, classes={"A": "x", "B": "y"})
+    _add_calls(db, marks)
+    board = leaderboard(db)
+    sw = rows_by_agent(board)["switch"]
+    # 3 calls, 450 tokens in, 60 out, $0.04, latency (1 + 3 + 8) / 3 = 4 s; return 32 %:
+    # 0.32 / 0.04 = 8 (return per USD), P&L 320 USD / 0.04 = 8000 USD per USD.
+    assert sw["llm_calls"] == 3
+    assert (sw["llm_tokens_in"], sw["llm_tokens_out"]) == (450, 60)
+    assert sw["llm_cost_usd"] == pytest.approx(0.04)
+    assert sw["llm_latency_mean_s"] == pytest.approx(4.0)
+    assert sw["return_per_usd"] == pytest.approx(8.0)
+    half = rows_by_agent(board)["half"]
+    assert half["llm_cost_usd"] == 0.0 and half["return_per_usd"] is None  # free: undefined
+    cash = rows_by_agent(board)["cash"]
+    assert cash["llm_calls"] == 0 and cash["llm_cost_usd"] is None
+    # The window applies: only the call of mark 2 is inside [mark 2, mark 3].
+    late = rows_by_agent(leaderboard(db, window=(marks[2], marks[3])))["switch"]
+    assert late["llm_calls"] == 1 and late["llm_cost_usd"] is None
+    text = to_table(board)
+    assert "model $" in text and "0.0400" in text
+    html = render_html(load_report(db))
+    assert "model cost" in html and "$0.0400" in html
+    figs = live_figures(db)[("switch", "equity")]
+    assert figs["llm_cost_usd"] == pytest.approx(0.04)
+    assert figs["return_per_usd"] == pytest.approx(8.0)
