@@ -33,6 +33,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from scoring.benchmarks import (
     composite_rank,
     diversification,
     historical_var,
+    paired_bootstrap,
     profile_alignment,
     regime_label,
     rolling_k_delta,
@@ -101,6 +103,10 @@ VALID_OUTCOMES: tuple[str, ...] = ("ok", "hold")
 #: ``paused`` (daily budget) and ``halted`` (drawdown halt) are the operator's limits. Any other
 #: outcome (``invalid``, ``rejected``, ``error``...) counts against the agent.
 NOT_ASKED_OUTCOMES: tuple[str, ...] = ("skipped", "missed", "abandoned", "paused", "halted")
+#: Agent kinds that are baselines: every agent is compared with each of them (paired bootstrap).
+BASELINE_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "momentum")
+#: Fewer common daily returns than this: a comparison makes no claim (``provisional``).
+MIN_PAIRED_DAYS = 20
 #: Defaults of ``[leaderboard]`` (daemon/config.py), used when the store's run has none.
 MIN_VALID_RATE = 0.8
 MIN_DAYS = 5
@@ -109,8 +115,8 @@ MIN_DAYS = 5
 #: the HTML report and docs/scoring.md. Drawdowns print negative, like the drawdown chart.
 LEGEND: tuple[tuple[str, str], ...] = (
     ("#", "rank by cumulative return among the market's non-provisional agents; '~' after it: "
-          "not significantly ahead of the next (their 95% intervals overlap); '-': "
-          "provisional, not ranked"),
+          "not significantly ahead of the next (paired bootstrap: the 95% interval of the "
+          "difference contains 0, or fewer than 20 common days); '-': provisional, not ranked"),
     ("return", "cumulative return over the window, v_T / v_0 - 1"),
     ("sharpe", "annualised Sharpe ratio of the daily returns, (mean - rf) / std * sqrt(N)"),
     ("sortino", "annualised standard Sortino ratio: downside deviation over all days below rf"),
@@ -149,7 +155,7 @@ LIVE_FIELDS: tuple[str, ...] = (
     *(f"rolling_k_delta_{k}" for k in ROLLING_KS),
     "consistency_mean_l1", "consistency_std_l1", "valid_decision_rate", "provisional",
     "llm_calls", "llm_tokens_in", "llm_tokens_out", "llm_cost_usd", "llm_latency_mean_s",
-    "return_per_usd",
+    "return_per_usd", "vs_next_p_value",
 )  # fmt: skip
 
 Key = tuple[str, str]
@@ -658,6 +664,7 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
             curves[key] = curve
     markets = {m: _market_summary(store, m, lo, hi) for m in sorted({r["market"] for r in rows})}
     _rank(rows)
+    _compare(rows, curves, store.agents_cfg)
     regime = _window_regime(eq_marks, eq_index, eq_labels, lo, hi)
     board = _clean({
         "conventions": _conventions(rf, min_valid_rate, min_days,
@@ -846,9 +853,7 @@ def _rank(rows: list[dict[str, Any]]) -> None:
             r["agent"]))
         for i, r in enumerate(ranked):
             r["rank"] = i + 1
-            r["tied_with_next"] = (i + 1 < len(ranked)
-                                   and _overlap(r["cumulative_return_ci"],
-                                                ranked[i + 1]["cumulative_return_ci"]))
+            r["tied_with_next"] = False  # set by _compare (paired bootstrap with the next)
 
         def num(x: float | None) -> float:
             return x if x is not None else _NAN
@@ -864,11 +869,50 @@ def _rank(rows: list[dict[str, Any]]) -> None:
     rows.sort(key=lambda r: (r["market"], r["provisional"], r["rank"] or 0, r["agent"]))
 
 
-def _overlap(a: Sequence[float], b: Sequence[float]) -> bool:
-    """Tell whether two intervals overlap; an interval with a NaN end overlaps everything."""
-    if not all(math.isfinite(x) for x in (*a, *b)):
-        return True
-    return a[0] <= b[1] and b[0] <= a[1]
+def _daily_returns(curve: AgentCurves | None) -> dict[float, float]:
+    """Return the curve's daily returns keyed by the mark each one ends at."""
+    if curve is None:
+        return {}
+    r = simple_returns(curve.values)
+    return dict(zip(curve.ts[1:], r.tolist(), strict=True))
+
+
+def _paired(a: Mapping[float, float], b: Mapping[float, float], other: str) -> dict[str, Any]:
+    """Return the paired-bootstrap comparison of two agents' cumulative returns."""
+    days = sorted(set(a) & set(b))
+    lo, hi, p = paired_bootstrap([a[d] for d in days], [b[d] for d in days],
+                                 lambda x: np.prod(1.0 + x, axis=1) - 1.0, BOOTSTRAP_N,
+                                 BOOTSTRAP_LEVEL, BOOTSTRAP_SEED, vectorised=True)
+    return {"agent": other, "days": len(days), "difference_ci": [lo, hi], "p_value": p,
+            "provisional": len(days) < MIN_PAIRED_DAYS}
+
+
+def _significant(vs: Mapping[str, Any]) -> bool:
+    """Tell whether a comparison claims a difference: long enough, interval excluding 0."""
+    lo, hi = vs["difference_ci"]
+    return (not vs["provisional"] and math.isfinite(lo) and math.isfinite(hi)
+            and (lo > 0.0 or hi < 0.0))
+
+
+def _compare(rows: list[dict[str, Any]], curves: Mapping[Key, AgentCurves],
+             agents_cfg: Mapping[str, Mapping[str, Any]]) -> None:
+    """Set ``vs_next``, ``tied_with_next`` and ``vs_baselines`` from paired bootstraps."""
+    rets = {(r["agent"], r["market"]): _daily_returns(curves.get((r["agent"], r["market"])))
+            for r in rows}
+    for market in sorted({r["market"] for r in rows}):
+        mine = [r for r in rows if r["market"] == market]
+        ranked = sorted((r for r in mine if r.get("rank") is not None), key=lambda r: r["rank"])
+        for r in mine:
+            r["vs_next"] = None
+        for r, nxt in pairwise(ranked):
+            r["vs_next"] = _paired(rets[(r["agent"], market)], rets[(nxt["agent"], market)],
+                                   nxt["agent"])
+            r["tied_with_next"] = not _significant(r["vs_next"])
+        baselines = [r["agent"] for r in mine
+                     if (agents_cfg.get(r["agent"]) or {}).get("kind") in BASELINE_KINDS]
+        for r in mine:
+            r["vs_baselines"] = {b: _paired(rets[(r["agent"], market)], rets[(b, market)], b)
+                                 for b in baselines if b != r["agent"]}
 
 
 def _window_dates(store: _Store, lo: float, hi: float) -> dict[str, Any]:
@@ -911,9 +955,18 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
         "risk_free_rate": dict(rf),
         "bootstrap": {"n": BOOTSTRAP_N, "level": BOOTSTRAP_LEVEL, "seed": BOOTSTRAP_SEED,
                       "over": "daily returns, i.i.d. resampling"},
-        "rank": "by cumulative_return among the non-provisional agents; tied_with_next when "
-                "the cumulative_return_ci intervals of adjacent ranks overlap (or one is "
-                "undefined)",
+        "rank": "by cumulative_return among the non-provisional agents; tied_with_next unless "
+                "the paired bootstrap of the difference with the next agent (vs_next) is "
+                "significant",
+        "significance": {
+            "method": "paired bootstrap of the difference of cumulative returns over the "
+                      "days both agents have, with the shared seeded i.i.d. resamples of "
+                      "bootstrap (n, level, seed); 95% percentile interval and two-sided "
+                      "p-value min(1, 2 min(P(d<=0), P(d>=0)))",
+            "min_days": MIN_PAIRED_DAYS,
+            "rule": "a comparison with fewer than min_days common daily returns is provisional "
+                    "and claims nothing; otherwise significant when its interval excludes 0",
+            "baselines": list(BASELINE_KINDS)},
         "sortino": {
             "headline": "standard: (mean(r) - rf) / sqrt(mean over all days of min(r - rf, 0)^2)"
                         " * sqrt(N), rf = rf_annual / N (AlphaForgeBench, reference libraries)",
@@ -967,6 +1020,7 @@ def live_figures(db_path: str | Path) -> dict[Key, dict[str, float]]:
         flat["consistency_mean_l1"] = probe.get("mean_l1")
         flat["consistency_std_l1"] = probe.get("std_l1")
         flat["provisional"] = 1.0 if r.get("provisional") else 0.0
+        flat["vs_next_p_value"] = (r.get("vs_next") or {}).get("p_value")
         out[(r["agent"], r["market"])] = {
             k: float(v) for k, v in flat.items()
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
@@ -1060,6 +1114,6 @@ def to_table(board: dict[str, Any]) -> str:
     lines += ["", "columns:"] + [f"  {k:<{width}}  {v}" for k, v in LEGEND]
     lines += ["", f"regime: {reg.get('label', REGIME_UNKNOWN)} (equal-weight index "
                   f"{pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days); "
-                  "'~' after a rank: not significantly ahead of the next (95% CIs overlap); "
+                  "'~' after a rank: not significantly ahead of the next (paired bootstrap); "
                   "valid: share of valid decisions (ok or hold) among the rounds asked"]
     return "\n".join(lines) + "\n"

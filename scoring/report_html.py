@@ -369,8 +369,11 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
     head = _table_head()
     out = ["<div class='scroll'><table class='leaderboard'>", head]
     for r in rows:
-        tie = " <span class='tie' title='not significantly ahead of the next rank'>≈</span>" \
-            if r.get("tied_with_next") else ""
+        vs = r.get("vs_next") or {}
+        p = vs.get("p_value")
+        detail = (f" (p = {p:.3f}, {vs.get('days')} days)" if p is not None else "")
+        tie = (f" <span class='tie' title='not significantly ahead of the next rank{detail}'>"
+               "≈</span>") if r.get("tied_with_next") else ""
         probe = r.get("consistency") or {}
         consist = "–" if not probe else (f"{_num(probe.get('mean_l1'), 3)} ± "
                                          f"{_num(probe.get('std_l1'), 3)} "
@@ -532,8 +535,11 @@ def render_html(report: Report) -> str:
                      sorted(conv.get("periods_per_year", {}).items())) or "-")
         + ". Intervals are 95% percentile bootstraps "
         f"({conv.get('bootstrap', {}).get('n')} resamples of the daily returns, seed "
-        f"{conv.get('bootstrap', {}).get('seed')}). ≈ after a rank: its return interval "
-        "overlaps the next agent's, so the order is not significant. Composite: StockBench "
+        f"{conv.get('bootstrap', {}).get('seed')}). ≈ after a rank: the paired "
+        "bootstrap of the return difference with the next agent (same resampled days) has a "
+        "95% interval containing 0, or the two share fewer than "
+        f"{conv.get('significance', {}).get('min_days')} days: the order is not "
+        "significant. Composite: StockBench "
         "Eq. 4 across the market's agents. Consistency: mean pairwise L1 distance of "
         "repeated answers to one frozen prompt (lower is more consistent). Valid: share of "
         "the rounds the agent was asked that it answered with an applied allocation or a "

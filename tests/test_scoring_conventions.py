@@ -16,7 +16,12 @@ import numpy as np
 import pytest
 
 from daemon.config import Config, ConfigError, parse_config
-from scoring.benchmarks import class_correlations, composite_rank, diversification_from_returns
+from scoring.benchmarks import (
+    class_correlations,
+    composite_rank,
+    diversification_from_returns,
+    paired_bootstrap,
+)
 from scoring.leaderboard import LEGEND, leaderboard, live_figures, load_report, to_table
 from scoring.metrics import (
     mean_daily_turnover,
@@ -408,3 +413,55 @@ def test_cost_of_intelligence_beside_the_returns(tmp_path: Path) -> None:
     figs = live_figures(db)[("switch", "equity")]
     assert figs["llm_cost_usd"] == pytest.approx(0.04)
     assert figs["return_per_usd"] == pytest.approx(8.0)
+
+
+# ----------------------------------------------------------------------------- 5. significance
+
+
+def test_paired_bootstrap_by_hand() -> None:
+    a = np.array([0.01, -0.02, 0.03, 0.0, 0.015])
+    same = paired_bootstrap(a, a.copy(), lambda x: float(np.prod(1 + x) - 1))
+    assert same == (0.0, 0.0, 1.0)  # identical: every resampled difference is 0
+    b = a - 0.001  # a beats b on every day: every resample's difference is positive
+    lo, hi, p = paired_bootstrap(a, b, lambda x: float(np.prod(1 + x) - 1))
+    assert 0 < lo <= hi and p == 0.0
+    # The resamples are the seeded i.i.d. index draws of bootstrap_ci (shared by every pair).
+    idx = np.random.default_rng(0).integers(0, 5, size=(1000, 5))
+    d = np.prod(1 + a[idx], axis=1) - np.prod(1 + b[idx], axis=1)
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(d, [0.025, 0.975])))
+    assert all(math.isnan(x) for x in paired_bootstrap(a[:1], b[:1], np.mean))
+
+
+def test_paired_difference_separates_agents_whose_own_intervals_overlap(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    n = 41
+    noise = 1.0 + rng.normal(0, 0.02, n - 1)
+    prices = {"N": list(100 * np.cumprod(np.r_[1.0, noise])),
+              "P": list(100 * np.cumprod(np.r_[1.0, noise * 1.002]))}  # N plus 0.2 % a day
+    db = tmp_path / "pair.db"
+    build_store(db, prices, {"plus": {0: {"P": 1.0}}, "base": {0: {"N": 1.0}},
+                             "bh": {0: {"N": 1.0}}},
+                agents_cfg=[{"id": "bh", "kind": "buy_and_hold"}])
+    board = leaderboard(db)
+    rows = rows_by_agent(board)
+    plus, base = rows["plus"], rows["base"]
+    ci_p, ci_b = plus["cumulative_return_ci"], base["cumulative_return_ci"]
+    assert ci_p[0] <= ci_b[1]  # the agents' own intervals overlap...
+    assert plus["rank"] == 1 and plus["vs_next"]["agent"] in ("base", "bh")
+    assert plus["vs_next"]["difference_ci"][0] > 0  # ...but the paired difference does not
+    assert plus["vs_next"]["p_value"] == 0.0 and plus["vs_next"]["days"] == 41
+    assert plus["tied_with_next"] is False
+    # base and bh hold the same asset: difference 0, p 1, tied.
+    first = min(base, rows["bh"], key=lambda r: r["rank"])
+    assert first["vs_next"]["p_value"] == 1.0 and first["tied_with_next"] is True
+    # Versus each baseline (kind other than llm / http): bh is one.
+    assert plus["vs_baselines"]["bh"]["difference_ci"][0] > 0
+    assert "bh" not in rows["bh"]["vs_baselines"]
+    assert board["conventions"]["significance"]["min_days"] == 20
+
+
+def test_too_short_a_window_makes_no_claim(hand: Path) -> None:
+    rows = rows_by_agent(leaderboard(hand))
+    # 4 common daily returns < 20: provisional comparison, never "significantly ahead".
+    vs = rows["allB"]["vs_next"]
+    assert vs["provisional"] is True and rows["allB"]["tied_with_next"] is True
