@@ -203,6 +203,11 @@ class EquityMarketConfig(_Frozen):
         "(volatility, Sharpe, Sortino, annualised return); 252 is LiveTradeBench's convention "
         "for both markets"
     )
+    benchmark: str = Field(
+        default="SPY", description="asset the leaderboard's relative figures (excess "
+        "return, beta, tracking error, information ratio) also compare with, when it is in "
+        "the universe; the market's equal-weight index is always used"
+    )
     stale_after: float = Field(
         default=900.0,
         description="a price older than this, counted in NYSE open time, is stale (> 0)",
@@ -255,6 +260,11 @@ class PolymarketMarketConfig(_Frozen):
         default=252, description="periods a year that annualise this market's daily figures "
         "(volatility, Sharpe, Sortino, annualised return); 252 is LiveTradeBench's convention "
         "for both markets"
+    )
+    benchmark: str = Field(
+        default="", description="asset the leaderboard's relative figures (excess "
+        "return, beta, tracking error, information ratio) also compare with, when it is in "
+        "the universe (a token id; empty: none); the market's equal-weight index is always used"
     )
     stale_after: float = Field(default=3600.0, description="a price older than this is stale (> 0)")
     min_price_coverage: Annotated[float, Field(ge=0, le=1)] = Field(

@@ -39,6 +39,7 @@ __all__ = [
     "paired_bootstrap",
     "profile_alignment",
     "regime_label",
+    "relative_figures",
     "rolling_k_delta",
     "rolling_k_deltas",
     "rolling_k_return",
@@ -602,3 +603,37 @@ def paired_bootstrap(
     lo, hi = np.quantile(d, [alpha, 1.0 - alpha])
     p = min(1.0, 2.0 * min(float(np.mean(d <= 0.0)), float(np.mean(d >= 0.0))))
     return float(lo), float(hi), p
+
+
+def relative_figures(returns: ArrayLike, bench: ArrayLike, periods: int) -> dict[str, float]:
+    """Return an agent's figures relative to a benchmark over the same days.
+
+    ``returns`` and ``bench`` are aligned daily returns (a day where either is not finite is
+    dropped). ``excess_return = prod(1 + r) - prod(1 + b)`` (cumulative, over those days);
+    ``beta = cov(r, b) / var(b)``; active returns ``a = r - b`` give the annualised
+    ``tracking_error = std(a) * sqrt(N)`` and ``information_ratio = mean(a) / std(a) * sqrt(N)``
+    (ddof 1 throughout). NaN where undefined: fewer than two days, a constant benchmark (beta),
+    no active risk (information ratio).
+    """
+    r = np.asarray(returns, dtype=float).reshape(-1)
+    b = np.asarray(bench, dtype=float).reshape(-1)
+    if r.shape != b.shape:
+        raise ValueError(f"returns and benchmark differ in length: {r.size} and {b.size}")
+    keep = np.isfinite(r) & np.isfinite(b)
+    r, b = r[keep], b[keep]
+    out = {"days": float(r.size), "excess_return": _NAN, "beta": _NAN,
+           "tracking_error": _NAN, "information_ratio": _NAN}
+    if r.size == 0:
+        return out
+    out["excess_return"] = float(np.prod(1.0 + r) - np.prod(1.0 + b))
+    if r.size < 2:
+        return out
+    var_b = float(np.var(b, ddof=DDOF))
+    if var_b > _STD_ZERO_RTOL**2:
+        out["beta"] = float(np.cov(r, b, ddof=DDOF)[0, 1]) / var_b
+    active = r - b
+    sd = float(np.std(active, ddof=DDOF))
+    out["tracking_error"] = sd * math.sqrt(periods)
+    if sd > _STD_ZERO_RTOL * max(1.0, abs(float(np.mean(active)))):
+        out["information_ratio"] = float(np.mean(active)) / sd * math.sqrt(periods)
+    return out

@@ -53,6 +53,7 @@ from scoring.benchmarks import (
     paired_bootstrap,
     profile_alignment,
     regime_label,
+    relative_figures,
     rolling_k_delta,
     rolling_k_return,
 )
@@ -155,7 +156,8 @@ LIVE_FIELDS: tuple[str, ...] = (
     *(f"rolling_k_delta_{k}" for k in ROLLING_KS),
     "consistency_mean_l1", "consistency_std_l1", "valid_decision_rate", "provisional",
     "llm_calls", "llm_tokens_in", "llm_tokens_out", "llm_cost_usd", "llm_latency_mean_s",
-    "return_per_usd", "vs_next_p_value",
+    "return_per_usd", "vs_next_p_value", "excess_return_ew", "beta_ew", "tracking_error_ew",
+    "information_ratio_ew",
 )  # fmt: skip
 
 Key = tuple[str, str]
@@ -232,6 +234,8 @@ class _Store:
     panels: dict[str, _Panel]
     board_cfg: dict[str, Any] = field(default_factory=dict)
     """The ``[leaderboard]`` section of the latest run's config."""
+    bench: dict[str, dict[str, dict[float, float]]] = field(default_factory=dict)
+    """Per market: benchmark name -> daily return keyed by the mark it ends at."""
     llm: dict[Key, list[tuple[float, Any, Any, Any, Any]]] = field(default_factory=dict)
     """Model calls per (agent, market): (scheduled_ts, tokens_in, tokens_out, latency_s,
     cost_usd)."""
@@ -324,7 +328,7 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
     board_cfg = dict(runs[-1].get("leaderboard") or {}) if runs else {}
     return _Store(markets_cfg, agents_cfg, series, fills, _load_outcomes(con), resolutions,
                   questions, question_text, _load_probes(con, hi), panels, board_cfg,
-                  _load_llm_calls(con))
+                  llm=_load_llm_calls(con))
 
 
 def _load_llm_calls(con: sqlite3.Connection) -> dict[Key, list[tuple[float, Any, Any, Any, Any]]]:
@@ -649,6 +653,7 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
     rf = {"equity": float(cfg.get("equity", {}).get("risk_free_rate", 0.0)), "polymarket": 0.0}
     initial = {m: float(cfg.get(m, {}).get("initial_cash", 0.0)) for m in rf}
     classes = _asset_classes(store)
+    store.bench = {m: _benchmarks(store, m) for m in store.panels}
     eq_marks, eq_labels, eq_index = _regime_by_mark(store)
     rows: list[dict[str, Any]] = []
     curves: dict[Key, AgentCurves] = {}
@@ -668,7 +673,8 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
     regime = _window_regime(eq_marks, eq_index, eq_labels, lo, hi)
     board = _clean({
         "conventions": _conventions(rf, min_valid_rate, min_days,
-                                    {m: _periods(cfg, m) for m in markets}),
+                                    {m: _periods(cfg, m) for m in markets},
+                                    {m: store.bench.get(m, {}) for m in markets}),
         "window": {"start": window[0], "end": window[1]},
         "window_dates": _window_dates(store, lo, hi),
         "regime": regime,
@@ -770,6 +776,7 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         "by_regime": _by_regime(r, labels),
         "consistency": consistency,
         **_model_cost(store.llm.get(key, []), lo, hi, summary["cumulative_return"]),
+        "relative": _relative(r, ends, store.bench.get(market, {}), n),
     }
     curve = None
     if pts:
@@ -915,6 +922,50 @@ def _compare(rows: list[dict[str, Any]], curves: Mapping[Key, AgentCurves],
                                  for b in baselines if b != r["agent"]}
 
 
+def _benchmark_asset(markets_cfg: Mapping[str, Any], market: str) -> str:
+    """Return the market's configured benchmark asset (SPY for equities by default)."""
+    cfg = markets_cfg.get(market) or {}
+    return str(cfg.get("benchmark", "SPY" if market == "equity" else "") or "")
+
+
+def _benchmarks(store: _Store, market: str) -> dict[str, dict[float, float]]:
+    """Return the market's benchmark daily returns keyed by the mark each ends at.
+
+    ``equal_weight``: the mean of the mark-to-mark returns of the market's assets priced at
+    both marks (the configured equity universe; every Polymarket token), rebalanced daily;
+    the benchmark asset's own returns when it is in the universe.
+    """
+    panel = store.panels[market]
+    universe = set(store.markets_cfg.get(market, {}).get("assets") or panel.assets)
+    cols = [j for j, a in enumerate(panel.assets) if a in universe]
+    r = _asset_returns(panel.prices[:, cols])
+    ew: dict[float, float] = {}
+    for t in range(1, panel.marks.size):
+        row = r[t - 1][np.isfinite(r[t - 1])]
+        if row.size:
+            ew[float(panel.marks[t])] = float(np.mean(row))
+    out = {"equal_weight": ew}
+    asset = _benchmark_asset(store.markets_cfg, market)
+    if asset and asset in universe and asset in panel.assets:
+        j = panel.assets.index(asset)
+        own = _asset_returns(panel.prices[:, [j]])[:, 0]
+        out[asset] = {float(panel.marks[t]): float(own[t - 1])
+                      for t in range(1, panel.marks.size) if math.isfinite(own[t - 1])}
+    return out
+
+
+def _relative(r: np.ndarray, ends: Sequence[float], bench: Mapping[str, Mapping[float, float]],
+              n: int) -> dict[str, dict[str, Any]]:
+    """Return the agent's figures relative to each benchmark over the days both have."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, series in bench.items():
+        days = [(x, series[t]) for x, t in zip(r.tolist(), ends, strict=True) if t in series]
+        fig: dict[str, Any] = relative_figures([a for a, _ in days], [b for _, b in days], n)
+        fig["days"] = len(days)
+        out[name] = fig
+    return out
+
+
 def _window_dates(store: _Store, lo: float, hi: float) -> dict[str, Any]:
     """Return the first and last daily mark inside the window, as timestamps and UTC dates."""
     ts = [p[0] for pts in store.series.values() for p in pts if lo <= p[0] <= hi]
@@ -937,7 +988,8 @@ def _periods(markets_cfg: Mapping[str, Any], market: str) -> int:
 
 
 def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
-                 periods: Mapping[str, int]) -> dict[str, Any]:
+                 periods: Mapping[str, int],
+                 bench: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Return the conventions block of the JSON output."""
     return {
         "valid_decisions": {
@@ -958,6 +1010,14 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
         "rank": "by cumulative_return among the non-provisional agents; tied_with_next unless "
                 "the paired bootstrap of the difference with the next agent (vs_next) is "
                 "significant",
+        "relative": {
+            "benchmarks": {m: sorted(store_bench, key=lambda b: b != "equal_weight")
+                           for m, store_bench in sorted(bench.items())},
+            "figures": "excess_return = prod(1 + r) - prod(1 + b) over the days both have; "
+                       "beta = cov(r, b) / var(b); tracking_error = std(r - b) * sqrt(N); "
+                       "information_ratio = mean(r - b) / std(r - b) * sqrt(N); ddof 1",
+            "equal_weight": "mean mark-to-mark return of the market's assets priced at both "
+                            "marks, rebalanced daily"},
         "significance": {
             "method": "paired bootstrap of the difference of cumulative returns over the "
                       "days both agents have, with the shared seeded i.i.d. resamples of "
@@ -1021,6 +1081,9 @@ def live_figures(db_path: str | Path) -> dict[Key, dict[str, float]]:
         flat["consistency_std_l1"] = probe.get("std_l1")
         flat["provisional"] = 1.0 if r.get("provisional") else 0.0
         flat["vs_next_p_value"] = (r.get("vs_next") or {}).get("p_value")
+        ew = (r.get("relative") or {}).get("equal_weight") or {}
+        for name in ("excess_return", "beta", "tracking_error", "information_ratio"):
+            flat[f"{name}_ew"] = ew.get(name)
         out[(r["agent"], r["market"])] = {
             k: float(v) for k, v in flat.items()
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)

@@ -334,6 +334,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("consistency L1", "behaviour", _LEGEND["consist"]),
     ("days", "standing", _LEGEND["days"]),
     ("valid", "standing", _LEGEND["valid"]),
+    ("excess vs EW", "relative", "cumulative return minus the market's equal-weight index's "
+     "over the same days"),
+    ("beta / IR vs EW", "relative", "beta to the equal-weight index / information ratio "
+     "(mean active return / tracking error, annualised)"),
     ("model cost", "cost of intelligence",
      "USD spent on model calls in the window; tokens in / out"),
     ("mean latency", "cost of intelligence", "mean latency of a model call"),
@@ -388,6 +392,7 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
                     "provisional</td>")
         else:
             row_open, rank = "<tr>", f"<td>{r['rank']}{tie}</td>"
+        ew = (r.get("relative") or {}).get("equal_weight") or {}
         rate = r.get("valid_decision_rate")
         valid = "–" if rate is None else (f"{100 * rate:.0f}% <span class='note'>("
                                           f"{r.get('valid_decisions')}/"
@@ -409,6 +414,8 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             f"<td class='l'>{_esc(r.get('risk_profile') or '')} "
             f"({_num(r.get('profile_alignment'))})</td>"
             f"<td>{consist}</td><td>{r.get('days')}</td><td>{valid}</td>"
+            f"<td>{_pct(ew.get('excess_return'))}</td>"
+            f"<td>{_num(ew.get('beta'))} / {_num(ew.get('information_ratio'))}</td>"
             f"<td>{_usd(r.get('llm_cost_usd'))} <span class='note'>({r.get('llm_tokens_in', 0)}"
             f" / {r.get('llm_tokens_out', 0)} tok)</span></td>"
             f"<td>{_secs(r.get('llm_latency_mean_s'))}</td>"

@@ -465,3 +465,44 @@ def test_too_short_a_window_makes_no_claim(hand: Path) -> None:
     # 4 common daily returns < 20: provisional comparison, never "significantly ahead".
     vs = rows["allB"]["vs_next"]
     assert vs["provisional"] is True and rows["allB"]["tied_with_next"] is True
+
+
+# ----------------------------------------------------------------------------- 6. benchmarks
+
+
+def test_relative_to_the_equal_weight_index_by_hand(tmp_path: Path) -> None:
+    db = tmp_path / "rel.db"
+    build_store(db, {"A": [100.0, 110.0, 110.0, 121.0], "B": [100.0, 100.0, 90.0, 99.0]},
+                {"allA": {0: {"A": 1.0}}})
+    row = rows_by_agent(leaderboard(db))["allA"]
+    rel = row["relative"]["equal_weight"]
+    # Index (daily equal weight): (.1 + 0) / 2 = .05, (0 - .1) / 2 = -.05, (.1 + .1) / 2 = .1.
+    # allA: .1, 0, .1 on the same 3 days (its first return, from the initial cash, has no
+    # index return). Excess 1.21 - 1.05 * .95 * 1.1 = .11275; beta = cov / var = 5 / 7;
+    # a - b = .05, .05, 0: mean 1/30, std (ddof 1) .0288675 -> TE .0288675 * sqrt(252),
+    # IR (1/30) / .0288675 * sqrt(252).
+    assert rel["days"] == 3
+    assert rel["excess_return"] == pytest.approx(0.11275)
+    assert rel["beta"] == pytest.approx(5 / 7)
+    te = math.sqrt((2 * (1 / 60) ** 2 + (1 / 30) ** 2) / 2)
+    assert rel["tracking_error"] == pytest.approx(te * SQRT252)
+    assert rel["information_ratio"] == pytest.approx((1 / 30) / te * SQRT252)
+
+
+def test_relative_to_spy_when_it_is_in_the_universe(tmp_path: Path) -> None:
+    db = tmp_path / "spy.db"
+    build_store(db, {"A": [100.0, 110.0, 99.0, 99.0], "SPY": [400.0, 404.0, 398.0, 410.0]},
+                {"spy": {0: {"SPY": 1.0}}, "allA": {0: {"A": 1.0}}})
+    board = leaderboard(db)
+    rel = rows_by_agent(board)["spy"]["relative"]["SPY"]
+    assert rel["beta"] == pytest.approx(1.0)
+    assert rel["excess_return"] == pytest.approx(0.0, abs=1e-12)
+    assert rel["tracking_error"] == pytest.approx(0.0, abs=1e-12)
+    assert rel["information_ratio"] is None  # no active risk: undefined
+    assert board["conventions"]["relative"]["benchmarks"]["equity"] == ["equal_weight", "SPY"]
+    # Without SPY in the universe only the equal-weight index is used.
+    db2 = tmp_path / "nospy.db"
+    build_store(db2, PRICES, PLANS)
+    assert set(rows_by_agent(leaderboard(db2))["allA"]["relative"]) == {"equal_weight"}
+    assert Config().markets.equity.benchmark == "SPY"
+    assert Config().markets.polymarket.benchmark == ""
