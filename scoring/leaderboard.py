@@ -157,7 +157,7 @@ LIVE_FIELDS: tuple[str, ...] = (
     "consistency_mean_l1", "consistency_std_l1", "valid_decision_rate", "provisional",
     "llm_calls", "llm_tokens_in", "llm_tokens_out", "llm_cost_usd", "llm_latency_mean_s",
     "return_per_usd", "vs_next_p_value", "excess_return_ew", "beta_ew", "tracking_error_ew",
-    "information_ratio_ew",
+    "information_ratio_ew", "brier",
 )  # fmt: skip
 
 Key = tuple[str, str]
@@ -739,6 +739,8 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         figures |= {"capitalbench_score": score, "regret": regret}
         figures |= _diversification(h, pz, classes.get(market, {}), panel.assets,
                                     _asset_returns(prices))
+        if market == "polymarket":
+            figures |= _brier(store, market, mark_ts, h * pz, [*panel.assets, CASH], hi)
     else:
         figures["rolling_k"] = _rolling_k(np.empty((0, 1)), np.empty((0, 1)))
         figures |= {"capitalbench_score": _NAN, "regret": _NAN, "s_intra": _NAN,
@@ -775,6 +777,8 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         **_profile(agent_cfg, mdd if mdd is not None else _NAN, var95),
         "by_regime": _by_regime(r, labels),
         "consistency": consistency,
+        "brier": figures.pop("brier", None),
+        "brier_questions": figures.pop("brier_questions", 0 if market == "polymarket" else None),
         **_model_cost(store.llm.get(key, []), lo, hi, summary["cumulative_return"]),
         "relative": _relative(r, ends, store.bench.get(market, {}), n),
     }
@@ -922,6 +926,40 @@ def _compare(rows: list[dict[str, Any]], curves: Mapping[Key, AgentCurves],
                                  for b in baselines if b != r["agent"]}
 
 
+def _brier(store: _Store, market: str, mark_ts: Sequence[float], held: np.ndarray,
+           assets: Sequence[str], hi: float) -> dict[str, Any]:
+    """Return the Brier score of the agent's implied probabilities over resolved questions.
+
+    For every question resolved at or before ``hi`` with an agent mark before its resolution,
+    the forecast is the position at the last such mark: ``p(YES) = (1 + w_YES - w_NO) / 2``
+    with ``w`` the token's share of the portfolio value (no position: 0.5, no view). The
+    outcome is the YES token's payout. Brier = mean of ``(p - outcome)^2``.
+    """
+    col = {a: j for j, a in enumerate(assets)}
+    errors: list[float] = []
+    members = store.questions.get(market, {})
+    for ts, payouts in store.resolutions.get(market, []):
+        if ts > hi:
+            continue
+        i = int(np.searchsorted(np.asarray(mark_ts), ts, side="left")) - 1
+        if i < 0:
+            continue
+        row = held[i]
+        value = float(row.sum())
+        if not value > 0:
+            continue
+        for tokens in members.values():
+            if len(tokens) < 2 or tokens[0] not in payouts:
+                continue
+            yes, no = tokens[0], tokens[1]
+            w_yes = float(row[col[yes]]) / value if yes in col else 0.0
+            w_no = float(row[col[no]]) / value if no in col else 0.0
+            p = min(1.0, max(0.0, (1.0 + w_yes - w_no) / 2.0))
+            errors.append((p - float(payouts[yes])) ** 2)
+    return {"brier": float(np.mean(errors)) if errors else None,
+            "brier_questions": len(errors)}
+
+
 def _benchmark_asset(markets_cfg: Mapping[str, Any], market: str) -> str:
     """Return the market's configured benchmark asset (SPY for equities by default)."""
     cfg = markets_cfg.get(market) or {}
@@ -1018,6 +1056,10 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
                        "information_ratio = mean(r - b) / std(r - b) * sqrt(N); ddof 1",
             "equal_weight": "mean mark-to-mark return of the market's assets priced at both "
                             "marks, rebalanced daily"},
+        "brier": "Polymarket only: mean over the questions resolved in the window of "
+                 "(p - outcome)^2, p(YES) = (1 + w_YES - w_NO) / 2 from the portfolio weights "
+                 "held at the agent's last mark before the resolution (no position: 0.5), "
+                 "outcome = the YES token's payout",
         "significance": {
             "method": "paired bootstrap of the difference of cumulative returns over the "
                       "days both agents have, with the shared seeded i.i.d. resamples of "

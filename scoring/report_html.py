@@ -326,6 +326,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("CapitalBench", "benchmarks", _LEGEND["capb"]),
     ("regret", "benchmarks", "CapitalBench regret: best asset's window return - own return"),
     ("s_corr", "benchmarks", _LEGEND["s_corr"]),
+    ("Brier", "benchmarks", "Polymarket calibration: mean (p - outcome)^2 over resolved "
+     "questions, p(YES) = (1 + w_YES - w_NO) / 2 (lower is better; 0.25 = no view)"),
     ("turnover", "behaviour", _LEGEND["turnover"]),
     ("target turnover", "behaviour",
      "mean sum |w_new - w_old| between consecutive target allocations"),
@@ -409,7 +411,8 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             f"<td>{_pct(_neg(r.get('current_drawdown')))}</td><td>{_pct(r.get('volatility'))}</td>"
             f"<td>{_pct(r.get('var_95'))}</td><td>{comp}</td>"
             f"<td>{_num(r.get('capitalbench_score'), 1)}</td><td>{_pct(r.get('regret'))}</td>"
-            f"<td>{_num(r.get('s_corr'), 3)}</td><td>{_num(r.get('mean_turnover'), 3)}</td>"
+            f"<td>{_num(r.get('s_corr'), 3)}</td><td>{_num(r.get('brier'), 3)}</td>"
+            f"<td>{_num(r.get('mean_turnover'), 3)}</td>"
             f"<td>{_num(r.get('target_turnover'))}</td><td>{_num(r.get('flip_rate'))}</td>"
             f"<td class='l'>{_esc(r.get('risk_profile') or '')} "
             f"({_num(r.get('profile_alignment'))})</td>"

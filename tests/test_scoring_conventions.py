@@ -506,3 +506,43 @@ def test_relative_to_spy_when_it_is_in_the_universe(tmp_path: Path) -> None:
     assert set(rows_by_agent(leaderboard(db2))["allA"]["relative"]) == {"equal_weight"}
     assert Config().markets.equity.benchmark == "SPY"
     assert Config().markets.polymarket.benchmark == ""
+
+
+# ----------------------------------------------------------------------------- 8. calibration
+
+
+def _poly_store(tmp_path: Path) -> tuple[Path, list[float]]:
+    db = tmp_path / "brier.db"
+    marks = build_store(db, {"Y": [0.5, 0.6, 0.7, 0.8], "N": [0.5, 0.4, 0.3, 0.2]},
+                        {"yes": {0: {"Y": 1.0}}, "no": {0: {"N": 1.0}},
+                         "half": {0: {"Y": 0.5, "CASH": 0.5}}, "cash": {0: {"CASH": 1.0}}})
+    _as_polymarket(db, None)
+    con = sqlite3.connect(db)
+    con.execute("INSERT INTO books(market, state_json, updated_ts) VALUES(?,?,?)",
+                ("polymarket", json.dumps({"questions": {"q1": ["Y", "N"]}}), marks[0]))
+    con.execute("INSERT INTO resolutions(question_id, market, ts, payouts_json) VALUES(?,?,?,?)",
+                ("q1", "polymarket", marks[2] + 3600, json.dumps({"Y": 1.0, "N": 0.0})))
+    con.commit()
+    con.close()
+    return db, marks
+
+
+def test_brier_score_of_the_implied_probabilities(tmp_path: Path) -> None:
+    db, marks = _poly_store(tmp_path)
+    rows = rows_by_agent(leaderboard(db))
+    # q1 resolves YES between marks 2 and 3; the forecast is the position at mark 2:
+    # p(YES) = (1 + w_YES - w_NO) / 2. yes: all in YES -> p 1, Brier 0; no: p 0 -> 1;
+    # half: 1000 YES at .7 = 700 of 1200 -> w .58333, p .791667, (1 - p)^2 = .0434028;
+    # cash: no view, p .5 -> .25.
+    assert rows["yes"]["brier"] == pytest.approx(0.0)
+    assert rows["no"]["brier"] == pytest.approx(1.0)
+    assert rows["half"]["brier"] == pytest.approx((1 - (1 + 700 / 1200) / 2) ** 2)
+    assert rows["cash"]["brier"] == pytest.approx(0.25)
+    assert rows["yes"]["brier_questions"] == 1
+    # Before the resolution there is nothing to score.
+    early = rows_by_agent(leaderboard(db, window=(None, marks[2])))["yes"]
+    assert early["brier"] is None and early["brier_questions"] == 0
+
+
+def test_no_brier_score_outside_polymarket(hand: Path) -> None:
+    assert rows_by_agent(leaderboard(hand))["allA"]["brier"] is None
