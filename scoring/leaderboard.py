@@ -106,6 +106,8 @@ VALID_OUTCOMES: tuple[str, ...] = ("ok", "hold")
 NOT_ASKED_OUTCOMES: tuple[str, ...] = ("skipped", "missed", "abandoned", "paused", "halted")
 #: Agent kinds that are baselines: every agent is compared with each of them (paired bootstrap).
 BASELINE_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "momentum")
+#: Fewer daily returns than this: annualised figures extrapolate noise (``annualised_flag``).
+MIN_ANNUALISED_DAYS = 20
 #: Fewer common daily returns than this: a comparison makes no claim (``provisional``).
 MIN_PAIRED_DAYS = 20
 #: Defaults of ``[leaderboard]`` (daemon/config.py), used when the store's run has none.
@@ -124,8 +126,8 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("max dd", "maximum drawdown from a peak, printed negative"),
     ("vol", "annualised volatility of the daily returns, std * sqrt(N)"),
     ("win", "share of daily returns above zero"),
-    ("turnover", "executed turnover per day: traded value / mean equity / days (first fill "
-                 "left out)"),
+    ("turnover", "executed turnover per day, in % of equity: traded value / mean equity / "
+                 "days (first fill left out)"),
     ("days", "daily marks in the window"),
     ("valid", "valid-decision rate: ok or hold among the rounds the agent was asked"),
     ("decisions", "decision outcomes in the window"),
@@ -680,6 +682,7 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
         "regime": regime,
         "markets": markets,
         "rows": rows,
+        "series": _series(curves),
     })
     return Report(board, curves, _labels(store))
 
@@ -767,6 +770,7 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         "counted_decisions": counted,
         "valid_decision_rate": valid / counted if counted else None,
         **summary,
+        "annualised_flag": int(r.size) < MIN_ANNUALISED_DAYS,
         "current_drawdown": float(dd[-1]) if dd.size else None,
         "mean_daily_return": float(np.mean(r)) if r.size else None,
         "cumulative_return_ci": _ci(r, lambda x: float(np.prod(1.0 + x) - 1.0)),
@@ -1004,6 +1008,14 @@ def _relative(r: np.ndarray, ends: Sequence[float], bench: Mapping[str, Mapping[
     return out
 
 
+def _series(curves: Mapping[Key, AgentCurves]) -> dict[str, dict[str, list[list[float]]]]:
+    """Return each agent's equity series per market: [[ts, value], ...] (window applied)."""
+    out: dict[str, dict[str, list[list[float]]]] = {}
+    for (agent, market), c in sorted(curves.items()):
+        out.setdefault(market, {})[agent] = [[t, v] for t, v in zip(c.ts, c.values, strict=True)]
+    return out
+
+
 def _window_dates(store: _Store, lo: float, hi: float) -> dict[str, Any]:
     """Return the first and last daily mark inside the window, as timestamps and UTC dates."""
     ts = [p[0] for pts in store.series.values() for p in pts if lo <= p[0] <= hi]
@@ -1040,6 +1052,10 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
                     "than min_days scored days is listed below the ranked agents of its market "
                     "without rank, tied_with_next or composite score"},
         "returns": "daily simple returns from daily marks",
+        "min_days_annualised": MIN_ANNUALISED_DAYS,
+        "annualised_flag": "true when a row has fewer than min_days_annualised daily returns: "
+                           "its annualised figures (annualised return, volatility, Sharpe, "
+                           "Sortino, Calmar) extrapolate a short sample; the table marks them *",
         "periods_per_year": dict(periods),
         "ddof": 1,
         "risk_free_rate": dict(rf),
@@ -1173,6 +1189,9 @@ def to_table(board: dict[str, Any]) -> str:
     def share(x: float | None) -> str:
         return "-" if x is None else _share(x)
 
+    def flag(text: str, r: Mapping[str, Any]) -> str:
+        return f"{text}*" if r.get("annualised_flag") and text != "-" else text
+
     def usd(x: float | None) -> str:
         return "-" if x is None else f"{x:.4f}"
 
@@ -1189,8 +1208,9 @@ def to_table(board: dict[str, Any]) -> str:
         lines.append(
             f"{r['market']:<11}{rank(r):>4}  {r['agent'][:19]:<20}"
             f"{pct(r['cumulative_return']):>10}"
-            f"{num(r['sharpe']):>8}{num(r['sortino']):>9}{pct(_neg(r['max_drawdown'])):>9}"
-            f"{pct(r['volatility']):>9}{pct(r['win_rate']):>8}{num(r['mean_turnover']):>9}"
+            f"{flag(num(r['sharpe']), r):>8}{flag(num(r['sortino']), r):>9}"
+            f"{pct(_neg(r['max_drawdown'])):>9}{flag(pct(r['volatility']), r):>9}"
+            f"{pct(r['win_rate']):>8}{share(r['mean_turnover']):>9}"
             f"{r['days']:>6}{share(r.get('valid_decision_rate')):>7}  {dec}"
         )
     head2 = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return 95% CI':>20}{'sharpe 95% CI':>18}"
@@ -1215,6 +1235,8 @@ def to_table(board: dict[str, Any]) -> str:
         lines += [f"  {r['agent']} ({r['market']}): {r.get('provisional_reason')}"
                   for r in provisional]
     reg = board.get("regime") or {}
+    lines += ["", f"* annualised figures over fewer than {MIN_ANNUALISED_DAYS} daily returns "
+                  "(a short sample extrapolated to a year)"]
     width = max(len(k) for k, _ in LEGEND)
     lines += ["", "columns:"] + [f"  {k:<{width}}  {v}" for k, v in LEGEND]
     lines += ["", f"regime: {reg.get('label', REGIME_UNKNOWN)} (equal-weight index "

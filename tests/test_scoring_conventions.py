@@ -546,3 +546,21 @@ def test_brier_score_of_the_implied_probabilities(tmp_path: Path) -> None:
 
 def test_no_brier_score_outside_polymarket(hand: Path) -> None:
     assert rows_by_agent(leaderboard(hand))["allA"]["brier"] is None
+
+
+def test_annualised_figures_are_flagged_under_a_trading_month(hand: Path) -> None:
+    board = leaderboard(hand)
+    a = rows_by_agent(board)["allA"]
+    assert a["n_periods"] == 4 and a["annualised_flag"] is True  # 4 returns < 20
+    line = next(x for x in to_table(board).splitlines() if " allA " in x)
+    assert "*" in line
+    assert board["conventions"]["min_days_annualised"] == 20
+    assert "annualised figures over fewer than 20 daily returns" in to_table(board)
+
+
+def test_json_carries_each_agents_equity_series(hand: Path) -> None:
+    board = leaderboard(hand)
+    series = board["series"]["equity"]["switch"]
+    # The initial cash, then one value per daily mark: 1000, 1000, 1100, 1320, 1320.
+    assert [v for _, v in series] == [1000.0, 1000.0, 1100.0, 1320.0, 1320.0]
+    assert [t for t, _ in series][1:] == sorted(t for t, _ in series)[1:]
