@@ -290,8 +290,11 @@ def _allocation_chart(market: str, curve: AgentCurves, end_ts: float,
                  for i in reversed(range(len(fills))) for e in (1, 0)]
         d = "M" + " L".join(upper + lower) + "Z"
         name = labels.get(a, a)
+        ws = [max(float(w.get(a, 0.0)), 0.0) for _, w in fills]
+        tip = (f"{name}: weight {100 * ws[-1]:.1f}% after the last fill, "
+               f"{100 * max(ws):.1f}% at most")
         body.append(f"<path class='area' data-asset='{_esc(a)}' d='{d}' fill='{colours[a]}' "
-                    f"stroke='none'><title>{_esc(name)}</title></path>")
+                    f"stroke='none'><title>{_esc(tip)}</title></path>")
         base = top
     return _svg("allocation", market, body, curve.agent)
 

@@ -564,3 +564,9 @@ def test_json_carries_each_agents_equity_series(hand: Path) -> None:
     # The initial cash, then one value per daily mark: 1000, 1000, 1100, 1320, 1320.
     assert [v for _, v in series] == [1000.0, 1000.0, 1100.0, 1320.0, 1320.0]
     assert [t for t, _ in series][1:] == sorted(t for t, _ in series)[1:]
+
+
+def test_allocation_tooltips_name_the_asset_and_its_weight(hand: Path) -> None:
+    html = render_html(load_report(hand))
+    # half: 5 A at 100 and 10 B at 50 -> 50 % each, set by its only fill.
+    assert "<title>A: weight 50.0% after the last fill, 50.0% at most</title>" in html
