@@ -300,10 +300,18 @@ def _allocation_chart(market: str, curve: AgentCurves, end_ts: float,
 
 
 def _asset_colours(curves: Sequence[AgentCurves], labels: Mapping[str, str]) -> dict[str, str]:
-    """Give every asset a colour, in the order of its display name; CASH is grey and last."""
+    """Give every asset its own colour, in the order of its display name; CASH is grey.
+
+    The 20-colour palette while it suffices; beyond it evenly spread hues, so no two assets of
+    one report share a colour (a Polymarket universe has two tokens per question).
+    """
     assets = sorted({a for c in curves for _, w in c.allocations for a in w if a != CASH},
                     key=lambda a: (labels.get(a, a), a))
-    out = {a: ASSET_COLOURS[i % len(ASSET_COLOURS)] for i, a in enumerate(assets)}
+    if len(assets) <= len(ASSET_COLOURS):
+        out = {a: ASSET_COLOURS[i] for i, a in enumerate(assets)}
+    else:  # more assets than the palette: golden-angle hues, alternating lightness, all distinct
+        out = {a: f"hsl({(i * 137.508) % 360:.1f},60%,{(42, 58, 72)[i % 3]}%)"
+               for i, a in enumerate(assets)}
     out[CASH] = CASH_COLOUR
     return out
 

@@ -570,3 +570,14 @@ def test_allocation_tooltips_name_the_asset_and_its_weight(hand: Path) -> None:
     html = render_html(load_report(hand))
     # half: 5 A at 100 and 10 B at 50 -> 50 % each, set by its only fill.
     assert "<title>A: weight 50.0% after the last fill, 50.0% at most</title>" in html
+
+
+def test_allocation_colours_stay_distinct_beyond_the_palette() -> None:
+    from scoring.leaderboard import AgentCurves
+    from scoring.report_html import ASSET_COLOURS, _asset_colours
+
+    assets = [f"T{i:02d}" for i in range(len(ASSET_COLOURS) + 13)]
+    curve = AgentCurves("a", "polymarket", (0.0,), (1.0,), (0.0,),
+                        ((0.0, {t: 1 / len(assets) for t in assets}),))
+    colours = _asset_colours([curve], {})
+    assert len({colours[t] for t in assets}) == len(assets)
