@@ -233,6 +233,16 @@ class EquityMarketConfig(_Frozen):
     risk_free_rate: Annotated[float, Field(ge=-0.05, le=0.5)] = Field(
         default=0.04, description="annual risk-free rate used by Sharpe/Sortino"
     )
+    periods_per_year: Annotated[int, Field(ge=1, le=366)] = Field(
+        default=252, description="periods a year that annualise this market's daily figures "
+        "(volatility, Sharpe, Sortino, annualised return); 252 is LiveTradeBench's convention "
+        "for both markets"
+    )
+    benchmark: str = Field(
+        default="SPY", description="asset the leaderboard's relative figures (excess "
+        "return, beta, tracking error, information ratio) also compare with, when it is in "
+        "the universe; the market's equal-weight index is always used"
+    )
     stale_after: float = Field(
         default=900.0,
         description="a price older than this, counted in NYSE open time, is stale (> 0)",
@@ -280,6 +290,16 @@ class PolymarketMarketConfig(_Frozen):
     schedule: ScheduleConfig = ScheduleConfig(kind="interval", every=86400.0, timezone="UTC")
     questions: tuple[PolymarketQuestion, ...] = Field(
         default=(), description="fixed questions; empty = discovered by the feed / recording"
+    )
+    periods_per_year: Annotated[int, Field(ge=1, le=366)] = Field(
+        default=252, description="periods a year that annualise this market's daily figures "
+        "(volatility, Sharpe, Sortino, annualised return); 252 is LiveTradeBench's convention "
+        "for both markets"
+    )
+    benchmark: str = Field(
+        default="", description="asset the leaderboard's relative figures (excess "
+        "return, beta, tracking error, information ratio) also compare with, when it is in "
+        "the universe (a token id; empty: none); the market's equal-weight index is always used"
     )
     stale_after: float = Field(default=3600.0, description="a price older than this is stale (> 0)")
     min_price_coverage: Annotated[float, Field(ge=0, le=1)] = Field(

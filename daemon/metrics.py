@@ -54,7 +54,8 @@ DURATION_BUCKETS: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 #: Risk-adjusted figures exported per agent and market: (summary field, metric suffix, help).
 RISK_FIGURES: tuple[tuple[str, str, str], ...] = (
     ("sharpe", "sharpe", "Annualised Sharpe ratio of daily returns (NaN until 2 daily returns)"),
-    ("sortino", "sortino", "Annualised Sortino ratio of daily returns (NaN without a loss day)"),
+    ("sortino", "sortino", "Annualised standard Sortino ratio of daily returns (downside below the "
+     "risk-free rate over all days; NaN without such a day)"),
     ("calmar", "calmar", "Calmar ratio: annualised return over max drawdown of daily marks"),
     ("volatility", "volatility_ratio", "Annualised volatility of daily returns"),
     ("annualised_return", "annualised_return_ratio", "Annualised return of daily marks"),
@@ -280,7 +281,9 @@ class PerformanceCache:
         start = book.initial_cash if book is not None else (min(pts.values()) if pts else 0.0)
         values = [start, *(pts[t] for t in sorted(pts))]
         rf = (self.engine.config.markets.equity.risk_free_rate if market == "equity" else 0.0)
-        return summarise(values, periods_per_year(market), rf)
+        cfg = getattr(self.engine.config.markets, market, None)
+        periods = int(getattr(cfg, "periods_per_year", 0) or periods_per_year(market))
+        return summarise(values, periods, rf)
 
     def summary(self, market: str, agent: str) -> PerformanceSummary:
         """Return the figures of ``agent`` in ``market`` (NaN where too short)."""

@@ -20,6 +20,70 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 I = 'instance=~"$instance"'  # noqa: E741 - short on purpose, used in every expression
 
 
+#: Descriptions of the panels that do not set their own (by title); every panel needs one.
+DESCRIPTIONS: dict[str, str] = {
+    "Agents running": "Agents the daemon runs (all markets).",
+    "Halted agents": "Agents halted by their drawdown limit in the selected markets.",
+    "Firing alerts": "paperarena alerts firing in Prometheus now.",
+    "Daemon alerts (range)": "Alerts the daemon raised over the dashboard's time range.",
+    "Feeds live": "Share of the feeds that are live (1 = every feed).",
+    "Decisions (range)": "Decision rounds of every agent over the dashboard's time range.",
+    "Equity curves (mark-to-market)": "Portfolio value in USD, marked to market.",
+    "Cumulative return": "Return since the start: value / initial cash - 1.",
+    "Decisions by outcome": "Decisions per outcome (ok, hold, invalid, error, skipped...).",
+    "Firing Prometheus alerts": "paperarena alerts firing in Prometheus, with their labels.",
+    "Value": "Mark-to-market portfolio value in USD per market.",
+    "Return": "Cumulative return since the start per market.",
+    "Drawdown": "Current drawdown from the running peak (positive magnitude).",
+    "Max drawdown": "Largest drawdown from a peak so far, over the daily marks.",
+    "Drawdown limit": "The agent's own drawdown limit (its max_drawdown or its profile's).",
+    "Halted": "1 when the agent is halted by its drawdown limit.",
+    "Sharpe": "Annualised Sharpe ratio of the daily returns (empty until two exist).",
+    "Sortino": "Annualised standard Sortino ratio: downside below the risk-free rate over "
+               "all days.",
+    "Calmar": "Annualised return over the maximum drawdown of the daily marks.",
+    "Volatility (annualised)": "Standard deviation of the daily returns, annualised.",
+    "Drawdown against limit": "Current drawdown; dashed: the agent's own limit.",
+    "Cash share": "Share of the portfolio held in cash.",
+    "LLM tokens / s": "Model tokens per second, prompt (in) and completion (out).",
+    "LLM cost per day": "USD spent on model calls per day.",
+    "Daily LLM budget used": "Share of the daily token / USD budget used; at 100% the agent "
+                             "is paused until 00:00 UTC.",
+    "Firing alerts of this agent": "Prometheus alerts firing for this agent.",
+    "Daemon up": "1 when Prometheus scrapes the selected daemon.",
+    "Event loop lag (max 1m)": "Largest event-loop lag over the last minute.",
+    "Memory (RSS)": "Resident memory of the daemon process.",
+    "Store backlog (events)": "Events waiting to be written to the store.",
+    "Engine clock": "The engine's clock (wall clock live, recorded time in a replay).",
+    "Version": "Version of the running daemon.",
+    "Feed up (1 = live)": "1 while a feed is live.",
+    "Market hours": "1 while a feed's or a market's session is open.",
+    "Messages / s": "Messages received per second per feed.",
+    "Data age (engine clock)": "Age of the newest data of each feed on the engine clock.",
+    "Seconds since last frame (wall clock)": "Wall-clock time since each feed's last frame.",
+    "Reconnects and decode errors": "Feed reconnects and undecodable frames per hour.",
+    "Bus events / s": "Events published on the internal bus per second, by topic class.",
+    "Bus dropped and conflated / s": "Bus events dropped or conflated by slow subscribers.",
+    "Bus queue depth": "Events queued per bus subscriber.",
+    "Event loop lag": "Event-loop lag: last heartbeat and the maximum over a minute.",
+    "Decision round duration": "Wall time of a decision round, p50 and p95, per market.",
+    "Store writes / s": "Events written to the store per second.",
+    "CPU": "CPU cores used by the daemon process.",
+    "HTTP requests / s": "HTTP requests served per second by handler and status.",
+    "Alert notifications": "Alert deliveries per notifier and result, per hour.",
+    "Cost today (UTC day so far, 1d window)": "USD spent on model calls over the last day.",
+    "Cost since start": "USD spent on model calls since the daemon started.",
+    "Tokens (1d)": "Model tokens over the last day.",
+    "Calls (1d)": "Model calls over the last day.",
+    "Tokens / s": "Model tokens per second per agent and direction.",
+    "Cost per day": "USD spent on model calls per agent and day.",
+    "Cost per decision (1d)": "USD spent per asked decision over the last day.",
+    "Calls by result": "Model calls per agent by result (ok, error).",
+    "Paused, failed and invalid decisions": "Decisions paused by the budget, failed or "
+                                            "invalid, per hour.",
+}
+
+
 class Board:
     """Accumulate panels laid out on Grafana's 24-column grid."""
 
@@ -36,6 +100,8 @@ class Board:
             self.x = 0
             self.y += self.row_h
             self.row_h = 0
+        if panel.get("type") != "row" and not panel.get("description"):
+            panel["description"] = DESCRIPTIONS[panel["title"]]
         panel["id"] = len(self.panels) + 1
         panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
         self.panels.append(panel)
@@ -105,15 +171,18 @@ def stat(title: str, expr: str, unit: str = "short", *, description: str = "",
 
 def table(title: str, targets: list[dict[str, Any]], *, description: str = "",
           rename: dict[str, str] | None = None, units: dict[str, str] | None = None,
-          exclude: tuple[str, ...] = ("Time", "instance", "job", "__name__")) -> dict[str, Any]:
-    """Return a table panel merging instant queries by their labels."""
+          exclude: tuple[str, ...] = ("Time", "instance", "job", "__name__"),
+          sort_by: str = "") -> dict[str, Any]:
+    """Return a table panel merging instant queries by their labels (sorted by ``sort_by``)."""
     overrides = [{"matcher": {"id": "byName", "options": col},
                   "properties": [{"id": "unit", "value": unit}]}
                  for col, unit in (units or {}).items()]
     return {"type": "table", "title": title, "description": description, "datasource": DS,
             "targets": targets,
             "fieldConfig": {"defaults": {"custom": {"align": "auto"}}, "overrides": overrides},
-            "options": {"showHeader": True, "cellHeight": "sm"},
+            "options": {"showHeader": True, "cellHeight": "sm",
+                        **({"sortBy": [{"displayName": sort_by, "desc": True}]}
+                           if sort_by else {})},
             "transformations": [
                 {"id": "merge", "options": {}},
                 {"id": "organize", "options": {
@@ -153,13 +222,13 @@ def var_datasource() -> dict[str, Any]:
 
 
 def var_query(name: str, query: str, *, label: str = "", multi: bool = True,
-              include_all: bool = True) -> dict[str, Any]:
-    """Return a query template variable over label values."""
+              include_all: bool = True, regex: str = "") -> dict[str, Any]:
+    """Return a query template variable over label values (``regex`` extracts the value)."""
     v: dict[str, Any] = {"name": name, "label": label or name, "type": "query",
                          "datasource": DS, "definition": query,
                          "query": {"query": query, "refId": f"{name}-var"},
                          "refresh": 2, "sort": 1, "multi": multi, "includeAll": include_all,
-                         "hide": 0, "regex": "", "skipUrlSync": False,
+                         "hide": 0, "regex": regex, "skipUrlSync": False,
                          "current": {}, "options": []}
     if include_all:
         v["allValue"] = ".*"
@@ -200,6 +269,12 @@ def dashboard(uid: str, title: str, description: str, board: Board,
 
 # --------------------------------------------------------------------------------- dashboards
 
+#: Leaderboard figures (paperarena_leaderboard_figure) on the overview table: (ref, figure).
+LEADERBOARD_FIGURES = (("I", "rank"), ("J", "composite_score"), ("K", "capitalbench_score"),
+                       ("L", "s_corr"))
+LEADERBOARD_LABELS = (("I", "rank"), ("J", "composite"), ("K", "CapitalBench"),
+                      ("L", "s_corr"))
+
 
 def overview() -> dict[str, Any]:
     """Return the overview: leaderboard, equity curves, drawdown against limits, alerts."""
@@ -233,14 +308,21 @@ def overview() -> dict[str, Any]:
                instant=True, table=True),
         target(f'{by} (paperarena_agent_status{{status="halted",{m}}})', ref="H", instant=True,
                table=True),
-    ], description="Live figures per agent and market; Sharpe and Sortino use daily marks "
-                   "(empty until two daily returns exist).",
+        *(target(f'{by} (paperarena_leaderboard_figure{{figure="{fig}",{m}}})', ref=ref,
+                 instant=True, table=True) for ref, fig in LEADERBOARD_FIGURES),
+    ], description="Live figures per agent and market, sorted by return; Sharpe and Sortino "
+                   "use daily marks (empty until two daily returns exist). rank: by return "
+                   "among the ranked agents; composite: StockBench Eq. 4; CapitalBench: 100 * "
+                   "return / best asset's return; s_corr: PortBench diversification (see "
+                   "docs/scoring.md).",
         rename={"Value #A": "return", "Value #B": "value (USD)", "Value #C": "Sharpe",
                 "Value #D": "Sortino", "Value #E": "max drawdown", "Value #F": "drawdown",
-                "Value #G": "limit", "Value #H": "halted"},
+                "Value #G": "limit", "Value #H": "halted",
+                **{f"Value #{ref}": label for ref, label in LEADERBOARD_LABELS}},
         units={"return": "percentunit", "value (USD)": "currencyUSD",
                "max drawdown": "percentunit", "drawdown": "percentunit",
-               "limit": "percentunit"}), 24, 9)
+               "limit": "percentunit"},
+        sort_by="return"), 24, 9)
     b.row("Performance")
     b.add(timeseries("Equity curves (mark-to-market)", [
         target(f"{by} (paperarena_portfolio_value_usd{{{m}}})", "{{agent}} · {{market}}")],
@@ -285,8 +367,13 @@ def agent() -> dict[str, Any]:
     b.add(stat("Return", f"{by} (paperarena_portfolio_return_ratio{{{a}}})", "percentunit",
                legend="{{market}}"), 4, 4)
     b.add(stat("Drawdown", f"{by} (paperarena_portfolio_drawdown_ratio{{{a}}})", "percentunit",
-               legend="{{market}}", thresholds=[(None, "green"), (0.1, "orange"),
-                                                (0.2, "red")]), 4, 4)
+               legend="{{market}}", thresholds=[(None, "text")]), 4, 4)
+    b.add(stat("Drawdown used of its limit",
+               f"{by} (paperarena_portfolio_drawdown_ratio{{{a}}}) / "
+               f"{by} (paperarena_portfolio_drawdown_limit_ratio{{{a}}})", "percentunit",
+               legend="{{market}}", thresholds=[(None, "green"), (0.5, "orange"), (1, "red")],
+               description="Current drawdown as a share of the agent's own limit: orange from "
+                           "half of it, red at the limit (the agent is halted there)."), 4, 4)
     b.add(stat("Max drawdown", f"{by} (paperarena_portfolio_max_drawdown_ratio{{{a}}})",
                "percentunit", legend="{{market}}"), 4, 4)
     b.add(stat("Drawdown limit", f"{by} (paperarena_portfolio_drawdown_limit_ratio{{{a}}})",
@@ -340,11 +427,11 @@ def system() -> dict[str, Any]:
     """Return feeds and system health."""
     b = Board()
     s = f'source=~"$source",{I}'
-    b.add(stat("Daemon up", 'min(up{job="paperarena"})', thresholds=[(None, "red"),
+    b.add(stat("Daemon up", f'min(up{{{I},job="paperarena"}})', thresholds=[(None, "red"),
                                                                       (1, "green")]), 4, 4)
     b.add(stat("Event loop lag (max 1m)", f"max(paperarena_event_loop_lag_max_seconds{{{I}}})",
                "s", thresholds=[(None, "green"), (0.5, "orange"), (1, "red")]), 4, 4)
-    b.add(stat("Memory (RSS)", 'max(process_resident_memory_bytes{job="paperarena"})',
+    b.add(stat("Memory (RSS)", f'max(process_resident_memory_bytes{{{I},job="paperarena"}})',
                "bytes"), 4, 4)
     b.add(stat("Store backlog (events)", f"sum(paperarena_store_pending_events{{{I}}})"), 4, 4)
     b.add(stat("Engine clock", f"max(paperarena_clock_timestamp_seconds{{{I}}}) * 1000",
@@ -402,7 +489,7 @@ def system() -> dict[str, Any]:
         target(f"sum(rate(paperarena_store_events_written_total{{{I}}}[$__rate_interval]))",
                "events written")], "short"), 8, 8)
     b.add(timeseries("CPU", [
-        target('sum(rate(process_cpu_seconds_total{job="paperarena"}[$__rate_interval]))',
+        target(f'sum(rate(process_cpu_seconds_total{{{I},job="paperarena"}}[$__rate_interval]))',
                "cores")], "short"), 8, 8)
     b.add(timeseries("HTTP requests / s", [
         target(f"sum by (handler, code) (rate(paperarena_http_requests_total{{{I}}}"
@@ -451,8 +538,9 @@ def llm() -> dict[str, Any]:
         12, 8)
     return dashboard("paperarena-llm", "paperarena · LLM usage and cost",
                      "Model tokens, cost and daily budgets per agent.", b, [
-                         var_query("agent", f"label_values(paperarena_llm_tokens_total{{{I}}}, "
-                                   "agent)", label="Agent")])
+                         var_query("agent", "query_result(sum by (agent) "
+                                   f"(paperarena_llm_calls_total{{{I}}}) > 0)", label="Agent",
+                                   regex='/agent="([^"]+)"/')])
 
 
 DASHBOARDS = {

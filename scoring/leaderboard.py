@@ -32,6 +32,8 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +46,14 @@ from scoring.benchmarks import (
     RiskProfile,
     bootstrap_ci,
     capitalbench_score,
+    class_correlations,
     composite_rank,
-    diversification_from_returns,
+    diversification,
     historical_var,
+    paired_bootstrap,
     profile_alignment,
     regime_label,
+    relative_figures,
     rolling_k_delta,
     rolling_k_return,
 )
@@ -59,6 +64,7 @@ __all__ = [
     "BOOTSTRAP_N",
     "BOOTSTRAP_SEED",
     "FIELDS",
+    "LEGEND",
     "LIVE_FIELDS",
     "MIN_DAYS",
     "MIN_VALID_RATE",
@@ -74,7 +80,8 @@ __all__ = [
 ]
 
 FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sortino",
-          "max_drawdown", "calmar", "win_rate", "mean_turnover", "flip_rate")
+          "sortino_stockbench",
+          "max_drawdown", "calmar", "win_rate", "mean_turnover", "target_turnover", "flip_rate")
 
 BOOTSTRAP_N = 1000
 BOOTSTRAP_LEVEL = 0.95
@@ -97,20 +104,62 @@ VALID_OUTCOMES: tuple[str, ...] = ("ok", "hold")
 #: ``paused`` (daily budget) and ``halted`` (drawdown halt) are the operator's limits. Any other
 #: outcome (``invalid``, ``rejected``, ``error``...) counts against the agent.
 NOT_ASKED_OUTCOMES: tuple[str, ...] = ("skipped", "missed", "abandoned", "paused", "halted")
+#: Agent kinds that are baselines: every agent is compared with each of them (paired bootstrap).
+BASELINE_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "momentum")
+#: Fewer daily returns than this: annualised figures extrapolate noise (``annualised_flag``).
+MIN_ANNUALISED_DAYS = 20
+#: Fewer common daily returns than this: a comparison makes no claim (``provisional``).
+MIN_PAIRED_DAYS = 20
 #: Defaults of ``[leaderboard]`` (daemon/config.py), used when the store's run has none.
 MIN_VALID_RATE = 0.8
 MIN_DAYS = 5
 
+#: Every column of the text table (and its HTML twin), explained once: the legend of the table,
+#: the HTML report and docs/scoring.md. Drawdowns print negative, like the drawdown chart.
+LEGEND: tuple[tuple[str, str], ...] = (
+    ("#", "rank by cumulative return among the market's non-provisional agents; '~' after it: "
+          "not significantly ahead of the next (paired bootstrap: the 95% interval of the "
+          "difference contains 0, or fewer than 20 common days); '-': provisional, not ranked"),
+    ("return", "cumulative return over the window, v_T / v_0 - 1"),
+    ("sharpe", "annualised Sharpe ratio of the daily returns, (mean - rf) / std * sqrt(N)"),
+    ("sortino", "annualised standard Sortino ratio: downside deviation over all days below rf"),
+    ("max dd", "maximum drawdown from a peak, printed negative"),
+    ("vol", "annualised volatility of the daily returns, std * sqrt(N)"),
+    ("win", "share of daily returns above zero"),
+    ("turnover", "executed turnover per day, in % of equity: traded value / mean equity / "
+                 "days (first fill left out)"),
+    ("days", "daily marks in the window"),
+    ("valid", "valid-decision rate: ok or hold among the rounds the agent was asked"),
+    ("decisions", "decision outcomes in the window"),
+    ("return 95% CI", "95% percentile bootstrap interval of the cumulative return"),
+    ("sharpe 95% CI", "95% percentile bootstrap interval of the Sharpe ratio"),
+    ("comp", "StockBench composite score (z(CR) + z(-MDD) + z(Sortino StockBench)) / 3"),
+    ("capb", "CapitalBench score: 100 * window return / best asset's window return"),
+    ("s_corr", "PortBench correlation-aware diversification, 0.5 s_intra + 0.5 s_inter"),
+    ("VaR95", "95% historical-simulation value at risk of one day (last 60 returns)"),
+    ("align", "risk-profile alignment: share of the profile's drawdown and VaR checks passed"),
+    ("d1", "LiveTradeBench rolling-k delta for k = 1: CR^(1) - CR^(0) (negative: timing "
+           "matters)"),
+    ("consist", "consistency probe: mean pairwise L1 distance of repeated answers (lower is "
+                "more consistent)"),
+    ("model $", "USD spent on model calls scheduled in the window (stored llm_calls)"),
+    ("ret/$", "cumulative return per USD of model cost (return / model $)"),
+)
+
 #: Figures :func:`live_figures` returns per (agent, market), when finite.
 LIVE_FIELDS: tuple[str, ...] = (
     "final_value", "days", "costs", "rank", "cumulative_return", "annualised_return",
-    "volatility", "sharpe", "sortino", "max_drawdown", "current_drawdown", "calmar", "win_rate",
-    "mean_turnover", "flip_rate", "mean_daily_return", "sharpe_ci_low", "sharpe_ci_high",
+    "volatility", "sharpe", "sortino", "sortino_stockbench", "max_drawdown", "current_drawdown",
+    "calmar", "win_rate", "mean_turnover", "target_turnover", "flip_rate", "mean_daily_return",
+    "sharpe_ci_low", "sharpe_ci_high",
     "mean_daily_return_ci_low", "mean_daily_return_ci_high", "composite_score",
     "capitalbench_score", "regret", "s_intra", "s_inter", "s_corr", "var_95",
     "profile_alignment", "rolling_k_cr0",
     *(f"rolling_k_delta_{k}" for k in ROLLING_KS),
     "consistency_mean_l1", "consistency_std_l1", "valid_decision_rate", "provisional",
+    "llm_calls", "llm_tokens_in", "llm_tokens_out", "llm_cost_usd", "llm_latency_mean_s",
+    "return_per_usd", "vs_next_p_value", "excess_return_ew", "beta_ew", "tracking_error_ew",
+    "information_ratio_ew", "brier",
 )  # fmt: skip
 
 Key = tuple[str, str]
@@ -154,6 +203,7 @@ class _Fill:
     trades: dict[str, float]
     weights: dict[str, float]
     cost: float
+    traded_value: float = 0.0
 
 
 @dataclass
@@ -186,6 +236,11 @@ class _Store:
     panels: dict[str, _Panel]
     board_cfg: dict[str, Any] = field(default_factory=dict)
     """The ``[leaderboard]`` section of the latest run's config."""
+    bench: dict[str, dict[str, dict[float, float]]] = field(default_factory=dict)
+    """Per market: benchmark name -> daily return keyed by the mark it ends at."""
+    llm: dict[Key, list[tuple[float, Any, Any, Any, Any]]] = field(default_factory=dict)
+    """Model calls per (agent, market): (scheduled_ts, tokens_in, tokens_out, latency_s,
+    cost_usd)."""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -237,11 +292,12 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
     ):
         series[(agent, market)].append((ts, value, cash))
     fills: dict[Key, list[_Fill]] = defaultdict(list)
-    for agent, market, ts, trades, w, cost in con.execute(
-        "SELECT agent, market, ts, trades_json, weights_json, cost FROM fills"
+    for agent, market, ts, trades, w, cost, traded in con.execute(
+        "SELECT agent, market, ts, trades_json, weights_json, cost, traded_value FROM fills"
         " ORDER BY agent, market, scheduled_ts"
     ):
-        fills[(agent, market)].append(_Fill(ts, json.loads(trades), json.loads(w), cost))
+        fills[(agent, market)].append(_Fill(ts, json.loads(trades), json.loads(w), cost,
+                                            float(traded or 0.0)))
     resolutions: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
     for market, ts, payouts in con.execute(
         "SELECT market, ts, payouts_json FROM resolutions ORDER BY ts, question_id"
@@ -267,7 +323,47 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
               for m, ts in sorted(marks.items())}
     board_cfg = dict(runs[-1].get("leaderboard") or {}) if runs else {}
     return _Store(markets_cfg, agents_cfg, series, fills, _load_outcomes(con), resolutions,
-                  questions, question_text, _load_probes(con, hi), panels, board_cfg)
+                  questions, question_text, _load_probes(con, hi), panels, board_cfg,
+                  llm=_load_llm_calls(con))
+
+
+def _load_llm_calls(con: sqlite3.Connection) -> dict[Key, list[tuple[float, Any, Any, Any, Any]]]:
+    """Return the stored model calls per (agent, market) (empty without the table)."""
+    need = {"agent", "market", "scheduled_ts", "tokens_in", "tokens_out", "latency_s",
+            "cost_usd"}
+    if not need <= set(_table_columns(con, "llm_calls")):
+        return {}
+    out: dict[Key, list[tuple[float, Any, Any, Any, Any]]] = defaultdict(list)
+    for agent, market, ts, tin, tout, lat, cost in con.execute(
+        "SELECT agent, market, scheduled_ts, tokens_in, tokens_out, latency_s, cost_usd"
+        " FROM llm_calls ORDER BY agent, market, scheduled_ts, id"
+    ):
+        out[(agent, market)].append((ts, tin, tout, lat, cost))
+    return dict(out)
+
+
+def _model_cost(calls: Sequence[tuple[float, Any, Any, Any, Any]], lo: float, hi: float,
+                cumulative: float | None) -> dict[str, Any]:
+    """Return the cost of intelligence of the calls scheduled inside the window.
+
+    Tokens and USD are sums over the calls (a call without a known cost adds nothing; the sum
+    is ``None`` when no call has one), latency the mean over the calls that report one;
+    ``return_per_usd`` is the cumulative return divided by the USD spent (``None`` when
+    nothing was spent).
+    """
+    inside = [c for c in calls if lo <= c[0] <= hi]
+    costs = [float(c[4]) for c in inside if c[4] is not None]
+    lats = [float(c[3]) for c in inside if c[3] is not None]
+    usd = float(sum(costs)) if costs else None
+    return {
+        "llm_calls": len(inside),
+        "llm_tokens_in": int(sum(int(c[1] or 0) for c in inside)),
+        "llm_tokens_out": int(sum(int(c[2] or 0) for c in inside)),
+        "llm_cost_usd": usd,
+        "llm_latency_mean_s": float(np.mean(lats)) if lats else None,
+        "return_per_usd": (cumulative / usd if usd and cumulative is not None
+                           and math.isfinite(cumulative) else None),
+    }
 
 
 def _load_outcomes(con: sqlite3.Connection) -> dict[Key, dict[str, list[float]]]:
@@ -442,13 +538,14 @@ def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
     acc: dict[str, list[float]] = {"s_intra": [], "s_inter": [], "s_corr": []}
     if panel.shape[0] < 2:
         return {k: _NAN for k in acc}
+    corr = class_correlations(panel, names, cls)  # the whole class's, once for the window
     held = h * pz
     for row in held:
         v = float(row.sum())
         if not v > 0:
             continue
         w = {names[j]: float(x / v) for j, x in enumerate(row) if x / v > _HELD_EPS}
-        for k, x in diversification_from_returns(w, cls, panel, names).items():
+        for k, x in diversification(w, corr).items():
             if math.isfinite(x):
                 acc[k].append(x)
     return {k: float(np.mean(v)) if v else _NAN for k, v in acc.items()}
@@ -561,6 +658,7 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
     rf = {"equity": float(cfg.get("equity", {}).get("risk_free_rate", 0.0)), "polymarket": 0.0}
     initial = {m: float(cfg.get(m, {}).get("initial_cash", 0.0)) for m in rf}
     classes = _asset_classes(store)
+    store.bench = {m: _benchmarks(store, m) for m in store.panels}
     eq_marks, eq_labels, eq_index = _regime_by_mark(store)
     rows: list[dict[str, Any]] = []
     curves: dict[Key, AgentCurves] = {}
@@ -576,13 +674,18 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
             curves[key] = curve
     markets = {m: _market_summary(store, m, lo, hi) for m in sorted({r["market"] for r in rows})}
     _rank(rows)
+    _compare(rows, curves, store.agents_cfg)
     regime = _window_regime(eq_marks, eq_index, eq_labels, lo, hi)
     board = _clean({
-        "conventions": _conventions(rf, min_valid_rate, min_days),
+        "conventions": _conventions(rf, min_valid_rate, min_days,
+                                    {m: _periods(cfg, m) for m in markets},
+                                    {m: store.bench.get(m, {}) for m in markets}),
         "window": {"start": window[0], "end": window[1]},
+        "window_dates": _window_dates(store, lo, hi),
         "regime": regime,
         "markets": markets,
         "rows": rows,
+        "series": _series(curves),
     })
     return Report(board, curves, _labels(store))
 
@@ -620,10 +723,12 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
     pts = [p for p in store.series.get(key, []) if lo <= p[0] <= hi]
     fills = [f for f in store.fills.get(key, []) if lo <= f.ts <= hi]
     weights = [f.weights for f in fills]
-    n = periods_per_year(market)
+    n = _periods(store.markets_cfg, market)
     start_value = initial.get(market) or (pts[0][1] if pts else 0.0)
     values = [start_value] + [v for _, v, _ in pts] if from_start else [v for _, v, _ in pts]
-    summary = summarise(values, n, rf.get(market, 0.0), weights).to_dict()
+    first_fill = store.fills[key][0] if store.fills.get(key) else None
+    traded = [f.traded_value for f in fills if f is not first_fill]  # building it: not counted
+    summary = summarise(values, n, rf.get(market, 0.0), weights, traded).to_dict()
     r = simple_returns(values)
     agent_cfg = store.agents_cfg.get(agent, {})
     mark_ts = [t for t, _, _ in pts]
@@ -640,6 +745,8 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         figures |= {"capitalbench_score": score, "regret": regret}
         figures |= _diversification(h, pz, classes.get(market, {}), panel.assets,
                                     _asset_returns(prices))
+        if market == "polymarket":
+            figures |= _brier(store, market, mark_ts, h * pz, [*panel.assets, CASH], hi)
     else:
         figures["rolling_k"] = _rolling_k(np.empty((0, 1)), np.empty((0, 1)))
         figures |= {"capitalbench_score": _NAN, "regret": _NAN, "s_intra": _NAN,
@@ -666,6 +773,7 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         "counted_decisions": counted,
         "valid_decision_rate": valid / counted if counted else None,
         **summary,
+        "annualised_flag": int(r.size) < MIN_ANNUALISED_DAYS,
         "current_drawdown": float(dd[-1]) if dd.size else None,
         "mean_daily_return": float(np.mean(r)) if r.size else None,
         "cumulative_return_ci": _ci(r, lambda x: float(np.prod(1.0 + x) - 1.0)),
@@ -676,6 +784,10 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         **_profile(agent_cfg, mdd if mdd is not None else _NAN, var95),
         "by_regime": _by_regime(r, labels),
         "consistency": consistency,
+        "brier": figures.pop("brier", None),
+        "brier_questions": figures.pop("brier_questions", 0 if market == "polymarket" else None),
+        **_model_cost(store.llm.get(key, []), lo, hi, summary["cumulative_return"]),
+        "relative": _relative(r, ends, store.bench.get(market, {}), n),
     }
     curve = None
     if pts:
@@ -759,16 +871,14 @@ def _rank(rows: list[dict[str, Any]]) -> None:
             r["agent"]))
         for i, r in enumerate(ranked):
             r["rank"] = i + 1
-            r["tied_with_next"] = (i + 1 < len(ranked)
-                                   and _overlap(r["cumulative_return_ci"],
-                                                ranked[i + 1]["cumulative_return_ci"]))
+            r["tied_with_next"] = False  # set by _compare (paired bootstrap with the next)
 
         def num(x: float | None) -> float:
             return x if x is not None else _NAN
 
         comp = composite_rank({r["agent"]: num(r["cumulative_return"]) for r in mine},
                               {r["agent"]: num(r["max_drawdown"]) for r in mine},
-                              {r["agent"]: num(r["sortino"]) for r in mine})
+                              {r["agent"]: num(r["sortino_stockbench"]) for r in mine})
         order = sorted(mine, key=lambda r: (
             -comp[r["agent"]] if math.isfinite(comp[r["agent"]]) else math.inf, r["agent"]))
         for i, r in enumerate(order):
@@ -777,14 +887,162 @@ def _rank(rows: list[dict[str, Any]]) -> None:
     rows.sort(key=lambda r: (r["market"], r["provisional"], r["rank"] or 0, r["agent"]))
 
 
-def _overlap(a: Sequence[float], b: Sequence[float]) -> bool:
-    """Tell whether two intervals overlap; an interval with a NaN end overlaps everything."""
-    if not all(math.isfinite(x) for x in (*a, *b)):
-        return True
-    return a[0] <= b[1] and b[0] <= a[1]
+def _daily_returns(curve: AgentCurves | None) -> dict[float, float]:
+    """Return the curve's daily returns keyed by the mark each one ends at."""
+    if curve is None:
+        return {}
+    r = simple_returns(curve.values)
+    return dict(zip(curve.ts[1:], r.tolist(), strict=True))
 
 
-def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int) -> dict[str, Any]:
+def _paired(a: Mapping[float, float], b: Mapping[float, float], other: str) -> dict[str, Any]:
+    """Return the paired-bootstrap comparison of two agents' cumulative returns."""
+    days = sorted(set(a) & set(b))
+    lo, hi, p = paired_bootstrap([a[d] for d in days], [b[d] for d in days],
+                                 lambda x: np.prod(1.0 + x, axis=1) - 1.0, BOOTSTRAP_N,
+                                 BOOTSTRAP_LEVEL, BOOTSTRAP_SEED, vectorised=True)
+    return {"agent": other, "days": len(days), "difference_ci": [lo, hi], "p_value": p,
+            "provisional": len(days) < MIN_PAIRED_DAYS}
+
+
+def _significant(vs: Mapping[str, Any]) -> bool:
+    """Tell whether a comparison claims a difference: long enough, interval excluding 0."""
+    lo, hi = vs["difference_ci"]
+    return (not vs["provisional"] and math.isfinite(lo) and math.isfinite(hi)
+            and (lo > 0.0 or hi < 0.0))
+
+
+def _compare(rows: list[dict[str, Any]], curves: Mapping[Key, AgentCurves],
+             agents_cfg: Mapping[str, Mapping[str, Any]]) -> None:
+    """Set ``vs_next``, ``tied_with_next`` and ``vs_baselines`` from paired bootstraps."""
+    rets = {(r["agent"], r["market"]): _daily_returns(curves.get((r["agent"], r["market"])))
+            for r in rows}
+    for market in sorted({r["market"] for r in rows}):
+        mine = [r for r in rows if r["market"] == market]
+        ranked = sorted((r for r in mine if r.get("rank") is not None), key=lambda r: r["rank"])
+        for r in mine:
+            r["vs_next"] = None
+        for r, nxt in pairwise(ranked):
+            r["vs_next"] = _paired(rets[(r["agent"], market)], rets[(nxt["agent"], market)],
+                                   nxt["agent"])
+            r["tied_with_next"] = not _significant(r["vs_next"])
+        baselines = [r["agent"] for r in mine
+                     if (agents_cfg.get(r["agent"]) or {}).get("kind") in BASELINE_KINDS]
+        for r in mine:
+            r["vs_baselines"] = {b: _paired(rets[(r["agent"], market)], rets[(b, market)], b)
+                                 for b in baselines if b != r["agent"]}
+
+
+def _brier(store: _Store, market: str, mark_ts: Sequence[float], held: np.ndarray,
+           assets: Sequence[str], hi: float) -> dict[str, Any]:
+    """Return the Brier score of the agent's implied probabilities over resolved questions.
+
+    For every question resolved at or before ``hi`` with an agent mark before its resolution,
+    the forecast is the position at the last such mark: ``p(YES) = (1 + w_YES - w_NO) / 2``
+    with ``w`` the token's share of the portfolio value (no position: 0.5, no view). The
+    outcome is the YES token's payout. Brier = mean of ``(p - outcome)^2``.
+    """
+    col = {a: j for j, a in enumerate(assets)}
+    errors: list[float] = []
+    members = store.questions.get(market, {})
+    for ts, payouts in store.resolutions.get(market, []):
+        if ts > hi:
+            continue
+        i = int(np.searchsorted(np.asarray(mark_ts), ts, side="left")) - 1
+        if i < 0:
+            continue
+        row = held[i]
+        value = float(row.sum())
+        if not value > 0:
+            continue
+        for tokens in members.values():
+            if len(tokens) < 2 or tokens[0] not in payouts:
+                continue
+            yes, no = tokens[0], tokens[1]
+            w_yes = float(row[col[yes]]) / value if yes in col else 0.0
+            w_no = float(row[col[no]]) / value if no in col else 0.0
+            p = min(1.0, max(0.0, (1.0 + w_yes - w_no) / 2.0))
+            errors.append((p - float(payouts[yes])) ** 2)
+    return {"brier": float(np.mean(errors)) if errors else None,
+            "brier_questions": len(errors)}
+
+
+def _benchmark_asset(markets_cfg: Mapping[str, Any], market: str) -> str:
+    """Return the market's configured benchmark asset (SPY for equities by default)."""
+    cfg = markets_cfg.get(market) or {}
+    return str(cfg.get("benchmark", "SPY" if market == "equity" else "") or "")
+
+
+def _benchmarks(store: _Store, market: str) -> dict[str, dict[float, float]]:
+    """Return the market's benchmark daily returns keyed by the mark each ends at.
+
+    ``equal_weight``: the mean of the mark-to-mark returns of the market's assets priced at
+    both marks (the configured equity universe; every Polymarket token), rebalanced daily;
+    the benchmark asset's own returns when it is in the universe.
+    """
+    panel = store.panels[market]
+    universe = set(store.markets_cfg.get(market, {}).get("assets") or panel.assets)
+    cols = [j for j, a in enumerate(panel.assets) if a in universe]
+    r = _asset_returns(panel.prices[:, cols])
+    ew: dict[float, float] = {}
+    for t in range(1, panel.marks.size):
+        row = r[t - 1][np.isfinite(r[t - 1])]
+        if row.size:
+            ew[float(panel.marks[t])] = float(np.mean(row))
+    out = {"equal_weight": ew}
+    asset = _benchmark_asset(store.markets_cfg, market)
+    if asset and asset in universe and asset in panel.assets:
+        j = panel.assets.index(asset)
+        own = _asset_returns(panel.prices[:, [j]])[:, 0]
+        out[asset] = {float(panel.marks[t]): float(own[t - 1])
+                      for t in range(1, panel.marks.size) if math.isfinite(own[t - 1])}
+    return out
+
+
+def _relative(r: np.ndarray, ends: Sequence[float], bench: Mapping[str, Mapping[float, float]],
+              n: int) -> dict[str, dict[str, Any]]:
+    """Return the agent's figures relative to each benchmark over the days both have."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, series in bench.items():
+        days = [(x, series[t]) for x, t in zip(r.tolist(), ends, strict=True) if t in series]
+        fig: dict[str, Any] = relative_figures([a for a, _ in days], [b for _, b in days], n)
+        fig["days"] = len(days)
+        out[name] = fig
+    return out
+
+
+def _series(curves: Mapping[Key, AgentCurves]) -> dict[str, dict[str, list[list[float]]]]:
+    """Return each agent's equity series per market: [[ts, value], ...] (window applied)."""
+    out: dict[str, dict[str, list[list[float]]]] = {}
+    for (agent, market), c in sorted(curves.items()):
+        out.setdefault(market, {})[agent] = [[t, v] for t, v in zip(c.ts, c.values, strict=True)]
+    return out
+
+
+def _window_dates(store: _Store, lo: float, hi: float) -> dict[str, Any]:
+    """Return the first and last daily mark inside the window, as timestamps and UTC dates."""
+    ts = [p[0] for pts in store.series.values() for p in pts if lo <= p[0] <= hi]
+    if not ts:
+        return {"first_mark": None, "last_mark": None, "first_date": None, "last_date": None}
+    first, last = min(ts), max(ts)
+    return {"first_mark": first, "last_mark": last, "first_date": _utc_date(first),
+            "last_date": _utc_date(last)}
+
+
+def _utc_date(ts: float) -> str:
+    """Return the UTC date of ``ts`` as YYYY-MM-DD."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+
+
+def _periods(markets_cfg: Mapping[str, Any], market: str) -> int:
+    """Return the market's configured ``periods_per_year`` (the default for older stores)."""
+    n = (markets_cfg.get(market) or {}).get("periods_per_year")
+    return int(n) if n else periods_per_year(market)
+
+
+def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
+                 periods: Mapping[str, int],
+                 bench: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Return the conventions block of the JSON output."""
     return {
         "valid_decisions": {
@@ -797,24 +1055,61 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int) -> dic
                     "than min_days scored days is listed below the ranked agents of its market "
                     "without rank, tied_with_next or composite score"},
         "returns": "daily simple returns from daily marks",
-        "periods_per_year": {"equity": 252, "polymarket": 365},
+        "min_days_annualised": MIN_ANNUALISED_DAYS,
+        "annualised_flag": "true when a row has fewer than min_days_annualised daily returns: "
+                           "its annualised figures (annualised return, volatility, Sharpe, "
+                           "Sortino, Calmar) extrapolate a short sample; the table marks them *",
+        "periods_per_year": dict(periods),
         "ddof": 1,
         "risk_free_rate": dict(rf),
         "bootstrap": {"n": BOOTSTRAP_N, "level": BOOTSTRAP_LEVEL, "seed": BOOTSTRAP_SEED,
                       "over": "daily returns, i.i.d. resampling"},
-        "rank": "by cumulative_return among the non-provisional agents; tied_with_next when "
-                "the cumulative_return_ci intervals of adjacent ranks overlap (or one is "
-                "undefined)",
-        "composite": "StockBench Eq. 4 (z(CR) + z(-MDD) + z(Sortino)) / 3 across the market's "
-                     "non-provisional agents, ddof=0; NaN (rank null) when an input is undefined",
+        "rank": "by cumulative_return among the non-provisional agents; tied_with_next unless "
+                "the paired bootstrap of the difference with the next agent (vs_next) is "
+                "significant",
+        "relative": {
+            "benchmarks": {m: sorted(store_bench, key=lambda b: b != "equal_weight")
+                           for m, store_bench in sorted(bench.items())},
+            "figures": "excess_return = prod(1 + r) - prod(1 + b) over the days both have; "
+                       "beta = cov(r, b) / var(b); tracking_error = std(r - b) * sqrt(N); "
+                       "information_ratio = mean(r - b) / std(r - b) * sqrt(N); ddof 1",
+            "equal_weight": "mean mark-to-mark return of the market's assets priced at both "
+                            "marks, rebalanced daily"},
+        "brier": "Polymarket only: mean over the questions resolved in the window of "
+                 "(p - outcome)^2, p(YES) = (1 + w_YES - w_NO) / 2 from the portfolio weights "
+                 "held at the agent's last mark before the resolution (no position: 0.5), "
+                 "outcome = the YES token's payout",
+        "significance": {
+            "method": "paired bootstrap of the difference of cumulative returns over the "
+                      "days both agents have, with the shared seeded i.i.d. resamples of "
+                      "bootstrap (n, level, seed); 95% percentile interval and two-sided "
+                      "p-value min(1, 2 min(P(d<=0), P(d>=0)))",
+            "min_days": MIN_PAIRED_DAYS,
+            "rule": "a comparison with fewer than min_days common daily returns is provisional "
+                    "and claims nothing; otherwise significant when its interval excludes 0",
+            "baselines": list(BASELINE_KINDS)},
+        "sortino": {
+            "headline": "standard: (mean(r) - rf) / sqrt(mean over all days of min(r - rf, 0)^2)"
+                        " * sqrt(N), rf = rf_annual / N (AlphaForgeBench, reference libraries)",
+            "sortino_stockbench": "StockBench Eq. 3: downside over the negative days only, "
+                                  "target 0; used by the composite"},
+        "turnover": "mean_turnover: executed, sum of the traded value of the window's fills "
+                    "(the agent's first fill, building the portfolio from cash, left out) / "
+                    "mean equity of the series / daily returns; target_turnover: mean "
+                    "sum |w_new - w_old| between the consecutive target allocations of the "
+                    "window's fills",
+        "composite": "StockBench Eq. 4 (z(CR) + z(-MDD) + z(sortino_stockbench)) / 3 across the "
+                     "market's non-provisional agents, ddof=0; NaN (rank null) when an input is "
+                     "undefined",
         "rolling_k": "LiveTradeBench Eq. 6 on mark-to-mark steps: units from cumulated fills, "
                      "cash from the mark, last price at or before the mark; fee-free",
         "capitalbench": "100 * window return / best window return among the market's assets "
                         "and CASH; regret = best - window return; over the window's marks",
         "diversification": "PortBench s_intra/s_inter/s_corr of the weights held at each mark "
-                           "with correlations of mark-to-mark asset returns over the window; "
-                           "mean over marks; CASH is its own class; Polymarket: one class per "
-                           "question",
+                           "with the whole class's correlations of mark-to-mark asset returns "
+                           "over the window; one held class: s_inter 0; all-cash marks not "
+                           "scored; mean over marks; CASH is its own class; Polymarket: one "
+                           "class per question",
         "var": {"level": VAR_LEVEL, "window": VAR_WINDOW, "min_periods": VAR_MIN_PERIODS},
         "regime": {"index": "equal-weight mean of the equity universe's mark-to-mark returns",
                    "window": REGIME_WINDOW, "min_returns": REGIME_MIN_RETURNS},
@@ -846,6 +1141,10 @@ def live_figures(db_path: str | Path) -> dict[Key, dict[str, float]]:
         flat["consistency_mean_l1"] = probe.get("mean_l1")
         flat["consistency_std_l1"] = probe.get("std_l1")
         flat["provisional"] = 1.0 if r.get("provisional") else 0.0
+        flat["vs_next_p_value"] = (r.get("vs_next") or {}).get("p_value")
+        ew = (r.get("relative") or {}).get("equal_weight") or {}
+        for name in ("excess_return", "beta", "tracking_error", "information_ratio"):
+            flat[f"{name}_ew"] = ew.get(name)
         out[(r["agent"], r["market"])] = {
             k: float(v) for k, v in flat.items()
             if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
@@ -856,6 +1155,21 @@ def live_figures(db_path: str | Path) -> dict[Key, dict[str, float]]:
 def to_json(board: dict[str, Any]) -> str:
     """Serialise the leaderboard deterministically."""
     return json.dumps(board, sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+
+def _neg(x: float | None) -> float | None:
+    """Return a drawdown magnitude as the negative figure the reports print (0 stays 0)."""
+    return None if x is None else (-x if x else 0.0)
+
+
+def _header(conv: Mapping[str, Any]) -> str:
+    """Return the table's first line: the annualisation and risk-free rate of each market."""
+    periods = conv.get("periods_per_year") or {}
+    rf = conv.get("risk_free_rate") or {}
+    ann = ", ".join(f"{m} {n}" for m, n in sorted(periods.items())) or "-"
+    rates = ", ".join(f"{m} {100 * rf.get(m, 0.0):.2f}%" for m in sorted(periods)) or "-"
+    return (f"annualisation (periods a year): {ann}; risk-free rate a year: {rates}; "
+            "daily simple returns from the daily marks")
 
 
 def to_table(board: dict[str, Any]) -> str:
@@ -878,22 +1192,33 @@ def to_table(board: dict[str, Any]) -> str:
     def share(x: float | None) -> str:
         return "-" if x is None else _share(x)
 
+    def flag(text: str, r: Mapping[str, Any]) -> str:
+        return f"{text}*" if r.get("annualised_flag") and text != "-" else text
+
+    def usd(x: float | None) -> str:
+        return "-" if x is None else f"{x:.4f}"
+
     head = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return':>10}{'sharpe':>8}{'sortino':>9}"
             f"{'max dd':>9}{'vol':>9}{'win':>8}{'turnover':>9}{'days':>6}{'valid':>7}"
             "  decisions")
-    lines = [head, "-" * len(head)]
+    conv = board.get("conventions") or {}
+    dates = board.get("window_dates") or {}
+    span = (f"window: {dates['first_date']} to {dates['last_date']} (first and last daily "
+            "mark, UTC)" if dates.get("first_date") else "window: no daily mark")
+    lines = [_header(conv), span, "", head, "-" * len(head)]
     for r in board["rows"]:
         dec = ",".join(f"{k}={v}" for k, v in sorted(r["decisions"].items()))
         lines.append(
             f"{r['market']:<11}{rank(r):>4}  {r['agent'][:19]:<20}"
             f"{pct(r['cumulative_return']):>10}"
-            f"{num(r['sharpe']):>8}{num(r['sortino']):>9}{pct(r['max_drawdown']):>9}"
-            f"{pct(r['volatility']):>9}{pct(r['win_rate']):>8}{num(r['mean_turnover']):>9}"
+            f"{flag(num(r['sharpe']), r):>8}{flag(num(r['sortino']), r):>9}"
+            f"{pct(_neg(r['max_drawdown'])):>9}{flag(pct(r['volatility']), r):>9}"
+            f"{pct(r['win_rate']):>8}{share(r['mean_turnover']):>9}"
             f"{r['days']:>6}{share(r.get('valid_decision_rate')):>7}  {dec}"
         )
     head2 = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return 95% CI':>20}{'sharpe 95% CI':>18}"
              f"{'comp':>7}{'capb':>8}{'s_corr':>8}{'VaR95':>9}{'align':>7}{'d1':>9}"
-             f"{'consist':>9}")
+             f"{'consist':>9}{'model $':>10}{'ret/$':>9}")
     lines += ["", head2, "-" * len(head2)]
     for r in board["rows"]:
         probe = r.get("consistency") or {}
@@ -904,7 +1229,8 @@ def to_table(board: dict[str, Any]) -> str:
             f"{num(r.get('composite_score')):>7}{num(r.get('capitalbench_score')):>8}"
             f"{num(r.get('s_corr')):>8}{pct(r.get('var_95')):>9}"
             f"{num(r.get('profile_alignment')):>7}{pct(d1):>9}"
-            f"{num(probe.get('mean_l1')):>9}"
+            f"{num(probe.get('mean_l1')):>9}{usd(r.get('llm_cost_usd')):>10}"
+            f"{num(r.get('return_per_usd')):>9}"
         )
     provisional = [r for r in board["rows"] if r.get("provisional")]
     if provisional:
@@ -912,8 +1238,12 @@ def to_table(board: dict[str, Any]) -> str:
         lines += [f"  {r['agent']} ({r['market']}): {r.get('provisional_reason')}"
                   for r in provisional]
     reg = board.get("regime") or {}
+    lines += ["", f"* annualised figures over fewer than {MIN_ANNUALISED_DAYS} daily returns "
+                  "(a short sample extrapolated to a year)"]
+    width = max(len(k) for k, _ in LEGEND)
+    lines += ["", "columns:"] + [f"  {k:<{width}}  {v}" for k, v in LEGEND]
     lines += ["", f"regime: {reg.get('label', REGIME_UNKNOWN)} (equal-weight index "
                   f"{pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days); "
-                  "'~' after a rank: not significantly ahead of the next (95% CIs overlap); "
+                  "'~' after a rank: not significantly ahead of the next (paired bootstrap); "
                   "valid: share of valid decisions (ok or hold) among the rounds asked"]
     return "\n".join(lines) + "\n"

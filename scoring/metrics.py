@@ -1,11 +1,12 @@
 """Per-agent performance metrics over an equity (portfolio value) series.
 
-Pure numpy functions implementing ``/work/shared/reference/scoring.md``.
+Pure numpy functions: the measures of LiveTradeBench, AlphaForgeBench and StockBench.
 
 Conventions (see ``docs/scoring.md`` for the full table):
 
 * Simple returns ``r_t = v_t / v_{t-1} - 1``; a series of ``T`` values gives ``T - 1`` returns.
-* Annualisation factor ``N``: 252 for equities, 365 for Polymarket (trades every day).
+* Annualisation factor ``N``: a per-market setting, 252 by default for both markets
+  (LiveTradeBench's convention).
 * Sample statistics use ``ddof = 1``.
 * The risk-free rate is given per year; the per-period rate is ``rf_annual / N`` (simple, not
   compounded).
@@ -25,6 +26,7 @@ from numpy.typing import ArrayLike
 
 __all__ = [
     "DDOF",
+    "DEFAULT_PERIODS_PER_YEAR",
     "TRADING_DAYS_EQUITY",
     "TRADING_DAYS_POLYMARKET",
     "PerformanceSummary",
@@ -34,11 +36,13 @@ __all__ = [
     "drawdown_series",
     "flip_rate",
     "max_drawdown",
+    "mean_daily_turnover",
     "mean_turnover",
     "periods_per_year",
     "sharpe",
     "simple_returns",
     "sortino",
+    "sortino_stockbench",
     "summarise",
     "turnover",
     "volatility",
@@ -46,7 +50,11 @@ __all__ = [
 ]
 
 TRADING_DAYS_EQUITY = 252
+#: Polymarket trades every day of the year; not the default annualisation (see below).
 TRADING_DAYS_POLYMARKET = 365
+#: Default annualisation per market: LiveTradeBench's convention, 252 for both (its Polymarket
+#: table fits 252, not 365). ``[markets.<m>] periods_per_year`` overrides it.
+DEFAULT_PERIODS_PER_YEAR: dict[str, int] = {"equity": 252, "polymarket": 252}
 DDOF = 1
 
 # Relative tolerance under which a standard deviation counts as zero.
@@ -56,16 +64,15 @@ _NAN = float("nan")
 
 
 def periods_per_year(market: str) -> int:
-    """Return the annualisation factor N for a market kind.
+    """Return the default annualisation factor N for a market kind.
 
-    ``"equity"`` -> 252, ``"polymarket"`` -> 365 (case-insensitive); anything else raises
-    ``ValueError``.
+    ``"equity"`` and ``"polymarket"`` -> 252 (:data:`DEFAULT_PERIODS_PER_YEAR`,
+    case-insensitive); anything else raises ``ValueError``. The configured
+    ``periods_per_year`` of a market takes precedence where a config is at hand.
     """
     key = market.strip().lower()
-    if key == "equity":
-        return TRADING_DAYS_EQUITY
-    if key == "polymarket":
-        return TRADING_DAYS_POLYMARKET
+    if key in DEFAULT_PERIODS_PER_YEAR:
+        return DEFAULT_PERIODS_PER_YEAR[key]
     raise ValueError(f"unknown market {market!r}; expected 'equity' or 'polymarket'")
 
 
@@ -129,13 +136,34 @@ def sharpe(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
 
 
 def sortino(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
-    """Return the Sortino ratio of StockBench Eq. 3, annualised once.
+    """Return the standard Sortino ratio (the headline figure), annualised once.
 
-    ``R_p = (mean(r) - rf_annual / N) * N`` (mean excess return per period, annualised
-    arithmetically) and ``sigma_d = sqrt(mean_{r_t < 0} r_t**2) * sqrt(N)`` where the mean runs
-    over the ``N_d`` strictly negative raw returns only. Sortino ``= R_p / sigma_d``, which equals
-    ``(mean(r) - rf/N) / sqrt(mean_{r<0} r^2) * sqrt(N)``. NaN when there are no returns or no
-    negative returns.
+    With the per-period target ``rf = rf_annual / N``: the downside deviation
+    ``DD = sqrt(mean_t min(r_t - rf, 0)**2)`` runs over **all** ``T`` returns (a day at or above
+    the target contributes 0), and Sortino ``= (mean(r) - rf) / DD * sqrt(N)``. This is the
+    convention of AlphaForgeBench (Table 10, with its DD read per period) and of the reference
+    libraries (e.g. empyrical's ``sortino_ratio`` with ``required_return = rf``). NaN when there
+    are no returns or no return below the target (``DD = 0``).
+    """
+    r = _as_1d(returns)
+    if r.size == 0:
+        return _NAN
+    target = rf_annual / periods
+    down = np.minimum(r - target, 0.0)
+    dd = math.sqrt(float(np.mean(down**2)))
+    if not math.isfinite(dd) or dd == 0.0:
+        return _NAN
+    return (float(np.mean(r)) - target) / dd * math.sqrt(periods)
+
+
+def sortino_stockbench(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
+    """Return the Sortino ratio of StockBench Eq. 3 read literally, annualised once.
+
+    ``R_p = (mean(r) - rf_annual / N) * N`` and ``sigma_d = sqrt(mean_{r_t < 0} r_t**2) *
+    sqrt(N)``, where the mean runs over the ``N_d`` strictly negative raw returns only (target
+    0). The ratio equals ``(mean(r) - rf/N) / sqrt(mean_{r<0} r^2) * sqrt(N)``: larger than the
+    standard :func:`sortino`'s downside deviation by ``sqrt(T / N_d)``. The StockBench composite
+    rank uses this variant. NaN when there are no returns or no negative returns.
     """
     r = _as_1d(returns)
     if r.size == 0:
@@ -223,6 +251,24 @@ def mean_turnover(weight_seq: Sequence[Mapping[str, float]]) -> float:
     return float(np.mean(taus))
 
 
+def mean_daily_turnover(traded_values: Iterable[float], values: ArrayLike) -> float:
+    """Return the executed turnover per period: ``sum(traded) / mean(values) / (T - 1)``.
+
+    ``traded_values`` are the gross values traded (buys plus sells, ``sum_i |dq_i| p_i``) of the
+    fills counted; ``values`` is the equity series (``T`` points, ``T - 1`` periods). Selling
+    everything to buy another asset trades twice the portfolio's value, so the figure shares the
+    ``[0, 2]`` per-rebalance scale of :func:`turnover`. 0 without a trade; NaN for fewer than
+    two values or a non-positive mean equity.
+    """
+    v = _as_1d(values)
+    if v.size < 2:
+        return _NAN
+    mean_equity = float(np.mean(v))
+    if not math.isfinite(mean_equity) or mean_equity <= 0.0:
+        return _NAN
+    return float(sum(float(x) for x in traded_values)) / mean_equity / (v.size - 1)
+
+
 def flip_rate(weight_seq: Sequence[Mapping[str, float]], eps: float = 1e-9) -> float:
     """Return the share of weight changes that reverse the asset's previous non-zero change.
 
@@ -271,10 +317,12 @@ class PerformanceSummary:
     volatility: float
     sharpe: float
     sortino: float
+    sortino_stockbench: float
     max_drawdown: float
     calmar: float
     win_rate: float
     mean_turnover: float
+    target_turnover: float
     flip_rate: float
     n_periods: int
 
@@ -288,10 +336,14 @@ def summarise(
     periods: int,
     rf_annual: float = 0.0,
     weight_seq: Iterable[Mapping[str, float]] = (),
+    traded_values: Iterable[float] | None = None,
 ) -> PerformanceSummary:
-    """Compute every per-agent metric for an equity series (and optional allocation history).
+    """Compute every per-agent metric for an equity series (and optional trading history).
 
     ``volatility`` is annualised; ``n_periods`` is the number of returns (``T - 1``).
+    ``mean_turnover`` is the executed turnover per period (:func:`mean_daily_turnover` of
+    ``traded_values``; NaN when they are not given); ``target_turnover`` is the mean
+    target-to-target turnover of ``weight_seq`` (:func:`mean_turnover`).
     """
     v = _as_1d(values)
     r = simple_returns(v)
@@ -302,10 +354,13 @@ def summarise(
         volatility=volatility(r, periods, annualise=True),
         sharpe=sharpe(r, periods, rf_annual),
         sortino=sortino(r, periods, rf_annual),
+        sortino_stockbench=sortino_stockbench(r, periods, rf_annual),
         max_drawdown=max_drawdown(v),
         calmar=calmar(r, v, periods),
         win_rate=win_rate(r),
-        mean_turnover=mean_turnover(weights),
+        mean_turnover=(mean_daily_turnover(traded_values, v) if traded_values is not None
+                       else _NAN),
+        target_turnover=mean_turnover(weights),
         flip_rate=flip_rate(weights),
         n_periods=int(r.size),
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from scoring.benchmarks import CASH, ROLLING_KS
-from scoring.leaderboard import AgentCurves, Report, load_report
+from scoring.leaderboard import LEGEND, AgentCurves, Report, load_report
 
 __all__ = ["CHART_KINDS", "render_html", "write_html"]
 
@@ -51,6 +51,12 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
 max-width:1240px}
 .scroll{overflow-x:auto;max-width:100%}
+table.leaderboard td:nth-child(2),table.leaderboard tr+tr th:nth-child(2){position:sticky;left:0;
+background:#fff;z-index:1}
+table.leaderboard tr+tr th:nth-child(2){background:#f4f4f4}
+th.group{background:#e8e8e8;text-align:center}
+details.columns dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px;
+font-size:12px}details.columns dd{margin:0}
 h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ccc}
 h3{font-size:15px;margin:18px 0 6px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
@@ -83,6 +89,21 @@ def _f(x: float) -> str:
 def _pct(x: float | None, digits: int = 2) -> str:
     """Format a fraction as a signed percentage ('–' for None)."""
     return "–" if x is None else f"{100 * x:+.{digits}f}%"
+
+
+def _secs(x: float | None) -> str:
+    """Format seconds ('–' for None)."""
+    return "–" if x is None else f"{x:.1f} s"
+
+
+def _usd(x: float | None) -> str:
+    """Format a USD amount ('–' for None)."""
+    return "–" if x is None else f"${x:.4f}"
+
+
+def _neg(x: float | None) -> float | None:
+    """Return a drawdown magnitude as the negative figure the report prints (0 stays 0)."""
+    return None if x is None else (-x if x else 0.0)
 
 
 def _num(x: float | None, digits: int = 2) -> str:
@@ -269,36 +290,107 @@ def _allocation_chart(market: str, curve: AgentCurves, end_ts: float,
                  for i in reversed(range(len(fills))) for e in (1, 0)]
         d = "M" + " L".join(upper + lower) + "Z"
         name = labels.get(a, a)
+        ws = [max(float(w.get(a, 0.0)), 0.0) for _, w in fills]
+        tip = (f"{name}: weight {100 * ws[-1]:.1f}% after the last fill, "
+               f"{100 * max(ws):.1f}% at most")
         body.append(f"<path class='area' data-asset='{_esc(a)}' d='{d}' fill='{colours[a]}' "
-                    f"stroke='none'><title>{_esc(name)}</title></path>")
+                    f"stroke='none'><title>{_esc(tip)}</title></path>")
         base = top
     return _svg("allocation", market, body, curve.agent)
 
 
 def _asset_colours(curves: Sequence[AgentCurves], labels: Mapping[str, str]) -> dict[str, str]:
-    """Give every asset a colour, in the order of its display name; CASH is grey and last."""
+    """Give every asset its own colour, in the order of its display name; CASH is grey.
+
+    The 20-colour palette while it suffices; beyond it evenly spread hues, so no two assets of
+    one report share a colour (a Polymarket universe has two tokens per question).
+    """
     assets = sorted({a for c in curves for _, w in c.allocations for a in w if a != CASH},
                     key=lambda a: (labels.get(a, a), a))
-    out = {a: ASSET_COLOURS[i % len(ASSET_COLOURS)] for i, a in enumerate(assets)}
+    if len(assets) <= len(ASSET_COLOURS):
+        out = {a: ASSET_COLOURS[i] for i, a in enumerate(assets)}
+    else:  # more assets than the palette: golden-angle hues, alternating lightness, all distinct
+        out = {a: f"hsl({(i * 137.508) % 360:.1f},60%,{(42, 58, 72)[i % 3]}%)"
+               for i, a in enumerate(assets)}
     out[CASH] = CASH_COLOUR
     return out
 
 
 # ----------------------------------------------------------------------------- tables
 
+_LEGEND = dict(LEGEND)
+#: The report's columns: (header, group, explanation); the groups head the table.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("#", "", _LEGEND["#"]),
+    ("agent", "", "agent id (colour of its curves)"),
+    ("kind", "", "agent kind from the config (llm, baselines...)"),
+    ("return [95% CI]", "performance",
+     f"{_LEGEND['return']}; [{_LEGEND['return 95% CI']}]"),
+    ("Sharpe [95% CI]", "performance", f"{_LEGEND['sharpe']}; [its 95% bootstrap interval]"),
+    ("mean daily [95% CI]", "performance", "mean daily return [its 95% bootstrap interval]"),
+    ("Sortino", "performance", _LEGEND["sortino"]),
+    ("max DD", "risk", _LEGEND["max dd"]),
+    ("now DD", "risk", "drawdown at the last mark, printed negative"),
+    ("vol", "risk", _LEGEND["vol"]),
+    ("VaR95", "risk", _LEGEND["VaR95"]),
+    ("composite (rank)", "benchmarks", f"{_LEGEND['comp']} (its rank)"),
+    ("CapitalBench", "benchmarks", _LEGEND["capb"]),
+    ("regret", "benchmarks", "CapitalBench regret: best asset's window return - own return"),
+    ("s_corr", "benchmarks", _LEGEND["s_corr"]),
+    ("Brier", "benchmarks", "Polymarket calibration: mean (p - outcome)^2 over resolved "
+     "questions, p(YES) = (1 + w_YES - w_NO) / 2 (lower is better; 0.25 = no view)"),
+    ("turnover", "behaviour", _LEGEND["turnover"]),
+    ("target turnover", "behaviour",
+     "mean sum |w_new - w_old| between consecutive target allocations"),
+    ("flip rate", "behaviour", "share of weight changes reversing the asset's previous change"),
+    ("profile (alignment)", "behaviour", f"configured risk profile ({_LEGEND['align']})"),
+    ("consistency L1", "behaviour", _LEGEND["consist"]),
+    ("days", "standing", _LEGEND["days"]),
+    ("valid", "standing", _LEGEND["valid"]),
+    ("excess vs EW", "relative", "cumulative return minus the market's equal-weight index's "
+     "over the same days"),
+    ("beta / IR vs EW", "relative", "beta to the equal-weight index / information ratio "
+     "(mean active return / tracking error, annualised)"),
+    ("model cost", "cost of intelligence",
+     "USD spent on model calls in the window; tokens in / out"),
+    ("mean latency", "cost of intelligence", "mean latency of a model call"),
+    ("return per $", "cost of intelligence", _LEGEND["ret/$"]),
+)
+_LEFT = {"agent", "kind", "profile (alignment)"}
+
+
+def _table_head() -> str:
+    """Return the two header rows: column groups, then the columns with their explanation."""
+    groups: list[tuple[str, int]] = []
+    for _, group, _ in COLUMNS:
+        if groups and groups[-1][0] == group:
+            groups[-1] = (group, groups[-1][1] + 1)
+        else:
+            groups.append((group, 1))
+    top = "".join(f"<th colspan='{n}' class='group'>{_esc(g)}</th>" for g, n in groups)
+    left = " class='l'"
+    cols = "".join(
+        f"<th{left if name in _LEFT else ''} title='{_esc(text)}'>{_esc(name)}</th>"
+        for name, _, text in COLUMNS)
+    return f"<thead><tr>{top}</tr><tr>{cols}</tr></thead>"
+
+
+def _columns_legend() -> str:
+    """Return the column legend of the report."""
+    items = "".join(f"<dt>{_esc(name)}</dt><dd>{_esc(text)}</dd>" for name, _, text in COLUMNS)
+    return f"<details class='columns'><summary>Columns</summary><dl>{items}</dl></details>"
+
 
 def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -> str:
     """Render one market's leaderboard rows as an HTML table."""
-    head = ("<tr><th>#</th><th class='l'>agent</th><th class='l'>kind</th>"
-            "<th>return [95% CI]</th><th>Sharpe [95% CI]</th><th>mean daily [95% CI]</th>"
-            "<th>Sortino</th><th>max DD</th><th>now DD</th><th>vol</th><th>VaR95</th>"
-            "<th>composite (rank)</th><th>CapitalBench</th><th>regret</th><th>s_corr</th>"
-            "<th>turnover</th><th>flip rate</th><th class='l'>profile (alignment)</th>"
-            "<th>consistency L1</th><th>days</th><th>valid</th></tr>")
+    head = _table_head()
     out = ["<div class='scroll'><table class='leaderboard'>", head]
     for r in rows:
-        tie = " <span class='tie' title='not significantly ahead of the next rank'>≈</span>" \
-            if r.get("tied_with_next") else ""
+        vs = r.get("vs_next") or {}
+        p = vs.get("p_value")
+        detail = (f" (p = {p:.3f}, {vs.get('days')} days)" if p is not None else "")
+        tie = (f" <span class='tie' title='not significantly ahead of the next rank{detail}'>"
+               "≈</span>") if r.get("tied_with_next") else ""
         probe = r.get("consistency") or {}
         consist = "–" if not probe else (f"{_num(probe.get('mean_l1'), 3)} ± "
                                          f"{_num(probe.get('std_l1'), 3)} "
@@ -313,6 +405,7 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
                     "provisional</td>")
         else:
             row_open, rank = "<tr>", f"<td>{r['rank']}{tie}</td>"
+        ew = (r.get("relative") or {}).get("equal_weight") or {}
         rate = r.get("valid_decision_rate")
         valid = "–" if rate is None else (f"{100 * rate:.0f}% <span class='note'>("
                                           f"{r.get('valid_decisions')}/"
@@ -325,15 +418,22 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             f"<td>{_num(r.get('sharpe'))}{_ci(r.get('sharpe_ci'), _num)}</td>"
             f"<td>{_pct(r.get('mean_daily_return'), 3)}"
             f"{_ci(r.get('mean_daily_return_ci'), lambda x: _pct(x, 3))}</td>"
-            f"<td>{_num(r.get('sortino'))}</td><td>{_pct(r.get('max_drawdown'))}</td>"
-            f"<td>{_pct(r.get('current_drawdown'))}</td><td>{_pct(r.get('volatility'))}</td>"
+            f"<td>{_num(r.get('sortino'))}</td><td>{_pct(_neg(r.get('max_drawdown')))}</td>"
+            f"<td>{_pct(_neg(r.get('current_drawdown')))}</td><td>{_pct(r.get('volatility'))}</td>"
             f"<td>{_pct(r.get('var_95'))}</td><td>{comp}</td>"
             f"<td>{_num(r.get('capitalbench_score'), 1)}</td><td>{_pct(r.get('regret'))}</td>"
-            f"<td>{_num(r.get('s_corr'), 3)}</td><td>{_num(r.get('mean_turnover'))}</td>"
-            f"<td>{_num(r.get('flip_rate'))}</td>"
+            f"<td>{_num(r.get('s_corr'), 3)}</td><td>{_num(r.get('brier'), 3)}</td>"
+            f"<td>{_num(r.get('mean_turnover'), 3)}</td>"
+            f"<td>{_num(r.get('target_turnover'))}</td><td>{_num(r.get('flip_rate'))}</td>"
             f"<td class='l'>{_esc(r.get('risk_profile') or '')} "
             f"({_num(r.get('profile_alignment'))})</td>"
-            f"<td>{consist}</td><td>{r.get('days')}</td><td>{valid}</td></tr>"
+            f"<td>{consist}</td><td>{r.get('days')}</td><td>{valid}</td>"
+            f"<td>{_pct(ew.get('excess_return'))}</td>"
+            f"<td>{_num(ew.get('beta'))} / {_num(ew.get('information_ratio'))}</td>"
+            f"<td>{_usd(r.get('llm_cost_usd'))} <span class='note'>({r.get('llm_tokens_in', 0)}"
+            f" / {r.get('llm_tokens_out', 0)} tok)</span></td>"
+            f"<td>{_secs(r.get('llm_latency_mean_s'))}</td>"
+            f"<td>{_num(r.get('return_per_usd'))}</td></tr>"
         )
     out.append("</table></div>")
     provisional = [r for r in rows if r.get("provisional")]
@@ -433,8 +533,11 @@ def render_html(report: Report) -> str:
     agents = sorted({r["agent"] for r in board["rows"]})
     colours = {a: AGENT_COLOURS[i % len(AGENT_COLOURS)] for i, a in enumerate(agents)}
     win = board.get("window", {})
-    start = "start of the store" if win.get("start") is None else _date(win["start"])
-    end = "end of the store" if win.get("end") is None else _date(win["end"])
+    dates = board.get("window_dates") or {}
+    start = dates.get("first_date") or ("start of the store" if win.get("start") is None
+                                        else _date(win["start"]))
+    end = dates.get("last_date") or ("end of the store" if win.get("end") is None
+                                     else _date(win["end"]))
     reg = board.get("regime") or {}
     conv = board.get("conventions", {})
     markets = sorted({r["market"] for r in board["rows"]})
@@ -443,16 +546,21 @@ def render_html(report: Report) -> str:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         "<title>paperarena report</title><style>", _CSS, "</style></head><body>",
         "<h1>paperarena report</h1>",
-        f"<p>Window: {_esc(start)} → {_esc(end)}. Regime of the window: "
+        f"<p>Window: {_esc(start)} → {_esc(end)} (first and last daily mark, UTC). "
+        "Regime of the window: "
         f"<b>{_esc(reg.get('label', 'unknown'))}</b> (equal-weight equity index "
         f"{_pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days).</p>",
-        "<p class='note'>Returns are daily from the daily marks; Sharpe and volatility "
-        "annualise with " + ", ".join(f"{n} periods ({_esc(m)})" for m, n in
-                                      sorted(conv.get("periods_per_year", {}).items()))
+        "<p class='note'>Returns are daily from the daily marks; volatility, Sharpe, "
+        "Sortino and the annualised return annualise with "
+        + (", ".join(f"{n} periods a year ({_esc(m)})" for m, n in
+                     sorted(conv.get("periods_per_year", {}).items())) or "-")
         + ". Intervals are 95% percentile bootstraps "
         f"({conv.get('bootstrap', {}).get('n')} resamples of the daily returns, seed "
-        f"{conv.get('bootstrap', {}).get('seed')}). ≈ after a rank: its return interval "
-        "overlaps the next agent's, so the order is not significant. Composite: StockBench "
+        f"{conv.get('bootstrap', {}).get('seed')}). ≈ after a rank: the paired "
+        "bootstrap of the return difference with the next agent (same resampled days) has a "
+        "95% interval containing 0, or the two share fewer than "
+        f"{conv.get('significance', {}).get('min_days')} days: the order is not "
+        "significant. Composite: StockBench "
         "Eq. 4 across the market's agents. Consistency: mean pairwise L1 distance of "
         "repeated answers to one frozen prompt (lower is more consistent). Valid: share of "
         "the rounds the agent was asked that it answered with an applied allocation or a "
@@ -460,6 +568,7 @@ def render_html(report: Report) -> str:
         f"{100 * conv.get('provisional', {}).get('min_valid_rate', 0.8):.0f}% or with fewer "
         f"than {conv.get('provisional', {}).get('min_days', 5)} scored days is listed as "
         "provisional, without a rank.</p>",
+        _columns_legend(),
     ]
     if not markets:
         parts.append("<p>No agent has data in this window.</p>")

@@ -62,9 +62,9 @@ def test_s_intra_clips_and_ignores_negative_rho() -> None:
 
 
 def test_s_inter_single_class_convention() -> None:
-    # one weighted class: rho_cross taken as 0 -> (1 - 0) / 2 = 0.5
-    assert s_inter({"equities": 1.0}, {}) == 0.5
-    assert s_inter({"equities": 1.0, "bonds": 0.0}, {}) == 0.5
+    # one weighted class: no other class to hedge with -> no credit, 0 (issue 17.3; was 0.5)
+    assert s_inter({"equities": 1.0}, {}) == 0.0
+    assert s_inter({"equities": 1.0, "bonds": 0.0}, {}) == 0.0
     # three classes: pairs (a,b)=.2 w .5*.3, (a,c)=-.4 w .5*.2, (b,c)=0 w .3*.2
     # rho_cross = (.15*.2 + .10*(-.4) + .06*0) / (.15 + .10 + .06) = -0.01 / 0.31
     w3 = {"a": 0.5, "b": 0.3, "c": 0.2}
@@ -290,23 +290,31 @@ def test_diversification_from_returns_hand_case() -> None:
 
 
 def test_diversification_cross_correlation() -> None:
-    # A = x (equities), C = -x (bonds): rho_cross = -1 -> s_inter = 1; singles -> s_intra 0
+    # A = x (equities), C = -x (bonds): rho(equities, bonds) = mean(corr(A, C), corr(B, C))
+    # = mean(-1, -0.70711) over the whole equities class; the bonds class is C alone (rho 1)
+    # and equities (A, B) correlate 0.70711 although only A is held (issue 17.3).
     r = 0.01 * np.column_stack([_X, _X + _Y, -_X, np.zeros(4)])
     out = diversification_from_returns({"A": 0.5, "C": 0.5}, CLASSES, r, ASSETS)
-    assert out["s_intra"] == pytest.approx(0.0)
-    assert out["s_inter"] == pytest.approx(1.0)
-    assert out["s_corr"] == pytest.approx(0.5)
+    s_i = 1 - 0.5 * math.sqrt(0.5) - 0.5 * 1.0
+    s_e = (1 + (1 + math.sqrt(0.5)) / 2) / 2
+    assert out["s_intra"] == pytest.approx(s_i)
+    assert out["s_inter"] == pytest.approx(s_e)
+    assert out["s_corr"] == pytest.approx(0.5 * s_i + 0.5 * s_e)
 
 
 def test_diversification_single_asset_and_cash_conventions() -> None:
+    # Issue 17.3: the whole equities class (A, B: 0.70711) counts, and one class gets no
+    # hedging credit: s_intra 1 - 0.70711, s_inter 0 (was 0, 0.5, 0.25 with held-only).
     single = diversification_from_returns({"A": 1.0}, CLASSES, RETURNS, ASSETS)
-    assert single == pytest.approx({"s_intra": 0.0, "s_inter": 0.5, "s_corr": 0.25})
+    s_i = 1 - math.sqrt(0.5)
+    assert single == pytest.approx({"s_intra": s_i, "s_inter": 0.0, "s_corr": s_i / 2})
     cash = diversification_from_returns({"CASH": 1.0}, CLASSES, RETURNS, ASSETS)
-    assert cash == pytest.approx({"s_intra": 1.0, "s_inter": 0.5, "s_corr": 0.75})
+    assert all(math.isnan(x) for x in cash.values())  # nothing at risk (was 0.75)
     # cash is uncorrelated with everything: A + CASH -> rho_cross 0
     mix = diversification_from_returns({"A": 0.5, "CASH": 0.5}, CLASSES, RETURNS, ASSETS)
-    # s_intra = 1 - 0.5 * 1 - 0.5 * 0 = 0.5
-    assert mix == pytest.approx({"s_intra": 0.5, "s_inter": 0.5, "s_corr": 0.5})
+    # s_intra = 1 - 0.5 * 0.70711 - 0.5 * 0
+    s_m = 1 - 0.5 * math.sqrt(0.5)
+    assert mix == pytest.approx({"s_intra": s_m, "s_inter": 0.5, "s_corr": s_m / 2 + 0.25})
 
 
 def test_diversification_short_and_invalid() -> None:

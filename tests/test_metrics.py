@@ -25,6 +25,7 @@ from scoring.metrics import (
     sharpe,
     simple_returns,
     sortino,
+    sortino_stockbench,
     summarise,
     turnover,
     volatility,
@@ -46,7 +47,7 @@ def test_constants() -> None:
 
 def test_periods_per_year() -> None:
     assert periods_per_year("equity") == 252
-    assert periods_per_year("Polymarket") == 365
+    assert periods_per_year("Polymarket") == 252  # LiveTradeBench convention (issue 17.2)
     with pytest.raises(ValueError):
         periods_per_year("crypto")
 
@@ -87,17 +88,20 @@ def test_sharpe_nan_cases() -> None:
     assert math.isnan(sharpe([0.01, 0.01, 0.01], 252))  # std == 0 (numerically)
 
 
-def test_sortino() -> None:
+def test_sortino_stockbench() -> None:
+    # StockBench Eq. 3 read literally (the standard headline is in test_scoring_conventions).
     # Only negative return: -0.01 -> sigma_d per period sqrt(0.0001) = 0.01.
     # R_p = 0.02 * 252 = 5.04; sigma_d annualised = 0.01 * sqrt(252) = 0.158745
     # Sortino = 5.04 / 0.158745 = 31.749 = 2 * sqrt(252)
-    assert sortino(R4, 252) == pytest.approx(5.04 / (0.01 * SQRT252))
-    assert sortino(R4, 252) == pytest.approx(2 * SQRT252)
+    assert sortino_stockbench(R4, 252) == pytest.approx(5.04 / (0.01 * SQRT252))
+    assert sortino_stockbench(R4, 252) == pytest.approx(2 * SQRT252)
+    # The standard one divides by all 4 days: sqrt(0.0001 / 4) = 0.005 -> 4 * sqrt(252).
+    assert sortino(R4, 252) == pytest.approx(4 * SQRT252)
     # Two negatives -0.02, -0.04: mean sq = (0.0004 + 0.0016)/2 = 0.001 -> sigma_d = 0.031623
     # r = [0.06, -0.02, -0.04, 0.04]: mean 0.01; rf 3.65%/365 = 0.0001 -> excess 0.0099
     r = [0.06, -0.02, -0.04, 0.04]
     expected = 0.0099 * 365 / (math.sqrt(0.001) * math.sqrt(365))
-    assert sortino(r, 365, rf_annual=0.0365) == pytest.approx(expected)
+    assert sortino_stockbench(r, 365, rf_annual=0.0365) == pytest.approx(expected)
 
 
 def test_sortino_nan_without_negatives() -> None:
@@ -190,7 +194,11 @@ def test_summarise() -> None:
     assert s.max_drawdown == pytest.approx(0.25)
     assert s.calmar == pytest.approx(0.32)
     assert s.win_rate == pytest.approx(2 / 3)
-    assert s.mean_turnover == pytest.approx(2.0)
+    assert s.target_turnover == pytest.approx(2.0)
+    assert math.isnan(s.mean_turnover)  # executed turnover needs the traded values
+    traded = summarise(v, 3, weight_seq=w, traded_values=[216.0, 216.0])
+    # 432 traded over a mean equity of (100 + 120 + 90 + 108) / 4 = 104.5, 3 returns.
+    assert traded.mean_turnover == pytest.approx(432 / 104.5 / 3)
     assert s.flip_rate == pytest.approx(1.0)
     r = simple_returns(v)
     assert s.volatility == pytest.approx(float(np.std(r, ddof=1)) * math.sqrt(3))
@@ -220,10 +228,12 @@ def test_to_dict_keeps_finite_values() -> None:
         "volatility",
         "sharpe",
         "sortino",
+        "sortino_stockbench",
         "max_drawdown",
         "calmar",
         "win_rate",
         "mean_turnover",
+        "target_turnover",
         "flip_rate",
         "n_periods",
     }

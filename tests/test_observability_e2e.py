@@ -177,6 +177,10 @@ def variable_queries() -> list[tuple[str, str, str]]:
         for var in board["templating"]["list"]:
             if var["type"] != "query":
                 continue
+            q = re.fullmatch(r"query_result\((.+)\)", var["definition"])
+            if q:  # a PromQL query whose result labels give the values
+                out.append((board["uid"], var["name"], q[1]))
+                continue
             m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", var["definition"])
             assert m, var["definition"]
             out.append((board["uid"], var["name"], f"count by ({m[2]}) ({m[1]})"))
@@ -474,11 +478,19 @@ def test_prometheus_alert_reaches_the_webhook_through_alertmanager(scenario: Sce
     assert "ew breached its drawdown limit" in first["annotations"]["summary"]
 
 
+#: Expressions legitimately empty in this short scenario of baseline agents: it exports no
+#: leaderboard figure (paperarena_leaderboard_figure is covered by tests/test_metrics_http.py),
+#: and no agent calls a model (the LLM dashboard lists LLM agents only).
+MAY_BE_EMPTY = ("paperarena-overview / Leaderboard: max by (agent, market) "
+                "(paperarena_leaderboard_figure{",
+                "paperarena-llm / $agent:")
+
+
 @needs_stack
 def test_every_dashboard_expression_returns_data(scenario: Scenario) -> None:
     assert scenario.last_scrape is not None, "Prometheus never scraped the daemon"
     assert not scenario.errors, scenario.errors
-    empty = [k for k, n in scenario.results.items() if n <= 0]
+    empty = [k for k, n in scenario.results.items() if n <= 0 and not k.startswith(MAY_BE_EMPTY)]
     assert not empty, "\n".join(empty)
     expected = {f"{u} / {t}: {e}" for u, t, e in dashboard_queries()}
     expected |= {f"{u} / ${v}: {e}" for u, v, e in variable_queries()}

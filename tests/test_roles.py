@@ -54,7 +54,8 @@ pytestmark = requires_broker
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = (("bh", "ew"), ("mom", "cash"))
 #: Leaderboard fields computed across the agents of one database (rank, composite, ties).
-CROSS_AGENT = frozenset({"rank", "tied_with_next", "composite_score", "composite_rank"})
+CROSS_AGENT = frozenset({"rank", "tied_with_next", "composite_score", "composite_rank",
+                         "vs_next", "vs_baselines"})
 TEST_CONFIG = TINY_CONFIG + "\n[http]\nenabled = false\n"
 
 
