@@ -389,8 +389,9 @@ def role_daemon(
     if role == "feeds":
         cfg = config.model_copy(update={"agents": ()})
         bridge = RoleBridge(settings, role="feeds", process_id=process_id)
+        protocols = [a.protocol for a in config.agents]  # fundamentals: wanted by any agent
         daemon = LiveDaemon(cfg, db=db, version=version,
-                            sources=lambda eng: build_sources(cfg, eng),
+                            sources=lambda eng: build_sources(cfg, eng, protocols=protocols),
                             components=[bridge, *default_components(cfg, mode="live"), *extra])
         daemon.config_filter = lambda new: new.model_copy(update={"agents": ()})
         return daemon

@@ -25,14 +25,16 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import aiohttp
 import structlog
+from pydantic import BaseModel, ConfigDict, Field
 
+from daemon.durations import Duration
 from daemon.events import FundamentalsEvent
+from feeds.connection import SourceCounters, SourceState
 
 log = structlog.get_logger(__name__)
 
@@ -114,22 +116,57 @@ def normalise_finnhub(payload: Any) -> dict[str, float]:
     return _pick(metric, FINNHUB_FIELDS)
 
 
-@dataclass(frozen=True, slots=True)
-class FundamentalsSettings:
-    """Where and how often fundamentals are polled."""
+class FundamentalsSettings(BaseModel):
+    """The ``[sources.fundamentals]`` section: whether, where and how often fundamentals are polled.
 
-    provider: Provider = "yahoo"
-    """``yahoo`` (keyless, one request for all symbols) or ``finnhub`` (token, one per symbol)."""
-    interval: float = 21_600.0
-    """Seconds between polls (default 6 h: the figures change slowly)."""
-    timeout: float = 10.0
-    """Seconds per HTTP request."""
-    yahoo_url: str = "https://query1.finance.yahoo.com/v7/finance/quote"
-    finnhub_url: str = "https://finnhub.io/api/v1/stock/metric"
+    Off unless asked for: by default (``enabled`` unset) the source runs exactly when some agent
+    uses ``protocol = "stockbench"``, the only prompt that shows fundamentals.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool | None = Field(
+        default=None,
+        description="true/false; unset: on when some agent uses protocol 'stockbench'",
+    )
+    provider: Provider = Field(
+        default="yahoo",
+        description="'yahoo' (keyless, one request for all stocks) or 'finnhub' (key, one each)",
+    )
+    poll_interval: Duration = Field(
+        default=21_600.0, gt=0, description="between polls (default 6h: the figures move slowly)"
+    )
+    retry_interval: Duration = Field(
+        default=300.0, gt=0, description="after a poll that got no figures, retry this soon"
+    )
+    request_timeout: Duration = Field(default=10.0, gt=0, description="per HTTP request")
+    yahoo_url: str = Field(default="https://query1.finance.yahoo.com/v7/finance/quote",
+                           description="Yahoo quote endpoint")
+    finnhub_url: str = Field(default="https://finnhub.io/api/v1/stock/metric",
+                             description="Finnhub metrics endpoint")
+    finnhub_key_env: str = Field(default="FINNHUB_API_KEY",
+                                 description="environment variable holding the Finnhub key")
+
+    def wanted(self, protocols: Iterable[str]) -> bool:
+        """Return whether the source runs, given the protocols of the configured agents."""
+        if self.enabled is not None:
+            return self.enabled
+        return "stockbench" in set(protocols)
 
 
 class FundamentalsSource:
-    """Poll a provider for the universe's fundamentals and publish one event per stock."""
+    """Poll a provider for the universe's fundamentals and publish one event per stock.
+
+    A :class:`~feeds.connection.Source`: ``connecting`` until the first poll, then ``live``
+    while the last poll brought figures (it stays live through the long wait between polls, so a
+    6 h interval raises no stale-feed alert) and ``down`` with ``last_error`` when it brought
+    none (retried after ``retry_interval``).
+    """
+
+    #: Figures of stocks: a failure matters (alerts, /readyz) only while NYSE is open.
+    market = "equity"
+    #: No prices: its health never decides whether rounds have prices.
+    provides_prices = False
 
     def __init__(
         self,
@@ -148,20 +185,36 @@ class FundamentalsSource:
         self.symbols = tuple(symbols)
         self.publish = publish
         self.name = name
+        self.state = SourceState.CONNECTING
+        self.counters = SourceCounters()
         self._token = token
         self._clock = clock
         self.errors = 0
+        #: Why the last poll (or one of its symbols) failed; "" once a poll goes through.
         self.last_error = ""
 
     async def run(self) -> None:
-        """Poll forever, every ``interval`` seconds; a failed poll is logged and retried later."""
+        """Poll until cancelled; a poll without figures is retried after ``retry_interval``."""
         async with aiohttp.ClientSession() as session:
             while True:
-                await self.poll_once(session)
-                await asyncio.sleep(self.settings.interval)
+                try:
+                    events = await self.poll_once(session)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # never let one odd answer end the source
+                    self._failed(exc)
+                    events = []
+                ok = bool(events)
+                if not ok:
+                    self.state = SourceState.DOWN
+                    self.last_error = self.last_error or "no figures for any stock"
+                s = self.settings
+                await asyncio.sleep(s.poll_interval if ok else min(s.retry_interval,
+                                                                   s.poll_interval))
 
     async def poll_once(self, session: aiohttp.ClientSession) -> list[FundamentalsEvent]:
         """Fetch every symbol once, publish the events and return them."""
+        self.last_error = ""
         try:
             if self.settings.provider == "yahoo":
                 by_symbol = await self._yahoo(session)
@@ -169,6 +222,7 @@ class FundamentalsSource:
                 by_symbol = await self._finnhub(session)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             self._failed(exc)
+            self.state = SourceState.DOWN
             return []
         now = self._clock()
         events = [
@@ -178,10 +232,15 @@ class FundamentalsSource:
         ]
         for ev in events:
             await self.publish(ev)
+        self.counters.messages += len(events)
+        self.counters.data_messages += len(events)
+        if events:
+            self.counters.last_message_ts = self.counters.last_data_ts = now
+            self.state = SourceState.LIVE
         return events
 
     async def _get(self, session: aiohttp.ClientSession, url: str, params: dict[str, str]) -> Any:
-        timeout = aiohttp.ClientTimeout(total=self.settings.timeout)
+        timeout = aiohttp.ClientTimeout(total=self.settings.request_timeout)
         async with session.get(url, params=params, timeout=timeout) as resp:
             if resp.status != 200:
                 raise ValueError(f"HTTP {resp.status} from {url}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -11,8 +12,10 @@ import structlog
 from daemon.config import Config
 from daemon.events import HistoryEvent, MarketListed
 from daemon.schedule import get_nyse_calendar
+from feeds.alpaca import secret_from_env
 from feeds.connection import SourceCounters, SourceState
 from feeds.equities import build_equity_sources
+from feeds.fundamentals import FundamentalsSource
 from feeds.health import short_error
 from feeds.news import build_news_sources, equity_news_queries, question_query
 from feeds.polymarket import build_polymarket_source
@@ -72,8 +75,13 @@ class EquityHistoryBackfill:
         log.info("equity history backfilled", symbols=got, of=len(symbols))
 
 
-def build_sources(config: Config, engine: Engine) -> list[Any]:
-    """Return the sources to run for ``config``, wired to the engine's bus and clock."""
+def build_sources(config: Config, engine: Engine, *,
+                  protocols: Iterable[str] | None = None) -> list[Any]:
+    """Return the sources to run for ``config``, wired to the engine's bus and clock.
+
+    ``protocols`` are the agents' protocols that decide whether fundamentals are wanted (default:
+    those of ``config.agents``; the feeds role, which runs no agent, passes the whole config's).
+    """
     src_cfg = config.sources
     if not src_cfg.enabled:
         return []
@@ -113,4 +121,9 @@ def build_sources(config: Config, engine: Engine) -> list[Any]:
 
         bus.add_tap("market.#", add_question)  # type: ignore[arg-type]
         sources += news
+    fund = src_cfg.fundamentals
+    wanted = protocols if protocols is not None else (a.protocol for a in config.agents)
+    if equities and fund.wanted(wanted):
+        token = secret_from_env(fund.finnhub_key_env) if fund.provider == "finnhub" else None
+        sources.append(FundamentalsSource(fund, equities, bus.publish, token=token, clock=now))
     return sources

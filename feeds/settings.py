@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from daemon.durations import Duration
 from feeds.equities import EquitySourcesSettings
+from feeds.fundamentals import FundamentalsSettings
 from feeds.news import NewsSettings
 from feeds.polymarket import PolymarketSettings
 
@@ -19,6 +20,7 @@ class SourcesSettings(BaseModel):
     equity: EquitySourcesSettings = EquitySourcesSettings()
     polymarket: PolymarketSettings = PolymarketSettings()
     news: NewsSettings = NewsSettings()
+    fundamentals: FundamentalsSettings = FundamentalsSettings()
     backfill: bool = Field(default=True, description="fetch recent daily history at start-up")
     health_min_gap: Duration = Field(
         default=10.0, gt=0, description="at most one source-health line per this many seconds"

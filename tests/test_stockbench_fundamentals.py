@@ -141,7 +141,7 @@ async def test_unreachable_provider_is_one_logged_error() -> None:
 
     async with aiohttp.ClientSession() as session:
         src = FundamentalsSource(FundamentalsSettings(
-            yahoo_url="http://127.0.0.1:9/v7/finance/quote", timeout=2), ["AAPL"], publish)
+            yahoo_url="http://127.0.0.1:9/v7/finance/quote", request_timeout=2), ["AAPL"], publish)
         assert await src.poll_once(session) == []
     assert src.errors == 1 and src.last_error
 
