@@ -12,7 +12,7 @@ import structlog
 from daemon.config import Config
 from daemon.events import HistoryEvent, MarketListed
 from daemon.schedule import get_nyse_calendar
-from feeds.alpaca import secret_from_env
+from feeds.alpaca import MissingCredentialError, secret_from_env
 from feeds.connection import SourceCounters, SourceState
 from feeds.equities import build_equity_sources
 from feeds.fundamentals import FundamentalsSource
@@ -124,6 +124,11 @@ def build_sources(config: Config, engine: Engine, *,
     fund = src_cfg.fundamentals
     wanted = protocols if protocols is not None else (a.protocol for a in config.agents)
     if equities and fund.wanted(wanted):
-        token = secret_from_env(fund.finnhub_key_env) if fund.provider == "finnhub" else None
+        token = None
+        if fund.provider == "finnhub":
+            try:
+                token = secret_from_env(fund.finnhub_key_env)
+            except MissingCredentialError as exc:
+                raise MissingCredentialError(f"sources.fundamentals (finnhub): {exc}") from None
         sources.append(FundamentalsSource(fund, equities, bus.publish, token=token, clock=now))
     return sources

@@ -16,6 +16,7 @@ from daemon.bus import Bus
 from daemon.cli import main
 from daemon.config import parse_config
 from daemon.live import LiveDaemon
+from feeds.alpaca import MissingCredentialError
 from feeds.fundamentals import FundamentalsSettings, FundamentalsSource
 from feeds.health import SourceHealth
 from feeds.registry import build_sources
@@ -114,7 +115,8 @@ def test_registry_builds_it_only_when_wanted(tmp_path: Path,
     # The feeds role runs no agent but polls for the evaluators' StockBench agents.
     assert "fundamentals" in names({}, [], protocols=["stockbench"])
     monkeypatch.delenv("FUNDS_KEY", raising=False)
-    with pytest.raises(Exception, match="FUNDS_KEY"):
+    with pytest.raises(MissingCredentialError,
+                       match=r"sources.fundamentals \(finnhub\): .*FUNDS_KEY"):
         names({"provider": "finnhub", "finnhub_key_env": "FUNDS_KEY"}, [STOCKBENCH])
 
 
