@@ -350,7 +350,8 @@ class Store:
                                   ev.price, ev.bid, ev.ask, encode_event(ev).decode()))
         else:
             market = getattr(ev, "market", None)
-            asset = ev.id if isinstance(ev, NewsEvent) else getattr(ev, "question_id", None)
+            asset = (ev.id if isinstance(ev, NewsEvent)
+                     else getattr(ev, "asset", None) or getattr(ev, "question_id", None))
             self._pending.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, market, asset, None,
                                   None, None, encode_event(ev).decode()))
 

@@ -90,8 +90,9 @@ async def test_live_daemon_polls_fundamentals_into_the_store(tmp_path: Path) -> 
             await daemon.stop()
     assert fake.requests and fake.requests[0][1]["symbols"] == ",".join(STOCKS)
     rows = sqlite3.connect(db).execute(
-        "SELECT payload FROM market_events WHERE kind = 'FundamentalsEvent'").fetchall()
-    stored = {e["asset"]: e for e in (json.loads(r[0]) for r in rows)}
+        "SELECT asset, payload FROM market_events WHERE kind = 'FundamentalsEvent'").fetchall()
+    assert all(asset == json.loads(payload)["asset"] for asset, payload in rows)  # queryable
+    stored = {e["asset"]: e for e in (json.loads(r[1]) for r in rows)}
     assert sorted(stored) == ["AAPL", "MSFT"]  # the fake quotes no NVDA
     assert stored["AAPL"]["source"] == "yahoo" and stored["AAPL"]["metrics"]["market_cap_usd"] > 0
 
