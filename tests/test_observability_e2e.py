@@ -3,10 +3,14 @@
 The daemon (``paperarena replay`` in a subprocess, HTTP enabled in replay) replays an 80-second
 recording at 4x in which prices dip, bounce and crash by 40%: the conservative equal-weight agent
 breaches its 10% limit and is halted, buy-and-hold (aggressive, 35%) breaches later and wobbles
-around its limit without re-arming. Prometheus scrapes it every second with the repo's rules
-(``for:`` shortened to 1s), Alertmanager (the repo's config, fast grouping) posts to a local
-webhook sink, and so does the daemon's own notifier. Afterwards every PromQL expression of every
-dashboard is evaluated at the last scrape of the daemon and must return data.
+around its limit without re-arming. An LLM agent, mostly in cash, asks a local OpenAI-compatible
+model (tests/llm_server.py, through the real litellm path) every round. The NYSE close falls
+inside the recording, so the daily mark is taken and the leaderboard figures are exported
+(``[leaderboard] min_days = 1``: one scored day ranks the agents). Prometheus scrapes it every
+second with the repo's rules (``for:`` shortened to 1s), Alertmanager (the repo's config, fast
+grouping) posts to a local webhook sink, and so does the daemon's own notifier. Afterwards every
+PromQL expression of every dashboard is evaluated at the last scrape of the daemon and must
+return data.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from aiohttp import web
 
 from daemon.events import PriceEvent
 from feeds.recording import RecordingHeader, RecordingWriter
+from tests.llm_server import FakeLlmServer, answer
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -64,8 +69,11 @@ needs_stack = pytest.mark.skipif(
 pytestmark = pytest.mark.slow
 
 TICKERS = ("AAPL", "MSFT", "NVDA", "JPM")
-#: Tuesday 2026-11-03 15:00:00 UTC (NYSE open), a multiple of the 5 s decision interval.
-START = datetime(2026, 11, 3, 15, 0, tzinfo=UTC).timestamp()
+#: The NYSE close of Tuesday 2026-11-03 (16:00 EST): the daily mark is taken there.
+CLOSE = datetime(2026, 11, 3, 21, 0, tzinfo=UTC).timestamp()
+#: 30 s before the close (a multiple of the 5 s decision interval): the mark is taken 7.5 s of
+#: wall time into the replay, before the daemon's first leaderboard refresh (15 s).
+START = CLOSE - 30
 DURATION = 80.0
 SPEED = 4.0
 #: (seconds, price factor): flat, dip to -14%, bounce to -8.5%, crash to -40%, wobble, flat.
@@ -87,6 +95,9 @@ enabled = false
 [http]
 replay = true
 port = {port}
+
+[leaderboard]
+min_days = 1
 
 [logging]
 level = "info"
@@ -120,7 +131,21 @@ risk_profile = "aggressive"
 [[agents]]
 id = "cash"
 kind = "cash"
+
+[[agents]]
+id = "llm"
+kind = "llm"
+model = "openai/test-model"
+api_base = "{api_base}"
+api_key_env = "{key_env}"
+timeout = 10
+max_attempts = 1
+daily_budget_usd = 5.0
 """
+#: The environment variable holding the (fake) model key the daemon sends to the local model.
+KEY_ENV = "PAPERARENA_OBS_TEST_LLM_KEY"
+#: What the local model answers every round: almost all cash, so the crash breaches no limit.
+LLM_ANSWER = {"AAPL": 0.05, "CASH": 0.95}
 
 
 def factor(t: float) -> float:
@@ -189,11 +214,14 @@ def variable_queries() -> list[tuple[str, str, str]]:
 
 SUBSTITUTIONS = {"instance": ".*", "market": "equity", "agent": "ew", "source": ".*",
                  "__rate_interval": "1m", "__interval": "5s", "__range": "1h"}
+#: Per dashboard overrides: the LLM dashboard lists model-calling agents only.
+DASHBOARD_SUBSTITUTIONS = {"paperarena-llm": {"agent": "llm"}}
 
 
-def substitute(expr: str) -> str:
+def substitute(expr: str, uid: str = "") -> str:
     """Replace Grafana variables the way Grafana would for one concrete selection."""
-    for name, val in sorted(SUBSTITUTIONS.items(), key=lambda kv: -len(kv[0])):
+    values = SUBSTITUTIONS | DASHBOARD_SUBSTITUTIONS.get(uid, {})
+    for name, val in sorted(values.items(), key=lambda kv: -len(kv[0])):
         expr = expr.replace(f"${{{name}}}", val).replace(f"${name}", val)
     assert "$" not in expr, expr
     return expr
@@ -212,6 +240,7 @@ class Scenario:
     during: dict[str, Any] = field(default_factory=dict)
     last_scrape: float | None = None
     results: dict[str, int] = field(default_factory=dict)
+    llm_requests: int = 0
     errors: dict[str, str] = field(default_factory=dict)
     db: Path = Path()
     elapsed: float = 0.0
@@ -261,9 +290,11 @@ async def run_scenario(tmp: Path) -> Scenario:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     p_sink = runner.addresses[0][1]
+    llm = await FakeLlmServer(default=answer(LLM_ANSWER)).start()
 
     (tmp / "paperarena.toml").write_text(CONFIG.format(
-        assets=json.dumps(list(TICKERS)), port=p_daemon, sink=p_sink))
+        assets=json.dumps(list(TICKERS)), port=p_daemon, sink=p_sink, api_base=llm.api_base,
+        key_env=KEY_ENV))
     prom_dir = tmp / "prom"
     prom_dir.mkdir()
     prom_cfg = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
@@ -296,7 +327,8 @@ async def run_scenario(tmp: Path) -> Scenario:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
             await _wait_http(s, f"http://127.0.0.1:{p_am}/-/ready", 20)
             await _wait_http(s, f"{prom}/-/ready", 20)
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                   KEY_ENV: "sk-test-not-a-secret"}
             daemon = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "daemon.cli", "replay", str(tmp / "crash.jsonl.gz"),
                 "--config", str(tmp / "paperarena.toml"), "--db", str(sc.db),
@@ -337,10 +369,10 @@ async def run_scenario(tmp: Path) -> Scenario:
             points = [float(t) for res in body["data"]["result"] for t, _ in res["values"]]
             sc.last_scrape = max(points) if points else None
             if sc.last_scrape is not None:
-                queries = [(f"{u} / {t}", e) for u, t, e in dashboard_queries()]
-                queries += [(f"{u} / ${v}", e) for u, v, e in variable_queries()]
-                for key, expr in queries:
-                    n, err = await _prom_query(s, prom, substitute(expr), sc.last_scrape)
+                queries = [(u, f"{u} / {t}", e) for u, t, e in dashboard_queries()]
+                queries += [(u, f"{u} / ${v}", e) for u, v, e in variable_queries()]
+                for uid, key, expr in queries:
+                    n, err = await _prom_query(s, prom, substitute(expr, uid), sc.last_scrape)
                     sc.results[f"{key}: {expr}"] = n
                     if err:
                         sc.errors[f"{key}: {expr}"] = err
@@ -355,6 +387,8 @@ async def run_scenario(tmp: Path) -> Scenario:
         for f in logs.values():
             f.close()
         await runner.cleanup()
+        sc.llm_requests = len(llm.requests)
+        await llm.close()
     sc.daemon_log = (tmp / "daemon.log").read_text()
     sc.daemon_sink = received["/daemon"]
     sc.slack_sink = received["/slack"]
@@ -432,7 +466,7 @@ def test_replay_ran_with_http_and_exited_cleanly(scenario: Scenario) -> None:
     assert status == 200 and ready["feeds"]["replay"]["state"] == "live"
     assert scenario.during["/healthz"][0] == 200
     status, board = scenario.during["/api/leaderboard"]
-    assert status == 200 and {r["agent"] for r in board["live"]} == {"ew", "bh", "cash"}
+    assert status == 200 and {r["agent"] for r in board["live"]} == {"ew", "bh", "cash", "llm"}
     assert scenario.during.get("halted"), "ew was never seen halted through /api/agents/ew"
     assert 'paperarena_agent_status{agent="ew",market="equity",status="halted"} 1.0' in \
         scenario.during["/metrics"]
@@ -478,20 +512,40 @@ def test_prometheus_alert_reaches_the_webhook_through_alertmanager(scenario: Sce
     assert "ew breached its drawdown limit" in first["annotations"]["summary"]
 
 
-#: Expressions legitimately empty in this short scenario of baseline agents: it exports no
-#: leaderboard figure (paperarena_leaderboard_figure is covered by tests/test_metrics_http.py),
-#: and no agent calls a model (the LLM dashboard lists LLM agents only).
-MAY_BE_EMPTY = ("paperarena-overview / Leaderboard: max by (agent, market) "
-                "(paperarena_leaderboard_figure{",
-                "paperarena-llm / $agent:")
+#: Leaderboard figures undefined before this many daily marks (tests/test_metrics_http.py and
+#: scoring's tests cover them): CapitalBench scores the return between two marks, s_corr needs
+#: the correlations of at least two mark-to-mark returns. One NYSE close is all an 80 s
+#: scenario holds; with more marks these queries too must return data.
+DAYS_NEEDED = {"capitalbench_score": 2, "s_corr": 3}
+
+
+def undefined_figure(key: str, marks: int) -> bool:
+    """Return whether ``key`` queries a leaderboard figure undefined with ``marks`` marks."""
+    m = re.search(r'paperarena_leaderboard_figure\{figure="(\w+)"', key)
+    return m is not None and marks < DAYS_NEEDED.get(m[1], 0)
 
 
 @needs_stack
 def test_every_dashboard_expression_returns_data(scenario: Scenario) -> None:
     assert scenario.last_scrape is not None, "Prometheus never scraped the daemon"
     assert not scenario.errors, scenario.errors
-    empty = [k for k, n in scenario.results.items() if n <= 0 and not k.startswith(MAY_BE_EMPTY)]
+    con = sqlite3.connect(scenario.db)
+    marks = con.execute("SELECT COUNT(DISTINCT ts) FROM equity WHERE kind='daily'").fetchone()[0]
+    assert marks == 1
+    empty = [k for k, n in scenario.results.items() if n <= 0 and not undefined_figure(k, marks)]
     assert not empty, "\n".join(empty)
     expected = {f"{u} / {t}: {e}" for u, t, e in dashboard_queries()}
     expected |= {f"{u} / ${v}: {e}" for u, v, e in variable_queries()}
     assert set(scenario.results) == expected
+
+
+@needs_stack
+def test_llm_agent_called_the_model_and_the_close_was_marked(scenario: Scenario) -> None:
+    assert scenario.llm_requests > 0
+    con = sqlite3.connect(scenario.db)
+    calls = con.execute("SELECT COUNT(*) FROM llm_calls WHERE agent='llm'").fetchone()[0]
+    assert calls == scenario.llm_requests
+    ok = con.execute("SELECT COUNT(*) FROM decisions WHERE agent='llm' AND outcome='ok'")
+    assert ok.fetchone()[0] > 0
+    marks = con.execute("SELECT DISTINCT ts FROM equity WHERE kind='daily'").fetchall()
+    assert marks == [(CLOSE,)]
