@@ -73,9 +73,9 @@ pytestmark = pytest.mark.slow
 TICKERS = ("AAPL", "MSFT", "NVDA", "JPM")
 #: The NYSE close of Tuesday 2026-11-03 (16:00 EST): the daily mark is taken there.
 CLOSE = datetime(2026, 11, 3, 21, 0, tzinfo=UTC).timestamp()
-#: 30 s before the close (after ew's halt, before bh's breach): the decision and the mark at
-#: the close come 7.5 s of wall time into the replay, before the daemon's first leaderboard
-#: refresh (15 s), and the last figures are scraped from then on.
+#: 30 s before the close, which so falls between ew's halt and bh's breach: the decision and
+#: the mark at the close come 7.5 s of wall time into the replay, before the daemon's first
+#: leaderboard refresh (15 s), and the last figures are scraped from then on.
 START = CLOSE - 30
 DURATION = 80.0
 #: Each session's close (Fri 2026-10-30, Mon 2026-11-02, then the crash's) and each ticker's
