@@ -3,10 +3,16 @@
 The daemon (``paperarena replay`` in a subprocess, HTTP enabled in replay) replays an 80-second
 recording at 4x in which prices dip, bounce and crash by 40%: the conservative equal-weight agent
 breaches its 10% limit and is halted, buy-and-hold (aggressive, 35%) breaches later and wobbles
-around its limit without re-arming. Prometheus scrapes it every second with the repo's rules
-(``for:`` shortened to 1s), Alertmanager (the repo's config, fast grouping) posts to a local
-webhook sink, and so does the daemon's own notifier. Afterwards every PromQL expression of every
-dashboard is evaluated at the last scrape of the daemon and must return data.
+around its limit without re-arming. An LLM agent, mostly in cash, asks a local OpenAI-compatible
+model (tests/llm_server.py, through the real litellm path) every round. Decisions run at
+close-1m and at the close; two earlier sessions are replayed first as fast as possible (a
+recording cut before the crash, resumed by the complete one), and the crash session's close
+falls inside the crash, so three daily marks feed every leaderboard figure (``[leaderboard]
+min_days = 3`` ranks the agents). Prometheus scrapes it every
+second with the repo's rules (``for:`` shortened to 1s), Alertmanager (the repo's config, fast
+grouping) posts to a local webhook sink, and so does the daemon's own notifier. Afterwards every
+PromQL expression of every dashboard is evaluated at the last scrape of the daemon and must
+return data.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from aiohttp import web
 
 from daemon.events import PriceEvent
 from feeds.recording import RecordingHeader, RecordingWriter
+from tests.llm_server import FakeLlmServer, answer
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -64,9 +71,21 @@ needs_stack = pytest.mark.skipif(
 pytestmark = pytest.mark.slow
 
 TICKERS = ("AAPL", "MSFT", "NVDA", "JPM")
-#: Tuesday 2026-11-03 15:00:00 UTC (NYSE open), a multiple of the 5 s decision interval.
-START = datetime(2026, 11, 3, 15, 0, tzinfo=UTC).timestamp()
+#: The NYSE close of Tuesday 2026-11-03 (16:00 EST): the daily mark is taken there.
+CLOSE = datetime(2026, 11, 3, 21, 0, tzinfo=UTC).timestamp()
+#: 30 s before the close, which so falls between ew's halt and bh's breach: the decision and
+#: the mark at the close come 7.5 s of wall time into the replay, before the daemon's first
+#: leaderboard refresh (15 s), and the last figures are scraped from then on.
+START = CLOSE - 30
 DURATION = 80.0
+#: Each session's close (Fri 2026-10-30, Mon 2026-11-02, then the crash's) and each ticker's
+#: price factor 70 s before it, ahead of the decisions at close-1m and at the close: three
+#: daily marks in all, as many as every leaderboard figure needs (s_corr correlates
+#: mark-to-mark returns). Below 1 before the crash, so its drawdowns start at the crash; JPM
+#: doubles before it, so an asset gains over the window and CapitalBench has a best return.
+HISTORY = ((datetime(2026, 10, 30, 20, 0, tzinfo=UTC).timestamp(), (0.97, 0.99, 0.96, 0.5)),
+           (datetime(2026, 11, 2, 21, 0, tzinfo=UTC).timestamp(), (0.985, 0.975, 0.99, 0.55)),
+           (CLOSE, (1.0, 1.0, 1.0, 1.0)))
 SPEED = 4.0
 #: (seconds, price factor): flat, dip to -14%, bounce to -8.5%, crash to -40%, wobble, flat.
 KNOTS = ((0, 1.0), (12, 1.0), (20, 0.86), (26, 0.915), (40, 0.60), (50, 0.60), (56, 0.665),
@@ -77,9 +96,8 @@ CONFIG = """
 assets = {assets}
 cost = {{ preset = "none" }}
 [markets.equity.schedule]
-kind = "interval"
-every = "5s"
-timezone = "UTC"
+kind = "nyse"
+times = ["close-1m", "close"]
 
 [markets.polymarket]
 enabled = false
@@ -87,6 +105,9 @@ enabled = false
 [http]
 replay = true
 port = {port}
+
+[leaderboard]
+min_days = 3
 
 [logging]
 level = "info"
@@ -120,7 +141,21 @@ risk_profile = "aggressive"
 [[agents]]
 id = "cash"
 kind = "cash"
+
+[[agents]]
+id = "llm"
+kind = "llm"
+model = "openai/test-model"
+api_base = "{api_base}"
+api_key_env = "{key_env}"
+timeout = 10
+max_attempts = 1
+daily_budget_usd = 5.0
 """
+#: The environment variable holding the (fake) model key the daemon sends to the local model.
+KEY_ENV = "PAPERARENA_OBS_TEST_LLM_KEY"
+#: What the local model answers every round: almost all cash, so the crash breaches no limit.
+LLM_ANSWER = {"AAPL": 0.05, "CASH": 0.95}
 
 
 def factor(t: float) -> float:
@@ -131,15 +166,30 @@ def factor(t: float) -> float:
     return KNOTS[-1][1]
 
 
-def make_crash_recording(path: Path) -> int:
-    """Write the crash recording (every ticker every 0.5 s); return its event count."""
-    header = RecordingHeader(start=START, end=START + DURATION, equities=TICKERS,
+def make_crash_recording(path: Path, *, history_only: bool = False) -> int:
+    """Write the recording: the sessions' prices, then the crash (every ticker every 0.5 s).
+
+    ``history_only``: stop at the crash's first event and cut the gzip trailer, as a recording
+    still being written looks. Replayed as fast as possible, it runs the earlier sessions' jobs
+    (and the last round before the crash, committing the checkpoint at that event); the complete
+    recording then resumes at the crash. Return the count of crash events.
+    """
+    header = RecordingHeader(start=HISTORY[0][0] - 90, end=START + DURATION, equities=TICKERS,
                              description="observability e2e: a 40% crash in 80 seconds")
     n = 0
     with RecordingWriter(path, header) as w:
+        for close, factors in HISTORY:
+            t = close - 70
+            for i, sym in enumerate(TICKERS):
+                price = round(100.0 * (1 + i / 10) * factors[i], 4)
+                w.write(PriceEvent(ts=t, recv_ts=t, market="equity", asset=sym, price=price))
         for k in range(int(DURATION * 2) + 1):
             t = START + k * 0.5
             for i, sym in enumerate(TICKERS):
+                if history_only and n == 1:
+                    w.close()
+                    path.write_bytes(path.read_bytes()[:-8])
+                    return 0
                 price = round(100.0 * (1 + i / 10) * factor(k * 0.5), 4)
                 w.write(PriceEvent(ts=t, recv_ts=t, market="equity", asset=sym, price=price))
                 n += 1
@@ -189,11 +239,14 @@ def variable_queries() -> list[tuple[str, str, str]]:
 
 SUBSTITUTIONS = {"instance": ".*", "market": "equity", "agent": "ew", "source": ".*",
                  "__rate_interval": "1m", "__interval": "5s", "__range": "1h"}
+#: Per dashboard overrides: the LLM dashboard lists model-calling agents only.
+DASHBOARD_SUBSTITUTIONS = {"paperarena-llm": {"agent": "llm"}}
 
 
-def substitute(expr: str) -> str:
+def substitute(expr: str, uid: str = "") -> str:
     """Replace Grafana variables the way Grafana would for one concrete selection."""
-    for name, val in sorted(SUBSTITUTIONS.items(), key=lambda kv: -len(kv[0])):
+    values = SUBSTITUTIONS | DASHBOARD_SUBSTITUTIONS.get(uid, {})
+    for name, val in sorted(values.items(), key=lambda kv: -len(kv[0])):
         expr = expr.replace(f"${{{name}}}", val).replace(f"${name}", val)
     assert "$" not in expr, expr
     return expr
@@ -206,12 +259,15 @@ class Scenario:
     events: int = 0
     daemon_rc: int | None = None
     daemon_log: str = ""
+    history_rc: int | None = None
+    history_log: str = ""
     daemon_sink: list[dict[str, Any]] = field(default_factory=list)
     slack_sink: list[dict[str, Any]] = field(default_factory=list)
     am_sink: list[dict[str, Any]] = field(default_factory=list)
     during: dict[str, Any] = field(default_factory=dict)
     last_scrape: float | None = None
     results: dict[str, int] = field(default_factory=dict)
+    llm_requests: int = 0
     errors: dict[str, str] = field(default_factory=dict)
     db: Path = Path()
     elapsed: float = 0.0
@@ -246,6 +302,8 @@ async def run_scenario(tmp: Path) -> Scenario:
     sc = Scenario(db=tmp / "replay.db")
     t_begin = time.monotonic()
     sc.events = make_crash_recording(tmp / "crash.jsonl.gz")
+    (tmp / "history").mkdir()
+    make_crash_recording(tmp / "history" / "crash.jsonl.gz", history_only=True)
     p_daemon, p_prom, p_am = free_port(), free_port(), free_port()
 
     received: dict[str, list[dict[str, Any]]] = {"/daemon": [], "/slack": [],
@@ -261,9 +319,11 @@ async def run_scenario(tmp: Path) -> Scenario:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     p_sink = runner.addresses[0][1]
+    llm = await FakeLlmServer(default=answer(LLM_ANSWER)).start()
 
     (tmp / "paperarena.toml").write_text(CONFIG.format(
-        assets=json.dumps(list(TICKERS)), port=p_daemon, sink=p_sink))
+        assets=json.dumps(list(TICKERS)), port=p_daemon, sink=p_sink, api_base=llm.api_base,
+        key_env=KEY_ENV))
     prom_dir = tmp / "prom"
     prom_dir.mkdir()
     prom_cfg = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
@@ -279,9 +339,18 @@ async def run_scenario(tmp: Path) -> Scenario:
     am_cfg = re.sub(r"(group_wait|group_interval): \S+", r"\1: 1s", am_cfg)
     (tmp / "alertmanager.yml").write_text(am_cfg)
 
-    logs = {name: (tmp / f"{name}.log").open("w") for name in ("prometheus", "am", "daemon")}
+    logs = {name: (tmp / f"{name}.log").open("w")
+            for name in ("prometheus", "am", "history", "daemon")}
     procs: list[subprocess.Popen[bytes]] = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           KEY_ENV: "sk-test-not-a-secret"}
     try:
+        # The earlier sessions, as fast as possible: the replay stops where the recording is cut.
+        history = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "daemon.cli", "replay", str(tmp / "history" / "crash.jsonl.gz"),
+            "--config", str(tmp / "paperarena.toml"), "--db", str(sc.db), "--no-progress",
+            cwd=ROOT, env=env, stdout=logs["history"], stderr=subprocess.STDOUT)
+        sc.history_rc = await history.wait()
         procs.append(subprocess.Popen(
             [ALERTMANAGER, f"--config.file={tmp / 'alertmanager.yml'}",
              f"--storage.path={tmp / 'am-data'}", f"--web.listen-address=127.0.0.1:{p_am}",
@@ -296,7 +365,6 @@ async def run_scenario(tmp: Path) -> Scenario:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
             await _wait_http(s, f"http://127.0.0.1:{p_am}/-/ready", 20)
             await _wait_http(s, f"{prom}/-/ready", 20)
-            env = {**os.environ, "PYTHONPATH": str(ROOT)}
             daemon = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "daemon.cli", "replay", str(tmp / "crash.jsonl.gz"),
                 "--config", str(tmp / "paperarena.toml"), "--db", str(sc.db),
@@ -337,10 +405,10 @@ async def run_scenario(tmp: Path) -> Scenario:
             points = [float(t) for res in body["data"]["result"] for t, _ in res["values"]]
             sc.last_scrape = max(points) if points else None
             if sc.last_scrape is not None:
-                queries = [(f"{u} / {t}", e) for u, t, e in dashboard_queries()]
-                queries += [(f"{u} / ${v}", e) for u, v, e in variable_queries()]
-                for key, expr in queries:
-                    n, err = await _prom_query(s, prom, substitute(expr), sc.last_scrape)
+                queries = [(u, f"{u} / {t}", e) for u, t, e in dashboard_queries()]
+                queries += [(u, f"{u} / ${v}", e) for u, v, e in variable_queries()]
+                for uid, key, expr in queries:
+                    n, err = await _prom_query(s, prom, substitute(expr, uid), sc.last_scrape)
                     sc.results[f"{key}: {expr}"] = n
                     if err:
                         sc.errors[f"{key}: {expr}"] = err
@@ -355,7 +423,10 @@ async def run_scenario(tmp: Path) -> Scenario:
         for f in logs.values():
             f.close()
         await runner.cleanup()
+        sc.llm_requests = len(llm.requests)
+        await llm.close()
     sc.daemon_log = (tmp / "daemon.log").read_text()
+    sc.history_log = (tmp / "history.log").read_text()
     sc.daemon_sink = received["/daemon"]
     sc.slack_sink = received["/slack"]
     sc.am_sink = received["/alertmanager"]
@@ -432,7 +503,7 @@ def test_replay_ran_with_http_and_exited_cleanly(scenario: Scenario) -> None:
     assert status == 200 and ready["feeds"]["replay"]["state"] == "live"
     assert scenario.during["/healthz"][0] == 200
     status, board = scenario.during["/api/leaderboard"]
-    assert status == 200 and {r["agent"] for r in board["live"]} == {"ew", "bh", "cash"}
+    assert status == 200 and {r["agent"] for r in board["live"]} == {"ew", "bh", "cash", "llm"}
     assert scenario.during.get("halted"), "ew was never seen halted through /api/agents/ew"
     assert 'paperarena_agent_status{agent="ew",market="equity",status="halted"} 1.0' in \
         scenario.during["/metrics"]
@@ -478,20 +549,26 @@ def test_prometheus_alert_reaches_the_webhook_through_alertmanager(scenario: Sce
     assert "ew breached its drawdown limit" in first["annotations"]["summary"]
 
 
-#: Expressions legitimately empty in this short scenario of baseline agents: it exports no
-#: leaderboard figure (paperarena_leaderboard_figure is covered by tests/test_metrics_http.py),
-#: and no agent calls a model (the LLM dashboard lists LLM agents only).
-MAY_BE_EMPTY = ("paperarena-overview / Leaderboard: max by (agent, market) "
-                "(paperarena_leaderboard_figure{",
-                "paperarena-llm / $agent:")
-
-
 @needs_stack
 def test_every_dashboard_expression_returns_data(scenario: Scenario) -> None:
     assert scenario.last_scrape is not None, "Prometheus never scraped the daemon"
     assert not scenario.errors, scenario.errors
-    empty = [k for k, n in scenario.results.items() if n <= 0 and not k.startswith(MAY_BE_EMPTY)]
+    empty = [k for k, n in scenario.results.items() if n <= 0]
     assert not empty, "\n".join(empty)
     expected = {f"{u} / {t}: {e}" for u, t, e in dashboard_queries()}
     expected |= {f"{u} / ${v}: {e}" for u, v, e in variable_queries()}
     assert set(scenario.results) == expected
+
+
+@needs_stack
+def test_llm_agent_called_the_model_and_each_close_was_marked(scenario: Scenario) -> None:
+    assert "replay the complete recording on the same --db" in scenario.history_log
+    assert scenario.history_rc != 0 and "replay resumed" in scenario.daemon_log
+    assert scenario.llm_requests > 0
+    con = sqlite3.connect(scenario.db)
+    calls = con.execute("SELECT COUNT(*) FROM llm_calls WHERE agent='llm'").fetchone()[0]
+    assert calls == scenario.llm_requests
+    ok = con.execute("SELECT COUNT(*) FROM decisions WHERE agent='llm' AND outcome='ok'")
+    assert ok.fetchone()[0] > 0
+    marks = con.execute("SELECT DISTINCT ts FROM equity WHERE kind='daily' ORDER BY ts")
+    assert marks.fetchall() == [(close,) for close, _ in HISTORY]
