@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -105,6 +105,8 @@ class Engine:
         self.job_write_failed: str | None = None
         """Why the last job could not be stored; cleared by the next successful commit
         (never with :attr:`stop_on_store_fault`)."""
+        self.mark_listeners: list[Callable[[str, float], None]] = []
+        """Called with (market, ts) after each daily mark is stored (e.g. to refresh metrics)."""
         self._agents_built = False
         self._wire_taps()
 
@@ -342,6 +344,8 @@ class Engine:
         rc = RoundCommit()
         self.add_equity_rows(rc, market, ts, "daily")
         await self.commit(rc)
+        for listener in self.mark_listeners:
+            listener(market, ts)
 
     def add_equity_rows(self, rc: RoundCommit, market: str, ts: float, kind: str) -> None:
         """Append a (value, cash) snapshot of every agent in ``market`` to ``rc``."""

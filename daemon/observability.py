@@ -122,6 +122,8 @@ class Observability:
         self.sources: list[Any] = []
         self.replay_feed: ReplayFeed | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._marked = asyncio.Event()
+        """Set after each daily mark: the refresh loop recomputes the figures at once."""
         self._running = False
 
     @classmethod
@@ -170,6 +172,7 @@ class Observability:
         self.board = LeaderboardFigures(engine)
         await self.board.refresh()
         self.registry.register(self.board)
+        engine.mark_listeners.append(lambda _market, _ts: self._marked.set())
         self.monitor = AlertMonitor(
             engine, self.alerts_config, sources=self.sources,
             notifiers=build_notifiers(self.alerts_config, m.on_notification))
@@ -239,7 +242,10 @@ class Observability:
 
     async def _refresh_loop(self) -> None:
         while True:
-            await asyncio.sleep(PERFORMANCE_REFRESH)
+            # Every PERFORMANCE_REFRESH seconds, and at once after a daily mark.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._marked.wait(), PERFORMANCE_REFRESH)
+            self._marked.clear()
             if self.performance is None:
                 continue
             try:

@@ -371,3 +371,17 @@ async def test_leaderboard_figures_are_exported_after_daily_marks(tmp_path: Path
     assert {s.labels["market"] for s in samples} <= {"equity", "polymarket"}
     agents = {s.labels["agent"] for s in samples}
     assert agents == {"bh", "ew", "mom", "cash"}
+
+
+async def test_a_daily_mark_refreshes_the_figures_at_once(daemon: Daemon) -> None:
+    """The figures follow a daily mark without waiting for the periodic refresh (15 s)."""
+    perf = daemon.obs.performance
+    assert perf is not None
+    agent = next(iter(daemon.engine.slots["equity"]))
+    before = perf.days("equity", agent)
+    await daemon.engine.mark("equity", daemon.engine.clock.now())
+    for _ in range(100):  # at most 5 s, a third of the periodic interval
+        if perf.days("equity", agent) > before:
+            break
+        await asyncio.sleep(0.05)
+    assert perf.days("equity", agent) == before + 1
