@@ -162,6 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--config", "-c")
     rec.add_argument("--db", default=None, help="SQLite database (default: <out>.db)")
 
+    hist = sub.add_parser("build-recording",
+                          help="build a recording from historical daily bars (Yahoo chart)")
+    hist.add_argument("--tickers", required=True, help="comma-separated, e.g. AAPL,MSFT")
+    hist.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
+    hist.add_argument("--end", required=True, help="last day (inclusive), YYYY-MM-DD")
+    hist.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
+    hist.add_argument("--config", "-c", help="config whose sources.equity.yahoo.chart_url is used")
+
     pr = sub.add_parser("probe", help="re-issue a stored decision input K times (LLM consistency)")
     pr.add_argument("--agent", required=True)
     pr.add_argument("--repeats", type=int, default=5)
@@ -252,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay_roles(args)
         if args.cmd == "record":
             return _record(args)
+        if args.cmd == "build-recording":
+            return _build_recording(args)
         if args.cmd == "resume":
             return _resume(args)
         if args.cmd == "probe":
@@ -446,6 +456,27 @@ def _replay_roles(args: argparse.Namespace) -> int:
     except (ReplayError, RoleError, RecordingError) as exc:
         return _fail(str(exc))
     sys.stderr.write(summary_line(summary) + "\n")
+    return 0
+
+
+def _build_recording(args: argparse.Namespace) -> int:
+    from datetime import date
+
+    from feeds.history_recording import HistoryError, build_history_recording, parse_tickers
+
+    if Path(args.out).is_dir():
+        return _fail(f"--out {args.out}: is a directory, not a recording file")
+    try:
+        start, end = date.fromisoformat(args.start), date.fromisoformat(args.end)
+    except ValueError as exc:
+        return _fail(f"build-recording: invalid date: {exc} (use YYYY-MM-DD)")
+    cfg = _load(args.config)
+    try:
+        tickers = parse_tickers(args.tickers)
+        n = build_history_recording(cfg.sources.equity.yahoo, tickers, start, end, args.out)
+    except (HistoryError, OSError) as exc:
+        return _fail(f"build-recording: {exc}")
+    sys.stdout.write(f"{args.out}: {n} events, {len(tickers)} tickers, {start}..{end}\n")
     return 0
 
 

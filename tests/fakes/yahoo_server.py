@@ -264,4 +264,17 @@ class FakeYahoo:
             return web.json_response(
                 {"chart": {"result": None, "error": {"code": "Not Found"}}}, status=404
             )
-        return web.json_response(payload)
+        return web.json_response(_within_period(payload, request.query))
+
+
+def _within_period(payload: dict[str, Any], query: Any) -> dict[str, Any]:
+    """Keep only the bars in ``[period1, period2)`` when the request names a period (as Yahoo)."""
+    if "period1" not in query or "period2" not in query:
+        return payload
+    lo, hi = int(query["period1"]), int(query["period2"])
+    r0 = payload["chart"]["result"][0]
+    keep = [i for i, t in enumerate(r0["timestamp"]) if lo <= t < hi]
+    quote = r0["indicators"]["quote"][0]
+    r1 = {**r0, "timestamp": [r0["timestamp"][i] for i in keep],
+          "indicators": {"quote": [{k: [v[i] for i in keep] for k, v in quote.items()}]}}
+    return {"chart": {**payload["chart"], "result": [r1]}}

@@ -1,0 +1,155 @@
+"""Build a replayable recording from historical daily bars (Yahoo's keyless chart history).
+
+For each NYSE session in ``[start, end]`` and each ticker, one :class:`~daemon.events.PriceEvent`
+is written at the session's official close time (from :func:`daemon.schedule.get_nyse_calendar`)
+with the bar's close; the recording ends with a :class:`~daemon.events.ClockEvent` one hour after
+the last close so a replay marks the last day. Bars on days the calendar does not list as
+sessions are skipped. Every problem (unknown ticker, no bars in the window, unreachable server,
+an empty or inverted window) raises :class:`HistoryError` with one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+
+import aiohttp
+import msgspec
+
+from daemon.events import ClockEvent, PriceEvent
+from daemon.schedule import NY, get_nyse_calendar
+from feeds.health import short_error
+from feeds.recording import RecordingHeader, RecordingWriter
+from feeds.yahoo import ChartError, RateLimited, YahooSettings, parse_chart, read_limited
+
+__all__ = ["HistoryError", "HistoryWindow", "build_history_recording", "fetch_daily_bars"]
+
+#: Seconds after the last session's close at which the closing :class:`ClockEvent` sits.
+END_MARGIN = 3600.0
+SOURCE = "yahoo-history"
+
+
+class HistoryError(Exception):
+    """The history recording cannot be built (one-line message)."""
+
+
+@dataclass(frozen=True)
+class HistoryWindow:
+    """The NYSE sessions of a date window: session day -> (open, close) epoch seconds."""
+
+    start: date
+    end: date
+    sessions: dict[date, tuple[float, float]]
+
+    @classmethod
+    def of(cls, start: date, end: date) -> HistoryWindow:
+        """Return the sessions of ``[start, end]``; raise if the window is inverted or empty."""
+        if start > end:
+            raise HistoryError(f"--start {start} is after --end {end}")
+        cal = get_nyse_calendar()
+        sessions: dict[date, tuple[float, float]] = {}
+        day = start
+        while day <= end:
+            bounds = cal.session_bounds(day)
+            if bounds is not None:
+                sessions[day] = (bounds[0].timestamp(), bounds[1].timestamp())
+            day += timedelta(days=1)
+        if not sessions:
+            raise HistoryError(f"no NYSE session between {start} and {end}")
+        return cls(start, end, sessions)
+
+    def period(self) -> tuple[int, int]:
+        """Return Yahoo's ``period1``/``period2`` (New York midnight of start, day after end)."""
+        first = datetime.combine(self.start, time(0), NY)
+        after = datetime.combine(self.end + timedelta(days=1), time(0), NY)
+        return int(first.timestamp()), int(after.timestamp())
+
+
+async def _fetch_one(session: aiohttp.ClientSession, settings: YahooSettings, symbol: str,
+                     window: HistoryWindow) -> dict[date, float]:
+    """Return the daily closes of ``symbol`` by session day inside ``window``."""
+    period1, period2 = window.period()
+    url = f"{settings.chart_url.rstrip('/')}/{symbol}"
+    params = {"period1": str(period1), "period2": str(period2), "interval": "1d"}
+    headers = {"User-Agent": settings.user_agent, "Accept": "application/json"}
+    timeout = aiohttp.ClientTimeout(total=settings.rest_timeout)
+    try:
+        async with session.get(url, params=params, headers=headers, timeout=timeout) as resp:
+            if resp.status in (429, 403):
+                raise RateLimited(resp.status, None)
+            body = await read_limited(resp, settings.rest_max_bytes)
+            status = resp.status
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise HistoryError(f"{symbol}: chart server unreachable: {short_error(exc)}") from None
+    except ChartError as exc:
+        raise HistoryError(f"{symbol}: {short_error(exc)}") from None
+    if status == 404:
+        raise HistoryError(f"{symbol}: unknown ticker (chart endpoint answered 404)")
+    if status != 200:
+        raise HistoryError(f"{symbol}: chart endpoint answered HTTP {status}")
+    try:
+        result = parse_chart(symbol, msgspec.json.decode(body))
+    except msgspec.DecodeError:
+        raise HistoryError(f"{symbol}: chart endpoint answered invalid JSON") from None
+    except ChartError as exc:
+        raise HistoryError(f"{symbol}: {exc}") from None
+    closes: dict[date, float] = {}
+    for t, close in result.daily_closes:
+        day = datetime.fromtimestamp(t, UTC).astimezone(NY).date()
+        if day in window.sessions:
+            closes[day] = close
+    if not closes:
+        raise HistoryError(f"{symbol}: no daily bars between {window.start} and {window.end}")
+    return closes
+
+
+async def fetch_daily_bars(settings: YahooSettings, tickers: Sequence[str],
+                           window: HistoryWindow) -> dict[str, dict[date, float]]:
+    """Fetch the daily closes of every ticker (``rest_concurrency`` at a time)."""
+    sem = asyncio.Semaphore(settings.rest_concurrency)
+    async with aiohttp.ClientSession() as session:
+
+        async def one(symbol: str) -> dict[date, float]:
+            async with sem:
+                return await _fetch_one(session, settings, symbol, window)
+
+        results = await asyncio.gather(*(one(s) for s in tickers))
+    return dict(zip(tickers, results, strict=True))
+
+
+def parse_tickers(text: str) -> list[str]:
+    """Split ``"AAPL, MSFT"`` into unique upper-case tickers; raise if there are none."""
+    tickers = list(dict.fromkeys(t.strip().upper() for t in text.split(",") if t.strip()))
+    if not tickers:
+        raise HistoryError("--tickers names no ticker")
+    return tickers
+
+
+def build_history_recording(settings: YahooSettings, tickers: Sequence[str], start: date,
+                            end: date, out: str | Path) -> int:
+    """Fetch the bars and write the recording to ``out``; return the number of events."""
+    window = HistoryWindow.of(start, end)
+    bars = asyncio.run(fetch_daily_bars(settings, tickers, window))
+    days = sorted(window.sessions)
+    last_close = max(window.sessions[d][1] for d in days if any(d in b for b in bars.values()))
+    header = RecordingHeader(
+        start=window.sessions[days[0]][0],
+        end=last_close + END_MARGIN,
+        description=f"daily closes {start}..{end} from Yahoo chart history",
+        equities=tuple(tickers),
+        meta={"source": SOURCE, "window": [start.isoformat(), end.isoformat()],
+              "interval": "1d"},
+    )
+    with RecordingWriter(out, header) as writer:
+        for day in days:
+            close_ts = window.sessions[day][1]
+            for symbol in tickers:
+                price = bars[symbol].get(day)
+                if price is not None:
+                    writer.write(PriceEvent(ts=close_ts, recv_ts=close_ts, market="equity",
+                                            asset=symbol, price=price, source=SOURCE))
+        writer.write(ClockEvent(ts=header.end, recv_ts=header.end, reason="end of history"))
+        return writer.count
