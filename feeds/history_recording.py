@@ -4,7 +4,8 @@ For each NYSE session in ``[start, end]`` and each ticker, one :class:`~daemon.e
 is written at the session's official close time (from :func:`daemon.schedule.get_nyse_calendar`)
 with the bar's close; the recording ends with a :class:`~daemon.events.ClockEvent` one hour after
 the last close so a replay marks the last day. Bars on days the calendar does not list as
-sessions are skipped. Every problem (unknown ticker, no bars in the window, unreachable server,
+sessions are skipped (crypto weekends), and a bar is dated by its own trading day
+(:data:`BAR_DAY_SHIFT`). Every problem (unknown ticker, no bars in the window, unreachable server,
 an empty or inverted window) raises :class:`HistoryError` with one line.
 """
 
@@ -30,6 +31,10 @@ __all__ = ["HistoryError", "HistoryWindow", "build_history_recording", "fetch_da
 #: Seconds after the last session's close at which the closing :class:`ClockEvent` sits.
 END_MARGIN = 3600.0
 SOURCE = "yahoo-history"
+#: Seconds added to a bar's start before taking its New York date: a bar starts at its own
+#: exchange's open (09:30 New York for US stocks, 00:00 UTC for crypto, 09:30 Shanghai), which is
+#: on the trading day itself once shifted half a day forward.
+BAR_DAY_SHIFT = 12 * 3600.0
 
 
 class HistoryError(Exception):
@@ -62,9 +67,13 @@ class HistoryWindow:
         return cls(start, end, sessions)
 
     def period(self) -> tuple[int, int]:
-        """Return Yahoo's ``period1``/``period2`` (New York midnight of start, day after end)."""
-        first = datetime.combine(self.start, time(0), NY)
-        after = datetime.combine(self.end + timedelta(days=1), time(0), NY)
+        """Return Yahoo's ``period1``/``period2`` with a day to spare on each side.
+
+        The margin keeps bars that start before New York midnight (crypto at 00:00 UTC, Asian
+        exchanges); bars outside the window are dropped by their day afterwards.
+        """
+        first = datetime.combine(self.start - timedelta(days=1), time(0), NY)
+        after = datetime.combine(self.end + timedelta(days=2), time(0), NY)
         return int(first.timestamp()), int(after.timestamp())
 
 
@@ -98,7 +107,7 @@ async def _fetch_one(session: aiohttp.ClientSession, settings: YahooSettings, sy
         raise HistoryError(f"{symbol}: {exc}") from None
     closes: dict[date, float] = {}
     for t, close in result.daily_closes:
-        day = datetime.fromtimestamp(t, UTC).astimezone(NY).date()
+        day = datetime.fromtimestamp(t + BAR_DAY_SHIFT, UTC).astimezone(NY).date()
         if day in window.sessions:
             closes[day] = close
     if not closes:

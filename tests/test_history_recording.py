@@ -6,7 +6,7 @@ import asyncio
 import json
 import sqlite3
 from collections.abc import AsyncIterator
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
@@ -115,6 +115,18 @@ async def test_build_and_replay_daily_marks_match_bars(yahoo: FakeYahoo, tmp_pat
     for (d0, v0), (d1, v1) in pairwise(held):
         move = sum(q * (BARS[s][d1] - BARS[s][d0]) for s, q in qty.items())
         assert v1 - v0 == pytest.approx(move, rel=1e-9, abs=1e-6)
+
+
+async def test_crypto_bars_at_utc_midnight_keep_their_day(yahoo: FakeYahoo,
+                                                          tmp_path: Path) -> None:
+    days = [(date(2020, 3, d), 8000.0 + d) for d in range(1, 16)]  # every day, weekends too
+    yahoo.charts["BTC-USD"] = chart_payload("BTC-USD", None, 0, [
+        (int(datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()), c) for d, c in days])
+    out = tmp_path / "btc.jsonl"
+    assert await _cli("build-recording", "--tickers", "BTC-USD", "--start", str(START), "--end",
+                      str(END), "--out", str(out), "--config", str(_config(tmp_path, yahoo))) == 0
+    got = [(e.ts, e.price) for _, e in iter_events(out) if isinstance(e, PriceEvent)]
+    assert got == [(close, 8000.0 + day.day) for day, _, close in _sessions(START, END)]
 
 
 @pytest.mark.parametrize(("tickers", "start", "end", "needle"), [
