@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import string
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -306,10 +305,9 @@ class PortBenchAgent(StepwiseAgent):
         except Exception as exc:
             log.exception("portbench.render_failed", agent=self.id, market=obs.market)
             return render_failed(exc)
-        run = self.prepare(obs, version)
+        run = self.start(obs, version)
         if isinstance(run, AgentDecision):
             return run
-        run.deadline = time.monotonic() + self.decision_deadline
         summary: dict[str, Any] = {
             "protocol": PROTOCOL, "profile": profile.name,
             "current": {a: obs.weights.get(a, 0.0) for a in [*assets, CASH]},

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 import structlog
 
-from agents.base import AgentDecision
+from agents.base import AgentDecision, Observation
 from agents.llm import DecisionRun, LlmAgent, StepResult, audit_trail
 from agents.llm_output import split_think
 from daemon.config import AgentConfig
@@ -87,6 +88,13 @@ class StepwiseAgent(LlmAgent):
     decision_deadline: float = AGENT_DEADLINE - 30.0
     """Seconds a decision may take, all steps included: a call that could end later is not
     started (the step fails, naming the deadline) so the calls made so far are kept."""
+
+    def start(self, obs: Observation, version: str) -> AgentDecision | DecisionRun:
+        """Return a decision made without calling (budget, key) or the run, its deadline set."""
+        run = self.prepare(obs, version)
+        if isinstance(run, DecisionRun):
+            run.deadline = time.monotonic() + self.decision_deadline
+        return run
 
     def _held(
         self, run: DecisionRun, reason: str, version: str, summary: dict[str, Any]

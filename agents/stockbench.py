@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import math
 import string
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -220,10 +219,9 @@ class StockBenchAgent(StepwiseAgent):
         except Exception as exc:
             log.exception("stockbench.render_failed", agent=self.id, market=obs.market)
             return render_failed(exc)
-        run = self.prepare(obs, version)
+        run = self.start(obs, version)
         if isinstance(run, AgentDecision):
             return run
-        run.deadline = time.monotonic() + self.decision_deadline
         summary: dict[str, Any] = {"protocol": PROTOCOL}
 
         picked = await self.run_step(
