@@ -24,7 +24,8 @@ wrong types, unknown keys, bad query values), 404/405 for an unknown route or me
 body is not sent within ``[http] body_timeout``, 413 beyond ``[http] max_body``, 415 without
 JSON. A client gets ``[http] header_timeout`` to send its headers (and as keep-alive idle time)
 before its connection is closed; beyond ``[http] max_connections`` open connections a new one is
-answered 503 and closed; at most ``[http] max_queries`` API requests read the database at once.
+answered 503 and closed, except ``GET /healthz``, still answered there (a busy daemon is alive);
+at most ``[http] max_queries`` API requests read the database at once.
 """
 
 from __future__ import annotations
@@ -103,14 +104,81 @@ _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\
          b"Connection: close\r\nContent-Length: 47\r\n\r\n"
          b'{"error":"too many connections, retry shortly"}')
 
+#: Connections beyond ``max_connections`` that may wait for their request (the liveness probe
+#: is still answered there); beyond these a connection is answered 503 at once.
+HEALTH_RESERVE = 8
+#: The longest request head a connection beyond the limit may send.
+_MAX_HEAD = 8192
+
+Health = Callable[[], tuple[int, dict[str, Any]]]
+
+
+def _reply(status: int, body: dict[str, Any]) -> bytes:
+    """Return a whole HTTP/1.1 answer carrying ``body`` as JSON, closing the connection."""
+    data = json.dumps(body, sort_keys=True).encode()
+    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json"
+            f"\r\nConnection: close\r\nContent-Length: {len(data)}\r\n\r\n")
+    return head.encode() + data
+
+
+def _is_health_probe(head: bytes) -> bool:
+    """Return whether a request head asks ``GET /healthz`` (or HEAD)."""
+    parts = head.split(b"\r\n", 1)[0].split()
+    return (len(parts) == 3 and parts[0] in (b"GET", b"HEAD")
+            and parts[1].split(b"?", 1)[0] == b"/healthz")
+
 
 class _Busy(asyncio.Protocol):
-    """Answer one connection beyond the limit with 503 and close it."""
+    """Answer one connection beyond the limit: the liveness probe with the daemon's health,
+    anything else 503; a connection that sends no whole request head is closed at ``timeout``."""
+
+    def __init__(self, health: Health | None, timeout: float, pending: set[_Busy]) -> None:
+        """Answer from ``health`` (None: 503 at once), counted in ``pending`` while waiting."""
+        self._health = health
+        self._timeout = timeout
+        self._pending = pending
+        self._buf = b""
+        self._transport: asyncio.WriteTransport | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Wait for the request head, or answer 503 at once when no probe can be served."""
         assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(_BUSY)
-        transport.close()
+        self._transport = transport
+        if self._health is None or len(self._pending) >= HEALTH_RESERVE:
+            self._answer(_BUSY)
+            return
+        self._pending.add(self)
+        self._timer = asyncio.get_running_loop().call_later(self._timeout, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        """Answer once the request head is complete (or too long)."""
+        if self._transport is None or self._transport.is_closing():
+            return
+        self._buf += data
+        if b"\r\n\r\n" not in self._buf and len(self._buf) <= _MAX_HEAD:
+            return
+        if self._health is not None and _is_health_probe(self._buf):
+            status, body = self._health()
+            self._answer(_reply(status, body))
+        else:
+            self._answer(_BUSY)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Forget the connection."""
+        self._done()
+
+    def _answer(self, data: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(data)
+        self._transport.close()
+        self._done()
+
+    def _done(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._pending.discard(self)
 
 
 class _ProtocolLogger(logging.Logger):
@@ -157,16 +225,22 @@ def _request_handler(server: web.Server) -> RequestHandler:
 class BoundedSite(web.BaseSite):
     """A TCP site that answers connections beyond ``max_connections`` with 503 and closes them."""
 
-    __slots__ = ("_host", "_max", "_port", "_reuse_address")
+    __slots__ = ("_health", "_host", "_max", "_pending", "_port", "_reuse_address",
+                 "_timeout")
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, *, max_connections: int,
-                 reuse_address: bool = True) -> None:
-        """Prepare the site on ``host:port`` with at most ``max_connections`` open."""
+                 reuse_address: bool = True, health: Health | None = None,
+                 header_timeout: float = 10.0) -> None:
+        """Prepare the site on ``host:port`` with at most ``max_connections`` open; beyond
+        them ``health`` still answers ``GET /healthz`` (within ``header_timeout``)."""
         super().__init__(runner)
         self._host = host
         self._port = port
         self._max = max_connections
         self._reuse_address = reuse_address
+        self._health = health
+        self._timeout = header_timeout
+        self._pending: set[_Busy] = set()
 
     @property
     def name(self) -> str:
@@ -181,7 +255,7 @@ class BoundedSite(web.BaseSite):
 
         def factory() -> asyncio.BaseProtocol:
             if len(server.connections) >= self._max:
-                return _Busy()
+                return _Busy(self._health, self._timeout, self._pending)
             return _request_handler(server)
 
         loop = asyncio.get_running_loop()
@@ -338,7 +412,8 @@ class HttpServer:
                                logger=_PROTOCOL_LOG)
         await runner.setup()
         site = BoundedSite(runner, self.host, self.port,
-                           max_connections=self.settings.max_connections)
+                           max_connections=self.settings.max_connections,
+                           health=self.health, header_timeout=self.settings.header_timeout)
         try:
             await site.start()
         except OSError as exc:
@@ -377,12 +452,17 @@ class HttpServer:
         resp.headers["Content-Type"] = content_type
         return resp
 
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """Return the liveness answer: whether the event loop is responsive."""
+        if self.lag is None:
+            return 200, {"healthy": True}
+        ok, details = self.lag.health()
+        return (200 if ok else 503), {"healthy": ok, **details}
+
     async def handle_healthz(self, request: web.Request) -> web.Response:
         """Report whether the event loop is responsive."""
-        if self.lag is None:
-            return _json({"healthy": True})
-        ok, details = self.lag.health()
-        return _json({"healthy": ok, **details}, 200 if ok else 503)
+        status, body = self.health()
+        return _json(body, status)
 
     async def handle_readyz(self, request: web.Request) -> web.Response:
         """Report whether the store is writable and every feed live or its market closed."""

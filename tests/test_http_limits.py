@@ -122,14 +122,20 @@ async def test_slow_clients_are_dropped_after_the_header_timeout(tmp_path: Path)
 
 
 async def test_connections_beyond_the_limit_get_503(tmp_path: Path) -> None:
-    d = await start_daemon(tmp_path, make_config(max_connections=3))
+    d = await start_daemon(tmp_path, make_config(max_connections=3, header_timeout="0.5s"))
     assert d.obs.server is not None
     idle = [await asyncio.open_connection("127.0.0.1", d.obs.server.port) for _ in range(3)]
     try:
         await asyncio.sleep(0.1)
-        answer = await raw(d, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = await raw(d, b"GET /api/leaderboard HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 503"), answer
         assert b"too many connections" in answer
+        # The liveness probe still answers beyond the limit: a busy daemon is not a dead one.
+        answer = await raw(d, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        assert json.loads(answer.partition(b"\r\n\r\n")[2])["healthy"] is True
+        # A connection beyond the limit that sends nothing is closed after the header timeout.
+        assert await raw(d, b"") == b""
     finally:
         for _, w in idle:
             w.close()
