@@ -76,6 +76,11 @@ def _cell(x: Any, pct: bool = False, digits: int = 3) -> str:
     return f"{100 * x:+.2f}%" if pct else f"{x:.{digits}f}"
 
 
+def _plain(x: Any) -> str:
+    """Return a fraction as an unsigned percentage (drawdowns, tolerances)."""
+    return _cell(x, True).lstrip("+")
+
+
 def extras_html(board: Mapping[str, Any]) -> str:
     """Return the HTML sections of the extras (``""`` when the board has none)."""
     esc = html.escape
@@ -126,7 +131,7 @@ def extras_html(board: Mapping[str, Any]) -> str:
         for agent, g in sorted(gate.items()):
             verdict = {True: "pass", False: "FAIL", None: "–"}[g["pass"]]
             out.append(f"<tr><td class='l'>{esc(agent)}</td><td class='l'>"
-                       f"{esc(str(g['profile'] or '–'))}</td><td>{_cell(g['max_drawdown'], True)}"
-                       f"</td><td>{_cell(g['tolerance'], True)}</td><td>{verdict}</td></tr>")
+                       f"{esc(str(g['profile'] or '–'))}</td><td>{_plain(g['max_drawdown'])}"
+                       f"</td><td>{_plain(g['tolerance'])}</td><td>{verdict}</td></tr>")
         out.append("</table></section>")
     return "".join(out)

@@ -299,3 +299,17 @@ async def test_example_config_replays_the_sample(
     report = capsys.readouterr().out
     assert "PortBench stage scores (horizon 5 daily closes" in report
     assert "\nportbench " in report.split("PortBench stage scores", 1)[1]
+    # ... and in --json and --html, with the stress gate of the window.
+    html = tmp_path / "pb.html"
+    assert cli(["report", "--db", str(tmp_path / "pb.db"), "--json", "--html", str(html)]) == 0
+    board = json.loads(capsys.readouterr().out)
+    five = summarise(score_store(str(tmp_path / "pb.db")).get("portbench", []))
+    got = board["portbench"]["portbench"]
+    assert set(got) == set(five)
+    assert all(got[k] == pytest.approx(v, rel=1e-9) for k, v in five.items() if v is not None)
+    assert board["portbench"]["portbench"]["decisions"] == outcomes["ok"]
+    assert set(board["stress_gate"]) >= {"portbench", "min_variance", "equal_weight"}
+    assert board["stress_gate"]["portbench"]["tolerance"] == pytest.approx(0.20)
+    page = html.read_text()
+    assert "PortBench stage scores" in page and "Stress gate" in page
+    assert "<section class='portbench'><h2>PortBench stage scores</h2>" in page
