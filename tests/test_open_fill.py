@@ -118,3 +118,48 @@ def test_fill_at_open_needs_nyse_sessions() -> None:
     with pytest.raises(ConfigError, match="fill_at"):
         parse_config({"markets": {"polymarket": {"schedule": {
             "kind": "interval", "every": "1h", "fill_at": "session_open"}}}})
+
+
+async def test_replayed_recording_fills_at_each_sessions_first_print(tmp_path: Path) -> None:
+    from daemon.config import load_config
+    from daemon.replay import replay
+    from feeds.recording import iter_events
+    from tests.recordings import TINY_CONFIG, make_recording
+
+    rec = tmp_path / "rec.jsonl.gz"
+    make_recording(rec, days=4, step=300.0)  # first print of a session: 5 minutes after the open
+    cfg_text = TINY_CONFIG.replace('cost = { preset = "realistic" }\n',
+                                   'cost = { preset = "realistic" }\n[markets.equity.schedule]\n'
+                                   'kind = "nyse"\ntimes = ["open", "open+10m"]\n'
+                                   'fill_at = "session_open"\n')
+    (tmp_path / "c.toml").write_text(cfg_text)
+    db = tmp_path / "r.db"
+    await replay(rec, load_config(tmp_path / "c.toml"), db, progress=False)
+    prices: dict[str, list[tuple[float, float]]] = {}
+    for _, ev in iter_events(rec):
+        if isinstance(ev, PriceEvent) and ev.market == "equity":
+            prices.setdefault(ev.asset, []).append((ev.ts, ev.price))
+    decided = rows(db, "SELECT scheduled_ts, outcome, reason, input_json FROM decisions"
+                       " WHERE agent='ew' AND market='equity' ORDER BY scheduled_ts")
+    assert len(decided) == 8  # 4 sessions x 2 times
+    assert decided[0][1] == "skipped" and "no price" in decided[0][2]  # nothing recorded yet
+    for at_open, later in zip(decided[::2], decided[1::2], strict=True):
+        if at_open is not decided[0]:  # the previous close is fresh, the session has no print
+            assert at_open[1] == "skipped" and "no session opening price yet" in at_open[2]
+        assert later[1] == "ok"
+        shown = json.loads(later[3])["prices"]
+        for asset, (ts, p) in shown.items():
+            first = min((t, q) for t, q in prices[asset] if t > at_open[0])
+            latest = max((t, q) for t, q in prices[asset] if t <= later[0])
+            assert (ts, p) == first and ts == at_open[0] + 300.0
+            assert latest[0] > ts and latest[1] != p  # an older price than the latest one
+        if at_open is not decided[0]:  # not the previous closes
+            closes = {a: max((t, q) for t, q in prices[a] if t < at_open[0])[1] for a in shown}
+            assert any(shown[a][1] != closes[a] for a in shown)
+    # The fill used the opening prices: units x opening price = the traded weights' value.
+    (trades, value_before, cost), = rows(db, "SELECT trades_json, value_before, cost FROM fills"
+                                             " WHERE agent='ew' AND market='equity'"
+                                             " ORDER BY ts LIMIT 1")
+    opening = json.loads(decided[1][3])["prices"]
+    bought = sum(u * opening[a][1] for a, u in json.loads(trades).items())
+    assert bought + cost == pytest.approx(value_before, rel=1e-9)
