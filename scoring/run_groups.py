@@ -63,8 +63,13 @@ def format_groups(groups: Sequence[Mapping[str, Any]]) -> list[str]:
     def pct(s: Mapping[str, Any]) -> str:
         if s.get("mean") is None:
             return "-"
-        return (f"{100 * s['mean']:+.2f}% ±{100 * s['std']:.2f} "
+        return (f"{100 * s['mean']:+.2f}% ±{100 * s['std']:.2f}pp "
                 f"[{100 * s['min']:+.2f},{100 * s['max']:+.2f}]")
+
+    def drawdown(s: Mapping[str, Any]) -> str:  # as the leaderboard prints it: negative
+        if s.get("mean") is None:
+            return "-"
+        return pct({"mean": -s["mean"], "std": s["std"], "min": -s["max"], "max": -s["min"]})
 
     def num(s: Mapping[str, Any]) -> str:
         if s.get("mean") is None:
@@ -72,13 +77,13 @@ def format_groups(groups: Sequence[Mapping[str, Any]]) -> list[str]:
         return f"{s['mean']:.2f} ±{s['std']:.2f} [{s['min']:.2f},{s['max']:.2f}]"
 
     head = (f"{'market':<11}{'group':<20}{'runs':>5}  {'return (mean ±std [min,max])':<34}"
-            f"{'sharpe':<26}{'max dd':<34}{'composite':<26}")
+            f"{'sharpe':<26}{'max dd':<34}composite")
     lines = ["", "runs of one model (run_group): mean ±std [min,max] over the runs; "
              "each run keeps its own row and rank above", head, "-" * len(head)]
     for g in groups:
         f = g["figures"]
         lines.append(f"{g['market']:<11}{g['group'][:19]:<20}{g['runs']:>5}  "
                      f"{pct(f['cumulative_return']):<34}{num(f['sharpe']):<26}"
-                     f"{pct(f['max_drawdown']):<34}{num(f['composite_score']):<26}")
+                     f"{drawdown(f['max_drawdown']):<34}{num(f['composite_score'])}".rstrip())
         lines.append(f"{'':<31}  runs: {', '.join(g['agents'])}")
     return lines
