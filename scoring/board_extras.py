@@ -96,7 +96,7 @@ def extras_html(board: Mapping[str, Any]) -> str:
         for g in groups:
             f = g["figures"]
             cells = "".join(
-                f"<td>{_cell(s.get('mean'), pct, 2)} ±{_cell(s.get('std'), pct, 2)} "
+                f"<td>{_cell(s.get('mean'), pct, 2)} ±{_cell(s.get('std'), pct, 2).lstrip('+')} "
                 f"<span class='note'>[{_cell(s.get('min'), pct, 2)}, "
                 f"{_cell(s.get('max'), pct, 2)}]</span></td>"
                 for s, pct in ((f["cumulative_return"], True), (f["sharpe"], False),

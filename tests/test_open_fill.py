@@ -42,10 +42,10 @@ async def engine(tmp_path: Path, fill_at: str) -> Engine:
 
 
 async def feed(eng: Engine, until: float) -> None:
-    fed: set[int] = eng.__dict__.setdefault("_fed", set())
-    for i, (asset, p, ts) in enumerate(TICKS):
-        if i not in fed and ts <= until:
-            fed.add(i)
+    """Publish the ticks after the clock's time up to ``until`` and move the clock there."""
+    start = eng.clock.now()
+    for asset, p, ts in TICKS:
+        if start < ts <= until:
             eng.clock.advance(ts)  # type: ignore[attr-defined]
             await eng.bus.publish(PriceEvent(ts=ts, recv_ts=ts, market="equity", asset=asset,
                                              price=p))
