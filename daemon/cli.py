@@ -329,10 +329,6 @@ def _report(args: argparse.Namespace) -> int:
                          f"{Path(args.html).resolve()}\n")  # stderr: stdout stays the table/JSON
     board = report.board
     sys.stdout.write(to_json(board) if args.json else to_table(board))
-    if not args.json:
-        from scoring.portbench_scores import report_section
-
-        sys.stdout.write(report_section(args.db))  # PortBench's S1..S5 / CEPS, if any
     return 0
 
 

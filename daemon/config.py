@@ -169,6 +169,18 @@ class ScheduleConfig(_Frozen):
     every: float = Field(default=3600.0, description="interval: period (e.g. '1h'), 1 s to 3650d")
     at: str = Field(default="00:00", description="daily: wall time HH:MM in timezone")
     timezone: str = Field(default="America/New_York", description="IANA timezone of times/at")
+    # issue 13 (StockBench): fill at the session's opening price
+    fill_at: Literal["latest", "session_open"] = Field(
+        default="latest", description="nyse: 'latest' fills at the latest price; 'session_open'"
+        " shows and fills at each stock's first regular-session price of the session (a round"
+        " before every stock has one is skipped); see docs/protocol-stockbench.md",
+    )
+
+    @model_validator(mode="after")
+    def _fill_at(self) -> ScheduleConfig:
+        if self.fill_at == "session_open" and self.kind != "nyse":
+            raise ValueError("fill_at = 'session_open' needs kind = 'nyse' (a session open)")
+        return self
 
     @field_validator("every", mode="before")
     @classmethod
@@ -401,6 +413,11 @@ class AgentConfig(_Frozen):
         default=None, description="explicit drawdown limit; overrides the risk profile"
     )
     halt_on_breach: bool = False
+    # issue 13: runs of one model reported as one (scoring/run_groups.py)
+    run_group: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")] | None = Field(
+        default=None, description="agents with the same run_group are runs of one model: the"
+        " report adds one row per group with the mean and spread of their figures",
+    )
     # momentum
     lookback_days: Annotated[int, Field(ge=1, le=250)] = 5
     top_k: Annotated[int, Field(ge=1, le=100)] = 3

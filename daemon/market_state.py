@@ -9,9 +9,9 @@ Its state round-trips through :meth:`MarketState.state` for checkpoints.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -69,15 +69,18 @@ class _DayClock:
 
 
 class _AssetHistory:
-    """Daily closes of one asset plus the current day's latest price."""
+    """Daily closes of one asset plus the current day's latest price (and first, for equities)."""
 
-    __slots__ = ("closes", "day", "last")
+    __slots__ = ("closes", "day", "first", "last")
 
     def __init__(self, days: int) -> None:
         self.closes: deque[PricePoint] = deque(maxlen=days)
         self.day = ""
         self.last: tuple[float, float] | None = None
         """(ts, price) of the latest tick (a tuple: built once per tick, on the hot path)."""
+        self.first: tuple[float, float] | None = None
+        """(ts, price) of the day's first marking tick at or after the NYSE session's open:
+        the session's opening price (equities only; ``None`` before it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +173,17 @@ class MarketState:
         self.on_resolved = on_resolved
         self.offset = 0
         self.clock = 0.0
+        self._opens: dict[str, float | None] = {}
+        """NY day -> epoch seconds of that NYSE session's open (``None``: no session)."""
+
+    def _session_open(self, day: str) -> float | None:
+        """Return the epoch seconds of the NYSE open on ``day`` (cached; ``None`` if closed)."""
+        if day not in self._opens:
+            from daemon.schedule import get_nyse_calendar
+
+            bounds = get_nyse_calendar().session_bounds(date.fromisoformat(day))
+            self._opens[day] = None if bounds is None else bounds[0].timestamp()
+        return self._opens[day]
 
     # -- taps -----------------------------------------------------------------------------------
     def on_price(self, ev: PriceEvent) -> None:
@@ -191,7 +205,12 @@ class MarketState:
             if hist.last is not None:
                 hist.closes.append(PricePoint(*hist.last))
             hist.day = day
+            hist.first = None
         hist.last = (ts, ev.price)
+        if hist.first is None and ev.market == "equity":
+            opens = self._session_open(day)
+            if opens is not None and ts >= opens:
+                hist.first = hist.last
         if known:
             book.set_price(ev.asset, ev.price, ts)  # ignored for resolved tokens
 
@@ -268,8 +287,13 @@ class MarketState:
         return self.agent_observation(view, agent, recent, self.books[market].snapshot())
 
     def market_view(self, market: str, decision_ts: float, *, news_window: float,
-                    news_per_key: int) -> MarketView:
-        """Build the market-wide part of observations at ``decision_ts`` (once per round)."""
+                    news_per_key: int, prices_at: Mapping[str, PricePoint] | None = None
+                    ) -> MarketView:
+        """Build the market-wide part of observations at ``decision_ts`` (once per round).
+
+        ``prices_at`` replaces the latest prices (the session's opening prices of a round that
+        fills at the open, :meth:`opening_prices`).
+        """
         book = self.books[market]
         hist_map = self.history[market]
         tradable = book.tradable
@@ -286,6 +310,8 @@ class MarketState:
             elif closes:
                 prices[a] = closes[-1]
             history[a] = closes
+        if prices_at is not None:
+            prices.update((a, p) for a, p in prices_at.items() if a in history)
         listed = set(assets)  # a set: membership per question in O(1), not O(assets)
         questions = tuple(
             q for q in self.questions.values() if q.yes in listed and q.no in listed
@@ -329,6 +355,29 @@ class MarketState:
             weights=snapshot.weights_of(agent),
             recent_allocations=past,
         )
+
+    def opening_prices(self, market: str, decision_ts: float
+                       ) -> tuple[dict[str, PricePoint], tuple[str, ...]]:
+        """Return the session's opening price of every tradable asset at ``decision_ts`` and the
+        assets without one yet.
+
+        The opening price is the first regular-session price at or after the NYSE open on the
+        decision's New York day, received no later than ``decision_ts``.
+        """
+        book = self.books[market]
+        hist_map = self.history[market]
+        day = self._days[market].day(decision_ts)
+        opens: dict[str, PricePoint] = {}
+        missing: list[str] = []
+        for i, a in enumerate(book.assets):
+            if not book.tradable[i]:
+                continue
+            h = hist_map.get(a)
+            if h is None or h.day != day or h.first is None or h.first[0] > decision_ts:
+                missing.append(a)
+            else:
+                opens[a] = PricePoint(*h.first)
+        return opens, tuple(sorted(missing))
 
     def price_coverage(self, market: str, decision_ts: float, stale_after: float
                        ) -> PriceCoverage:
@@ -378,7 +427,7 @@ class MarketState:
                         "closes": [[p.ts, p.price] for p in h.closes],
                         "day": h.day,
                         "last": None if h.last is None else list(h.last),
-                    }
+                    } | ({} if h.first is None else {"first": list(h.first)})
                     for a, h in sorted(hm.items())
                 }
                 for m, hm in sorted(self.history.items())
@@ -405,6 +454,8 @@ class MarketState:
                 ah.closes.extend(PricePoint(t, p) for t, p in h["closes"])
                 ah.day = h["day"]
                 ah.last = None if h["last"] is None else (h["last"][0], h["last"][1])
+                first = h.get("first")
+                ah.first = None if first is None else (first[0], first[1])
                 target[a] = ah
         self.news.clear()
         self._news_ids.clear()

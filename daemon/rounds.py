@@ -36,6 +36,7 @@ from agents.base import (
     LookAheadError,
     MarketView,
     Observation,
+    PricePoint,
     assert_no_lookahead,
 )
 from agents.validation import InvalidAllocation, validate_allocation
@@ -45,6 +46,7 @@ from daemon.config import Config
 from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
 from daemon.market_state import MarketState, PriceCoverage, format_age
+from daemon.open_fill import at_prices, missing_open_reason
 from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store
 from scoring.ledger import Book, RebalanceRejected
 
@@ -184,11 +186,18 @@ class DecisionRound:
 
         mc = getattr(eng.config.markets, market)
         result.coverage = cov = eng.state.price_coverage(market, now, mc.stale_after)
+        opens: dict[str, PricePoint] | None = None
+        reason = ""
         if not cov.enough(mc.min_price_coverage):
             limit = format_age(mc.stale_after)
             if market == "equity":
                 limit += " of NYSE open time"
             reason = cov.reason(mc.min_price_coverage, limit)
+        elif mc.schedule.fill_at == "session_open":  # StockBench: at the opening prices
+            opens, missing = eng.state.opening_prices(market, now)
+            if missing:
+                reason = missing_open_reason(missing)
+        if reason:
             for agent_id in todo:
                 rc.decisions.append(DecisionRecord(agent_id, market, scheduled_ts, now, "skipped",
                                                    reason=reason))
@@ -209,7 +218,8 @@ class DecisionRound:
         # The market-wide part once per (news window, news per key), every agent's position
         # from one snapshot: prices arriving while the round yields change neither.
         views: dict[tuple[float, int], MarketView] = {}
-        snapshot = book.snapshot()
+        with at_prices(book, opens):
+            snapshot = book.snapshot()
         pause = _Pauser(self._monotonic)
         for agent_id in todo:
             slot = slots[agent_id]
@@ -217,7 +227,8 @@ class DecisionRound:
             view = views.get(key)
             if view is None:
                 view = views[key] = eng.state.market_view(
-                    market, now, news_window=slot.news_window, news_per_key=slot.news_per_key)
+                    market, now, news_window=slot.news_window, news_per_key=slot.news_per_key,
+                    prices_at=opens)
                 assert_no_lookahead(view.observation(
                     agent_id, holdings={}, cash=0.0, value=0.0, initial_value=0.0, weights={}))
             obs = eng.state.agent_observation(view, agent_id, recents[agent_id], snapshot)
@@ -253,7 +264,8 @@ class DecisionRound:
                 if dec.allocation is not None and outcome == "ok":
                     try:
                         allocation = validate_allocation(dec.allocation, obs)
-                        fill = book.rebalance(agent_id, allocation)
+                        with at_prices(book, opens):  # no yield inside
+                            fill = book.rebalance(agent_id, allocation)
                         fill_rec = FillRecord(
                             agent_id, market, scheduled_ts, now,
                             {a: float(q) for a, q in zip(fill.assets, fill.trades, strict=True)

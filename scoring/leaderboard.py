@@ -57,6 +57,7 @@ from scoring.benchmarks import (
     rolling_k_delta,
     rolling_k_return,
 )
+from scoring.board_extras import board_extras, extras_text
 from scoring.metrics import drawdown_series, periods_per_year, sharpe, simple_returns, summarise
 
 __all__ = [
@@ -686,6 +687,7 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
         "markets": markets,
         "rows": rows,
         "series": _series(curves),
+        **board_extras(con, rows, store.agents_cfg),  # issue 13: run groups, PortBench
     })
     return Report(board, curves, _labels(store))
 
@@ -1246,4 +1248,4 @@ def to_table(board: dict[str, Any]) -> str:
                   f"{pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days); "
                   "'~' after a rank: not significantly ahead of the next (paired bootstrap); "
                   "valid: share of valid decisions (ok or hold) among the rounds asked"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + extras_text(board)

@@ -234,34 +234,48 @@ def score_store(
     """
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        own: dict[str, dict[str, str]] = {}
-        for (raw_cfg,) in con.execute("SELECT config_json FROM runs ORDER BY id"):
-            try:
-                agents = json.loads(raw_cfg or "{}").get("agents", [])
-            except (ValueError, AttributeError):
-                continue
-            for a in agents if isinstance(agents, list) else []:
-                if isinstance(a, dict) and isinstance(a.get("asset_classes"), dict):
-                    own[str(a.get("id"))] = {str(k): str(v) for k, v in a["asset_classes"].items()}
-        closes = daily_closes(con)
-        out: dict[str, list[StageScores]] = {}
-        for agent, ts, raw in con.execute(
-            "SELECT agent, scheduled_ts, raw_output FROM decisions WHERE market='equity'"
-            " ORDER BY agent, scheduled_ts"
-        ):
-            try:
-                summary = json.loads(raw or "")
-            except ValueError:
-                continue
-            if not isinstance(summary, dict) or summary.get("protocol") != "portbench":
-                continue
-            mine = classes if classes is not None else own.get(agent, {})
-            out.setdefault(agent, []).append(
-                score_decision(summary, ts, closes, mine, horizon=horizon)
-            )
-        return out
+        return score_connection(con, classes, horizon=horizon)
     finally:
         con.close()
+
+
+def score_connection(
+    con: sqlite3.Connection, classes: Mapping[str, str] | None = None, *, horizon: int = HORIZON
+) -> dict[str, list[StageScores]]:
+    """Return the stage scores of every ``portbench`` decision read through ``con``, by agent
+    (see :func:`score_store`)."""
+    own: dict[str, dict[str, str]] = {}
+    protocol: set[str] = set()
+    for (raw_cfg,) in con.execute("SELECT config_json FROM runs ORDER BY id"):
+        try:
+            agents = json.loads(raw_cfg or "{}").get("agents", [])
+        except (ValueError, AttributeError):
+            continue
+        for a in agents if isinstance(agents, list) else []:
+            if isinstance(a, dict) and isinstance(a.get("asset_classes"), dict):
+                own[str(a.get("id"))] = {str(k): str(v) for k, v in a["asset_classes"].items()}
+            if isinstance(a, dict) and a.get("protocol") == "portbench":
+                protocol.add(str(a.get("id")))
+    out: dict[str, list[StageScores]] = {}
+    if not protocol:  # no portbench agent was ever configured: nothing to parse
+        return out
+    closes = daily_closes(con)
+    marks = ",".join("?" * len(protocol))
+    for agent, ts, raw in con.execute(
+        "SELECT agent, scheduled_ts, raw_output FROM decisions WHERE market='equity'"
+        f" AND agent IN ({marks}) ORDER BY agent, scheduled_ts", sorted(protocol)
+    ):
+        try:
+            summary = json.loads(raw or "")
+        except ValueError:
+            continue
+        if not isinstance(summary, dict) or summary.get("protocol") != "portbench":
+            continue
+        mine = classes if classes is not None else own.get(agent, {})
+        out.setdefault(agent, []).append(
+            score_decision(summary, ts, closes, mine, horizon=horizon)
+        )
+    return out
 
 
 def report_section(db: str, *, horizon: int = HORIZON) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from scoring.benchmarks import CASH, ROLLING_KS
+from scoring.board_extras import extras_html
 from scoring.leaderboard import LEGEND, AgentCurves, Report, load_report
 
 __all__ = ["CHART_KINDS", "render_html", "write_html"]
@@ -573,6 +574,7 @@ def render_html(report: Report) -> str:
     if not markets:
         parts.append("<p>No agent has data in this window.</p>")
     parts += [_market_section(report, m, colours) for m in markets]
+    parts.append(extras_html(board))  # issue 13: run groups, PortBench scores, stress gate
     parts.append("</body></html>\n")
     return "".join(parts)
 

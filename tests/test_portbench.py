@@ -253,24 +253,36 @@ async def test_example_config_replays_the_sample(
     async with PortBenchModel() as model:
         data["agents"][0].update(api_base=model.api_base, timeout=10)
         cfg = parse_config(data)
-        end = datetime(2026, 10, 28, tzinfo=UTC).timestamp()  # the first sessions
-        await replay(root / "examples" / "sample.jsonl.gz", cfg, tmp_path / "pb.db",
+        end = datetime(2026, 5, 22, tzinfo=UTC).timestamp()  # the first 15 sessions
+        await replay(root / "examples" / "portbench-sample.jsonl.gz", cfg, tmp_path / "pb.db",
                      progress=False, window=(None, end))
+        views_prompt = next(r["messages"][-1]["content"] for r in model.requests
+                            if "needs a view" in r["messages"][-1]["content"])
     con = sqlite3.connect(tmp_path / "pb.db")
     q = con.execute
     outcomes = dict(q("SELECT outcome, COUNT(*) FROM decisions WHERE agent='portbench'"
                       " GROUP BY outcome").fetchall())
-    assert outcomes.get("ok", 0) >= 4 and set(outcomes) == {"ok"}, outcomes
+    # The first session has no close before its decision: skipped; every other one applied.
+    assert outcomes.get("ok", 0) >= 10 and outcomes.get("skipped") == 1, outcomes
+    assert set(outcomes) == {"ok", "skipped"}
     steps = [s for (s,) in q("SELECT step FROM llm_calls WHERE outcome='ok' ORDER BY id")]
     assert steps[:4] == ["views", "signals", "weights", "risk"]
     assert q("SELECT COUNT(*) FROM llm_calls WHERE outcome='invalid' AND step='views'"
              ).fetchone()[0] >= 1
-    for (raw,) in q("SELECT raw_output FROM decisions WHERE agent='portbench'"):
+    for (raw,) in q("SELECT raw_output FROM decisions WHERE agent='portbench' AND outcome='ok'"):
         summary = json.loads(raw)
         assert summary["execution"]["cost_bps"] == 15.0 and "risk_truth" in summary
     # Every baseline decided every round.
     agents = {a for (a,) in q("SELECT DISTINCT agent FROM decisions WHERE outcome='ok'")}
     assert {"sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance"} <= agents
+    # The multi-asset universe's classes reach the prompt and the class-aware baseline.
+    (w,) = q("SELECT weights_json FROM fills WHERE agent='sixty_forty' ORDER BY ts LIMIT 1"
+             ).fetchone()
+    w = json.loads(w)
+    assert w["TLT"] + w["IEF"] == pytest.approx(0.4, abs=0.01)  # 40 % over the bond class
+    assert w["SPY"] + w["QQQ"] + w["EFA"] == pytest.approx(0.6, abs=0.01)
+    assert w.get("GLD", 0.0) == 0.0 and w.get("BTC-USD", 0.0) == 0.0
+    assert "bonds" in views_prompt and "crypto" in views_prompt and "BTC-USD" in views_prompt
     con.close()
     # Stage scores from the store: S5 at once; S1..S4 and CEPS once 2 later closes exist, the
     # last decisions of the window pending.
@@ -299,3 +311,17 @@ async def test_example_config_replays_the_sample(
     report = capsys.readouterr().out
     assert "PortBench stage scores (horizon 5 daily closes" in report
     assert "\nportbench " in report.split("PortBench stage scores", 1)[1]
+    # ... and in --json and --html, with the stress gate of the window.
+    html = tmp_path / "pb.html"
+    assert cli(["report", "--db", str(tmp_path / "pb.db"), "--json", "--html", str(html)]) == 0
+    board = json.loads(capsys.readouterr().out)
+    five = summarise(score_store(str(tmp_path / "pb.db")).get("portbench", []))
+    got = board["portbench"]["portbench"]
+    assert set(got) == set(five)
+    assert all(got[k] == pytest.approx(v, rel=1e-9) for k, v in five.items() if v is not None)
+    assert board["portbench"]["portbench"]["decisions"] == outcomes["ok"]
+    assert set(board["stress_gate"]) >= {"portbench", "min_variance", "equal_weight"}
+    assert board["stress_gate"]["portbench"]["tolerance"] == pytest.approx(0.20)
+    page = html.read_text()
+    assert "PortBench stage scores" in page and "Stress gate" in page
+    assert "<section class='portbench'><h2>PortBench stage scores</h2>" in page

@@ -128,6 +128,40 @@
     if (!(data.llm || []).length) llm.append(el("tr", {}, el("td", {colspan: 5}, "no model calls (not an LLM agent, or none yet)")));
   }
 
+  /** PortBench's stage scores, the stress gate and the agent's run group, from the board. */
+  function renderProtocol(board) {
+    const section = document.getElementById("protocol");
+    const root = clear(document.getElementById("protocol-body"));
+    const pb = ((board && board.portbench) || {})[agent];
+    const gate = ((board && board.stress_gate) || {})[agent];
+    const groups = ((board && board.run_groups) || []).filter((g) => (g.agents || []).includes(agent));
+    section.hidden = !(pb || gate || groups.length);
+    const score = (x) => (finite(x) ? num(x, 3) : "pending");
+    if (pb) {
+      const stages = ["S1", "S2", "S3", "S4", "S5"];
+      root.append(el("table", {id: "portbench-scores"},
+        el("thead", {}, el("tr", {}, ...[...stages, "CEPS", "decisions", "pending", "failed"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, el("tr", {},
+          ...stages.map((s) => el("td", {class: "num", "data-field": s}, finite(pb[s]) ? num(pb[s], 3) : `pending (${pb[`${s}_pending`] || 0})`)),
+          el("td", {class: "num", "data-field": "CEPS"}, score(pb.CEPS)),
+          el("td", {class: "num", "data-field": "decisions"}, pb.decisions),
+          el("td", {class: "num", "data-field": "pending"}, pb.pending),
+          el("td", {class: "num", "data-field": "failed"}, pb.failed)))),
+        el("p", {class: "why"}, "PortBench stage scores: mean over the scored decisions (horizon 5 daily closes); pending: the horizon has not passed."));
+    }
+    if (gate) {
+      const verdict = gate.pass === true ? "pass" : gate.pass === false ? "FAIL" : "-";
+      root.append(el("p", {id: "stress-gate"}, `stress gate (max drawdown within the ${gate.profile || "?"} profile's tolerance ${pct(gate.tolerance).replace("+", "")}): `,
+        el("b", {}, verdict), ` (max drawdown ${pct(gate.max_drawdown).replace("+", "")})`));
+    }
+    for (const g of groups) {
+      const f = g.figures || {};
+      const spread = (s, fmt) => (s && finite(s.mean) ? `${fmt(s.mean)} ± ${fmt(s.std)} [${fmt(s.min)}, ${fmt(s.max)}]` : "-");
+      root.append(el("p", {class: "run-group", "data-market": g.market}, `run group ${g.group} (${g.market}, ${g.runs} runs: ${(g.agents || []).join(", ")}): return `,
+        spread(f.cumulative_return, pct), ", Sharpe ", spread(f.sharpe, (x) => num(x, 2))));
+    }
+  }
+
   function audit(d) {
     const parts = [];
     if (d.reason) parts.push(el("div", {class: "reason"}, d.reason));
@@ -186,6 +220,7 @@
     PA.showError("");
     renderCurrent(data);
     renderCharts(data);
+    renderProtocol(await getJSON("/api/leaderboard").catch(() => null));
     await loadDecisions();
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }
