@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
 from daemon.capital_config import CASH, CapitalBenchConfig
@@ -307,3 +307,15 @@ def load_manifest(rdir: Path) -> dict[str, Any]:
     """Return the round's manifest."""
     data: dict[str, Any] = json.loads((rdir / "manifest.json").read_text("utf-8"))
     return data
+
+
+def verify_command(round_dir: str, out: TextIO, err: TextIO) -> int:
+    """``paperarena verify-round DIR``: 0 and one ok line, or 1 and one line per problem."""
+    problems = verify_round(Path(round_dir))
+    if problems:
+        for line in problems:
+            err.write(f"paperarena verify-round: {line}\n")
+        return 1
+    n = len(json.loads((Path(round_dir) / HASHES).read_text("utf-8"))["files"])
+    out.write(f"{round_dir}: ok ({n} files match {HASHES})\n")
+    return 0

@@ -687,6 +687,11 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
         "rows": rows,
         "series": _series(curves),
     })
+    from scoring.capitalbench_scores import capitalbench_section  # hook: CapitalBench rounds
+
+    capital = capitalbench_section(con)
+    if capital is not None:
+        board["capitalbench"] = _clean(capital)
     return Report(board, curves, _labels(store))
 
 
@@ -1246,4 +1251,8 @@ def to_table(board: dict[str, Any]) -> str:
                   f"{pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days); "
                   "'~' after a rank: not significantly ahead of the next (paired bootstrap); "
                   "valid: share of valid decisions (ok or hold) among the rounds asked"]
+    if board.get("capitalbench"):  # hook: CapitalBench rounds (scoring/capitalbench_scores.py)
+        from scoring.capitalbench_scores import to_text
+
+        lines.append(to_text(board["capitalbench"]).rstrip("\n"))
     return "\n".join(lines) + "\n"
