@@ -393,3 +393,33 @@ async def test_example_config_replays_the_sample(tmp_path: Path, monkeypatch: py
     assert main(["report", "--db", str(tmp_path / "cb.db")]) == 0
     text = capsys.readouterr().out
     assert "comparison set, weekly: roster model_a, model_b; 2 shared resolved round(s)" in text
+
+
+async def test_api_serves_the_rounds(tmp_path: Path) -> None:
+    from tests.test_metrics_http import start_daemon, stop_daemon
+
+    d = await start_daemon(tmp_path)
+    try:
+        status, body = await d.get("/api/capitalbench")
+        assert status == 200 and body["rounds"] == []
+        con = sqlite3.connect(tmp_path / "d.db")
+        (tmp_path / "r").mkdir()
+        (tmp_path / "r" / "options.json").write_text(json.dumps(
+            {"options": [{"id": "QQQ"}, {"id": "CASH"}]}))
+        con.execute(
+            "INSERT INTO capital_rounds VALUES('weekly-x', 'weekly', 0, 1, '2026-11-02', 2,"
+            " '2026-11-09', 3, ?, '{\"benchmark\": \"SPY\"}', 'h', 'resolved',"
+            " '{\"QQQ\": 100, \"SPY\": 10}', '{\"QQQ\": 110, \"SPY\": 10.5}')",
+            (str(tmp_path / "r"),))
+        con.execute(
+            "INSERT INTO capital_submissions VALUES('weekly-x', 'official', 'm', 1, 1, 1, 'x',"
+            " 'ok', '', '{\"QQQ\": 50, \"CASH\": 50}', '{}', '[]', '[]', 1, 1, 0.5, 'v')")
+        con.commit()
+        con.close()
+        status, body = await d.get("/api/capitalbench")
+        res = body["rounds"][0]["results"][0]
+        assert status == 200 and res["portfolio_return"] == pytest.approx(0.05)
+        assert res["score"] == pytest.approx(50.0) and res["vs_sp500"] == pytest.approx(0.0)
+        assert res["vs_sp500_per_dollar"] == pytest.approx(0.0)
+    finally:
+        await stop_daemon(d)
