@@ -446,7 +446,8 @@ class HttpServer:
             board = await self.board_cache.get()
         except FileNotFoundError as exc:
             return _json({"error": str(exc)}, 503)
-        empty = {"rounds": [], "history": {}, "comparison_sets": {}, "consistency": {}}
+        empty: dict[str, Any] = {"rounds": [], "history": {}, "comparison_sets": {},
+                                 "consistency": {}}
         return _json(board.get("capitalbench") or empty)
 
     async def handle_agents(self, request: web.Request) -> web.Response:
