@@ -100,6 +100,10 @@ class CapitalRunner:
             self._agents = built
         return self._agents
 
+    def reload(self) -> None:
+        """Rebuild the agents from the host's (reloaded) config on next use."""
+        self._agents = None
+
     def triggers(self) -> list[tuple[str, TrackTrigger]]:
         """Return (job id, trigger) of every track."""
         return [(f"capital:{t.kind}", TrackTrigger(t.kind, t.at)) for t in self.cap.tracks]

@@ -170,7 +170,9 @@ class Engine:
         old_cfgs = {a.id: a for a in self.config.agents}
         current = {aid: slot.agent for ss in self.slots.values() for aid, slot in ss.items()}
         built: dict[str, Any] = {}
-        for acfg in new_config.agents:
+        # CapitalBench agents answer rounds only (self.capital rebuilds them), never trade.
+        trading = [a for a in new_config.agents if a.protocol != "capitalbench"]
+        for acfg in trading:
             prev = old_cfgs.get(acfg.id)
             if (acfg.id not in current or prev is None
                     or prev.model_copy(update={"markets": acfg.markets}) != acfg):
@@ -182,7 +184,7 @@ class Engine:
                 agent.restore_usage(day, *prev_agent.spent(day))
         persisted = {(a, m): (st, r) for a, m, st, r in await self.store.fetchall(
             "SELECT agent, market, status, reason FROM agent_state")}
-        wanted = {a.id: a for a in new_config.agents}
+        wanted = {a.id: a for a in trading}
         changes: list[str] = []
         for m in self.markets:
             slots = dict(self.slots[m])  # copy on write: running rounds keep their snapshot
@@ -190,7 +192,7 @@ class Engine:
                 if aid not in wanted or m not in wanted[aid].markets:
                     del slots[aid]
                     changes.append(f"removed {aid} from {m}")
-            for acfg in new_config.agents:
+            for acfg in trading:
                 if m not in acfg.markets:
                     continue
                 prev_slot = slots.get(acfg.id)
@@ -212,6 +214,8 @@ class Engine:
         if old["alerts"] != new["alerts"]:
             changes.append("alerts")
         self.config = new_config
+        if self.capital is not None:
+            self.capital.reload()
         return changes
 
     def add_equity_universe(self, assets: Iterable[str]) -> None:

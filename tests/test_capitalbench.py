@@ -423,3 +423,27 @@ async def test_api_serves_the_rounds(tmp_path: Path) -> None:
         assert res["vs_sp500_per_dollar"] == pytest.approx(0.0)
     finally:
         await stop_daemon(d)
+
+
+async def test_capitalbench_agents_never_trade_even_after_a_reload(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from daemon.clock import SimClock
+    from daemon.engine import Engine
+    from daemon.store import Store
+
+    monkeypatch.setenv("CB_TEST_KEY", "sk-test")
+    data = _config(tmp_path, "http://127.0.0.1:9/v1")
+    store = await Store.open(tmp_path / "e.db")
+    try:
+        eng = Engine(parse_config(data), clock=SimClock(0.0), store=store)
+        eng.build_agents()
+        assert set(eng.slots["equity"]) == {"bh"}
+        assert eng.capital is not None and set(eng.capital.agents) == {"alpha", "beta", "gamma"}
+        assert [j for j, _ in eng.triggers() if j.startswith("capital:")] == ["capital:weekly"]
+        data["agents"][1]["max_attempts"] = 3
+        await eng.reload(parse_config(data))
+        assert set(eng.slots["equity"]) == {"bh"}
+        assert eng.capital.agents["alpha"].cfg.max_attempts == 3
+        assert eng.capital.agents["alpha"].cfg.temperature == 0.0
+    finally:
+        await store.close()
