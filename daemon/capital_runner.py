@@ -179,6 +179,7 @@ class CapitalRunner:
 
     async def collect(self, plan: RoundPlan, rdir: Path) -> None:
         """Ask every agent (official run, then the track's consistency repeats); store all."""
+        await self.restore_usage(self.host.clock.now())
         prompt = (rdir / "prompt.md").read_text("utf-8")
         manifest = json.loads((rdir / "manifest.json").read_text("utf-8"))
         rules = Rules(self.cap.option_ids, manifest["submission_format"],
@@ -207,6 +208,20 @@ class CapitalRunner:
         await self.host.store.execute_atomic(rows)
         log.info("capitalbench round collected", round=plan.round_id, agents=len(agents),
                  runs=len(runs))
+
+    async def restore_usage(self, now: float) -> None:
+        """Set each agent's spend of ``now``'s UTC day from its stored submissions (after a
+        restart the daily budget counts what was spent before it)."""
+        from agents.llm import utc_day
+
+        day = utc_day(now)
+        lo = datetime.fromisoformat(day + "T00:00:00+00:00").timestamp()
+        rows = await self.host.store.fetchall(
+            "SELECT agent, SUM(tokens_in + tokens_out), SUM(cost_usd) FROM capital_submissions"
+            " WHERE ts >= ? AND ts < ? GROUP BY agent", (lo, lo + 86_400.0))
+        spent = {a: (int(t or 0), float(c or 0.0)) for a, t, c in rows}
+        for agent_id, agent in self.agents.items():
+            agent.restore_usage(day, *spent.get(agent_id, (0, 0.0)))
 
     @staticmethod
     def _row(plan: RoundPlan, run_id: str, rep: int, agent_id: str, model: str, ts: float,

@@ -447,3 +447,23 @@ async def test_capitalbench_agents_never_trade_even_after_a_reload(
         assert eng.capital.agents["alpha"].cfg.temperature == 0.0
     finally:
         await store.close()
+
+
+async def test_the_daily_budget_pauses_further_calls(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from daemon.replay import replay
+
+    monkeypatch.setenv("CB_TEST_KEY", "sk-test")
+    _recording(tmp_path / "rec.jsonl")
+    async with CapitalModel() as model:
+        data = _config(tmp_path, model.api_base, repeats=2)
+        data["agents"][1]["daily_budget_tokens"] = 100  # one call is 120 tokens
+        await replay(tmp_path / "rec.jsonl", parse_config(data), tmp_path / "a.db",
+                     progress=False, window=(None, datetime(2026, 10, 20, tzinfo=UTC).timestamp()))
+    con = sqlite3.connect(tmp_path / "a.db")
+    got = con.execute("SELECT run_id, replicate, outcome, tokens_in + tokens_out FROM"
+                      " capital_submissions WHERE agent='alpha' ORDER BY official DESC,"
+                      " replicate").fetchall()
+    con.close()
+    assert got == [("official", 1, "ok", 120), ("consistency", 1, "paused", 0),
+                   ("consistency", 2, "paused", 0)]
