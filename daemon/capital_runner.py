@@ -202,7 +202,9 @@ class CapitalRunner:
                                            res.usage, res.template_version)
                 rows.append(self._row(plan, run_id, rep, agent_id, agent.cfg.model or "",
                                       done_ts, res))
-                self._write_run_file(rdir, run_id, rep, agent_id, res)
+                count = track.consistency_repeats if run_id == CONSISTENCY else 1
+                self._write_run_file(rdir, plan.round_id, run_id, (rep, count), agent_id,
+                                     agent.cfg.model or "", res)
         rows.append(("UPDATE capital_rounds SET status='collected' WHERE round_id=?",
                      (plan.round_id,)))
         await self.host.store.execute_atomic(rows)
@@ -242,14 +244,17 @@ class CapitalRunner:
              float(usage.get("cost_usd", 0.0)), res.template_version))
 
     @staticmethod
-    def _write_run_file(rdir: Path, run_id: str, rep: int, agent_id: str,
-                        res: SubmissionResult) -> None:
+    def _write_run_file(rdir: Path, round_id: str, run_id: str, replicate: tuple[int, int],
+                        agent_id: str, model: str, res: SubmissionResult) -> None:
+        rep, count = replicate
         name = agent_id if run_id == OFFICIAL else f"{agent_id}-{rep}"
         out = rdir / RUNS / run_id / f"{name}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(_dumps({
-            "agent": agent_id, "run_id": run_id, "replicate_index": rep,
-            "is_official_score": run_id == OFFICIAL, "outcome": res.outcome,
+            "round_id": round_id, "agent": agent_id, "model": model, "run_id": run_id,
+            "run_type": run_id, "mode": "closed_capability", "replicate_index": rep,
+            "replicate_count": count, "is_official_score": run_id == OFFICIAL,
+            "outcome": res.outcome,
             "reason": res.reason,
             "submission": None if res.submission is None else res.submission.to_json(),
             "raw_responses": list(res.raw_responses), "calls": [dict(c) for c in res.calls],

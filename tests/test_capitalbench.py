@@ -260,8 +260,12 @@ async def test_a_round_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert len(json.loads(beta[4])) == 2 and "95%" in json.loads(beta[5])[-1]["error"]
     assert calls == sum(len(json.loads(r[0])) for r in con.execute(
         "SELECT raw_responses_json FROM capital_submissions"))
-    assert json.loads((rdir / "runs" / "official" / "beta.json").read_text())["outcome"] == \
-        "invalid"
+    beta_file = json.loads((rdir / "runs" / "official" / "beta.json").read_text())
+    assert (beta_file["outcome"], beta_file["is_official_score"],
+            beta_file["replicate_count"]) == ("invalid", True, 1)
+    rep2 = json.loads((rdir / "runs" / "consistency" / "alpha-2.json").read_text())
+    assert (rep2["is_official_score"], rep2["replicate_index"], rep2["replicate_count"]) == \
+        (False, 2, 2)
     statuses = dict(con.execute("SELECT round_id, status FROM capital_rounds"))
     assert statuses["weekly-2026-11-09"] == "started"  # start close stored; ends Nov 16
     con.close()
