@@ -13,7 +13,9 @@ Protocols (``[[agents]] protocol = ...``):
 - ``stockbench``: overview -> stock selection -> fundamentals -> per-stock dollar orders ->
   execution check with revisions (:mod:`agents.stockbench`);
 - ``portbench``: views -> signals -> target weights (investor limits enforced) -> execution ->
-  risk monitor (:mod:`agents.portbench`).
+  risk monitor (:mod:`agents.portbench`);
+- ``capitalbench``: one submission per frozen CapitalBench round, not asked in decision rounds
+  (:mod:`agents.capitalbench`, :mod:`daemon.capital_runner`).
 
 Multi-step protocols derive from :class:`StepwiseAgent`, which ends a decision the same way for
 all of them (a failed step, a hold, the stored JSON summary of the workflow).
@@ -44,7 +46,7 @@ from daemon.rounds import AGENT_DEADLINE
 log = structlog.get_logger(__name__)
 
 #: Protocol -> version label of its prompt set (bump it when a prompt's meaning changes).
-PROMPT_SET_VERSIONS: dict[str, str] = {"stockbench": "v1", "portbench": "v1"}
+PROMPT_SET_VERSIONS: dict[str, str] = {"stockbench": "v1", "portbench": "v1", "capitalbench": "v1"}
 
 
 @lru_cache(maxsize=8)
@@ -79,6 +81,10 @@ def build_llm_agent(cfg: AgentConfig) -> LlmAgent:
         from agents.portbench import PortBenchAgent
 
         return PortBenchAgent(cfg)
+    if cfg.protocol == "capitalbench":
+        from agents.capitalbench import CapitalBenchAgent
+
+        return CapitalBenchAgent(cfg)
     raise ValueError(f"agent {cfg.id}: unknown protocol {cfg.protocol!r}")
 
 

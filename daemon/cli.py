@@ -170,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
     hist.add_argument("--config", "-c", help="config whose sources.equity.yahoo.chart_url is used")
 
+    vr = sub.add_parser("verify-round",
+                        help="check a CapitalBench round directory against its hashes.json")
+    vr.add_argument("round_dir", help="rounds/<round_id>")
+
     pr = sub.add_parser("probe", help="re-issue a stored decision input K times (LLM consistency)")
     pr.add_argument("--agent", required=True)
     pr.add_argument("--repeats", type=int, default=5)
@@ -268,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _probe(args)
         if args.cmd == "status":
             return _status(args)
+        if args.cmd == "verify-round":
+            from daemon.capital_rounds import verify_command
+
+            return verify_command(args.round_dir, sys.stdout, sys.stderr)
     except ConfigError as exc:
         for line in exc.problems:
             sys.stderr.write(f"{exc.source}: {line}\n")

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from daemon.capital_config import CapitalBenchConfig, capital_problems
 from daemon.durations import parse_duration
 from daemon.mqtt import MqttSettings
 from feeds.settings import SourcesSettings
@@ -454,11 +455,12 @@ class AgentConfig(_Frozen):
     retry_after_cap: Annotated[float, Field(le=3600)] = Field(
         default=60.0, description="longest wait honoured from a 429's Retry-After (default 60s)"
     )
-    protocol: Literal["livetradebench", "stockbench", "portbench"] = Field(
+    protocol: Literal["livetradebench", "stockbench", "portbench", "capitalbench"] = Field(
         default="livetradebench",
         description="LLM decision workflow: 'livetradebench' (one call returns the allocation)"
         ", 'stockbench' (overview -> pick stocks -> fundamentals -> per-stock dollar orders)"
-        " or 'portbench' (views -> signals -> weights -> execution -> risk monitor);"
+        ", 'portbench' (views -> signals -> weights -> execution -> risk monitor)"
+        " or 'capitalbench' (one frozen-round submission per [capitalbench] round);"
         " see docs/protocols.md",
     )
     revision_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
@@ -685,6 +687,18 @@ class Config(_Frozen):
         default=None, description="MQTT broker for split roles (docs/distributed.md)"
     )
     evaluator: EvaluatorConfig = EvaluatorConfig()
+    capitalbench: CapitalBenchConfig | None = Field(
+        default=None, description="CapitalBench rounds (docs/protocol-capitalbench.md)"
+    )
+
+    @model_validator(mode="after")
+    def _capitalbench(self) -> Config:
+        if self.capitalbench is not None:
+            problems = capital_problems(self.capitalbench, self.markets.equity.assets,
+                                        [(a.id, a.protocol) for a in self.agents])
+            if problems:
+                raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _unique_agents(self) -> Config:

@@ -22,7 +22,7 @@ import gc
 import math
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -36,6 +36,9 @@ from daemon.rounds import AgentSlot, DecisionRound
 from daemon.schedule import ScheduleSpec, make_trigger
 from daemon.store import DecisionRecord, RoundCommit, Store, StoreWriteError
 from scoring.ledger import Book, CostModel
+
+if TYPE_CHECKING:
+    from daemon.capital_runner import CapitalRunner
 
 log = structlog.get_logger(__name__)
 
@@ -108,6 +111,12 @@ class Engine:
         self.mark_listeners: list[Callable[[str, float], None]] = []
         """Called with (market, ts) after each daily mark is stored (e.g. to refresh metrics)."""
         self._agents_built = False
+        self.capital: CapitalRunner | None = None
+        if config.capitalbench is not None:
+            from daemon.capital_runner import CapitalRunner  # agents' code, only when configured
+
+            self.capital = CapitalRunner(self)
+        """CapitalBench rounds (``[capitalbench]``): jobs ``capital:<track>``, fed by marks."""
         self._wire_taps()
 
     # -- setup ----------------------------------------------------------------------------------
@@ -132,6 +141,8 @@ class Engine:
         for acfg in self.config.agents:
             if wanted is not None and acfg.id not in wanted:
                 continue
+            if acfg.protocol == "capitalbench":
+                continue  # answers CapitalBench rounds only (self.capital), never trades
             agent = build_agent(acfg)
             for m in acfg.markets:
                 if m not in self.books:
@@ -159,7 +170,9 @@ class Engine:
         old_cfgs = {a.id: a for a in self.config.agents}
         current = {aid: slot.agent for ss in self.slots.values() for aid, slot in ss.items()}
         built: dict[str, Any] = {}
-        for acfg in new_config.agents:
+        # CapitalBench agents answer rounds only (self.capital rebuilds them), never trade.
+        trading = [a for a in new_config.agents if a.protocol != "capitalbench"]
+        for acfg in trading:
             prev = old_cfgs.get(acfg.id)
             if (acfg.id not in current or prev is None
                     or prev.model_copy(update={"markets": acfg.markets}) != acfg):
@@ -171,7 +184,7 @@ class Engine:
                 agent.restore_usage(day, *prev_agent.spent(day))
         persisted = {(a, m): (st, r) for a, m, st, r in await self.store.fetchall(
             "SELECT agent, market, status, reason FROM agent_state")}
-        wanted = {a.id: a for a in new_config.agents}
+        wanted = {a.id: a for a in trading}
         changes: list[str] = []
         for m in self.markets:
             slots = dict(self.slots[m])  # copy on write: running rounds keep their snapshot
@@ -179,7 +192,7 @@ class Engine:
                 if aid not in wanted or m not in wanted[aid].markets:
                     del slots[aid]
                     changes.append(f"removed {aid} from {m}")
-            for acfg in new_config.agents:
+            for acfg in trading:
                 if m not in acfg.markets:
                     continue
                 prev_slot = slots.get(acfg.id)
@@ -201,6 +214,8 @@ class Engine:
         if old["alerts"] != new["alerts"]:
             changes.append("alerts")
         self.config = new_config
+        if self.capital is not None:
+            self.capital.reload()
         return changes
 
     def add_equity_universe(self, assets: Iterable[str]) -> None:
@@ -266,7 +281,11 @@ class Engine:
 
     def triggers(self) -> list[tuple[str, Any]]:
         """Return (job id, APScheduler trigger) for every job."""
-        return [(job_id, make_trigger(spec)) for job_id, spec in self.jobs()]
+        out: list[tuple[str, Any]] = [(job_id, make_trigger(spec))
+                                      for job_id, spec in self.jobs()]
+        if self.capital is not None:
+            out.extend(self.capital.triggers())
+        return out
 
     # -- jobs -----------------------------------------------------------------------------------
     async def on_job(self, job_id: str, fire_ts: float, missed: bool) -> None:
@@ -277,6 +296,12 @@ class Engine:
         """
         kind, market = job_id.split(":", 1)
         store = self.store
+        if kind == "capital" and self.capital is not None:
+            try:
+                await self.capital.on_job(market, fire_ts, missed)
+            except Exception:
+                log.exception("capitalbench job failed", job=job_id, fire_ts=fire_ts)
+            return
         if self.stop_on_store_fault and self.job_write_failed is not None:
             return
         if store.fault is not None:
@@ -344,6 +369,11 @@ class Engine:
         rc = RoundCommit()
         self.add_equity_rows(rc, market, ts, "daily")
         await self.commit(rc)
+        if market == "equity" and self.capital is not None:
+            try:
+                await self.capital.on_mark(ts)
+            except Exception:
+                log.exception("capitalbench prices not stored", ts=ts)
         for listener in self.mark_listeners:
             listener(market, ts)
 

@@ -11,6 +11,7 @@ Routes (bound to 127.0.0.1 by default, ``[http] host/port``):
 - ``GET /api/leaderboard``: the leaderboard of the live database plus every agent's live
   figures; served from a :class:`~daemon.board_cache.BoardCache` recomputed in a thread only
   after new marks or rounds, one computation at a time;
+- ``GET /api/capitalbench``: CapitalBench rounds, history, comparison sets, consistency;
 - ``GET /api/agents``: the running agents with their live figures;
 - ``GET /api/agents/{id}``: equity curve, allocations (fills), recent decisions and alerts;
 - ``GET /``, ``GET /agent/{id}``, ``GET /static/{name}``, ``GET /api/events`` (server-sent
@@ -368,6 +369,7 @@ class HttpServer:
         app.router.add_get("/healthz", self.handle_healthz)
         app.router.add_get("/readyz", self.handle_readyz)
         app.router.add_get("/api/leaderboard", self.handle_leaderboard)
+        app.router.add_get("/api/capitalbench", self.handle_capitalbench)
         app.router.add_get("/api/agents", self.handle_agents)
         app.router.add_get("/api/agents/{id}", self.handle_agent)
         app.router.add_post("/api/agents/{id}/resume", self.handle_resume)
@@ -515,6 +517,18 @@ class HttpServer:
         # The board was serialised in the worker thread: splice the live figures in.
         return web.Response(text=f'{text[:-1]},"live":{_dumps(live)}}}',
                             content_type="application/json")
+
+    async def handle_capitalbench(self, request: web.Request) -> web.Response:
+        """Return the CapitalBench rounds, history, comparison sets and consistency."""
+        if self.board_cache is None:
+            return _json({"error": "in-memory store: no CapitalBench rounds"}, 503)
+        try:
+            board = await self.board_cache.get()
+        except FileNotFoundError as exc:
+            return _json({"error": str(exc)}, 503)
+        empty: dict[str, Any] = {"rounds": [], "history": {}, "comparison_sets": {},
+                                 "consistency": {}}
+        return _json(board.get("capitalbench") or empty)
 
     async def handle_agents(self, request: web.Request) -> web.Response:
         """Return every running agent with its live figures."""

@@ -36,7 +36,7 @@ from daemon.events import Event, NewsEvent, PriceEvent, encode_event
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -115,7 +115,27 @@ ALTER TABLE llm_calls ADD COLUMN outcome TEXT;
 ALTER TABLE llm_calls ADD COLUMN parsed_json TEXT;
 """
 
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+# ---- v6: CapitalBench rounds (issue 14, docs/protocol-capitalbench.md) -----------------------
+# One row per frozen round (its dates, the SHA-256 of its hashes.json, the start and end closes
+# once stored) and one per model submission (official or consistency run), every call kept.
+_V6 = """
+CREATE TABLE IF NOT EXISTS capital_rounds(
+  round_id TEXT PRIMARY KEY, track TEXT NOT NULL, frozen_ts REAL NOT NULL,
+  deadline_ts REAL NOT NULL, start_day TEXT NOT NULL, start_ts REAL NOT NULL,
+  end_day TEXT NOT NULL, end_ts REAL NOT NULL, dir TEXT NOT NULL, manifest_json TEXT NOT NULL,
+  hashes_sha256 TEXT NOT NULL, status TEXT NOT NULL, start_prices_json TEXT,
+  end_prices_json TEXT);
+CREATE TABLE IF NOT EXISTS capital_submissions(
+  round_id TEXT NOT NULL, run_id TEXT NOT NULL, agent TEXT NOT NULL, replicate INTEGER NOT NULL,
+  official INTEGER NOT NULL, ts REAL NOT NULL, model TEXT, outcome TEXT NOT NULL,
+  reason TEXT NOT NULL, holdings_json TEXT, submission_json TEXT, raw_responses_json TEXT NOT NULL,
+  calls_json TEXT NOT NULL, tokens_in INTEGER NOT NULL, tokens_out INTEGER NOT NULL,
+  cost_usd REAL NOT NULL, template_version TEXT,
+  PRIMARY KEY(round_id, run_id, agent, replicate));
+"""
+# ---- end v6 -------------------------------------------------------------------------------------
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 
 
 class StoreLockedError(StoreOpenError):
@@ -580,6 +600,14 @@ class Store:
             )
         if rc.checkpoint is not None:
             await self._write_checkpoint(rc.checkpoint)
+
+    async def execute_atomic(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Run ``(sql, params)`` write statements in one transaction (e.g. CapitalBench rows)."""
+        async def run() -> None:
+            for sql, params in statements:
+                await self.db.execute(sql, params)
+
+        await self._atomic(run)
 
     async def record_alert(self, ts: float, kind: str, severity: str, agent: str, market: str,
                            value: float, limit: float, message: str) -> None:

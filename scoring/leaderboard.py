@@ -689,6 +689,11 @@ def _report(con: sqlite3.Connection, window: tuple[float | None, float | None],
         "series": _series(curves),
         **board_extras(con, rows, store.agents_cfg),  # issue 13: run groups, PortBench
     })
+    from scoring.capitalbench_scores import capitalbench_section  # hook: CapitalBench rounds
+
+    capital = capitalbench_section(con)
+    if capital is not None:
+        board["capitalbench"] = _clean(capital)
     return Report(board, curves, _labels(store))
 
 
@@ -1248,4 +1253,8 @@ def to_table(board: dict[str, Any]) -> str:
                   f"{pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days); "
                   "'~' after a rank: not significantly ahead of the next (paired bootstrap); "
                   "valid: share of valid decisions (ok or hold) among the rounds asked"]
+    if board.get("capitalbench"):  # hook: CapitalBench rounds (scoring/capitalbench_scores.py)
+        from scoring.capitalbench_scores import to_text
+
+        lines.append(to_text(board["capitalbench"]).rstrip("\n"))
     return "\n".join(lines) + "\n" + extras_text(board)

@@ -1,0 +1,1 @@
+"""CapitalBench prompt set: the round prompt every model of a round receives."""
