@@ -58,7 +58,7 @@ async def ticking(coro: Awaitable[Any]) -> tuple[Any, int]:
     t = asyncio.create_task(tick())
     try:
         result: Any = await coro
-    except Exception as exc:  # noqa: BLE001 - returned for the assertion
+    except Exception as exc:
         result = exc
     t.cancel()
     return result, ticks
