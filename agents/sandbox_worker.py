@@ -79,7 +79,7 @@ def _limit(which: int, value: int) -> None:
 def factors(close: Any) -> Any:
     """Return the frame of one asset: OHLCV (open = high = low = close) and the indicators."""
     import numpy as np
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]
 
     c = close.astype("float64")
     df = pd.DataFrame({"open": c, "high": c, "low": c, "close": c,
@@ -136,7 +136,7 @@ def main() -> int:
     import typing  # noqa: F401
 
     import numpy as np  # noqa: F401
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]
 
     factors(pd.Series([1.0, 2.0, 3.0]))  # warm every code path the frames use
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
