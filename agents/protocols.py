@@ -13,7 +13,9 @@ Protocols (``[[agents]] protocol = ...``):
 - ``stockbench``: overview -> stock selection -> fundamentals -> per-stock dollar orders ->
   execution check with revisions (:mod:`agents.stockbench`);
 - ``portbench``: views -> signals -> target weights (investor limits enforced) -> execution ->
-  risk monitor (:mod:`agents.portbench`).
+  risk monitor (:mod:`agents.portbench`);
+- ``alphaforgebench``: the model writes a strategy function (renewed on a schedule) that the
+  daemon runs on every bar in a sandboxed process (:mod:`agents.alphaforge`).
 
 Multi-step protocols derive from :class:`StepwiseAgent`, which ends a decision the same way for
 all of them (a failed step, a hold, the stored JSON summary of the workflow).
@@ -44,7 +46,8 @@ from daemon.rounds import AGENT_DEADLINE
 log = structlog.get_logger(__name__)
 
 #: Protocol -> version label of its prompt set (bump it when a prompt's meaning changes).
-PROMPT_SET_VERSIONS: dict[str, str] = {"stockbench": "v1", "portbench": "v1"}
+PROMPT_SET_VERSIONS: dict[str, str] = {"stockbench": "v1", "portbench": "v1",
+                                       "alphaforgebench": "v1"}
 
 
 @lru_cache(maxsize=8)
@@ -79,6 +82,10 @@ def build_llm_agent(cfg: AgentConfig) -> LlmAgent:
         from agents.portbench import PortBenchAgent
 
         return PortBenchAgent(cfg)
+    if cfg.protocol == "alphaforgebench":
+        from agents.alphaforge import AlphaForgeAgent
+
+        return AlphaForgeAgent(cfg)
     raise ValueError(f"agent {cfg.id}: unknown protocol {cfg.protocol!r}")
 
 

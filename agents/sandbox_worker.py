@@ -9,7 +9,8 @@ Requests:
 - ``{"op": "load", "code": "..."}``: run the code's top level, find ``generate_signal``;
 - ``{"op": "bar", "bars": {asset: {"ts": [...], "close": [...]}}}``: build each asset's frame
   (OHLCV and indicators, oldest row first, the last row the current bar) and call
-  ``generate_signal(df)`` once per asset.
+  ``generate_signal(df)`` once per asset, each time from a fresh run of the code's top level
+  (the strategy is stateless: module-level objects do not carry over between calls).
 
 Before reading any request it imports the allowed libraries, then lowers its resource limits
 (address space, file size 0, open files, processes) and installs an audit hook that refuses
@@ -150,8 +151,7 @@ def main() -> int:
     cpu_s = float(limits["cpu_s"])
     guard = _Guard()
     sys.addaudithook(guard)
-    namespace: dict[str, Any] = {"__name__": "strategy"}
-    fn: Any = None
+    code: Any = None
     stdin = sys.stdin
     while True:
         guard.trusted = True
@@ -167,11 +167,8 @@ def main() -> int:
             if req["op"] == "load":
                 code = compile(req["code"], "<strategy>", "exec")
                 guard.trusted = False
-                exec(code, namespace)
+                _load(code)
                 guard.trusted = True
-                fn = namespace.get("generate_signal")
-                if not callable(fn):
-                    raise TypeError("generate_signal is not defined")
                 answer: dict[str, Any] = {"ok": True}
             elif req["op"] == "bar":
                 results: dict[str, Any] = {}
@@ -180,7 +177,7 @@ def main() -> int:
                     df = factors(pd.Series(bar["close"], index=idx, dtype="float64"))
                     guard.trusted = False
                     try:
-                        got = fn(df)
+                        got = _load(code)(df)  # a fresh module per call: nothing carries over
                         results[asset] = ({k: _number(v) for k, v in got.items()}
                                           if isinstance(got, dict)
                                           else {"error": f"returned {type(got).__name__},"
@@ -200,6 +197,18 @@ def main() -> int:
         guard.trusted = True
         out.write(json.dumps(answer) + "\n")
         out.flush()
+
+
+def _load(code: Any) -> Any:
+    """Run the strategy's top level in a fresh namespace; return its ``generate_signal``."""
+    if code is None:
+        raise RuntimeError("no strategy loaded")
+    namespace: dict[str, Any] = {"__name__": "strategy"}
+    exec(code, namespace)
+    fn = namespace.get("generate_signal")
+    if not callable(fn):
+        raise TypeError("generate_signal is not defined")
+    return fn
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,0 +1,208 @@
+"""The AlphaForgeBench protocol through the real LiteLLM path against the local model server."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from agents.alphaforge import AlphaForgeAgent, bars_of, check_strategy, target_weights
+from agents.base import CASH, Observation
+from agents.llm_output import InvalidOutput
+from agents.sandbox import code_sha256
+from daemon.config import AgentConfig
+from tests.llm_server import Behaviour, FakeLlmServer, ok
+from tests.test_llm_agent import T, equity_obs
+
+KEY_ENV = "PAPERARENA_TEST_LLM_KEY"
+DAY = 86_400.0
+
+#: Above its 3-bar mean: invest 80 %; below: sell.
+TREND = """
+import numpy as np
+
+def generate_signal(df):
+    close = df["close"].iloc[-1]
+    mean = df["close"].iloc[-3:].mean()
+    if len(df) < 3 or np.isnan(mean):
+        return {"signal": 0, "position": 0.0}
+    if close > mean:
+        return {"signal": 1, "position": 0.8}
+    return {"signal": -1, "position": 0.0}
+"""
+
+LOOP = "def generate_signal(df):\n    while True:\n        pass\n"
+
+
+def strategy(code: str) -> Behaviour:
+    return ok(json.dumps({"strategy": {"code": code}}))
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+def make(server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch, **strategy_kw: Any
+         ) -> AlphaForgeAgent:
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    cfg = AgentConfig.model_validate({
+        "id": "af", "kind": "llm", "model": "openai/test-model", "api_base": server.api_base,
+        "api_key_env": KEY_ENV, "timeout": 5, "max_attempts": 2,
+        "protocol": "alphaforgebench", "markets": ["equity"],
+        "strategy": {"timeout": 2, "cpu_seconds": 30, **strategy_kw}})
+    return AlphaForgeAgent(cfg, sleep=_no_sleep)
+
+
+@pytest.fixture
+async def server() -> Any:
+    async with FakeLlmServer() as s:
+        yield s
+
+
+def later(obs: Observation, days: float) -> Observation:
+    dt = days * DAY
+    return dataclasses.replace(
+        obs, decision_ts=obs.decision_ts + dt,
+        prices={a: dataclasses.replace(p, ts=p.ts + dt) for a, p in obs.prices.items()})
+
+
+# equity_obs(): AAPL 180 now (closes 100..104), MSFT 400 now (closes 101..105), NVDA no price;
+# weights AAPL 0.18, CASH 0.82.
+
+
+async def test_generates_once_and_trades_every_bar(server: FakeLlmServer, monkeypatch: Any
+                                                   ) -> None:
+    server.push_step("strategy", strategy(TREND))
+    agent = make(server, monkeypatch)
+    try:
+        d = await agent.decide(equity_obs())
+        assert d.outcome == "ok", d.reason
+        assert server.steps == ["strategy"]
+        # AAPL and MSFT are above their 3-bar mean: 0.8 of a third each; NVDA has no price.
+        assert d.allocation == pytest.approx({"AAPL": 0.8 / 3, "MSFT": 0.8 / 3, "NVDA": 0.0,
+                                              CASH: 1 - 1.6 / 3})
+        summary = json.loads(d.raw_output)
+        assert summary["strategy_version"] == code_sha256(TREND) and summary["generated"]
+        assert summary["signals"] == {"AAPL": [1, 0.8], "MSFT": [1, 0.8]}
+        (call,) = d.calls
+        assert call["step"] == "strategy" and call["parsed"]["code"] == TREND
+        prompt = server.prompts()[0]
+        assert "generate_signal(df)" in prompt and "rsi_{w}" in prompt
+        # The next day: no model call, the same version runs again.
+        d2 = await agent.decide(later(equity_obs(), 1))
+        assert d2.outcome == "ok" and d2.calls == () and len(server.requests) == 1
+        assert json.loads(d2.raw_output)["strategy_version"] == code_sha256(TREND)
+        assert "generated" not in json.loads(d2.raw_output)
+        # A week later a new version is asked for.
+        server.push_step("strategy", strategy(TREND + "\n# v2\n"))
+        d3 = await agent.decide(later(equity_obs(), 7))
+        assert len(server.requests) == 2
+        assert json.loads(d3.raw_output)["strategy_version"] == code_sha256(TREND + "\n# v2\n")
+    finally:
+        await agent.aclose()
+
+
+async def test_kept_forever_with_regenerate_every_zero(server: FakeLlmServer, monkeypatch: Any
+                                                       ) -> None:
+    server.push_step("strategy", strategy(TREND))
+    agent = make(server, monkeypatch, regenerate_every=0)
+    try:
+        await agent.decide(equity_obs())
+        d = await agent.decide(later(equity_obs(), 30))
+        assert d.outcome == "ok" and len(server.requests) == 1
+    finally:
+        await agent.aclose()
+
+
+async def test_forbidden_import_is_retried_then_held(server: FakeLlmServer, monkeypatch: Any
+                                                     ) -> None:
+    bad = "import os\ndef generate_signal(df):\n    return {'signal': 0, 'position': 0.0}\n"
+    server.push_step("strategy", strategy(bad), strategy(bad))
+    agent = make(server, monkeypatch)
+    try:
+        d = await agent.decide(equity_obs())
+        assert d.outcome == "invalid" and d.allocation is None
+        assert d.reason.startswith("step strategy: invalid output: strategy code rejected:"
+                                   " import of 'os' is not allowed")
+        assert [c["outcome"] for c in d.calls] == ["invalid", "invalid"]
+        assert "import of 'os'" in server.prompts()[1]  # the retry says what was wrong
+    finally:
+        await agent.aclose()
+
+
+async def test_a_looping_strategy_holds_and_the_agent_goes_on(server: FakeLlmServer,
+                                                              monkeypatch: Any) -> None:
+    server.push_step("strategy", strategy(LOOP))
+    agent = make(server, monkeypatch)
+    try:
+        d = await agent.decide(equity_obs())
+        assert d.outcome == "invalid" and d.allocation is None
+        assert "timed out after 2s" in d.reason and d.reason.endswith("holding")
+        assert json.loads(d.raw_output)["bar_failed"].startswith("timed out")
+        d2 = await agent.decide(later(equity_obs(), 1))  # a new worker, stopped again
+        assert d2.outcome == "invalid" and agent.worker is not None and agent.worker.starts == 2
+    finally:
+        await agent.aclose()
+
+
+async def test_a_stock_that_crashes_is_held_alone(server: FakeLlmServer, monkeypatch: Any
+                                                  ) -> None:
+    code = ("def generate_signal(df):\n"
+            "    if df['close'].iloc[-1] > 300:\n"
+            "        return {'signal': 1, 'position': 1 / 0}\n"
+            "    return {'signal': 1, 'position': 2.0 if df['close'].iloc[-1] > 170 else 1.0}\n")
+    server.push_step("strategy", strategy(code))
+    agent = make(server, monkeypatch)
+    try:
+        d = await agent.decide(equity_obs())
+        assert d.outcome == "invalid"  # every stock failed: MSFT raised, AAPL out of range
+        failed = json.loads(d.raw_output)["failed"]
+        assert "ZeroDivisionError" in failed["MSFT"] and "position must be" in failed["AAPL"]
+    finally:
+        await agent.aclose()
+
+
+def test_target_weights_hold_sell_and_scale() -> None:
+    obs = equity_obs()
+    w, e = target_weights(obs, {"AAPL": (0, 1.0), "MSFT": (1, 0.6)})
+    assert w == pytest.approx({"AAPL": 0.18, "MSFT": 0.2, "NVDA": 0.0, CASH: 0.62})
+    assert e["AAPL"] == pytest.approx(0.54)
+    w2, _ = target_weights(obs, {"AAPL": (-1, 0.0)})
+    assert w2["AAPL"] == 0.0 and w2[CASH] == pytest.approx(1.0)
+    drifted = dataclasses.replace(obs, weights={"AAPL": 0.9, CASH: 0.1})
+    w3, _ = target_weights(drifted, {"MSFT": (1, 1.0)})
+    total = 0.9 + 1 / 3
+    assert w3["AAPL"] == pytest.approx(0.9 / total) and w3[CASH] == pytest.approx(0.0)
+
+
+def test_bars_are_the_closes_and_the_current_price() -> None:
+    bars = bars_of(equity_obs(), lookback=3)
+    assert set(bars) == {"AAPL", "MSFT"}
+    assert bars["AAPL"]["close"] == [103.0, 104.0, 180.0]
+    assert bars["AAPL"]["ts"][-1] == T - 60
+
+
+def test_strategy_answer_is_strict() -> None:
+    with pytest.raises(InvalidOutput, match="'strategy' must be an object"):
+        check_strategy(json.dumps({"strategy": "def generate_signal(df): pass"}), "stop")
+    with pytest.raises(InvalidOutput, match="truncated"):
+        check_strategy(json.dumps({"strategy": {"code": TREND}}), "length")
+    assert check_strategy(json.dumps({"strategy": {"code": TREND}}), "stop").code == TREND
+
+
+def test_the_prompt_lists_only_columns_the_frames_have() -> None:
+    import re
+
+    import pandas as pd
+
+    from agents.alphaforge import FACTORS
+    from agents.sandbox_worker import factors
+
+    cols = set(factors(pd.Series([float(i + 1) for i in range(10)])).columns)
+    for names, _ in FACTORS:
+        head, _, windows = names.partition(", w in ")
+        for name in re.split(r",\s*", head):
+            for w in windows.split() or [""]:
+                assert name.replace("{w}", w) in cols, name
