@@ -203,6 +203,20 @@ class Engine:
         self.config = new_config
         return changes
 
+    async def close_agents(self) -> None:
+        """Let agents that hold processes release them (their ``aclose``, when they have one)."""
+        seen: set[int] = set()
+        for slots in self.slots.values():
+            for slot in slots.values():
+                close = getattr(slot.agent, "aclose", None)
+                if close is None or id(slot.agent) in seen:
+                    continue
+                seen.add(id(slot.agent))
+                try:
+                    await close()
+                except Exception:
+                    log.exception("agent close failed", agent=getattr(slot.agent, "id", "?"))
+
     def add_equity_universe(self, assets: Iterable[str]) -> None:
         """Add the configured equities to the equity book."""
         book = self.books.get("equity")

@@ -206,3 +206,67 @@ def test_the_prompt_lists_only_columns_the_frames_have() -> None:
         for name in re.split(r",\s*", head):
             for w in windows.split() or [""]:
                 assert name.replace("{w}", w) in cols, name
+
+
+class StrategyModel(FakeLlmServer):
+    """Answers each strategy request with the next code of ``codes`` (the last one repeats)."""
+
+    def __init__(self, codes: list[str]) -> None:
+        super().__init__()
+        self.codes = codes
+        self.served = 0
+
+    async def _respond(self, body: dict[str, Any]) -> Any:
+        code = self.codes[min(self.served, len(self.codes) - 1)]
+        self.served += 1
+        self.push(strategy(code))
+        return await super()._respond(body)
+
+
+async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any) -> None:
+    import sqlite3
+    import tomllib
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from daemon.config import parse_config
+    from daemon.replay import replay
+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "examples" / "alphaforgebench.toml").read_text())
+    monkeypatch.setenv("LOCAL_LLM_KEY", "sk-local")
+    # Version 1 trades, version 2 loops forever (killed every bar), version 3 trades again.
+    codes = [TREND, LOOP, TREND.replace("0.8", "0.5")]
+    async with StrategyModel(codes) as model:
+        data["agents"][0].update(api_base=model.api_base, timeout=10)
+        data["agents"][0]["strategy"].update(regenerate_every="2d", timeout="1s")
+        cfg = parse_config(data)
+        end = datetime(2026, 10, 31, tzinfo=UTC).timestamp()  # the first 10 sessions
+        await replay(root / "examples" / "sample.jsonl.gz", cfg, tmp_path / "af.db",
+                     progress=False, window=(None, end))
+    con = sqlite3.connect(tmp_path / "af.db")
+    q = con.execute
+    rows = q("SELECT scheduled_ts, outcome, reason, raw_output FROM decisions"
+             " WHERE agent='alphaforge' ORDER BY scheduled_ts").fetchall()
+    assert len(rows) >= 8
+    versions = [json.loads(r[3]).get("strategy_version") for r in rows]
+    assert versions[0] == code_sha256(TREND)
+    assert code_sha256(LOOP) in versions and versions[-1] == code_sha256(codes[2])
+    by_version = {v: [r for r, rv in zip(rows, versions, strict=True) if rv == v]
+                  for v in set(versions)}
+    assert all(r[1] == "ok" for r in by_version[code_sha256(TREND)])
+    assert all(r[1] == "invalid" and "timed out after 1s" in r[2]
+               for r in by_version[code_sha256(LOOP)])
+    assert all(r[1] == "ok" for r in by_version[code_sha256(codes[2])])  # the daemon went on
+    # The code of every version is stored with the call that produced it.
+    stored = {json.loads(p)["sha256"]: json.loads(p)["code"]
+              for (p,) in q("SELECT parsed_json FROM llm_calls WHERE step='strategy'"
+                            " AND outcome='ok'")}
+    assert stored[code_sha256(LOOP)] == LOOP
+    # Version 1 bought stocks (fills with trades), at the paper's 10 bps cost.
+    fills = q("SELECT traded_value, cost FROM fills WHERE agent='alphaforge'"
+              " AND traded_value > 0").fetchall()
+    assert fills and all(c == pytest.approx(t * 0.001) for t, c in fills)
+    first = datetime.fromtimestamp(rows[0][0], UTC)
+    assert first.strftime("%H:%M") == "19:55"  # 15:55 EDT
+    con.close()
