@@ -195,7 +195,7 @@ def test_strategy_answer_is_strict() -> None:
 def test_the_prompt_lists_only_columns_the_frames_have() -> None:
     import re
 
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]
 
     from agents.alphaforge import FACTORS
     from agents.sandbox_worker import factors
@@ -270,3 +270,32 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
     first = datetime.fromtimestamp(rows[0][0], UTC)
     assert first.strftime("%H:%M") == "19:55"  # 15:55 EDT
     con.close()
+
+    # The report and the API show the live figures of each version apart.
+    from daemon.store import Store
+    from scoring.alphaforge_report import load_async, load_db, text_section
+
+    data = load_db(str(tmp_path / "af.db"))
+    figures = {v["version"]: v for v in data["versions"]}
+    loop = figures[code_sha256(LOOP)[:12]]
+    assert loop["failed"] == loop["bars"] == len(by_version[code_sha256(LOOP)])
+    assert loop["ok"] == 0 and loop["active"] is None
+    v1 = figures[code_sha256(TREND)[:12]]
+    assert v1["ok"] == v1["bars"] and v1["ret"] is not None and v1["active"] is not None
+    # The versions' returns chain into the agent's whole return.
+    (v_first, v_last) = (q2 := sqlite3.connect(tmp_path / "af.db")).execute(
+        "SELECT (SELECT value_before FROM fills WHERE agent='alphaforge' ORDER BY scheduled_ts"
+        " LIMIT 1), (SELECT value FROM equity WHERE agent='alphaforge' ORDER BY ts DESC"
+        " LIMIT 1)").fetchone()
+    q2.close()
+    chained = 1.0
+    for v in data["versions"]:
+        chained *= 1.0 + v["ret"]
+    assert chained == pytest.approx(v_last / v_first)
+    section = text_section(str(tmp_path / "af.db"))
+    assert "AlphaForgeBench strategy versions" in section and code_sha256(LOOP)[:12] in section
+    store = await Store.open(str(tmp_path / "af.db"), lock=False)
+    try:
+        assert await load_async(store.fetchall) == data
+    finally:
+        await store.close()
