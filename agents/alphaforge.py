@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import string
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +184,37 @@ class AlphaForgeAgent(StepwiseAgent):
         if old is not None:
             await old.close()
         log.info("alphaforge.strategy", agent=self.id, version=strategy.sha256[:12], ts=ts)
+
+    async def restore_from_store(
+            self, fetchall: Callable[[str, Sequence[Any]], Awaitable[list[tuple[Any, ...]]]]
+    ) -> bool:
+        """Take up the version the last stored decision ran (after a restart); True if found.
+
+        The version id and its start come from that decision's summary, the code from the
+        stored call that produced it (checked against the id).
+        """
+        rows = await fetchall(
+            "SELECT raw_output FROM decisions WHERE agent=? AND market='equity'"
+            " AND raw_output LIKE ? ORDER BY scheduled_ts DESC LIMIT 1",
+            (self.id, '%"strategy_version"%'))
+        if not rows:
+            return False
+        try:
+            summary = json.loads(rows[0][0])
+            version, since = str(summary["strategy_version"]), float(summary["strategy_since"])
+        except (TypeError, ValueError, KeyError):
+            return False
+        calls = await fetchall(
+            "SELECT parsed_json FROM llm_calls WHERE agent=? AND step='strategy'"
+            " AND outcome='ok' AND parsed_json LIKE ?", (self.id, f"%{version}%"))
+        for (parsed,) in calls:
+            code = json.loads(parsed).get("code")
+            if isinstance(code, str) and code_sha256(code) == version:
+                self.current, self.created_ts = StrategyCode(code, version), since
+                self.worker = StrategyWorker(code, self.limits)
+                log.info("alphaforge.strategy_restored", agent=self.id, version=version[:12])
+                return True
+        return False
 
     async def revert(self) -> None:
         """Drop the current version for the previous one (none: the next bar asks anew)."""

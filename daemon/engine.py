@@ -246,10 +246,22 @@ class Engine:
             if slot is not None:
                 slot.status, slot.reason = status, reason
         await self._restore_llm_usage()
+        await self._restore_agent_state()
         if books:
             log.info("books restored from store", markets=sorted(books),
                      offset=self.state.offset)
         return self.state.offset
+
+    async def _restore_agent_state(self) -> None:
+        """Let agents with state kept in the store take it up (``restore_from_store``)."""
+        for slots in self.slots.values():
+            for agent_id, slot in slots.items():
+                restore = getattr(slot.agent, "restore_from_store", None)
+                if restore is not None:
+                    try:
+                        await restore(self.store.fetchall)
+                    except Exception:
+                        log.exception("agent state not restored", agent=agent_id)
 
     async def _restore_llm_usage(self) -> None:
         """Give LLM agents today's (UTC) spend from the store so budgets survive restarts."""

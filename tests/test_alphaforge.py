@@ -297,5 +297,11 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
     store = await Store.open(str(tmp_path / "af.db"), lock=False)
     try:
         assert await load_async(store.fetchall) == data
+        # After a restart the agent takes up the version its last decision ran.
+        agent = AlphaForgeAgent(cfg.agents[0])
+        assert await agent.restore_from_store(store.fetchall)
+        assert agent.current is not None and agent.current.code == codes[2]
+        assert agent.created_ts == json.loads(rows[-1][3])["strategy_since"]
+        assert not agent.due(rows[-1][0] + DAY)
     finally:
         await store.close()

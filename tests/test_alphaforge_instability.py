@@ -38,7 +38,7 @@ class TwoModels(FakeLlmServer):
     def __init__(self) -> None:
         super().__init__()
         self.b_calls = 0
-        self.temperatures: list[tuple[str, float]] = []
+        self.temperatures: list[tuple[str, Any]] = []
 
     async def _respond(self, body: dict[str, Any]) -> Any:
         model = body["model"]
@@ -83,11 +83,15 @@ async def test_repeated_generations_measure_instability(tmp_path: Path, monkeypa
                                                         capsys: Any) -> None:
     monkeypatch.setenv("LOCAL_LLM_KEY", "sk-local")
     db = tmp_path / "af.db"
-    async with TwoModels() as server:
+    server = await TwoModels().start()
+    assert isinstance(server, TwoModels)
+    try:
         cfg = write_config(tmp_path, server.api_base)
         code = await _run(["alphaforge-instability", "--config", str(cfg), "--recording",
                            str(ROOT / "examples" / "sample.jsonl.gz"), "--db", str(db),
                            "--repeats", "3", "--sessions", "8"])
+    finally:
+        await server.close()
     out = capsys.readouterr().out
     assert code == 0
     result = json.loads(out)
