@@ -47,6 +47,7 @@ from agents.sandbox import (
     StrategyWorker,
     check_result,
     code_sha256,
+    network_isolation,
     validate_code,
 )
 
@@ -150,6 +151,8 @@ class AlphaForgeAgent(StepwiseAgent):
         s = self.cfg.strategy
         self.limits = SandboxLimits(memory_mb=s.memory_mb, cpu_s=s.cpu_seconds,
                                     timeout_s=s.timeout, network_namespace=s.network_namespace)
+        if s.network_namespace:
+            network_isolation()  # probed once, here, never inside a round
         self.current: StrategyCode | None = None
         self.created_ts: float | None = None
         self.worker: StrategyWorker | None = None

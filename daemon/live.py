@@ -255,6 +255,7 @@ class LiveDaemon:
                 await t
         if self.engine is not None:
             await self.engine.bus.stop()
+            await self.engine.close_agents()
             store = self.engine.store
             # Commit books, resolutions paid since the last round and a checkpoint together
             # with the last market events, so a restart loses nothing that was applied.
