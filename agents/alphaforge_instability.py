@@ -6,7 +6,8 @@ paper) at each temperature (0 and 0.7), each from the identical prompt, runs eve
 the sandbox over the same frozen daily bars (the daily closes of the recording's equities: the
 last price of each asset per UTC day), and measures how the runs of one model agree
 (:mod:`scoring.instability`): pairwise agreement of signals, the share of disagreement steps,
-the Jaccard index of the active steps, and, across models, the SNR of the runs' returns. The
+the Jaccard index of the active steps, the agreement of the majority signals between two
+temperatures, and, across models, the SNR of the runs' returns. The
 result is printed as JSON and stored in ``instability_runs`` (schema v6); the report and
 ``/api/alphaforge`` show the latest.
 
@@ -176,6 +177,7 @@ async def run_instability(config: Config, recording: str | Path, *, repeats: int
         "cost": COST, "temperatures": {},
     }
     prompts: set[str] = set()
+    signals: dict[tuple[str, str], list[list[int]]] = {}
     for temp in temperatures:
         models: dict[str, Any] = {}
         for cfg in agents:
@@ -194,6 +196,7 @@ async def run_instability(config: Config, recording: str | Path, *, repeats: int
                 versions.append(code.sha256)
                 executed = await execute(code.code, bars, s.lookback, limits)
                 runs.append(run_figures(bars, executed))
+            signals[(cfg.id, f"{temp:g}")] = [r[0] for r in runs]
             models[cfg.id] = {"model": cfg.model, **summarise(runs, len(versions), repeats),
                               "versions": versions,
                               "distinct_versions": len(set(versions))}
@@ -202,8 +205,24 @@ async def run_instability(config: Config, recording: str | Path, *, repeats: int
         result["temperatures"][f"{temp:g}"] = {
             "models": models, "snr": None if snr is None else (
                 snr if math.isfinite(snr) else "inf")}
+    result["temperature_agreement"] = temperature_agreements(agents, temperatures, signals)
     result["prompt_sha256"] = sorted(prompts)[0] if len(prompts) == 1 else sorted(prompts)
     return result
+
+
+def temperature_agreements(agents: Sequence[AgentConfig], temperatures: Sequence[float],
+                           signals: dict[tuple[str, str], list[list[int]]]
+                           ) -> dict[str, dict[str, float]]:
+    """Return ``{agent: {"T1/T2": agreement}}`` for every pair of temperatures with runs."""
+    out: dict[str, dict[str, float]] = {}
+    temps = [f"{t:g}" for t in temperatures]
+    for cfg in agents:
+        for i, t1 in enumerate(temps):
+            for t2 in temps[i + 1:]:
+                a, b = signals.get((cfg.id, t1)), signals.get((cfg.id, t2))
+                if a and b:
+                    out.setdefault(cfg.id, {})[f"{t1}/{t2}"] = ins.temperature_agreement(a, b)
+    return out
 
 
 def store_result(db: str | Path, result: dict[str, Any], ts: float) -> None:

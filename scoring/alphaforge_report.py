@@ -186,4 +186,7 @@ def text_section(db: str) -> str:
                     f"{m.get('distinct_versions', 0):>8}")
             lines.append(f"{temp:<5} SNR (spread between models / within-model std):"
                          f" {_num(block.get('snr'))}")
+        for agent, pairs in (ins.get("temperature_agreement") or {}).items():
+            for pair, x in pairs.items():
+                lines.append(f"temperature agreement {agent} (T {pair}): {_num(x)}")
     return "\n".join(lines) + ("\n" if lines else "")

@@ -10,6 +10,8 @@ Measures over the runs of one model at one temperature:
   (the paper's "disagreement steps");
 - :func:`active_jaccard`: mean over all pairs of runs of the Jaccard index of their active steps,
   ``|A & B| / |A | B|`` (1.0 when neither is ever active);
+- :func:`temperature_agreement` between two temperatures of one model: the share of steps where
+  the runs' majority signals agree (the paper's temperature agreement rate; a tie counts as 0);
 - :func:`snr` across models: the spread of the models' mean figures (max - min) over the mean
   within-model standard deviation of that figure (the paper's "inter-model range divided by the
   typical run-to-run std", Appendix F).
@@ -91,6 +93,32 @@ def snr(figures: Mapping[str, Sequence[float]]) -> float | None:
     if within == 0.0:
         return 0.0 if spread == 0.0 else math.inf
     return spread / within
+
+
+def majority(runs: Sequence[Sequence[int]]) -> list[int]:
+    """Return the most frequent signal of the runs at each step (a tie: 0, hold)."""
+    n = len(runs[0]) if runs else 0
+    if not runs or any(len(r) != n for r in runs):
+        raise ValueError("runs must be non-empty and of equal length")
+    out = []
+    for t in range(n):
+        counts: dict[int, int] = {}
+        for r in runs:
+            counts[r[t]] = counts.get(r[t], 0) + 1
+        top = max(counts.values())
+        winners = [s for s, c in counts.items() if c == top]
+        out.append(winners[0] if len(winners) == 1 else 0)
+    return out
+
+
+def temperature_agreement(runs_a: Sequence[Sequence[int]], runs_b: Sequence[Sequence[int]]
+                          ) -> float:
+    """Return the share of steps where the majority signals of two sets of runs agree (the
+    paper's temperature agreement rate: each temperature's runs aggregated first)."""
+    a, b = majority(runs_a), majority(runs_b)
+    if len(a) != len(b):
+        raise ValueError("runs must be of equal length")
+    return sum(1 for x, y in zip(a, b, strict=True) if x == y) / len(a)
 
 
 def exposures(signals: Sequence[int], positions: Sequence[float],

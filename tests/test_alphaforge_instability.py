@@ -111,6 +111,9 @@ async def test_repeated_generations_measure_instability(tmp_path: Path, monkeypa
         # SNR = |mean a - mean b| / mean(std a, std b) with std a = 0
         expected = abs(a["mean_return"] - b["mean_return"]) / (b["std_return"] / 2)
         assert block["snr"] == pytest.approx(expected)
+    # model-a writes the same code at both temperatures: its majority signals agree everywhere.
+    assert result["temperature_agreement"]["model-a"] == {"0/0.7": 1.0}
+    assert 0.0 <= result["temperature_agreement"]["model-b"]["0/0.7"] <= 1.0
     con = sqlite3.connect(db)
     (stored,) = con.execute("SELECT result_json FROM instability_runs").fetchone()
     con.close()

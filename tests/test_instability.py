@@ -13,8 +13,10 @@ from scoring.instability import (
     disagreement_step_fraction,
     exposures,
     jaccard,
+    majority,
     pairwise_agreement,
     snr,
+    temperature_agreement,
 )
 
 RUNS = [[1, 0, -1, 0],
@@ -55,6 +57,14 @@ def test_snr_by_hand() -> None:
     assert snr({"a": [1.0, 1.0], "b": [1.0, 1.0]}) == 0.0
     assert snr({"a": [1.0, 2.0]}) is None
     assert snr({"a": [1.0], "b": [1.0, 2.0]}) is None
+
+
+def test_temperature_agreement_by_hand() -> None:
+    # majority of RUNS: step 0 -> 1, step 1 -> 0 (0,0,1), step 2 -> -1 (-1,0,-1), step 3 -> 0
+    assert majority(RUNS) == [1, 0, -1, 0]
+    assert majority([[1, -1], [-1, 1]]) == [0, 0]  # ties hold
+    other = [[1, 1, 0, 0], [1, 1, -1, 0]]  # majority [1, 1, 0 (tie -1/0), 0]
+    assert temperature_agreement(RUNS, other) == 0.5  # steps 0 and 3 agree
 
 
 def test_exposures_hold_on_zero_and_failure() -> None:
