@@ -305,3 +305,20 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
         assert not agent.due(rows[-1][0] + DAY)
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("extra, error", [
+    ({"markets": ["equity", "polymarket"]}, "trades the equity market only"),
+    ({"strategy": {"timeout": -1}}, "strategy.timeout"),
+    ({"strategy": {"memory_mb": 10}}, "strategy.memory_mb"),
+    ({"strategy": {"regenerate_every": "weekly"}}, "strategy.regenerate_every"),
+    ({"strategy": {"lookback": 1}}, "strategy.lookback"),
+])
+def test_bad_settings_are_one_line(tmp_path: Any, extra: dict[str, Any], error: str) -> None:
+    from daemon.config import ConfigError, parse_config
+
+    agent = {"id": "af", "kind": "llm", "model": "openai/m", "protocol": "alphaforgebench",
+             "markets": ["equity"], **extra}
+    with pytest.raises(ConfigError) as info:
+        parse_config({"agents": [agent]})
+    assert any(error in line for line in info.value.problems), info.value.problems
