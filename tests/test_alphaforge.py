@@ -322,3 +322,37 @@ def test_bad_settings_are_one_line(tmp_path: Any, extra: dict[str, Any], error: 
     with pytest.raises(ConfigError) as info:
         parse_config({"agents": [agent]})
     assert any(error in line for line in info.value.problems), info.value.problems
+
+
+HOSTILE = {
+    "socket": ("import pandas as pd\n\ndef generate_signal(df):\n"
+               "    pd.io.common.urlopen('http://127.0.0.1:9/')\n"
+               "    return {'signal': 1, 'position': 1.0}\n", "not allowed"),
+    "file write": ("import pandas as pd\n\ndef generate_signal(df):\n"
+                   "    df.to_csv('/tmp/paperarena-alphaforge-test.csv')\n"
+                   "    return {'signal': 1, 'position': 1.0}\n", "writing files is not allowed"),
+    "10 GB": ("import numpy as np\n\ndef generate_signal(df):\n"
+              "    x = np.ones(10 * 1024 ** 3, dtype=np.uint8)\n"
+              "    return {'signal': 1, 'position': float(x[0])}\n", "MemoryError"),
+    "endless loop": (LOOP, "timed out after 2s"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+async def test_hostile_strategy_is_recorded_and_the_next_version_trades(
+        server: FakeLlmServer, monkeypatch: Any, name: str) -> None:
+    code, error = HOSTILE[name]
+    server.push_step("strategy", strategy(code), strategy(TREND))
+    agent = make(server, monkeypatch, regenerate_every="1d")
+    try:
+        d = await agent.decide(equity_obs())
+        assert d.outcome == "invalid" and d.allocation is None, d.reason
+        assert error in d.reason and d.reason.endswith("holding")
+        d2 = await agent.decide(later(equity_obs(), 1))  # renewed: the good version trades
+        assert d2.outcome == "ok" and d2.allocation is not None
+        assert json.loads(d2.raw_output)["strategy_version"] == code_sha256(TREND)
+    finally:
+        await agent.aclose()
+    from pathlib import Path
+
+    assert not Path("/tmp/paperarena-alphaforge-test.csv").exists()
