@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -225,3 +226,42 @@ async def test_no_secret_reaches_the_child(monkeypatch: pytest.MonkeyPatch) -> N
     finally:
         await w.close()
     assert os.environ["OPENAI_API_KEY"] == "sk-secret"
+
+
+def test_the_audit_hook_refuses_sockets_and_writes_only_when_untrusted() -> None:
+    from agents.sandbox_worker import _Guard
+
+    guard = _Guard()
+    guard("socket.__new__", ())  # trusted (the worker's own code): allowed
+    guard.trusted = False
+    for event, args in [("socket.__new__", ()), ("socket.connect", ()),
+                        ("subprocess.Popen", ()), ("os.system", ("ls",)),
+                        ("open", ("/tmp/x", "w", 0)), ("open", ("/tmp/x", None, os.O_CREAT)),
+                        ("import", ("socket",)), ("resource.setrlimit", ())]:
+        with pytest.raises((PermissionError, ImportError)):
+            guard(event, args)
+    guard("open", ("/etc/hostname", "r", os.O_RDONLY))  # reading stays possible
+    guard("import", ("pandas.io.formats",))
+
+
+async def test_the_network_namespace_has_no_route(tmp_path: Path) -> None:
+    from agents.sandbox import network_isolation, worker_command
+
+    if network_isolation() != "namespace":
+        pytest.skip("unshare --net does not work here (not root?): the audit hook alone applies")
+    hits: list[int] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hits.append(1)
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    prefix = worker_command(SandboxLimits())[:3]  # unshare --net --
+    probe = ("import socket\ns = socket.socket()\ns.settimeout(2)\n"
+             f"print(s.connect_ex(('127.0.0.1', {port})))\n")
+    proc = await asyncio.create_subprocess_exec(
+        *prefix, sys.executable, "-I", "-c", probe, stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    server.close()
+    assert int(out.strip()) != 0 and hits == []
