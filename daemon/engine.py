@@ -31,7 +31,7 @@ from daemon.bus import Bus
 from daemon.clock import Clock
 from daemon.config import Config, CostConfig, ScheduleConfig
 from daemon.events import DecisionEvent, Event, ResolutionEvent
-from daemon.market_state import MarketState
+from daemon.market_state import HISTORY_DAYS, MarketState
 from daemon.rounds import AgentSlot, DecisionRound
 from daemon.schedule import ScheduleSpec, make_trigger
 from daemon.store import DecisionRecord, RoundCommit, Store, StoreWriteError
@@ -56,6 +56,13 @@ def schedule_spec(cfg: ScheduleConfig) -> ScheduleSpec:
     """Translate a market's schedule config into a trigger spec."""
     return ScheduleSpec(kind=cfg.kind, times=tuple(cfg.times), every_seconds=cfg.every,
                         at=cfg.at, timezone=cfg.timezone)
+
+
+def history_days(config: Config) -> int:
+    """Return the daily closes kept per asset: 30, or what an AlphaForgeBench strategy's
+    lookback needs (its frame is those closes plus the current price)."""
+    need = [a.strategy.lookback - 1 for a in config.agents if a.protocol == "alphaforgebench"]
+    return max([HISTORY_DAYS, *need])
 
 
 def freeze_heap() -> None:
@@ -86,7 +93,8 @@ class Engine:
             # daily marks, alert checks, scrapes), which happens far less often than ticks.
             self.books[m] = Book(m, cost=cost_model(mc.cost), initial_cash=mc.initial_cash,
                                  lazy_mark=True)
-        self.state = MarketState(self.books, on_resolved=self._on_resolved)
+        self.state = MarketState(self.books, on_resolved=self._on_resolved,
+                                 history_days=history_days(config))
         self.slots: dict[str, dict[str, AgentSlot]] = {m: {} for m in self.markets}
         self.rounds = {m: DecisionRound(self, m) for m in self.markets}
         self.seq: int | None = None
@@ -201,6 +209,13 @@ class Engine:
         if old["alerts"] != new["alerts"]:
             changes.append("alerts")
         self.config = new_config
+        for aid in built:  # replaced agents release their processes (strategy workers)
+            close = getattr(current.get(aid), "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:
+                    log.exception("agent close failed", agent=aid)
         return changes
 
     async def close_agents(self) -> None:

@@ -356,3 +356,16 @@ async def test_hostile_strategy_is_recorded_and_the_next_version_trades(
     from pathlib import Path
 
     assert not Path("/tmp/paperarena-alphaforge-test.csv").exists()
+
+
+def test_the_engine_keeps_the_closes_a_strategy_looks_back_on() -> None:
+    from daemon.config import parse_config
+    from daemon.engine import history_days
+    from daemon.market_state import HISTORY_DAYS
+
+    agent = {"id": "af", "kind": "llm", "model": "openai/m", "protocol": "alphaforgebench",
+             "markets": ["equity"]}
+    assert history_days(parse_config({"agents": [agent]})) == 299  # lookback 300
+    short = {**agent, "strategy": {"lookback": 10}}
+    assert history_days(parse_config({"agents": [short]})) == HISTORY_DAYS
+    assert history_days(parse_config({"agents": [{"id": "bh", "kind": "buy_and_hold"}]})) == 30
