@@ -73,10 +73,18 @@ timeout = "5s"
     return path
 
 
-async def _run(argv: list[str]) -> int:
+async def cli(*args: str) -> tuple[int, str, str]:
+    """Run ``python -m daemon.cli`` (it configures logging) while this loop serves the fake."""
     import asyncio
+    import os
+    import sys
 
-    return await asyncio.to_thread(main, argv)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "daemon.cli", *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "LOCAL_LLM_KEY": "sk-local"})
+    out, err = await asyncio.wait_for(proc.communicate(), 300)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_repeated_generations_measure_instability(tmp_path: Path, monkeypatch: Any,
@@ -87,14 +95,13 @@ async def test_repeated_generations_measure_instability(tmp_path: Path, monkeypa
     assert isinstance(server, TwoModels)
     try:
         cfg = write_config(tmp_path, server.api_base)
-        code = await _run(["alphaforge-instability", "--config", str(cfg), "--recording",
-                           str(ROOT / "examples" / "sample.jsonl.gz"), "--db", str(db),
-                           "--repeats", "3", "--sessions", "8"])
+        code, out, err = await cli("alphaforge-instability", "--config", str(cfg),
+                                   "--recording", str(ROOT / "examples" / "sample.jsonl.gz"),
+                                   "--db", str(db), "--repeats", "3", "--sessions", "8")
     finally:
         await server.close()
-    out = capsys.readouterr().out
-    assert code == 0
-    result = json.loads(out)
+    assert code == 0, err
+    result = json.loads(out)  # the whole of stdout is the JSON result
     assert result["bars"] == 8 and result["repeats"] == 3 and len(result["assets"]) == 15
     # 2 models x 2 temperatures x 3 generations, each at its temperature.
     assert sorted(set(server.temperatures)) == [
@@ -119,7 +126,7 @@ async def test_repeated_generations_measure_instability(tmp_path: Path, monkeypa
     con.close()
     assert json.loads(stored) == result
     # The report shows it.
-    assert await _run(["report", "--db", str(db)]) == 0
+    assert main(["report", "--db", str(db)]) == 0
     report = capsys.readouterr().out
     assert "AlphaForgeBench instability (3 generations per model, 8 bars x 15 stocks" in report
     assert "SNR" in report
@@ -139,9 +146,10 @@ def test_bad_arguments_are_one_line(tmp_path: Path, capsys: Any, args: list[str]
     assert code == 2 and error in err and err.count("\n") == 1
 
 
-def test_a_config_without_alphaforge_agents_is_refused(tmp_path: Path, capsys: Any) -> None:
+async def test_a_config_without_alphaforge_agents_is_refused(tmp_path: Path) -> None:
     cfg = tmp_path / "x.toml"
     cfg.write_text('[[agents]]\nid = "bh"\nkind = "buy_and_hold"\n')
-    code = main(["alphaforge-instability", "--config", str(cfg), "--recording",
-                 str(ROOT / "examples" / "sample.jsonl.gz"), "--db", str(tmp_path / "d.db")])
-    assert code == 2 and "no agent with protocol = 'alphaforgebench'" in capsys.readouterr().err
+    code, _, err = await cli("alphaforge-instability", "--config", str(cfg), "--recording",
+                             str(ROOT / "examples" / "sample.jsonl.gz"), "--db",
+                             str(tmp_path / "d.db"))
+    assert code == 2 and "no agent with protocol = 'alphaforgebench'" in err
