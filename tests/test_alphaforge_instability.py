@@ -97,23 +97,23 @@ async def test_repeated_generations_measure_instability(tmp_path: Path, monkeypa
         cfg = write_config(tmp_path, server.api_base)
         code, out, err = await cli("alphaforge-instability", "--config", str(cfg),
                                    "--recording", str(ROOT / "examples" / "sample.jsonl.gz"),
-                                   "--db", str(db), "--repeats", "3", "--sessions", "8")
+                                   "--db", str(db), "--repeats", "2", "--sessions", "6")
     finally:
         await server.close()
     assert code == 0, err
     result = json.loads(out)  # the whole of stdout is the JSON result
-    assert result["bars"] == 8 and result["repeats"] == 3 and len(result["assets"]) == 15
-    # 2 models x 2 temperatures x 3 generations, each at its temperature.
+    assert result["bars"] == 6 and result["repeats"] == 2 and len(result["assets"]) == 15
+    # 2 models x 2 temperatures x 2 generations, each at its temperature.
     assert sorted(set(server.temperatures)) == [
         ("model-a", 0.0), ("model-a", 0.7), ("model-b", 0.0), ("model-b", 0.7)]
-    assert len(server.temperatures) == 12
+    assert len(server.temperatures) == 8
     for temp in ("0", "0.7"):
         block = result["temperatures"][temp]
         a, b = block["models"]["model-a"], block["models"]["model-b"]
-        assert a["valid"] == a["runs"] == 3 and a["distinct_versions"] == 1
+        assert a["valid"] == a["runs"] == 2 and a["distinct_versions"] == 1
         assert a["pairwise_agreement"] == 1.0 and a["disagreement_steps"] == 0.0
         assert a["active_jaccard"] == 1.0 and a["std_return"] == 0.0
-        assert b["distinct_versions"] == 3
+        assert b["distinct_versions"] == 2
         assert b["pairwise_agreement"] < 1.0 and b["disagreement_steps"] > 0.0
         # SNR = |mean a - mean b| / mean(std a, std b) with std a = 0
         expected = abs(a["mean_return"] - b["mean_return"]) / (b["std_return"] / 2)
@@ -128,7 +128,7 @@ async def test_repeated_generations_measure_instability(tmp_path: Path, monkeypa
     # The report shows it.
     assert main(["report", "--db", str(db)]) == 0
     report = capsys.readouterr().out
-    assert "AlphaForgeBench instability (3 generations per model, 8 bars x 15 stocks" in report
+    assert "AlphaForgeBench instability (2 generations per model, 6 bars x 15 stocks" in report
     assert "SNR" in report
 
 
