@@ -15,7 +15,9 @@ Protocols (``[[agents]] protocol = ...``):
 - ``portbench``: views -> signals -> target weights (investor limits enforced) -> execution ->
   risk monitor (:mod:`agents.portbench`);
 - ``capitalbench``: one submission per frozen CapitalBench round, not asked in decision rounds
-  (:mod:`agents.capitalbench`, :mod:`daemon.capital_runner`).
+  (:mod:`agents.capitalbench`, :mod:`daemon.capital_runner`);
+- ``alphaforgebench``: the model writes a strategy function (renewed on a schedule) that the
+  daemon runs on every bar in a sandboxed process (:mod:`agents.alphaforge`).
 
 Multi-step protocols derive from :class:`StepwiseAgent`, which ends a decision the same way for
 all of them (a failed step, a hold, the stored JSON summary of the workflow).
@@ -46,7 +48,8 @@ from daemon.rounds import AGENT_DEADLINE
 log = structlog.get_logger(__name__)
 
 #: Protocol -> version label of its prompt set (bump it when a prompt's meaning changes).
-PROMPT_SET_VERSIONS: dict[str, str] = {"stockbench": "v1", "portbench": "v1", "capitalbench": "v1"}
+PROMPT_SET_VERSIONS: dict[str, str] = {"stockbench": "v1", "portbench": "v1", "capitalbench": "v1",
+                                       "alphaforgebench": "v1"}
 
 
 @lru_cache(maxsize=8)
@@ -85,6 +88,10 @@ def build_llm_agent(cfg: AgentConfig) -> LlmAgent:
         from agents.capitalbench import CapitalBenchAgent
 
         return CapitalBenchAgent(cfg)
+    if cfg.protocol == "alphaforgebench":
+        from agents.alphaforge import AlphaForgeAgent
+
+        return AlphaForgeAgent(cfg)
     raise ValueError(f"agent {cfg.id}: unknown protocol {cfg.protocol!r}")
 
 

@@ -179,6 +179,15 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--repeats", type=int, default=5)
     pr.add_argument("--db", default="paperarena.db")
     pr.add_argument("--config", "-c")
+    af = sub.add_parser("alphaforge-instability",
+                        help="repeat AlphaForgeBench strategy generations on a frozen input")
+    af.add_argument("--config", "-c", required=True,
+                    help="config whose alphaforgebench agents are the models")
+    af.add_argument("--recording", required=True, help="recording giving the frozen daily bars")
+    af.add_argument("--db", default="paperarena.db", help="database the result is stored in")
+    af.add_argument("--repeats", type=int, default=5, help="generations per model (default 5)")
+    af.add_argument("--temperatures", default="0,0.7", help="comma-separated (default 0,0.7)")
+    af.add_argument("--sessions", type=int, default=None, help="only the last N daily bars")
     return p
 
 
@@ -276,6 +285,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from daemon.capital_rounds import verify_command
 
             return verify_command(args.round_dir, sys.stdout, sys.stderr)
+        if args.cmd == "alphaforge-instability":
+            from daemon.cli_alphaforge import alphaforge_instability
+
+            return alphaforge_instability(args)
     except ConfigError as exc:
         for line in exc.problems:
             sys.stderr.write(f"{exc.source}: {line}\n")
@@ -337,6 +350,10 @@ def _report(args: argparse.Namespace) -> int:
                          f"{Path(args.html).resolve()}\n")  # stderr: stdout stays the table/JSON
     board = report.board
     sys.stdout.write(to_json(board) if args.json else to_table(board))
+    if not args.json:
+        from scoring.alphaforge_report import text_section
+
+        sys.stdout.write(text_section(args.db))  # AlphaForgeBench versions / instability
     return 0
 
 

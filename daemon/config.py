@@ -401,6 +401,49 @@ DEFAULT_RETRY_FEEDBACK = (
 )
 
 
+# -- alphaforgebench (issue 14, points 5-7) ------------------------------------------------------
+DEFAULT_STRATEGY_QUERY = (
+    "Design a daily trend-following strategy with risk control: be invested when the price trend"
+    " is up and momentum confirms it, size the position by the strength of the signal, and step"
+    " aside when the trend breaks or the asset is overbought."
+)
+
+
+class StrategySettings(_Frozen):
+    """An alphaforgebench strategy: what is asked for, when it is renewed, its sandbox."""
+
+    query: Annotated[str, Field(min_length=1, max_length=4000)] = Field(
+        default=DEFAULT_STRATEGY_QUERY,
+        description="the strategy request sent to the model (the paper's strategy query)",
+    )
+    regenerate_every: float = Field(
+        default=604_800.0,
+        description="ask the model for a new strategy version this often (default 7d);"
+        " 0 keeps the first valid version",
+    )
+    lookback: Annotated[int, Field(ge=2, le=5000)] = Field(
+        default=300, description="daily bars the strategy sees, the current one included"
+    )
+    timeout: float = Field(default=10.0, description="wall-clock seconds per bar (all assets)")
+    cpu_seconds: float = Field(default=5.0, description="CPU seconds per bar (RLIMIT_CPU)")
+    memory_mb: Annotated[int, Field(ge=256, le=65_536)] = Field(
+        default=1024, description="address space of the strategy process (RLIMIT_AS)"
+    )
+    network_namespace: bool = Field(
+        default=True, description="run the strategy under 'unshare --net' where that works"
+    )
+
+    @field_validator("regenerate_every", mode="before")
+    @classmethod
+    def _every(cls, v: Any) -> float:
+        return parse_duration(v)
+
+    @field_validator("timeout", "cpu_seconds", mode="before")
+    @classmethod
+    def _positive(cls, v: Any) -> float:
+        return positive_duration(v)
+
+
 class AgentConfig(_Frozen):
     """One agent under evaluation."""
 
@@ -455,13 +498,20 @@ class AgentConfig(_Frozen):
     retry_after_cap: Annotated[float, Field(le=3600)] = Field(
         default=60.0, description="longest wait honoured from a 429's Retry-After (default 60s)"
     )
-    protocol: Literal["livetradebench", "stockbench", "portbench", "capitalbench"] = Field(
+    protocol: Literal["livetradebench", "stockbench", "portbench", "capitalbench",
+                      "alphaforgebench"] = Field(
         default="livetradebench",
         description="LLM decision workflow: 'livetradebench' (one call returns the allocation)"
         ", 'stockbench' (overview -> pick stocks -> fundamentals -> per-stock dollar orders)"
         ", 'portbench' (views -> signals -> weights -> execution -> risk monitor)"
-        " or 'capitalbench' (one frozen-round submission per [capitalbench] round);"
+        ", 'capitalbench' (one frozen-round submission per [capitalbench] round)"
+        " or 'alphaforgebench' (the model writes strategy code run on every bar);"
         " see docs/protocols.md",
+    )
+    # alphaforgebench (docs/protocol-alphaforgebench.md)
+    strategy: StrategySettings = Field(
+        default_factory=lambda: StrategySettings(),
+        description="alphaforgebench: strategy query, regeneration and sandbox limits",
     )
     revision_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
         default=3,
@@ -536,7 +586,8 @@ class AgentConfig(_Frozen):
             raise ValueError("an llm agent needs 'model' (a LiteLLM model string)")
         if self.kind != "llm" and self.protocol != "livetradebench":
             raise ValueError(f"protocol {self.protocol!r} is for llm agents only")
-        if self.protocol in ("stockbench", "portbench") and self.markets != ("equity",):
+        if (self.protocol in ("stockbench", "portbench", "alphaforgebench")
+                and self.markets != ("equity",)):
             raise ValueError(
                 f"protocol {self.protocol!r} trades the equity market only:"
                 " set markets = ['equity']"

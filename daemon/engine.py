@@ -31,7 +31,7 @@ from daemon.bus import Bus
 from daemon.clock import Clock
 from daemon.config import Config, CostConfig, ScheduleConfig
 from daemon.events import DecisionEvent, Event, ResolutionEvent
-from daemon.market_state import MarketState
+from daemon.market_state import HISTORY_DAYS, MarketState
 from daemon.rounds import AgentSlot, DecisionRound
 from daemon.schedule import ScheduleSpec, make_trigger
 from daemon.store import DecisionRecord, RoundCommit, Store, StoreWriteError
@@ -59,6 +59,13 @@ def schedule_spec(cfg: ScheduleConfig) -> ScheduleSpec:
     """Translate a market's schedule config into a trigger spec."""
     return ScheduleSpec(kind=cfg.kind, times=tuple(cfg.times), every_seconds=cfg.every,
                         at=cfg.at, timezone=cfg.timezone)
+
+
+def history_days(config: Config) -> int:
+    """Return the daily closes kept per asset: 30, or what an AlphaForgeBench strategy's
+    lookback needs (its frame is those closes plus the current price)."""
+    need = [a.strategy.lookback - 1 for a in config.agents if a.protocol == "alphaforgebench"]
+    return max([HISTORY_DAYS, *need])
 
 
 def freeze_heap() -> None:
@@ -89,7 +96,8 @@ class Engine:
             # daily marks, alert checks, scrapes), which happens far less often than ticks.
             self.books[m] = Book(m, cost=cost_model(mc.cost), initial_cash=mc.initial_cash,
                                  lazy_mark=True)
-        self.state = MarketState(self.books, on_resolved=self._on_resolved)
+        self.state = MarketState(self.books, on_resolved=self._on_resolved,
+                                 history_days=history_days(config))
         self.slots: dict[str, dict[str, AgentSlot]] = {m: {} for m in self.markets}
         self.rounds = {m: DecisionRound(self, m) for m in self.markets}
         self.seq: int | None = None
@@ -216,7 +224,28 @@ class Engine:
         self.config = new_config
         if self.capital is not None:
             self.capital.reload()
+        for aid in built:  # replaced agents release their processes (strategy workers)
+            close = getattr(current.get(aid), "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:
+                    log.exception("agent close failed", agent=aid)
         return changes
+
+    async def close_agents(self) -> None:
+        """Let agents that hold processes release them (their ``aclose``, when they have one)."""
+        seen: set[int] = set()
+        for slots in self.slots.values():
+            for slot in slots.values():
+                close = getattr(slot.agent, "aclose", None)
+                if close is None or id(slot.agent) in seen:
+                    continue
+                seen.add(id(slot.agent))
+                try:
+                    await close()
+                except Exception:
+                    log.exception("agent close failed", agent=getattr(slot.agent, "id", "?"))
 
     def add_equity_universe(self, assets: Iterable[str]) -> None:
         """Add the configured equities to the equity book."""
@@ -247,10 +276,22 @@ class Engine:
             if slot is not None:
                 slot.status, slot.reason = status, reason
         await self._restore_llm_usage()
+        await self._restore_agent_state()
         if books:
             log.info("books restored from store", markets=sorted(books),
                      offset=self.state.offset)
         return self.state.offset
+
+    async def _restore_agent_state(self) -> None:
+        """Let agents with state kept in the store take it up (``restore_from_store``)."""
+        for slots in self.slots.values():
+            for agent_id, slot in slots.items():
+                restore = getattr(slot.agent, "restore_from_store", None)
+                if restore is not None:
+                    try:
+                        await restore(self.store.fetchall)
+                    except Exception:
+                        log.exception("agent state not restored", agent=agent_id)
 
     async def _restore_llm_usage(self) -> None:
         """Give LLM agents today's (UTC) spend from the store so budgets survive restarts."""

@@ -372,6 +372,7 @@ class HttpServer:
         app.router.add_get("/api/capitalbench", self.handle_capitalbench)
         app.router.add_get("/api/agents", self.handle_agents)
         app.router.add_get("/api/agents/{id}", self.handle_agent)
+        app.router.add_get("/api/alphaforge", self.handle_alphaforge)
         app.router.add_post("/api/agents/{id}/resume", self.handle_resume)
         self.page.add_routes(app)
         return app
@@ -537,6 +538,12 @@ class HttpServer:
         for r in rows:
             agents.setdefault(r.agent, []).append(asdict(r))
         return _json({"agents": agents})
+
+    async def handle_alphaforge(self, request: web.Request) -> web.Response:
+        """Return AlphaForgeBench's figures per strategy version and the latest instability."""
+        from scoring.alphaforge_report import load_async
+
+        return _json(await load_async(self.engine.store.fetchall))
 
     def _known(self, agent: str) -> bool:
         return any(agent in slots for slots in self.engine.slots.values()) or any(

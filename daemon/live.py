@@ -139,6 +139,7 @@ class LiveDaemon:
         if self.engine is not None:
             with contextlib.suppress(Exception):
                 await self.engine.bus.stop()
+            await self.engine.close_agents()
         store, self._store, self.engine, self.scheduler = self._store, None, None, None
         if store is not None:
             if store.run_id is not None:
@@ -254,6 +255,7 @@ class LiveDaemon:
                 await t
         if self.engine is not None:
             await self.engine.bus.stop()
+            await self.engine.close_agents()
             store = self.engine.store
             # Commit books, resolutions paid since the last round and a checkpoint together
             # with the last market events, so a restart loses nothing that was applied.

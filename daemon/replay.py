@@ -390,9 +390,10 @@ async def _drive(driver: ReplayDriver, rec: str, offset: int, header_end: float,
 
 
 async def engine_stop(engine: Engine | None) -> None:
-    """Stop the engine's bus if it was started."""
+    """Stop the engine's bus if it was started, and the agents' own processes."""
     if engine is not None:
         await engine.bus.stop()
+        await engine.close_agents()
 
 
 def _want_progress(progress: bool | None) -> bool:

@@ -36,7 +36,7 @@ from daemon.events import Event, NewsEvent, PriceEvent, encode_event
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -134,8 +134,17 @@ CREATE TABLE IF NOT EXISTS capital_submissions(
   PRIMARY KEY(round_id, run_id, agent, replicate));
 """
 # ---- end v6 -------------------------------------------------------------------------------------
+# ---- v7: AlphaForgeBench instability runs (issue 14, point 7; paperarena alphaforge-instability)
+# One row per run: repeated strategy generations of every configured alphaforgebench model on one
+# frozen input, at each temperature, with their agreement / Jaccard / SNR figures (result_json).
+_V7 = """
+CREATE TABLE IF NOT EXISTS instability_runs(
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, input_sha256 TEXT NOT NULL,
+  prompt_sha256 TEXT NOT NULL, repeats INTEGER NOT NULL, result_json TEXT NOT NULL);
+"""
+# ---- end v7
 
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
 
 
 class StoreLockedError(StoreOpenError):

@@ -1,0 +1,1 @@
+"""AlphaForgeBench prompt set: the strategy-generation step."""

@@ -1,0 +1,94 @@
+"""AlphaForgeBench instability measures against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scoring.instability import (
+    active_jaccard,
+    agreement_matrix,
+    backtest_return,
+    disagreement_step_fraction,
+    exposures,
+    jaccard,
+    majority,
+    pairwise_agreement,
+    snr,
+    temperature_agreement,
+)
+
+RUNS = [[1, 0, -1, 0],
+        [1, 0, 0, 0],
+        [1, 1, -1, 0]]
+
+
+def test_pairwise_agreement_by_hand() -> None:
+    # pairs: (0,1) 3/4, (0,2) 3/4, (1,2) 2/4 -> mean 2/3
+    m = agreement_matrix(RUNS)
+    assert m[0][1] == 0.75 and m[0][2] == 0.75 and m[1][2] == 0.5 and m[2][2] == 1.0
+    assert pairwise_agreement(RUNS) == pytest.approx(2 / 3)
+
+
+def test_disagreement_steps_by_hand() -> None:
+    # step 0 all 1, step 1 {0,1}, step 2 {-1,0}, step 3 all 0 -> 2 of 4
+    assert disagreement_step_fraction(RUNS) == 0.5
+    assert disagreement_step_fraction([[1, 1], [1, 1]]) == 0.0
+
+
+def test_jaccard_of_active_steps_by_hand() -> None:
+    a = [True, True, False, False]
+    b = [True, False, True, False]
+    c = [False, False, False, False]
+    assert jaccard(a, b) == pytest.approx(1 / 3)
+    assert jaccard(c, c) == 1.0
+    assert jaccard(a, c) == 0.0
+    # pairs (a,b) 1/3, (a,c) 0, (b,c) 0 -> 1/9
+    assert active_jaccard([a, b, c]) == pytest.approx(1 / 9)
+
+
+def test_snr_by_hand() -> None:
+    # means 0.2 and 0.1 -> spread 0.1; sample stds 0.2/sqrt(2) each -> SNR sqrt(2)/2
+    assert snr({"m1": [0.1, 0.3], "m2": [0.0, 0.2]}) == pytest.approx(math.sqrt(2) / 2)
+    # means 2, 5 -> 3; stds 1 (1,2,3) and 2 (3,5,7) -> within 1.5 -> SNR 2
+    assert snr({"a": [1, 2, 3], "b": [3, 5, 7]}) == pytest.approx(2.0)
+    assert snr({"a": [1.0, 1.0], "b": [2.0, 2.0]}) == math.inf
+    assert snr({"a": [1.0, 1.0], "b": [1.0, 1.0]}) == 0.0
+    assert snr({"a": [1.0, 2.0]}) is None
+    assert snr({"a": [1.0], "b": [1.0, 2.0]}) is None
+
+
+def test_temperature_agreement_by_hand() -> None:
+    # majority of RUNS: step 0 -> 1, step 1 -> 0 (0,0,1), step 2 -> -1 (-1,0,-1), step 3 -> 0
+    assert majority(RUNS) == [1, 0, -1, 0]
+    assert majority([[1, -1], [-1, 1]]) == [0, 0]  # ties hold
+    other = [[1, 1, 0, 0], [1, 1, -1, 0]]  # majority [1, 1, 0 (tie -1/0), 0]
+    assert temperature_agreement(RUNS, other) == 0.5  # steps 0 and 3 agree
+
+
+def test_exposures_hold_on_zero_and_failure() -> None:
+    got = exposures([1, 0, -1, 0, 1, 1], [0.5, 0.9, 0.7, 1.0, 1.0, 0.3],
+                    failed=[False, False, False, False, False, True])
+    assert got == [0.5, 0.5, 0.0, 0.0, 1.0, 1.0]
+
+
+def test_backtest_return_by_hand() -> None:
+    # One asset 100 -> 110 -> 99, fully in from the first close, out at the second.
+    # buy: 1 * (1 - 0.001) = 0.999; * 1.1 = 1.0989; sell: * (1 - 0.001) = 1.0978011
+    r = backtest_return([[100.0, 110.0, 99.0]], [[1.0, 0.0, 0.0]], cost=0.001)
+    assert r == pytest.approx(1.0978011 - 1)
+    # Two sleeves: the second stays flat (1.0) -> mean of 1.0978011 and 1.0.
+    r2 = backtest_return([[100.0, 110.0, 99.0], [5.0, 6.0, 7.0]],
+                         [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], cost=0.001)
+    assert r2 == pytest.approx((1.0978011 + 1.0) / 2 - 1)
+    # Half exposure without costs: 1 + 0.5 * 0.1 = 1.05, then 1.05 * (1 + 0.5 * -0.1) = 0.9975
+    assert backtest_return([[100.0, 110.0, 99.0]], [[0.5, 0.5, 0.5]], cost=0.0) == \
+        pytest.approx(0.9975 - 1)
+
+
+def test_bad_input_is_refused() -> None:
+    with pytest.raises(ValueError):
+        pairwise_agreement([[1, 0]])
+    with pytest.raises(ValueError):
+        disagreement_step_fraction([[1, 0], [1]])

@@ -1,0 +1,267 @@
+"""The AlphaForgeBench sandbox: validation, and a worker stopping hostile strategies.
+
+Each hostile strategy runs in a real worker process; the test's event loop keeps running (a
+ticker task counts while the strategy misbehaves) and the failure is reported, not raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.sandbox import (
+    InvalidStrategy,
+    SandboxError,
+    SandboxLimits,
+    StrategyWorker,
+    check_result,
+    code_sha256,
+    validate_code,
+)
+
+GOOD = """
+import numpy as np
+
+def generate_signal(df):
+    close = df["close"].iloc[-1]
+    sma = df["sma_5"].iloc[-1]
+    if np.isnan(sma):
+        return {"signal": 0, "position": 0.0}
+    if close > sma:
+        return {"signal": 1, "position": 1.0}
+    return {"signal": -1, "position": 0.0}
+"""
+
+BARS = {"AAPL": {"ts": [86_400.0 * i for i in range(8)],
+                 "close": [10.0, 11, 12, 13, 14, 15, 16, 17]},
+        "MSFT": {"ts": [86_400.0 * i for i in range(8)],
+                 "close": [17.0, 16, 15, 14, 13, 12, 11, 10]}}
+
+LIMITS = SandboxLimits(memory_mb=1024, cpu_s=2.0, timeout_s=4.0)
+
+
+async def ticking(coro: Awaitable[Any]) -> tuple[Any, int]:
+    """Run ``coro`` while a task ticks every 10 ms; return its result (or exception), ticks."""
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    t = asyncio.create_task(tick())
+    try:
+        result: Any = await coro
+    except Exception as exc:
+        result = exc
+    t.cancel()
+    return result, ticks
+
+
+async def test_a_good_strategy_runs_per_asset() -> None:
+    w = StrategyWorker(validate_code(GOOD), LIMITS)
+    try:
+        got = await w.run_bar(BARS)
+        assert check_result(got["AAPL"]) == (1, 1.0)
+        assert check_result(got["MSFT"]) == (-1, 0.0)
+        again = await w.run_bar(BARS)  # the same process answers again
+        assert again == got and w.starts == 1
+    finally:
+        await w.close()
+    assert w.version == code_sha256(GOOD)
+
+
+@pytest.mark.parametrize("code, error", [
+    ("import os\ndef generate_signal(df):\n    return {}\n", "import of 'os'"),
+    ("import socket\ndef generate_signal(df):\n    return {}\n", "import of 'socket'"),
+    ("from subprocess import run\ndef generate_signal(df):\n    return {}\n",
+     "import of 'subprocess'"),
+    ("import numpy.ctypeslib\nimport ctypes\ndef generate_signal(df):\n    return {}\n",
+     "import of 'ctypes'"),
+    ("def generate_signal(df):\n    return __import__('os')\n", "'__import__'"),
+    ("def generate_signal(df):\n    return ().__class__.__bases__\n", "'__bases__'"),
+    ("def generate_signal(df):\n    return getattr(df, 'x')\n", "'getattr'"),
+    ("def generate_signal(df):\n    return open('/tmp/x', 'w')\n", "'open'"),
+    ("def signal(df):\n    return {}\n", "no top-level function generate_signal"),
+    ("def generate_signal(df:\n", "does not parse"),
+    ("", "empty"),
+])
+def test_validation_rejects(code: str, error: str) -> None:
+    with pytest.raises(InvalidStrategy, match=None) as info:
+        validate_code(code)
+    assert error in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("value, error", [
+    ({"signal": 2, "position": 1.0}, "signal must be"),
+    ({"signal": True, "position": 1.0}, "signal must be"),
+    ({"signal": 1, "position": 1.5}, "position must be"),
+    ({"signal": 1, "position": "nan"}, "position must be"),
+    ({"signal": 1}, "position must be"),
+    ({"error": "ZeroDivisionError: x"}, "raised ZeroDivisionError"),
+])
+def test_out_of_range_answers_are_refused(value: Any, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        check_result(value)
+
+
+async def test_socket_is_stopped() -> None:
+    hits: list[int] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hits.append(1)
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    code = ("import pandas as pd\n\ndef generate_signal(df):\n"
+            f"    pd.io.common.urlopen('http://127.0.0.1:{port}/')\n"
+            "    return {'signal': 1, 'position': 1.0}\n")
+    w = StrategyWorker(validate_code(code), LIMITS)
+    try:
+        got, ticks = await ticking(w.run_bar(BARS))
+        assert ticks > 0
+        with pytest.raises(ValueError, match="not allowed"):
+            check_result(got["AAPL"])
+        assert hits == []
+    finally:
+        await w.close()
+        server.close()
+
+
+def test_network_namespace_when_available() -> None:
+    from agents.sandbox import network_isolation, worker_command
+
+    argv = worker_command(SandboxLimits())
+    assert ("unshare" in argv[0]) == (network_isolation() == "namespace")
+    assert "unshare" not in worker_command(SandboxLimits(network_namespace=False))[0]
+
+
+async def test_socket_through_a_library_module_is_stopped() -> None:
+    # pandas keeps a reference to the os module: the audit hook stops what the AST cannot see.
+    code = ("import pandas as pd\n\ndef generate_signal(df):\n"
+            "    pd.io.common.os.system('echo pwned > /tmp/pwned')\n"
+            "    return {'signal': 1, 'position': 1.0}\n")
+    w = StrategyWorker(validate_code(code), LIMITS)
+    try:
+        got = await w.run_bar(BARS)
+        with pytest.raises(ValueError, match=r"os\.system is not allowed"):
+            check_result(got["AAPL"])
+    finally:
+        await w.close()
+
+
+async def test_file_write_is_stopped(tmp_path: Path) -> None:
+    target = tmp_path / "written.txt"
+    code = ("import pandas as pd\n\ndef generate_signal(df):\n"
+            f"    df.to_csv({str(target)!r})\n"
+            "    return {'signal': 1, 'position': 1.0}\n")
+    w = StrategyWorker(validate_code(code), LIMITS)
+    try:
+        got = await w.run_bar(BARS)
+        with pytest.raises(ValueError, match="writing files is not allowed"):
+            check_result(got["AAPL"])
+        assert not target.exists()
+    finally:
+        await w.close()
+
+
+async def test_infinite_loop_is_killed_and_the_worker_restarts() -> None:
+    code = "def generate_signal(df):\n    while True:\n        pass\n"
+    w = StrategyWorker(validate_code(code), SandboxLimits(cpu_s=30.0, timeout_s=1.5))
+    try:
+        got, ticks = await ticking(w.run_bar(BARS))
+        assert isinstance(got, SandboxError) and "timed out after 1.5s" in str(got)
+        assert ticks >= 50  # the loop kept running (10 ms ticks during 1.5 s)
+        assert w.proc is None
+        got2, _ = await ticking(w.run_bar(BARS))  # started again, stopped again
+        assert isinstance(got2, SandboxError) and w.starts == 2
+    finally:
+        await w.close()
+
+
+async def test_cpu_limit_stops_a_loop_before_the_wall_clock() -> None:
+    code = "def generate_signal(df):\n    x = 0\n    while True:\n        x += 1\n"
+    w = StrategyWorker(validate_code(code), SandboxLimits(cpu_s=1.0, timeout_s=30.0))
+    try:
+        got, _ = await ticking(w.run_bar(BARS))
+        assert isinstance(got, SandboxError) and "SIGXCPU" in str(got)
+    finally:
+        await w.close()
+
+
+async def test_ten_gigabytes_are_refused() -> None:
+    code = ("import numpy as np\n\ndef generate_signal(df):\n"
+            "    big = np.ones(10 * 1024 ** 3, dtype=np.uint8)\n"
+            "    return {'signal': 1, 'position': float(big[0])}\n")
+    w = StrategyWorker(validate_code(code), LIMITS)
+    try:
+        got, ticks = await ticking(w.run_bar(BARS))
+        assert ticks >= 0
+        with pytest.raises(ValueError, match="MemoryError"):
+            check_result(got["AAPL"])
+        # The worker survived and still answers.
+        assert (await w.run_bar(BARS)).keys() == {"AAPL", "MSFT"}
+    finally:
+        await w.close()
+
+
+async def test_no_secret_reaches_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    code = ("import pandas as pd\n\ndef generate_signal(df):\n"
+            "    env = pd.io.common.os.environ\n"
+            "    return {'signal': 1 if 'OPENAI_API_KEY' in env else 0, 'position': 0.5}\n")
+    w = StrategyWorker(validate_code(code), LIMITS)
+    try:
+        got = await w.run_bar(BARS)
+        assert check_result(got["AAPL"]) == (0, 0.5)
+    finally:
+        await w.close()
+    assert os.environ["OPENAI_API_KEY"] == "sk-secret"
+
+
+def test_the_audit_hook_refuses_sockets_and_writes_only_when_untrusted() -> None:
+    from agents.sandbox_worker import _Guard
+
+    guard = _Guard()
+    guard("socket.__new__", ())  # trusted (the worker's own code): allowed
+    guard.trusted = False
+    for event, args in [("socket.__new__", ()), ("socket.connect", ()),
+                        ("subprocess.Popen", ()), ("os.system", ("ls",)),
+                        ("open", ("/tmp/x", "w", 0)), ("open", ("/tmp/x", None, os.O_CREAT)),
+                        ("import", ("socket",)), ("resource.setrlimit", ())]:
+        with pytest.raises((PermissionError, ImportError)):
+            guard(event, args)
+    guard("open", ("/etc/hostname", "r", os.O_RDONLY))  # reading stays possible
+    guard("import", ("pandas.io.formats",))
+
+
+async def test_the_network_namespace_has_no_route(tmp_path: Path) -> None:
+    from agents.sandbox import network_isolation, worker_command
+
+    if network_isolation() != "namespace":
+        pytest.skip("unshare --net does not work here (not root?): the audit hook alone applies")
+    hits: list[int] = []
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hits.append(1)
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    prefix = worker_command(SandboxLimits())[:3]  # unshare --net --
+    probe = ("import socket\ns = socket.socket()\ns.settimeout(2)\n"
+             f"print(s.connect_ex(('127.0.0.1', {port})))\n")
+    proc = await asyncio.create_subprocess_exec(
+        *prefix, sys.executable, "-I", "-c", probe, stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    server.close()
+    assert int(out.strip()) != 0 and hits == []
