@@ -412,19 +412,15 @@ def _replay_roles(args: argparse.Namespace) -> int:
     from daemon.components import default_components
     from daemon.logs import configure_logging, register_config_secrets
     from daemon.replay import ReplayError
-    from daemon.roles import (
-        RoleError,
-        parse_agents,
-        replay_evaluate,
-        replay_publish,
-        summary_line,
-        with_overrides,
-    )
+    from daemon.replay_publish import replay_publish, summary_line
+    from daemon.replay_roles import replay_evaluate
+    from daemon.roles import RoleError, parse_agents, with_overrides
     from daemon.store import StoreOpenError
     from feeds.recording import RecordingError
 
     if TYPE_CHECKING:
-        from daemon.roles import EvaluateSummary, PublishSummary
+        from daemon.replay_publish import PublishSummary
+        from daemon.replay_roles import EvaluateSummary
 
     try:
         cfg = with_overrides(_load(args.config),

@@ -13,7 +13,8 @@ Wire format
 
 Control subtrees
     ``paperarena/<namespace>/owners/...`` and ``.../replay/...`` carry raw control messages
-    (agent ownership claims, replay stream markers and acknowledgements; see ``daemon/roles.py``),
+    (agent ownership claims, replay stream markers and acknowledgements; see ``daemon/roles.py``
+    and ``daemon/replay_roles.py``),
     never events: :meth:`MqttBridge.watch` hands them to a callback, other bridges ignore them.
     :meth:`MqttBridge.announce` publishes a retained control message and re-publishes it after
     every reconnect, so it survives a broker that lost its retained store.

@@ -6,7 +6,8 @@ at any instant resumes from the last committed checkpoint when run again on the 
 and ends in the same state as an uninterrupted run.
 
 The pieces are shared with ``paperarena replay-evaluate`` (events received over MQTT, see
-``daemon/roles.py``): :func:`replay_session` builds and restores the engine, :class:`ReplayDriver`
+``daemon/replay_roles.py``): :func:`replay_session` builds and restores the engine,
+:class:`ReplayDriver`
 applies one event at a time in offset order and finishes the run, whatever the event source.
 
 A database remembers what it replays (:func:`run_fingerprint`: the result-affecting config,
