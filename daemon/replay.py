@@ -149,6 +149,7 @@ async def replay_session(
     bus: Bus | None = None,
     recording_header: str | None = None,
     window: tuple[float | None, float | None] | None = None,
+    scope: str = "all",
 ) -> AsyncIterator[ReplayContext]:
     """Open ``db``, build and restore the engine, start scheduler, bus and components.
 
@@ -158,7 +159,8 @@ async def replay_session(
     :meth:`ReplayDriver.finish` does it). A database error while starting is a
     :class:`ReplayError` naming the database.
     """
-    store = await Store.open(str(db), busy_timeout=config.store.busy_timeout)
+    store = await Store.open(str(db), busy_timeout=config.store.busy_timeout, scope=scope,
+                             password_env=config.store.password_env)
     engine: Engine | None = None
     ready = False
     try:

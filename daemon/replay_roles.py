@@ -380,7 +380,7 @@ async def replay_evaluate(
     """
     settings = settings or require_mqtt(config, "replay-evaluate")
     owned = select_agents(config, agent_ids)
-    pid = process_id or settings.process_id or default_process_id("evaluator", db)
+    pid = process_id or settings.process_id or default_process_id("evaluator", db, owned)
     stream = ReplayStream(stall_timeout=stall_timeout, idle_timeout=idle_timeout,
                           begin_timeout=publisher_timeout if publisher_timeout is not None
                           else config.evaluator.publisher_timeout)
@@ -402,7 +402,7 @@ async def replay_evaluate(
                  publisher=begin.publisher, agents=list(owned))
         async with replay_session(config, db, recording_name=begin.recording, start=begin.start,
                                   agent_ids=list(owned), version=version, components=components,
-                                  bus=bus) as ctx:
+                                  bus=bus, scope=pid) as ctx:
             t0 = time.perf_counter()
             stream.open(ctx.offset)
             try:

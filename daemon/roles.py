@@ -92,13 +92,19 @@ def role_settings(settings: MqttSettings, role: str) -> MqttSettings:
     return settings.model_copy(update=update)
 
 
-def default_process_id(role: str, anchor: str | os.PathLike[str]) -> str:
+def default_process_id(role: str, anchor: str | os.PathLike[str],
+                       agents: Iterable[str] = ()) -> str:
     """Return a stable process id: role plus a hash of the hostname and ``anchor`` (a path).
 
     Two live evaluators cannot share a database (it is locked), so ids derived from it are
     unique among live evaluators and stable across restarts (the persistent session survives).
+    A shared ``postgresql://`` store is not one per process: its id also hashes ``agents``.
     """
-    key = f"{socket.gethostname()}:{Path(anchor).resolve()}"
+    where = str(anchor)
+    if where.startswith(("postgresql://", "postgres://")):
+        key = f"{socket.gethostname()}:{where}:{','.join(sorted(agents))}"
+    else:
+        key = f"{socket.gethostname()}:{Path(anchor).resolve()}"
     return f"{role}-{hashlib.sha1(key.encode(), usedforsecurity=False).hexdigest()[:8]}"
 
 
@@ -361,7 +367,9 @@ def role_daemon(
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}")
     settings = require_mqtt(config, f"--role {role}")
-    process_id = settings.process_id or default_process_id(role, db or config.store.path)
+    anchor = db or config.store.url or config.store.path
+    owned = select_agents(config) if role == "evaluator" else ()
+    process_id = settings.process_id or default_process_id(role, anchor, owned)
     if role == "feeds":
         cfg = config.model_copy(update={"agents": ()})
         bridge = RoleBridge(settings, role="feeds", process_id=process_id)
@@ -370,12 +378,13 @@ def role_daemon(
                             sources=lambda eng: build_sources(cfg, eng, protocols=protocols),
                             components=[bridge, *default_components(cfg, mode="live"), *extra])
         daemon.config_filter = lambda new: new.model_copy(update={"agents": ()})
+        daemon.scope = process_id
         return daemon
-    owned = select_agents(config)
     cfg = config.model_copy(update={"agents": tuple(a for a in config.agents if a.id in owned)})
     bridge = RoleBridge(settings, role="evaluator", process_id=process_id, agents=owned)
     daemon = LiveDaemon(cfg, db=db, version=version, sources=None,
                         components=[bridge, *default_components(cfg, mode="live"), *extra])
+    daemon.scope = process_id
 
     def keep_owned(new: Config) -> Config:
         """Restrict a reloaded config to the agents this evaluator has claimed."""

@@ -624,12 +624,17 @@ def load_report(db_path: str | Path, *, window: tuple[float | None, float | None
     ``min_valid_rate`` / ``min_days`` override the ``[leaderboard]`` settings of the store's
     latest run (defaults :data:`MIN_VALID_RATE`, :data:`MIN_DAYS`).
     """
-    p = Path(db_path)
-    if not p.exists():
-        raise FileNotFoundError(f"{db_path}: no such database")
-    from daemon.dbfile import connect_readonly  # also on a read-only file system
+    if str(db_path).startswith(("postgresql://", "postgres://")):
+        from daemon.pgsnapshot import snapshot  # every process scope, one consistent cut
 
-    con = connect_readonly(p)
+        con = snapshot(str(db_path))
+    else:
+        p = Path(db_path)
+        if not p.exists():
+            raise FileNotFoundError(f"{db_path}: no such database")
+        from daemon.dbfile import connect_readonly  # also on a read-only file system
+
+        con = connect_readonly(p)
     try:
         return _report(con, window, min_valid_rate, min_days)
     finally:
