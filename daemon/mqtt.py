@@ -379,6 +379,11 @@ class MqttBridge:
         """Return whether the bridge is currently connected and subscribed."""
         return self._connected.is_set()
 
+    def forget(self, key: str) -> None:
+        """Forget a delivery (its ``dedupe_key``) the sink could not take: a re-send of it is
+        then applied instead of dropped as a duplicate."""
+        self._seen.pop(key, None)
+
     def counters(self) -> dict[str, int | bool]:
         """Return the bridge counters (monotonic except ``queued`` and ``connected``)."""
         return {

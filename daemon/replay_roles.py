@@ -175,6 +175,8 @@ class ReplayStream:
         begin = self.begin
         if begin is None or not self._opened:
             self.counters.early += 1  # re-sent once we acknowledge our offset
+            if self.bridge is not None:  # ... so the re-send must not count as a duplicate
+                self.bridge.forget(envelope.dedupe_key)
             return
         if envelope.run != begin.run or not 0 <= seq < begin.count:
             self.counters.stale += 1
