@@ -34,10 +34,10 @@ pytestmark = [requires_broker, requires_pg]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def assert_one_leaderboard(rec: Rec, url: str) -> None:
+def assert_one_leaderboard(ref: Rec, url: str) -> None:
     """The merged report of the shared store equals the single-process one (float rounding:
     equity marks may differ by one ULP across agent sets, docs/distributed.md)."""
-    got, want = json.loads(to_json(leaderboard(url))), json.loads(rec.reports[None])
+    got, want = json.loads(to_json(leaderboard(url))), json.loads(ref.reports[None])
     problems = list(_close(want, got, "report"))
     assert not problems, problems[:5]
 
