@@ -170,6 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
     hist.add_argument("--config", "-c", help="config whose sources.equity.yahoo.chart_url is used")
 
+    mg = sub.add_parser("migrate", help="copy a SQLite store into a shared PostgreSQL store")
+    mg.add_argument("--from", dest="source", required=True, metavar="SQLITE",
+                    help="the SQLite database to copy (read only)")
+    mg.add_argument("--to", dest="target", required=True, metavar="URL",
+                    help="postgresql://user@host:5432/db (password: --password-env)")
+    mg.add_argument("--scope", default=None,
+                    help="scope (process) to copy into (default: migrated-<file name>)")
+    mg.add_argument("--password-env", default=None,
+                    help="environment variable holding the password (default: PGPASSWORD)")
+
     pr = sub.add_parser("probe", help="re-issue a stored decision input K times (LLM consistency)")
     pr.add_argument("--agent", required=True)
     pr.add_argument("--repeats", type=int, default=5)
@@ -251,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "report":
             return _report(args)
         if args.cmd in ("backup", "export"):
+            if args.db.startswith(("postgresql://", "postgres://")):
+                return _fail(f"--db is a PostgreSQL store: {args.cmd} it with pg_dump "
+                             "(docs/distributed.md, \"Backups\")")
             return _backup_or_export(args)
         if args.cmd == "replay":
             return _replay(args)
@@ -264,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _build_recording(args)
         if args.cmd == "resume":
             return _resume(args)
+        if args.cmd == "migrate":
+            return _migrate(args)
         if args.cmd == "probe":
             return _probe(args)
         if args.cmd == "status":
@@ -298,6 +313,22 @@ def _backup_or_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    from daemon.pgmigrate import MigrateError, migrate
+    from daemon.pgstore import redact, url_problem
+
+    problem = url_problem(args.target)
+    if problem:
+        return _fail(f"--to {redact(args.target)}: {problem}")
+    try:
+        summary = asyncio.run(migrate(args.source, args.target, scope=args.scope,
+                                      password_env=args.password_env))
+    except MigrateError as exc:
+        return _fail(str(exc))
+    sys.stdout.write(f"paperarena migrate: {summary.line()}\n")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     import sqlite3
 
@@ -309,7 +340,8 @@ def _report(args: argparse.Namespace) -> int:
     if problem:
         return _fail(problem)
     try:  # read only: the report never writes, so it works on a read-only file or file system
-        if inspect_database(args.db, create=False, schema_version=SCHEMA_VERSION) == 0:
+        if (not args.db.startswith(("postgresql://", "postgres://")) and  # shared store
+                inspect_database(args.db, create=False, schema_version=SCHEMA_VERSION) == 0):
             return _fail(f"--db {args.db}: not a paperarena database (no tables)")
         report = load_report(args.db, window=(args.start, args.end))
     except StoreOpenError as exc:

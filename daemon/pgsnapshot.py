@@ -84,43 +84,58 @@ async def _fetch(url: str, tables: dict[str, list[str]], password_env: str | Non
     """Return (table, rows) to insert, every scope read in one repeatable-read transaction."""
     import asyncpg  # type: ignore[import-untyped]
 
-    from daemon.pgstore import DEFAULT_PASSWORD_ENV
+    from daemon.dbfile import StoreOpenError
+    from daemon.pgstore import DEFAULT_PASSWORD_ENV, pg_errors, url_problem
 
+    problem = url_problem(url)
+    if problem:
+        raise StoreOpenError(f"{redact(url)}: {problem}")
     password = os.environ.get(password_env or DEFAULT_PASSWORD_ENV) or None
-    con = await asyncpg.connect(url, password=password, timeout=10)
+    try:
+        con = await asyncpg.connect(url, password=password, timeout=10)
+    except Exception as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise StoreOpenError(f"{url}: cannot connect to PostgreSQL ({text})") from None
     out: list[tuple[str, Rows]] = []
     try:
-        async with con.transaction(isolation="repeatable_read", readonly=True):
-            if not await con.fetchval("SELECT to_regclass('public.paperarena_scopes')"
-                                      " IS NOT NULL"):
-                raise FileNotFoundError(f"{url}: no paperarena store in this database")
-            schemas = [r[0] for r in await con.fetch(
-                "SELECT schema_name FROM public.paperarena_scopes ORDER BY scope")]
-            present = {(r[0], r[1]): None for r in await con.fetch(
-                "SELECT table_schema, table_name FROM information_schema.tables"
-                " WHERE table_schema = ANY($1::text[])", schemas)}
-            have = {(r[0], r[1], r[2]) for r in await con.fetch(
-                "SELECT table_schema, table_name, column_name FROM information_schema.columns"
-                " WHERE table_schema = ANY($1::text[])", schemas)}
-            events = {s: 0 for s in schemas if (s, "market_events") in present}
-            for s in events:
-                events[s] = int(await con.fetchval(f'SELECT COUNT(*) FROM "{s}".market_events'))
-            richest = max(events, key=lambda s: (events[s], s)) if events else None
-            for table in sorted(tables):
-                if table in SKIP or table == "meta":
-                    continue
-                cols = tables[table]
-                scopes = ([richest] if table == "market_events" and richest else
-                          [s for s in schemas if (s, table) in present])
-                if table == "runs":
-                    out.append((table, await _runs(con, scopes, cols, have)))
-                    continue
-                for s in scopes:
-                    out.append((table, await _rows(con, s, table, cols, have,
-                                                   keep_id=table == "market_events")))
+        with pg_errors():
+            await _read(con, url, tables, out)
     finally:
         await con.close()
     return out
+
+
+async def _read(con: Any, url: str, tables: dict[str, list[str]],
+                out: list[tuple[str, Rows]]) -> None:
+    """Append every scope's rows of ``tables`` to ``out`` (one repeatable-read transaction)."""
+    async with con.transaction(isolation="repeatable_read", readonly=True):
+        if not await con.fetchval("SELECT to_regclass('public.paperarena_scopes')"
+                                  " IS NOT NULL"):
+            raise FileNotFoundError(f"{url}: no paperarena store in this database")
+        schemas = [r[0] for r in await con.fetch(
+            "SELECT schema_name FROM public.paperarena_scopes ORDER BY scope")]
+        present = {(r[0], r[1]): None for r in await con.fetch(
+            "SELECT table_schema, table_name FROM information_schema.tables"
+            " WHERE table_schema = ANY($1::text[])", schemas)}
+        have = {(r[0], r[1], r[2]) for r in await con.fetch(
+            "SELECT table_schema, table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = ANY($1::text[])", schemas)}
+        events = {s: 0 for s in schemas if (s, "market_events") in present}
+        for s in events:
+            events[s] = int(await con.fetchval(f'SELECT COUNT(*) FROM "{s}".market_events'))
+        richest = max(events, key=lambda s: (events[s], s)) if events else None
+        for table in sorted(tables):
+            if table in SKIP or table == "meta":
+                continue
+            cols = tables[table]
+            scopes = ([richest] if table == "market_events" and richest else
+                      [s for s in schemas if (s, table) in present])
+            if table == "runs":
+                out.append((table, await _runs(con, scopes, cols, have)))
+                continue
+            for s in scopes:
+                out.append((table, await _rows(con, s, table, cols, have,
+                                               keep_id=table == "market_events")))
 
 
 def _select(schema: str, table: str, cols: list[str], have: set[tuple[str, str, str]],

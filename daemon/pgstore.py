@@ -59,6 +59,14 @@ def is_url(path: str | os.PathLike[str]) -> bool:
     return str(path).startswith(URL_SCHEMES)
 
 
+def redact(url: str) -> str:
+    """Return ``url`` with any password replaced by ``***`` (for messages and logs)."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    return url.replace(f":{parts.password}@", ":***@", 1)
+
+
 def url_problem(url: str) -> str | None:
     """Return why ``url`` cannot be used as ``store.url`` (None if it can)."""
     if not is_url(url):
@@ -184,7 +192,7 @@ class PgConnection:
         if not rows:
             return
         text, _ = await self._translate(sql, returning=False)
-        with _errors():
+        with pg_errors():
             await self.con.executemany(text, rows)
 
     async def claim_agents(self, agents: Iterable[str]) -> None:
@@ -206,7 +214,7 @@ class PgConnection:
         elif head.startswith("PRAGMA"):
             return  # SQLite tuning has no meaning here
         text, returning = await self._translate(sql, returning=True)
-        with _errors():
+        with pg_errors():
             if returning or text.lstrip()[:6].upper() in ("SELECT", "WITH R", "WITH "):
                 records = await self.con.fetch(text, *res._params)
                 res.rows = [tuple(r) for r in records]
@@ -246,7 +254,7 @@ class PgConnection:
     async def _table_keys(self, table: str) -> tuple[list[str], bool]:
         """Return the primary-key columns of ``table`` and whether it has an identity ``id``."""
         if table not in self._pk:
-            with _errors():
+            with pg_errors():
                 rows = await self.con.fetch(
                     "SELECT a.attname, a.attidentity FROM pg_index i JOIN pg_attribute a"
                     " ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
@@ -258,7 +266,7 @@ class PgConnection:
 
 
 @contextlib.contextmanager
-def _errors() -> Generator[None, None, None]:
+def pg_errors() -> Generator[None, None, None]:
     """Re-raise asyncpg and connection errors as :class:`PgError` (one line)."""
     import asyncpg  # type: ignore[import-untyped]
 
@@ -283,7 +291,7 @@ async def connect(url: str, *, scope: str, password_env: str | None = None,
 
     problem = url_problem(url)
     if problem:
-        raise StoreOpenError(f"{url}: {problem}")
+        raise StoreOpenError(f"{redact(url)}: {problem}")
     env = password_env or DEFAULT_PASSWORD_ENV
     password = os.environ.get(env) or None
     schema = scope_schema(scope)
