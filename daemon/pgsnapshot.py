@@ -85,7 +85,7 @@ async def _fetch(url: str, tables: dict[str, list[str]], password_env: str | Non
     import asyncpg  # type: ignore[import-untyped]
 
     from daemon.dbfile import StoreOpenError
-    from daemon.pgstore import DEFAULT_PASSWORD_ENV, pg_errors, url_problem
+    from daemon.pgstore import DEFAULT_PASSWORD_ENV, pg_errors, redact, url_problem
 
     problem = url_problem(url)
     if problem:
