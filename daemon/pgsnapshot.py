@@ -36,7 +36,7 @@ def snapshot(url: str, *, password_env: str | None = None) -> sqlite3.Connection
     """Return an in-memory SQLite database holding the merged scopes of ``url`` (one cut)."""
     from daemon.store import MIGRATIONS, SCHEMA_VERSION, _statements
 
-    con = sqlite3.connect(":memory:")
+    con = sqlite3.connect(":memory:", check_same_thread=False)
     for version in range(1, SCHEMA_VERSION + 1):
         for stmt in _statements(MIGRATIONS[version]):
             con.execute(stmt)
