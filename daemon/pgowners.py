@@ -3,8 +3,9 @@
 Shared objects in the ``public`` schema (created once, under an advisory lock, by whichever
 process comes first):
 
-- ``paperarena_scopes(scope, schema_name)``: every process scope that ever wrote (readers merge
-  them, :mod:`daemon.pgsnapshot`);
+- ``paperarena_scopes(scope, schema_name, commits)``: every process scope that ever wrote
+  (readers merge them, :mod:`daemon.pgsnapshot`) and how many of its transactions changed the
+  leaderboard's tables (the readers' cache stamp, :func:`daemon.pgsnapshot.stamp`);
 - ``paperarena_owners(agent PRIMARY KEY, scope, schema_name, since)``: who owns each agent;
 - ``paperarena_owner_check()``: a trigger function refusing a row whose ``agent`` is not owned by
   the schema the row goes into (``TG_TABLE_SCHEMA``).
@@ -28,7 +29,8 @@ SHARED_LOCK = 0x70617065  # "pape"
 
 SHARED_DDL = """
 CREATE TABLE IF NOT EXISTS public.paperarena_scopes(
-  scope TEXT PRIMARY KEY, schema_name TEXT NOT NULL UNIQUE);
+  scope TEXT PRIMARY KEY, schema_name TEXT NOT NULL UNIQUE,
+  commits BIGINT NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS public.paperarena_owners(
   agent TEXT PRIMARY KEY, scope TEXT NOT NULL, schema_name TEXT NOT NULL,
   since TIMESTAMPTZ NOT NULL DEFAULT now());

@@ -54,6 +54,27 @@ def snapshot(url: str, *, password_env: str | None = None) -> sqlite3.Connection
     return con
 
 
+def stamp(url: str, *, password_env: str | None = None) -> tuple[int, ...]:
+    """Return the readers' cache stamp of ``url``: scopes and the commits that changed the
+    leaderboard's tables (moves with every such commit of every process; one small query)."""
+    return tuple(_in_thread(_stamp(url, password_env)))
+
+
+async def _stamp(url: str, password_env: str | None) -> tuple[int, int]:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from daemon.pgstore import DEFAULT_PASSWORD_ENV
+
+    password = os.environ.get(password_env or DEFAULT_PASSWORD_ENV) or None
+    con = await asyncpg.connect(url, password=password, timeout=10)
+    try:
+        row = await con.fetchrow("SELECT COUNT(*), COALESCE(SUM(commits), 0)"
+                                 " FROM public.paperarena_scopes")
+        return int(row[0]), int(row[1])
+    finally:
+        await con.close()
+
+
 def _has_id(con: sqlite3.Connection, table: str) -> bool:
     """Return whether ``table`` has an ``INTEGER PRIMARY KEY`` id (a rowid alias)."""
     info = list(con.execute(f"PRAGMA table_info({table})"))

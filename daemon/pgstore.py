@@ -43,6 +43,8 @@ log = structlog.get_logger(__name__)
 URL_SCHEMES = ("postgresql://", "postgres://")
 #: Environment variable holding the password unless ``store.password_env`` names another.
 DEFAULT_PASSWORD_ENV = "PGPASSWORD"
+#: Tables whose writes move the readers' cache stamp (as ``daemon/board_cache.py``'s).
+STAMP_TABLES = frozenset({"equity", "decisions", "fills", "resolutions", "probes", "runs"})
 #: Identifiers of the schema that PostgreSQL reserves (quoted in every statement).
 RESERVED = ("offset",)
 _RESERVED_RE = re.compile(r'(?<![\w"])(excluded\.)?(' + "|".join(RESERVED) + r')\b(?!\s*\()')
@@ -174,6 +176,8 @@ class PgConnection:
         self.url = url
         self.schema = schema
         self.scope = schema
+        self._dirty = False
+        """Whether the open transaction wrote a table the leaderboard reads."""
         self._pk: dict[str, tuple[list[str], bool]] = {}
         """table -> (primary-key columns, has an identity ``id``)"""
 
@@ -211,6 +215,12 @@ class PgConnection:
         head = sql.upper()
         if head in ("BEGIN IMMEDIATE", "BEGIN", "BEGIN DEFERRED", "BEGIN EXCLUSIVE"):
             sql = "BEGIN"
+            self._dirty = False
+        elif head == "COMMIT" and self._dirty:
+            self._dirty = False
+            with pg_errors():  # the readers' cache stamp moves with this very commit
+                await self.con.execute("UPDATE public.paperarena_scopes SET commits = commits"
+                                       " + 1 WHERE schema_name = $1", self.schema)
         elif head.startswith("PRAGMA"):
             return  # SQLite tuning has no meaning here
         text, returning = await self._translate(sql, returning=True)
@@ -234,6 +244,8 @@ class PgConnection:
         m = _INSERT_RE.match(sql)
         if m:
             verb, table, cols = (m.group(2) or "").upper(), m.group(3), m.group(4)
+            if table in STAMP_TABLES:
+                self._dirty = True
             pk, identity = await self._table_keys(table)
             if verb:
                 sql = re.sub(r"^\s*INSERT\s+OR\s+\w+\s+INTO", "INSERT INTO", sql,

@@ -260,3 +260,30 @@ async def test_bad_postgresql_urls_fail_with_one_line() -> None:
     with pytest.raises(StoreOpenError, match="cannot connect to PostgreSQL") as info:
         await Store.open("postgresql://postgres@127.0.0.1:1/x")
     assert "\n" not in str(info.value) and "secret" not in str(info.value)
+
+
+@requires_pg
+async def test_the_cached_board_of_a_shared_store_moves_with_any_process_commit() -> None:
+    from daemon.board_cache import BoardCache
+
+    with pg_database() as url:
+        e1, e2 = await Store.open(url, scope="e1"), await Store.open(url, scope="e2")
+        await e1.claim_agents(["a"])
+        await e2.claim_agents(["b"])
+        await e1.begin_run(mode="t", version="0", config={}, recording=None, started_ts=T0)
+        calls: list[str] = []
+
+        def compute(path: object) -> dict[str, object]:
+            calls.append(str(path))
+            return {"n": len(calls)}
+
+        cache = BoardCache(url, compute=compute)
+        assert await cache.get() == {"n": 1}
+        e1.add_event(PriceEvent(ts=T0, recv_ts=T0, market="equity", asset="X", price=1.0))
+        await e1.flush()  # market events alone do not move the stamp
+        assert await cache.get() == {"n": 1}
+        await e2.commit_round(RoundCommit(decisions=[_decision("b", T0)]))
+        assert await cache.get() == {"n": 2}
+        await cache.close()
+        await e1.close()
+        await e2.close()
