@@ -232,7 +232,12 @@ def score_store(
     Each agent's asset classes are those of its stored config (the last run's), unless
     ``classes`` is given.
     """
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    if str(db).startswith(("postgresql://", "postgres://")):
+        from daemon.pgsnapshot import snapshot  # a shared store: every process, one cut
+
+        con = snapshot(str(db))
+    else:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         own: dict[str, dict[str, str]] = {}
         for (raw_cfg,) in con.execute("SELECT config_json FROM runs ORDER BY id"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,10 @@ def test_migrate_copies_a_run_and_its_report_is_unchanged(replayed: Path) -> Non
         assert to_json(leaderboard(url)) == to_json(leaderboard(replayed))
         r = cli("report", "--db", url, "--json")
         assert r.returncode == 0, r.stderr
+        assert {row["agent"] for row in json.loads(r.stdout)["rows"]} == {"bh", "ew", "mom",
+                                                                          "cash"}
+        table = cli("report", "--db", url)
+        assert table.returncode == 0 and "bh" in table.stdout, table.stderr
         # A second copy into the same (now full) scope is refused with one line.
         again = cli("migrate", "--from", str(replayed), "--to", url)
         assert again.returncode == 2 and "already holds" in again.stderr
