@@ -19,6 +19,7 @@ session advisory lock is free), else the claim fails with one line and claims no
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,6 +49,11 @@ BEGIN
   RETURN NEW;
 END $$;
 """
+
+
+def lock_key(name: str) -> int:
+    """Return the advisory-lock key of ``name`` (a signed 64-bit integer)."""
+    return int.from_bytes(zlib.crc32(name.encode()).to_bytes(4, "big") * 2, "big", signed=True)
 
 
 class StoreOwnershipError(StoreOpenError):
@@ -81,8 +87,6 @@ async def install_triggers(con: Any, schema: str) -> list[str]:
 async def claim_agents(con: Any, url: str, scope: str, schema: str,
                        agents: Iterable[str]) -> None:
     """Own ``agents`` for ``scope``, or raise :class:`StoreOwnershipError` claiming nothing."""
-    from daemon.pgstore import lock_key
-
     wanted = sorted(set(agents))
     if not wanted:
         return

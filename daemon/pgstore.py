@@ -88,11 +88,6 @@ def scope_schema(scope: str) -> str:
     return f"pa_{clean}_{zlib.crc32(scope.encode()):08x}"
 
 
-def lock_key(name: str) -> int:
-    """Return the advisory-lock key of ``name`` (a signed 64-bit integer)."""
-    return int.from_bytes(zlib.crc32(name.encode()).to_bytes(4, "big") * 2, "big", signed=True)
-
-
 # ------------------------------------------------------------------------------- translation
 
 
@@ -298,8 +293,8 @@ async def connect(url: str, *, scope: str, password_env: str | None = None,
     """
     import asyncpg  # type: ignore[import-untyped]
 
-    from daemon.dbfile import StoreOpenError
-    from daemon.pgowners import install_shared
+    from daemon.dbfile import StoreLockedError, StoreOpenError
+    from daemon.pgowners import install_shared, lock_key
 
     problem = url_problem(url)
     if problem:
@@ -315,8 +310,6 @@ async def connect(url: str, *, scope: str, password_env: str | None = None,
         raise StoreOpenError(f"{url}: cannot connect to PostgreSQL ({text})") from None
     try:
         if not await con.fetchval("SELECT pg_try_advisory_lock($1)", lock_key(schema)):
-            from daemon.store import StoreLockedError
-
             raise StoreLockedError(f"{url}: scope {scope!r} is in use by another paperarena "
                                    "process; stop it or give this one another process id")
         await install_shared(con)

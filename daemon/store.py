@@ -29,6 +29,7 @@ from typing import Any
 import aiosqlite
 import structlog
 
+from daemon.dbfile import StoreLockedError as StoreLockedError  # re-exported
 from daemon.dbfile import StoreOpenError as StoreOpenError  # re-exported
 from daemon.dbfile import StoreSchemaError as StoreSchemaError  # re-exported
 from daemon.dbfile import describe_sqlite_error, inspect_database
@@ -116,10 +117,6 @@ ALTER TABLE llm_calls ADD COLUMN parsed_json TEXT;
 """
 
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
-
-
-class StoreLockedError(StoreOpenError):
-    """Another daemon already holds this database."""
 
 
 class StoreWriteError(RuntimeError):
