@@ -122,6 +122,13 @@ def quote_reserved(sql: str) -> str:
     return _RESERVED_RE.sub(lambda m: f'{m.group(1) or ""}"{m.group(2)}"', sql)
 
 
+def _returns_rows(sql: str) -> bool:
+    """Return whether ``sql`` yields rows (a query, or a write with ``RETURNING``)."""
+    head = sql.lstrip()[:8].upper()
+    return head.startswith(("SELECT", "WITH", "VALUES", "SHOW", "EXPLAIN", "TABLE")) or (
+        "RETURNING" in sql.upper())
+
+
 def _is_ddl(sql: str) -> bool:
     head = sql.lstrip()[:12].upper()
     return head.startswith(("CREATE", "ALTER", "DROP"))
@@ -220,7 +227,7 @@ class PgConnection:
             return  # SQLite tuning has no meaning here
         text, returning = await self._translate(sql, returning=True)
         with pg_errors():
-            if returning or text.lstrip()[:6].upper() in ("SELECT", "WITH R", "WITH "):
+            if returning or _returns_rows(text):
                 records = await self.con.fetch(text, *res._params)
                 res.rows = [tuple(r) for r in records]
                 if returning and res.rows:

@@ -137,6 +137,8 @@ async def test_upserts_replace_and_ignore_alike(backend: str) -> None:
     await store.set_meta({"k": "3"})
     assert (await store.get_meta("k"), await store.get_meta("j")) == ("3", "2")
     assert await store.get_meta("nope") is None
+    assert await store.fetchall("WITH t AS (SELECT key FROM meta WHERE key=?) SELECT key FROM t",
+                                ("k",)) == [("k",)]
     await store.close()
 
 
