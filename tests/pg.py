@@ -12,6 +12,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -98,3 +99,14 @@ def pg_database() -> Iterator[str]:
         yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", "", ""))
     finally:
         _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=requires_pg)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Yield the database of one test on each backend: a SQLite file, then a fresh PostgreSQL
+    database URL (skipped with the reason when no server answers)."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "store.db")
+    else:
+        with pg_database() as url:
+            yield url

@@ -9,8 +9,6 @@ ownership enforced by the database, concurrent claimers and the merged leaderboa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -33,16 +31,6 @@ from daemon.store import (
 from tests.pg import pg_database, requires_pg
 
 T0 = 1_793_000_000.0
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=requires_pg)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """Yield the database of one test: a SQLite file or a fresh PostgreSQL database URL."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "store.db")
-    else:
-        with pg_database() as url:
-            yield url
 
 
 def _decision(agent: str, ts: float, outcome: str = "ok") -> DecisionRecord:
