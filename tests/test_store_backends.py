@@ -130,6 +130,29 @@ async def test_upserts_replace_and_ignore_alike(backend: str) -> None:
     await store.close()
 
 
+async def test_readers_follow_new_rows_by_rowid_and_days_by_date(backend: str) -> None:
+    """The reads of metrics and budgets: ``rowid`` cursors (a replaced row is new) and
+    ``date(ts, 'unixepoch')``."""
+    store = await _open(backend)
+    await store.commit_round(RoundCommit(equity=[("a", "equity", T0, "daily", 100.0, 1.0),
+                                                 ("b", "equity", T0, "daily", 200.0, 1.0)]))
+    rows = await store.fetchall("SELECT rowid, agent, value FROM equity WHERE kind='daily'"
+                                " AND rowid > ? ORDER BY rowid", (0,))
+    assert [(a, v) for _, a, v in rows] == [("a", 100.0), ("b", 200.0)]
+    last = max(r[0] for r in rows)
+    await store.commit_round(RoundCommit(equity=[("a", "equity", T0, "daily", 101.0, 1.0)]))
+    newer = await store.fetchall("SELECT rowid, agent, value FROM equity WHERE kind='daily'"
+                                 " AND rowid > ? ORDER BY rowid", (last,))
+    assert [(a, v) for _, a, v in newer] == [("a", 101.0)]
+    assert await store.fetchall("SELECT COALESCE(MAX(rowid), 0) FROM equity") == [
+        (newer[0][0],)]
+    await store.commit_round(RoundCommit(decisions=[_decision("a", T0)]))
+    day = await store.fetchall("SELECT COUNT(*) FROM llm_calls"
+                               " WHERE date(scheduled_ts,'unixepoch')=?", ("2026-10-26",))
+    assert day == [(1,)]
+    await store.close()
+
+
 async def test_events_checkpoint_and_restart_reads(backend: str) -> None:
     store = await _open(backend)
     for k, (asset, price) in enumerate((("AAPL", 1.0), ("MSFT", 2.0), ("AAPL", 3.0))):
