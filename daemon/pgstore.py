@@ -27,6 +27,7 @@ one-line error handling (rollback, fault, :class:`StoreWriteError`) covers both 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -198,6 +199,8 @@ class PgConnection:
         self.scope = schema
         self._dirty = False
         """Whether the open transaction wrote a table the leaderboard reads."""
+        self.lock = asyncio.Lock()
+        """One operation at a time on the connection (aiosqlite queues them on its thread)."""
         self._pk: dict[str, tuple[list[str], bool, bool]] = {}
         """table -> (primary-key columns, has an identity ``id``, has a ``rowid`` column)"""
 
@@ -216,14 +219,16 @@ class PgConnection:
         if not rows:
             return
         text, _ = await self._translate(sql, returning=False)
-        with pg_errors():
-            await self.con.executemany(text, rows)
+        async with self.lock:
+            with pg_errors():
+                  await self.con.executemany(text, rows)
 
     async def claim_agents(self, agents: Iterable[str]) -> None:
         """Own ``agents`` for this scope (:func:`daemon.pgowners.claim_agents`)."""
         from daemon.pgowners import claim_agents
 
-        await claim_agents(self.con, self.url, self.scope, self.schema, agents)
+        async with self.lock:
+            await claim_agents(self.con, self.url, self.scope, self.schema, agents)
 
     async def close(self) -> None:
         """Close the connection (releasing its scope lock)."""
@@ -238,23 +243,25 @@ class PgConnection:
             self._dirty = False
         elif head == "COMMIT" and self._dirty:
             self._dirty = False
-            with pg_errors():  # the readers' cache stamp moves with this very commit
-                await self.con.execute("UPDATE public.paperarena_scopes SET commits = commits"
-                                       " + 1 WHERE schema_name = $1", self.schema)
+            async with self.lock:
+                with pg_errors():  # the readers' cache stamp moves with this very commit
+                    await self.con.execute("UPDATE public.paperarena_scopes SET commits ="
+                                           " commits + 1 WHERE schema_name = $1", self.schema)
         elif head.startswith("PRAGMA"):
             return  # SQLite tuning has no meaning here
         text, returning = await self._translate(sql, returning=True)
-        with pg_errors():
-            if returning or _returns_rows(text):
-                records = await self.con.fetch(text, *res._params)
-                res.rows = [tuple(r) for r in records]
-                if returning and res.rows:
-                    res.lastrowid = int(res.rows[0][0])
-                    res.rows = []
-            elif res._params:
-                await self.con.execute(text, *res._params)
-            else:
-                await self.con.execute(text)
+        async with self.lock:
+            with pg_errors():
+                if returning or _returns_rows(text):
+                    records = await self.con.fetch(text, *res._params)
+                    res.rows = [tuple(r) for r in records]
+                    if returning and res.rows:
+                        res.lastrowid = int(res.rows[0][0])
+                        res.rows = []
+                elif res._params:
+                    await self.con.execute(text, *res._params)
+                else:
+                    await self.con.execute(text)
 
     async def _translate(self, sql: str, *, returning: bool) -> tuple[str, bool]:
         """Return ``sql`` in PostgreSQL and whether it returns the new row's ``id``."""
@@ -289,15 +296,16 @@ class PgConnection:
         """Return the primary-key columns of ``table``, whether it has an identity ``id`` and
         whether it has a ``rowid`` column."""
         if table not in self._pk:
-            with pg_errors():
-                rows = await self.con.fetch(
-                    "SELECT a.attname, a.attidentity FROM pg_index i JOIN pg_attribute a"
-                    " ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
-                    " WHERE i.indrelid = to_regclass($1) AND i.indisprimary"
-                    " ORDER BY array_position(i.indkey, a.attnum)", table)
-                has_rowid = bool(await self.con.fetchval(
-                    "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"
-                    " AND attname = 'rowid' AND NOT attisdropped", table))
+            async with self.lock:
+                with pg_errors():
+                    rows = await self.con.fetch(
+                        "SELECT a.attname, a.attidentity FROM pg_index i JOIN pg_attribute a"
+                        " ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+                        " WHERE i.indrelid = to_regclass($1) AND i.indisprimary"
+                        " ORDER BY array_position(i.indkey, a.attnum)", table)
+                    has_rowid = bool(await self.con.fetchval(
+                        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)"
+                        " AND attname = 'rowid' AND NOT attisdropped", table))
             pk = [str(r[0]) for r in rows]
             self._pk[table] = (pk, pk == ["id"] and bool(rows[0][1]), has_rowid)
         return self._pk[table]

@@ -187,6 +187,22 @@ async def test_recent_allocations_of_many_agents(backend: str) -> None:
     await store.close()
 
 
+async def test_reads_run_beside_a_round_being_written(backend: str) -> None:
+    """HTTP, page and metrics read while rounds and flushes write: one connection serves all."""
+    store = await _open(backend)
+    for k in range(20):
+        store.add_event(PriceEvent(ts=T0 + k, recv_ts=T0 + k, market="equity", asset="X",
+                                   price=1.0), seq=k)
+    reads = [store.fetchall("SELECT COUNT(*) FROM decisions") for _ in range(20)]
+    results = await asyncio.gather(
+        store.commit_round(RoundCommit(decisions=[_decision("a", T0), _decision("b", T0)])),
+        *reads, store.flush(), return_exceptions=True)
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert all(r in ([(0,)], [(2,)]) for r in results[1:21])
+    assert await store.fetchall("SELECT COUNT(*) FROM decisions") == [(2,)]
+    await store.close()
+
+
 async def test_a_second_process_on_the_same_database_is_refused(backend: str) -> None:
     first = await Store.open(backend, scope="e1")
     with pytest.raises(StoreLockedError, match="in use by another paperarena"):
