@@ -201,6 +201,11 @@ class PgConnection:
         """Whether the open transaction wrote a table the leaderboard reads."""
         self.lock = asyncio.Lock()
         """One operation at a time on the connection (aiosqlite queues them on its thread)."""
+        self.reopen: Any = None
+        """Coroutine function returning a new :class:`PgConnection` of the same scope."""
+        self.session_sql: list[str] = []
+        """Statements that set up a (re)opened session (``lock_timeout``)."""
+        self._tx_open = False
         self._pk: dict[str, tuple[list[str], bool, bool]] = {}
         """table -> (primary-key columns, has an identity ``id``, has a ``rowid`` column)"""
 
@@ -239,8 +244,9 @@ class PgConnection:
         sql = res._sql.strip()
         head = sql.upper()
         if head in ("BEGIN IMMEDIATE", "BEGIN", "BEGIN DEFERRED", "BEGIN EXCLUSIVE"):
-            sql = "BEGIN"
             self._dirty = False
+            await self._begin()
+            return
         elif head == "COMMIT" and self._dirty:
             self._dirty = False
             async with self.lock:
@@ -249,6 +255,10 @@ class PgConnection:
                                            " commits + 1 WHERE schema_name = $1", self.schema)
         elif head.startswith("PRAGMA"):
             return  # SQLite tuning has no meaning here
+        if head in ("COMMIT", "ROLLBACK"):
+            self._tx_open = False
+        elif not self._tx_open and self.con.is_closed():
+            await self._reconnect()  # between transactions nothing is lost
         text, returning = await self._translate(sql, returning=True)
         async with self.lock:
             with pg_errors():
@@ -262,6 +272,40 @@ class PgConnection:
                     await self.con.execute(text, *res._params)
                 else:
                     await self.con.execute(text)
+
+    async def _begin(self) -> None:
+        """Open a transaction; on a lost connection, reconnect (same scope) and open it there:
+        nothing of the transaction has run yet, so nothing can be lost or applied twice."""
+        for attempt in (1, 2):
+            if self.con.is_closed():
+                await self._reconnect()
+            try:
+                async with self.lock:
+                    with pg_errors():
+                        await self.con.execute("BEGIN")
+            except PgError:
+                if attempt == 2 or not self.con.is_closed():
+                    raise
+                continue
+            self._tx_open = True
+            return
+
+    async def _reconnect(self) -> None:
+        """Replace a lost connection by a new one of the same scope (its lock re-taken)."""
+        from daemon.dbfile import StoreOpenError
+
+        if self.reopen is None:
+            raise PgError("connection to PostgreSQL lost")
+        log.warning("postgresql connection lost; reconnecting", url=self.url, scope=self.scope)
+        try:
+            fresh = await self.reopen()
+        except StoreOpenError as exc:
+            raise PgError(str(exc)) from None
+        self.con = fresh.con
+        async with self.lock:
+            with pg_errors():
+                for stmt in self.session_sql:
+                    await self.con.execute(stmt)
 
     async def _translate(self, sql: str, *, returning: bool) -> tuple[str, bool]:
         """Return ``sql`` in PostgreSQL and whether it returns the new row's ``id``."""
@@ -364,7 +408,14 @@ async def connect(url: str, *, scope: str, password_env: str | None = None,
             raise StoreOpenError(f"{url}: {' '.join(str(exc).split())}") from None
         raise
     log.info("postgresql store opened", url=url, scope=scope, schema=schema)
-    return PgConnection(con, url, schema)
+    pg = PgConnection(con, url, schema)
+    pg.scope = scope
+
+    async def reopen() -> PgConnection:
+        return await connect(url, scope=scope, password_env=password_env, timeout=timeout)
+
+    pg.reopen = reopen
+    return pg
 
 
 async def open_store(cls: Any, url: str, *, scope: str, password_env: str | None,
@@ -377,7 +428,8 @@ async def open_store(cls: Any, url: str, *, scope: str, password_env: str | None
     pg = await connect(url, scope=scope, password_env=password_env)
     store = cls(url, pg, None, busy_timeout)
     try:
-        await pg.con.execute(f"SET lock_timeout = {int(busy_timeout * 1000)}")
+        pg.session_sql.append(f"SET lock_timeout = {int(busy_timeout * 1000)}")
+        await pg.con.execute(pg.session_sql[-1])
         await store._migrate()
         await install_triggers(pg.con, pg.schema)
         await store._probe_write()
@@ -386,5 +438,4 @@ async def open_store(cls: Any, url: str, *, scope: str, password_env: str | None
         if isinstance(exc, sqlite3.Error):
             raise StoreOpenError(f"{url}: {exc}") from None
         raise
-    pg.scope = scope
     return store

@@ -316,3 +316,24 @@ async def test_the_cached_board_of_a_shared_store_moves_with_any_process_commit(
         await cache.close()
         await e1.close()
         await e2.close()
+
+
+@requires_pg
+async def test_a_lost_connection_is_reopened_between_rounds() -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    with pg_database() as url:
+        store = await _open(url, scope="e1")
+        await store.commit_round(RoundCommit(decisions=[_decision("a", T0)]))
+        pid = store.db.con.get_server_pid()
+        admin = await asyncpg.connect(url)
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        await asyncio.sleep(0.2)
+        # The next round reconnects (same scope, its lock re-taken) and is written whole.
+        await store.commit_round(RoundCommit(decisions=[_decision("b", T0)]))
+        assert store.db.con.get_server_pid() != pid
+        assert await store.decided("equity", T0) == {"a", "b"}
+        with pytest.raises(StoreLockedError):
+            await Store.open(url, scope="e1")
+        await admin.close()
+        await store.close()
