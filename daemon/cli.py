@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the daemon on the live clock")
     run.add_argument("--config", "-c", help="TOML config file (default: built-in defaults)")
-    run.add_argument("--db", help="SQLite database (overrides store.path)")
+    run.add_argument("--db", help="SQLite database or postgresql:// URL (overrides store.path"
+                     " and store.url)")
     run.add_argument("--role", choices=["all", "feeds", "evaluator"], default="all",
                      help="process role when split over MQTT (default: all)")
     _keys_argument(run)
@@ -89,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="replay a recording through the whole pipeline")
     rp.add_argument("recording")
     rp.add_argument("--config", "-c")
-    rp.add_argument("--db", default=None, help="SQLite database (default: replay.db)")
+    rp.add_argument("--db", default=None,
+                    help="SQLite database or postgresql:// URL (default: replay.db)")
     rp.add_argument("--speed", type=_speed, default=None, metavar="max|FACTOR",
                     help="'max' (default) or a speed-up factor over recorded time")
     rp.add_argument("--start", type=_when, default=None, help="replay from this time (ISO 8601)")
@@ -114,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     rev = sub.add_parser("replay-evaluate",
                          help="replay a recording received from replay-publish over MQTT")
     rev.add_argument("--config", "-c", help="TOML config file with an [mqtt] section")
-    rev.add_argument("--db", default=None, help="SQLite database (default: replay.db)")
+    rev.add_argument("--db", default=None,
+                     help="SQLite database or postgresql:// URL (default: replay.db)")
     rev.add_argument("--stall-timeout", type=float, default=30.0, metavar="SECONDS",
                      help="fail when missing events do not arrive in time (default: 30)")
     _keys_argument(rev)
