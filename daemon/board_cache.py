@@ -108,6 +108,13 @@ class BoardCache:
 
     def _read_stamp(self) -> Stamp | None:
         """Return the largest row id of each stamp table (None when unreadable)."""
+        if str(self.path).startswith(("postgresql://", "postgres://")):
+            from daemon.pgsnapshot import stamp  # a shared store: commits of every process
+
+            try:
+                return stamp(str(self.path))
+            except Exception:
+                return None
         try:
             if self._con is None:
                 p = Path(self.path)

@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the daemon on the live clock")
     run.add_argument("--config", "-c", help="TOML config file (default: built-in defaults)")
-    run.add_argument("--db", help="SQLite database (overrides store.path)")
+    run.add_argument("--db", help="SQLite database or postgresql:// URL (overrides store.path"
+                     " and store.url)")
     run.add_argument("--role", choices=["all", "feeds", "evaluator"], default="all",
                      help="process role when split over MQTT (default: all)")
     _keys_argument(run)
@@ -89,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="replay a recording through the whole pipeline")
     rp.add_argument("recording")
     rp.add_argument("--config", "-c")
-    rp.add_argument("--db", default=None, help="SQLite database (default: replay.db)")
+    rp.add_argument("--db", default=None,
+                    help="SQLite database or postgresql:// URL (default: replay.db)")
     rp.add_argument("--speed", type=_speed, default=None, metavar="max|FACTOR",
                     help="'max' (default) or a speed-up factor over recorded time")
     rp.add_argument("--start", type=_when, default=None, help="replay from this time (ISO 8601)")
@@ -114,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     rev = sub.add_parser("replay-evaluate",
                          help="replay a recording received from replay-publish over MQTT")
     rev.add_argument("--config", "-c", help="TOML config file with an [mqtt] section")
-    rev.add_argument("--db", default=None, help="SQLite database (default: replay.db)")
+    rev.add_argument("--db", default=None,
+                     help="SQLite database or postgresql:// URL (default: replay.db)")
     rev.add_argument("--stall-timeout", type=float, default=30.0, metavar="SECONDS",
                      help="fail when missing events do not arrive in time (default: 30)")
     _keys_argument(rev)
@@ -142,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--url", default=None, help="the daemon's base URL instead, e.g. "
                     "http://127.0.0.1:9464")
     st.add_argument("--json", action="store_true", help="print /api/status as JSON")
+
+    sg = sub.add_parser("stress-gate", help="PortBench's global stress gate over the stores of "
+                        "several replayed stress windows")
+    sg.add_argument("dbs", nargs="+", metavar="DB", help="the stores of the stress windows")
 
     bk = sub.add_parser("backup", help="consistent online copy of the database (daemon may run)")
     bk.add_argument("--out", "-o", required=True, help="backup file to write")
@@ -173,6 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
     vr = sub.add_parser("verify-round",
                         help="check a CapitalBench round directory against its hashes.json")
     vr.add_argument("round_dir", help="rounds/<round_id>")
+    mg = sub.add_parser("migrate", help="copy a SQLite store into a shared PostgreSQL store")
+    mg.add_argument("--from", dest="source", required=True, metavar="SQLITE",
+                    help="the SQLite database to copy (read only)")
+    mg.add_argument("--to", dest="target", required=True, metavar="URL",
+                    help="postgresql://user@host:5432/db (password: --password-env)")
+    mg.add_argument("--scope", default=None,
+                    help="scope (process) to copy into (default: migrated-<file name>)")
+    mg.add_argument("--password-env", default=None,
+                    help="environment variable holding the password (default: PGPASSWORD)")
 
     pr = sub.add_parser("probe", help="re-issue a stored decision input K times (LLM consistency)")
     pr.add_argument("--agent", required=True)
@@ -264,6 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "report":
             return _report(args)
         if args.cmd in ("backup", "export"):
+            if args.db.startswith(("postgresql://", "postgres://")):
+                return _fail(f"--db is a PostgreSQL store: {args.cmd} it with pg_dump "
+                             "(docs/distributed.md, \"Backups\")")
             return _backup_or_export(args)
         if args.cmd == "replay":
             return _replay(args)
@@ -277,8 +296,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _build_recording(args)
         if args.cmd == "resume":
             return _resume(args)
+        if args.cmd == "migrate":
+            return _migrate(args)
         if args.cmd == "probe":
             return _probe(args)
+        if args.cmd == "stress-gate":
+            return _stress_gate(args)
         if args.cmd == "status":
             return _status(args)
         if args.cmd == "verify-round":
@@ -319,6 +342,39 @@ def _backup_or_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stress_gate(args: argparse.Namespace) -> int:
+    """Print the global stress gate of several stress windows' stores (one line per agent)."""
+    from scoring.leaderboard import leaderboard
+    from scoring.stress_gate import format_global, global_gate, window_gate
+
+    windows = []
+    for db in args.dbs:
+        try:
+            windows.append(window_gate(leaderboard(db)["rows"]))
+        except Exception as exc:  # one line, never a traceback
+            reason = " ".join(str(exc).split())[:200]
+            sys.stderr.write(f"paperarena stress-gate: {db}: cannot read: {reason}\n")
+            return 2
+    sys.stdout.write(format_global(global_gate(windows)))
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from daemon.pgmigrate import MigrateError, migrate
+    from daemon.pgstore import redact, url_problem
+
+    problem = url_problem(args.target)
+    if problem:
+        return _fail(f"--to {redact(args.target)}: {problem}")
+    try:
+        summary = asyncio.run(migrate(args.source, args.target, scope=args.scope,
+                                      password_env=args.password_env))
+    except MigrateError as exc:
+        return _fail(str(exc))
+    sys.stdout.write(f"paperarena migrate: {summary.line()}\n")
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     import sqlite3
 
@@ -330,7 +386,8 @@ def _report(args: argparse.Namespace) -> int:
     if problem:
         return _fail(problem)
     try:  # read only: the report never writes, so it works on a read-only file or file system
-        if inspect_database(args.db, create=False, schema_version=SCHEMA_VERSION) == 0:
+        if (not args.db.startswith(("postgresql://", "postgres://")) and  # shared store
+                inspect_database(args.db, create=False, schema_version=SCHEMA_VERSION) == 0):
             return _fail(f"--db {args.db}: not a paperarena database (no tables)")
         report = load_report(args.db, window=(args.start, args.end))
     except StoreOpenError as exc:
@@ -433,19 +490,15 @@ def _replay_roles(args: argparse.Namespace) -> int:
     from daemon.components import default_components
     from daemon.logs import configure_logging, register_config_secrets
     from daemon.replay import ReplayError
-    from daemon.roles import (
-        RoleError,
-        parse_agents,
-        replay_evaluate,
-        replay_publish,
-        summary_line,
-        with_overrides,
-    )
+    from daemon.replay_publish import replay_publish, summary_line
+    from daemon.replay_roles import replay_evaluate
+    from daemon.roles import RoleError, parse_agents, with_overrides
     from daemon.store import StoreOpenError
     from feeds.recording import RecordingError
 
     if TYPE_CHECKING:
-        from daemon.roles import EvaluateSummary, PublishSummary
+        from daemon.replay_publish import PublishSummary
+        from daemon.replay_roles import EvaluateSummary
 
     try:
         cfg = with_overrides(_load(args.config),

@@ -630,7 +630,7 @@ class SchedulerConfig(_Frozen):
 
 
 class StoreConfig(_Frozen):
-    """SQLite store."""
+    """The store: a SQLite file, or a shared PostgreSQL database (``url``)."""
 
     path: Annotated[str, Field(min_length=1)] = Field(
         default="paperarena.db", description="SQLite database file"
@@ -648,6 +648,23 @@ class StoreConfig(_Frozen):
     @classmethod
     def _flush(cls, v: Any) -> float:
         return positive_duration(v, minimum=0.01)
+
+    # -- shared PostgreSQL store (issue 19, daemon/pgstore.py) --
+    url: str | None = Field(
+        default=None, description="postgresql://user@host:5432/db: the shared store of a split"
+        " deployment instead of the SQLite file (no password in it)")
+    password_env: str = Field(
+        default="PGPASSWORD", description="environment variable holding the PostgreSQL password")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        from daemon.pgstore import url_problem
+
+        problem = None if v is None else url_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class HttpConfig(_Frozen):

@@ -20,6 +20,10 @@ class StoreOpenError(RuntimeError):
     """The database cannot be opened (the message is one line, starting with its path)."""
 
 
+class StoreLockedError(StoreOpenError):
+    """Another daemon already holds this database (or this scope of a shared one)."""
+
+
 class StoreSchemaError(StoreOpenError):
     """The database was written by a newer paperarena."""
 

@@ -190,6 +190,8 @@ class Engine:
             prev_agent: Any = current.get(aid)
             if hasattr(prev_agent, "spent") and hasattr(agent, "restore_usage"):
                 agent.restore_usage(day, *prev_agent.spent(day))
+        # A shared store refuses rows of agents this process does not own: claim new ones first.
+        await self.store.claim_agents([aid for aid in built if aid not in current])
         persisted = {(a, m): (st, r) for a, m, st, r in await self.store.fetchall(
             "SELECT agent, market, status, reason FROM agent_state")}
         wanted = {a.id: a for a in trading}
@@ -256,6 +258,7 @@ class Engine:
 
     async def restore(self) -> int:
         """Rebuild books and market state from the store; return the replay offset to resume."""
+        await self.store.claim_agents(sorted({a for ss in self.slots.values() for a in ss}))
         books = await self.store.load_books()
         for m, st in books.items():
             if m not in self.books:

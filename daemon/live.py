@@ -49,7 +49,9 @@ class LiveDaemon:
                  sources: SourceFactory | None = None,
                  components: list[Component] | None = None) -> None:
         self.config = config
-        self.db = db or config.store.path
+        self.db = db or config.store.url or config.store.path
+        #: This process's scope in a shared (PostgreSQL) store; split roles use the process id.
+        self.scope = "all"
         self.version = version
         self.clock = LiveClock()
         self._source_factory = sources
@@ -69,7 +71,9 @@ class LiveDaemon:
     async def start(self) -> None:
         """Open the store, restore, and start every component."""
         store = self._store = await Store.open(self.db,
-                                               busy_timeout=self.config.store.busy_timeout)
+                                               busy_timeout=self.config.store.busy_timeout,
+                                               scope=self.scope,
+                                               password_env=self.config.store.password_env)
         engine = self.engine = Engine(self.config, clock=self.clock, store=store)
         engine.add_equity_universe(self.config.markets.equity.assets)
         engine.build_agents()

@@ -13,7 +13,8 @@ Wire format
 
 Control subtrees
     ``paperarena/<namespace>/owners/...`` and ``.../replay/...`` carry raw control messages
-    (agent ownership claims, replay stream markers and acknowledgements; see ``daemon/roles.py``),
+    (agent ownership claims, replay stream markers and acknowledgements; see ``daemon/roles.py``
+    and ``daemon/replay_roles.py``),
     never events: :meth:`MqttBridge.watch` hands them to a callback, other bridges ignore them.
     :meth:`MqttBridge.announce` publishes a retained control message and re-publishes it after
     every reconnect, so it survives a broker that lost its retained store.
@@ -377,6 +378,11 @@ class MqttBridge:
     def connected(self) -> bool:
         """Return whether the bridge is currently connected and subscribed."""
         return self._connected.is_set()
+
+    def forget(self, key: str) -> None:
+        """Forget a delivery (its ``dedupe_key``) the sink could not take: a re-send of it is
+        then applied instead of dropped as a duplicate."""
+        self._seen.pop(key, None)
 
     def counters(self) -> dict[str, int | bool]:
         """Return the bridge counters (monotonic except ``queued`` and ``connected``)."""

@@ -286,7 +286,7 @@ class Page:
                 "SELECT d.market, d.scheduled_ts, d.outcome, COUNT(*) FROM decisions d JOIN"
                 " (SELECT market, MAX(scheduled_ts) AS ts FROM decisions GROUP BY market) m"
                 " ON d.market = m.market AND d.scheduled_ts = m.ts GROUP BY d.market,"
-                " d.outcome")
+                " d.scheduled_ts, d.outcome")  # portable: every selected column grouped
         rounds: dict[str, dict[str, Any]] = {
             m: {"last_ts": None, "last_outcomes": {}, "outcomes": {}} for m in engine.slots}
         for market, outcome, n, _ in rows:

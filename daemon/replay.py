@@ -6,7 +6,8 @@ at any instant resumes from the last committed checkpoint when run again on the 
 and ends in the same state as an uninterrupted run.
 
 The pieces are shared with ``paperarena replay-evaluate`` (events received over MQTT, see
-``daemon/roles.py``): :func:`replay_session` builds and restores the engine, :class:`ReplayDriver`
+``daemon/replay_roles.py``): :func:`replay_session` builds and restores the engine,
+:class:`ReplayDriver`
 applies one event at a time in offset order and finishes the run, whatever the event source.
 
 A database remembers what it replays (:func:`run_fingerprint`: the result-affecting config,
@@ -148,6 +149,7 @@ async def replay_session(
     bus: Bus | None = None,
     recording_header: str | None = None,
     window: tuple[float | None, float | None] | None = None,
+    scope: str = "all",
 ) -> AsyncIterator[ReplayContext]:
     """Open ``db``, build and restore the engine, start scheduler, bus and components.
 
@@ -157,7 +159,8 @@ async def replay_session(
     :meth:`ReplayDriver.finish` does it). A database error while starting is a
     :class:`ReplayError` naming the database.
     """
-    store = await Store.open(str(db), busy_timeout=config.store.busy_timeout)
+    store = await Store.open(str(db), busy_timeout=config.store.busy_timeout, scope=scope,
+                             password_env=config.store.password_env)
     engine: Engine | None = None
     ready = False
     try:

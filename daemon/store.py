@@ -29,6 +29,7 @@ from typing import Any
 import aiosqlite
 import structlog
 
+from daemon.dbfile import StoreLockedError as StoreLockedError  # re-exported
 from daemon.dbfile import StoreOpenError as StoreOpenError  # re-exported
 from daemon.dbfile import StoreSchemaError as StoreSchemaError  # re-exported
 from daemon.dbfile import describe_sqlite_error, inspect_database
@@ -147,10 +148,6 @@ CREATE TABLE IF NOT EXISTS instability_runs(
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
 
 
-class StoreLockedError(StoreOpenError):
-    """Another daemon already holds this database."""
-
-
 class StoreWriteError(RuntimeError):
     """A write transaction failed and was rolled back; the message is one line."""
 
@@ -223,10 +220,11 @@ def _dumps(obj: Any) -> str:
 class Store:
     """Async SQLite store with one writer connection."""
 
-    def __init__(self, path: str, db: aiosqlite.Connection, lock_fd: int | None,
+    def __init__(self, path: str, db: Any, lock_fd: int | None,
                  busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self.path = path
         self.db = db
+        """aiosqlite.Connection, or :class:`daemon.pgstore.PgConnection` (same calls)."""
         self.busy_timeout = busy_timeout
         self._lock_fd = lock_fd
         self._pending: list[tuple[Any, ...]] = []
@@ -242,14 +240,22 @@ class Store:
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, lock: bool = True,
-                   busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Store:
+                   busy_timeout: float = DEFAULT_BUSY_TIMEOUT, scope: str = "all",
+                   password_env: str | None = None) -> Store:
         """Open (creating and migrating) the database at ``path``; lock it for this process.
 
         ``busy_timeout``: how long a write waits for another connection's write lock. Anything
         that is not a writable paperarena database of this or an older schema is refused with
         :class:`StoreOpenError` (one line), and everything opened is closed again.
+        ``path`` may be a ``postgresql://`` URL (:mod:`daemon.pgstore`): this process then writes
+        into its ``scope`` of the shared database, with the password from ``password_env``.
         """
         p = str(path)
+        if p.startswith(("postgresql://", "postgres://")):
+            from daemon.pgstore import open_store
+
+            return await open_store(cls, p, scope=scope, password_env=password_env,
+                                    busy_timeout=busy_timeout)
         if p != ":memory:":
             inspect_database(p, create=True, schema_version=SCHEMA_VERSION)  # touches nothing
         try:
@@ -313,6 +319,12 @@ class Store:
                 await self.db.execute("ROLLBACK")
                 raise
             log.info("store migrated", path=self.path, version=version)
+
+    async def claim_agents(self, agents: Iterable[str]) -> None:
+        """Own ``agents`` in a shared (PostgreSQL) store; a SQLite file is owned by its lock."""
+        claim = getattr(self.db, "claim_agents", None)
+        if claim is not None:
+            await claim(agents)
 
     async def schema_version(self) -> int:
         """Return the schema version recorded in the database."""
@@ -681,7 +693,7 @@ class Store:
                 "SELECT agent, ts, weights_json, value_after FROM (SELECT agent, ts,"
                 " weights_json, value_after, scheduled_ts, ROW_NUMBER() OVER (PARTITION BY agent"
                 " ORDER BY scheduled_ts DESC) AS n FROM fills WHERE market=? AND agent IN"
-                f" ({','.join('?' * len(chunk))})) WHERE n <= ? ORDER BY agent, scheduled_ts",
+                f" ({','.join('?' * len(chunk))})) AS t WHERE n <= ? ORDER BY agent, scheduled_ts",
                 (market, *chunk, limit),
             )
             for agent, ts, w, v in rows:
@@ -692,9 +704,11 @@ class Store:
         """Return the last (market, asset, ts, price) per asset stored after the checkpoint."""
         rows = await self.fetchall("SELECT events_id FROM checkpoint WHERE id=1")
         after = int(rows[0][0]) if rows else 0
-        return await self.fetchall(
-            "SELECT market, asset, MAX(ts), price FROM market_events WHERE id > ?"
-            " AND kind='price' GROUP BY market, asset ORDER BY market, asset",
+        return await self.fetchall(  # portable: no bare column beside MAX()
+            "SELECT market, asset, ts, price FROM (SELECT market, asset, ts, price,"
+            " ROW_NUMBER() OVER (PARTITION BY market, asset ORDER BY ts DESC, id) AS n"
+            " FROM market_events WHERE id > ? AND kind='price') AS t WHERE n = 1"
+            " ORDER BY market, asset",
             (after,),
         )
 

@@ -134,8 +134,10 @@ def assemble(decisions: Sequence[Sequence[Any]], fills: Sequence[Sequence[Any]],
 
 
 def load_db(db: str) -> dict[str, Any]:
-    """Return :func:`load` of the database file ``db`` (read only)."""
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    """Return :func:`load` of the store ``db`` (a file read only, or a shared store)."""
+    from daemon.store_read import open_for_reading
+
+    con = open_for_reading(db)
     try:
         return load(lambda sql, params: con.execute(sql, params).fetchall())
     finally:

@@ -625,12 +625,9 @@ def load_report(db_path: str | Path, *, window: tuple[float | None, float | None
     ``min_valid_rate`` / ``min_days`` override the ``[leaderboard]`` settings of the store's
     latest run (defaults :data:`MIN_VALID_RATE`, :data:`MIN_DAYS`).
     """
-    p = Path(db_path)
-    if not p.exists():
-        raise FileNotFoundError(f"{db_path}: no such database")
-    from daemon.dbfile import connect_readonly  # also on a read-only file system
+    from daemon.store_read import open_for_reading  # a file read-only, or a shared store's snapshot
 
-    con = connect_readonly(p)
+    con = open_for_reading(db_path)
     try:
         return _report(con, window, min_valid_rate, min_days)
     finally:

@@ -232,7 +232,9 @@ def score_store(
     Each agent's asset classes are those of its stored config (the last run's), unless
     ``classes`` is given.
     """
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    from daemon.store_read import open_for_reading  # a file read-only, or a shared store's snapshot
+
+    con = open_for_reading(db)
     try:
         return score_connection(con, classes, horizon=horizon)
     finally:
@@ -324,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         by_agent = score_store(args.db, horizon=args.horizon)
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
         p.exit(2, f"cannot read {args.db}: {exc}\n")
     import sys
 

@@ -4,14 +4,12 @@ The paper's gate (its Appendix C.2, primary criterion): a model passes for an in
 when its maximum drawdown stays within the profile's drawdown tolerance (10 / 20 / 35 % for
 conservative / balanced / aggressive, Table 7) in every stress window. A report of one replayed
 window gives each equity agent its gate for that window (:func:`window_gate`); the global gate
-over the three windows is ``python -m scoring.stress_gate A.db B.db C.db``: an agent passes when
+over the three windows is ``paperarena stress-gate A.db B.db C.db``: an agent passes when
 it passes in every store that holds it.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,30 +80,13 @@ def global_gate(windows: Sequence[Mapping[str, Mapping[str, Any]]]
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print the global stress gate of the stores of several stress windows."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("dbs", nargs="+", help="the stores of the replayed stress windows")
-    args = p.parse_args(argv)
-    from scoring.leaderboard import leaderboard
-
-    windows = []
-    for db in args.dbs:
-        try:
-            windows.append(window_gate(leaderboard(db)["rows"]))
-        except Exception as exc:  # one line, never a traceback
-            p.exit(2, f"{db}: cannot read: {exc}\n")
-    gate = global_gate(windows)
-    sys.stdout.write(f"{'agent':<20}{'profile':<14}{'worst dd':>9}{'tolerance':>11}"
-                     f"{'windows':>9}  gate\n")
+def format_global(gate: Mapping[str, Mapping[str, Any]]) -> str:
+    """Return the global gate (:func:`global_gate`) as a table, one agent a line."""
+    lines = [f"{'agent':<20}{'profile':<14}{'worst dd':>9}{'tolerance':>11}{'windows':>9}  gate"]
     for agent, g in sorted(gate.items()):
         dd = "-" if g["max_drawdown"] is None else f"{100 * g['max_drawdown']:.2f}%"
         tol = "-" if g["tolerance"] is None else f"{100 * g['tolerance']:.2f}%"
         verdict = {True: "pass", False: "FAIL", None: "-"}[g["pass"]]
-        sys.stdout.write(f"{agent[:19]:<20}{g['profile'] or '-'!s:<14}{dd:>9}{tol:>11}"
-                         f"{g['windows']:>9}  {verdict}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        lines.append(f"{agent[:19]:<20}{g['profile'] or '-'!s:<14}{dd:>9}{tol:>11}"
+                     f"{g['windows']:>9}  {verdict}")
+    return "\n".join(lines) + "\n"

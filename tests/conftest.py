@@ -3,3 +3,6 @@
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+# The ``backend`` fixture: a test taking it runs on SQLite and on PostgreSQL (tests/pg.py).
+from tests.pg import backend  # noqa: F401

@@ -29,18 +29,20 @@ def cfg(**extra: object):
     return parse_config(data)
 
 
-async def make_engine(tmp_path: Path, t: float = T0) -> Engine:
-    store = await Store.open(tmp_path / "e.db")
+async def make_engine(db: str, t: float = T0) -> Engine:
+    """Return a started engine on ``db`` (a SQLite file or a PostgreSQL URL)."""
+    store = await Store.open(db)
     await store.begin_run(mode="test", version="0", config={}, recording=None, started_ts=t)
     eng = Engine(cfg(), clock=SimClock(t), store=store)
     eng.add_equity_universe(["AAPL", "MSFT"])
     eng.build_agents()
+    await eng.restore()  # claims the agents in a shared store
     await eng.bus.start()
     return eng
 
 
-async def test_observation_holds_nothing_after_decision_time(tmp_path: Path) -> None:
-    eng = await make_engine(tmp_path)
+async def test_observation_holds_nothing_after_decision_time(backend: str) -> None:
+    eng = await make_engine(backend)
     clock: SimClock = eng.clock  # type: ignore[assignment]
     pub = eng.bus.publish
     await pub(PriceEvent(ts=T0 - 60, recv_ts=T0 - 60, market="equity", asset="AAPL", price=10.0))
@@ -65,8 +67,8 @@ async def test_observation_holds_nothing_after_decision_time(tmp_path: Path) -> 
     await eng.store.close()
 
 
-async def test_round_applies_once_and_missed_round_is_recorded_not_run(tmp_path: Path) -> None:
-    eng = await make_engine(tmp_path)
+async def test_round_applies_once_and_missed_round_is_recorded_not_run(backend: str) -> None:
+    eng = await make_engine(backend)
     clock: SimClock = eng.clock  # type: ignore[assignment]
     for a, p in (("AAPL", 10.0), ("MSFT", 20.0)):
         await eng.bus.publish(PriceEvent(ts=T0, recv_ts=T0, market="equity", asset=a, price=p))
@@ -78,18 +80,16 @@ async def test_round_applies_once_and_missed_round_is_recorded_not_run(tmp_path:
     clock.advance(T0 + 86400)
     r3 = await eng.rounds["equity"].run(T0 + 3600, missed=True)
     assert r3.outcomes == {"ew": "missed", "bh": "missed"}
-    con = sqlite3.connect(tmp_path / "e.db")
-    rows = con.execute(
-        "SELECT agent, outcome FROM decisions ORDER BY scheduled_ts, agent"
-    ).fetchall()
+    rows = await eng.store.fetchall(
+        "SELECT agent, outcome FROM decisions ORDER BY scheduled_ts, agent")
     assert rows == [("bh", "ok"), ("ew", "ok"), ("bh", "missed"), ("ew", "missed")]
-    assert con.execute("SELECT COUNT(*) FROM fills").fetchone()[0] == 2
+    assert await eng.store.fetchall("SELECT COUNT(*) FROM fills") == [(2,)]
     await eng.bus.stop()
     await eng.store.close()
 
 
-async def test_polymarket_listing_makes_tokens_tradable_one_side_only(tmp_path: Path) -> None:
-    eng = await make_engine(tmp_path)
+async def test_polymarket_listing_makes_tokens_tradable_one_side_only(backend: str) -> None:
+    eng = await make_engine(backend)
     pub = eng.bus.publish
     await pub(MarketListed(ts=T0, question_id="q", question="Q?", yes_asset="Y", no_asset="N"))
     await pub(PriceEvent(ts=T0, market="polymarket", asset="Y", price=0.3))

@@ -52,3 +52,21 @@ def test_the_live_daemon_does_not_import_the_roles() -> None:
     assert _reaches("daemon.roles", "daemon.live") is not None
     assert _reaches("daemon.live", "daemon.roles") is None, _reaches("daemon.live",
                                                                      "daemon.roles")
+
+
+def test_role_wiring_does_not_import_replay_streaming() -> None:
+    """Live role wiring stands alone; replay through roles builds on it, never the reverse."""
+    for stream in ("daemon.replay_roles", "daemon.replay_publish"):
+        assert _reaches(stream, "daemon.roles") is not None
+        assert _reaches("daemon.roles", stream) is None, _reaches("daemon.roles", stream)
+        assert _reaches("daemon.live", stream) is None, _reaches("daemon.live", stream)
+
+
+def test_the_postgresql_backend_sits_below_the_store() -> None:
+    """The store opens its PostgreSQL backend; the backend never imports the store back."""
+    assert _reaches("daemon.store", "daemon.pgstore") is not None
+    for module in ("daemon.store", "daemon.pgstore", "daemon.pgowners", "daemon.pgsnapshot",
+                   "daemon.pgmigrate", "daemon.board_cache", "scoring.leaderboard"):
+        assert _reaches(module, module) is None, _reaches(module, module)
+    for backend in ("daemon.pgstore", "daemon.pgowners"):
+        assert _reaches(backend, "daemon.store") is None, _reaches(backend, "daemon.store")

@@ -37,14 +37,9 @@ from daemon.config import Config, load_config, parse_config
 from daemon.events import DecisionEvent, Event, MarketListed, PriceEvent
 from daemon.mqtt import MqttBridge, MqttSettings, default_client_id
 from daemon.replay import ReplayError, replay
-from daemon.roles import (
-    EvaluateSummary,
-    OwnershipError,
-    PublishSummary,
-    ReplayPublisher,
-    replay_evaluate,
-    role_daemon,
-)
+from daemon.replay_publish import PublishSummary, ReplayPublisher
+from daemon.replay_roles import EvaluateSummary, replay_evaluate
+from daemon.roles import OwnershipError, role_daemon
 from scoring.leaderboard import leaderboard, to_json
 from tests.mosquitto import HOST, PORT, PrivateBroker, listening, requires_broker, until
 from tests.recordings import TINY_CONFIG, make_recording

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+from daemon.cli import main
 from daemon.config import load_config
 from daemon.replay import replay
 from scoring.leaderboard import load_report, to_table
 from scoring.report_html import render_html
 from scoring.run_groups import spread
-from scoring.stress_gate import global_gate, main, window_gate
+from scoring.stress_gate import global_gate, window_gate
 from tests.recordings import TINY_CONFIG, make_recording
 
 GROUPED = TINY_CONFIG.replace('id = "ew"\nkind = "equal_weight"',
@@ -94,9 +95,9 @@ def test_stress_gate_of_a_window(stores: dict[str, Path], capsys: Any) -> None:
     both = global_gate([ok, bad, ok])["a"]
     assert both["pass"] is False and both["max_drawdown"] == 0.25 and both["windows"] == 3
     assert window_gate([{"agent": "x", "market": "polymarket"}]) == {}
-    assert main([str(stores["gate"]), str(stores["gate"])]) == 0
+    assert main(["stress-gate", str(stores["gate"]), str(stores["gate"])]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("agent") and "\nmv " in out
-    with pytest.raises(SystemExit) as bad_db:
-        main([str(stores["gate"].parent / "missing.db")])
-    assert bad_db.value.code == 2
+    assert main(["stress-gate", str(stores["gate"].parent / "missing.db")]) == 2
+    err = capsys.readouterr().err
+    assert "missing.db" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,74 @@
+"""A live daemon on a shared PostgreSQL store serves its API, page and metrics (issue 19).
+
+A replay (with HTTP on, so the API reads while rounds are written) fills the store; then a live
+daemon on the same database serves one leaderboard of every agent and its other endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.pg import pg_database, requires_pg
+from tests.recordings import TINY_CONFIG, make_recording
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = requires_pg
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return int(resp.status), resp.read()
+
+
+def test_api_page_and_metrics_read_one_leaderboard_from_postgresql(tmp_path: Path) -> None:
+    make_recording(tmp_path / "rec.jsonl.gz", days=3)
+    port = _free_port()
+    (tmp_path / "replay.toml").write_text(
+        TINY_CONFIG + f"\n[http]\nenabled = true\nport = {_free_port()}\nreplay = true\n")
+    (tmp_path / "live.toml").write_text(
+        TINY_CONFIG + f"\n[sources]\nenabled = false\n[http]\nenabled = true\nport = {port}\n")
+    with pg_database() as url:
+        r = subprocess.run([sys.executable, "-m", "daemon.cli", "replay",
+                            str(tmp_path / "rec.jsonl.gz"), "--config",
+                            str(tmp_path / "replay.toml"), "--db", url, "--no-progress"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        daemon = subprocess.Popen([sys.executable, "-m", "daemon.cli", "run", "--config",
+                                   str(tmp_path / "live.toml"), "--db", url, "--duration", "60"],
+                                  cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if _get(base + "/readyz")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline, "daemon not ready"
+                time.sleep(0.2)
+            status, body = _get(base + "/api/leaderboard")
+            board = json.loads(body)
+            assert status == 200
+            assert {r["agent"] for r in board["rows"]} == {"bh", "ew", "mom", "cash"}
+            for path in ("/api/agents", "/api/agents/bh", "/api/agents/bh/decisions",
+                         "/api/status", "/", "/metrics"):
+                assert _get(base + path)[0] == 200, path
+        finally:
+            daemon.terminate()
+            _, err = daemon.communicate(timeout=60)
+        assert daemon.returncode == 0, err[-2000:]
+        assert '"http handler failed"' not in err, err[-3000:]
