@@ -234,7 +234,8 @@ def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
         "submission_format": cap.submission_format, "max_holdings": cap.max_holdings,
         "increment_pct": cap.increment_pct, "total_pct": 100,
         "cash_allowed": CASH in cap.option_ids, "benchmark": cap.benchmark,
-        "options_file": "options.json", "trailing_returns_asof": asof.isoformat(),
+        "options_file": "options.json", "option_ids": list(cap.option_ids),
+        "trailing_returns_asof": asof.isoformat(),
     }
     return {
         "manifest.json": _dump(manifest).encode(),
