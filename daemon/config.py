@@ -20,12 +20,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from daemon.capital_config import (
-    CapitalBenchConfig,
-    briefing_problems,
-    capital_problems,
-    orphan_problems,
-)
+from daemon.capital_config import CapitalBenchConfig, capital_problems, orphan_problems
 from daemon.durations import parse_duration
 from daemon.mqtt import MqttSettings
 from feeds.settings import SourcesSettings
@@ -857,8 +852,6 @@ def load_config(path: str | Path | None) -> Config:
     from agents.factory import agent_problems  # plugins and prompt files, checked at load
 
     problems = agent_problems(cfg.agents)
-    if cfg.capitalbench is not None:  # hook: the CapitalBench briefing file
-        problems += briefing_problems(cfg.capitalbench)
     if problems:
         raise ConfigError(str(p), problems)
     return cfg

@@ -103,19 +103,25 @@ def test_a_roster_member_listed_twice_is_refused(tmp_path: Path) -> None:
     (None, "capitalbench.briefing: cannot read"),
     (b"\xff\xfe bad", "capitalbench.briefing: not UTF-8 text"),
 ])
-def test_an_unusable_briefing_is_refused_at_load(tmp_path: Path, content: bytes | None,
-                                                 error: str) -> None:
-    """check-config names a briefing the rounds could never copy (no round would be frozen)."""
+def test_an_unusable_briefing_is_refused_by_check_config(
+        tmp_path: Path, content: bytes | None, error: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """check-config (and run, replay) name a briefing the rounds could never copy (no round
+    would be frozen), in one line; a config loaded for another purpose does not need it."""
+    from daemon.cli import main
+
     briefing = tmp_path / "brief.md"
     if content is not None:
         briefing.write_bytes(content)
-    (tmp_path / "cb.toml").write_text(
+    cfg = tmp_path / "cb.toml"
+    cfg.write_text(
         '[markets.equity]\nassets = ["QQQ"]\n[markets.polymarket]\nenabled = false\n'
         f'[capitalbench]\nbriefing = "{briefing}"\n'
         'options = [{ id = "QQQ", name = "Invesco QQQ", asset_class = "us_equity" }]\n')
-    with pytest.raises(ConfigError) as e:
-        load_config(tmp_path / "cb.toml")
-    assert len(e.value.problems) == 1 and e.value.problems[0].startswith(error)
+    assert main(["check-config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"{cfg}: {error}")
+    assert load_config(cfg).capitalbench is not None
 
 
 def test_a_weight_above_100_is_named_shortly() -> None:
