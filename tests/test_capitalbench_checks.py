@@ -131,3 +131,51 @@ def test_a_weight_above_100_is_named_shortly() -> None:
     with pytest.raises(InvalidOutput) as e:
         check_submission(answer, "stop", Rules(("QQQ", "TLT")))
     assert str(e.value) == "weight_pct of QQQ must be at most 100, got 1e+300"
+
+
+def test_the_trailing_table_keeps_a_year_of_closes(tmp_path: Path) -> None:
+    """The daemon's market state keeps ~30 sessions of closes; the round runner keeps its own
+    year of them (fed at every daily mark, kept in the checkpoint), so the 6 m and 1 y columns
+    are filled once that much history has passed, after a restart too."""
+    from datetime import date, timedelta
+    from types import SimpleNamespace
+
+    from daemon.capital_runner import CapitalRunner
+    from daemon.market_state import MarketState
+    from daemon.schedule import get_nyse_calendar
+
+    cfg = parse_config(_data(tmp_path))
+    state = MarketState({"equity": object()})  # type: ignore[dict-item]
+    host = SimpleNamespace(config=cfg, clock=None, store=None, state=state)
+    runner = CapitalRunner(host)  # type: ignore[arg-type]
+    cal = get_nyse_calendar()
+    closes: list[tuple[float, float]] = []
+    d, k = date(2025, 9, 1), 0
+    while d < date(2026, 10, 19):
+        b = cal.session_bounds(d)
+        if b is not None:
+            k += 1
+            closes.append((b[1].timestamp(), 100.0 + k))
+            for a in ("QQQ", "TLT"):
+                state.seed_history("equity", a, closes[-30:])
+            runner.on_daily_closes(b[1].timestamp())
+        d += timedelta(days=1)
+    freeze = datetime(2026, 10, 19, 13, 30, tzinfo=UTC).timestamp()
+    plan = plan_round("weekly", freeze, 3600.0)
+
+    def table(r: CapitalRunner) -> dict[str, str]:
+        csv = (r.freeze(plan) / "market_data" / "universe_trailing_returns.csv").read_text()
+        head, qqq = csv.splitlines()[:2]
+        return dict(zip(head.split(","), qqq.split(","), strict=True))
+
+    row = table(runner)
+    p1 = 100.0 + k  # the Oct 16 close (last before the freeze day)
+    day_close = {datetime.fromtimestamp(t, UTC).date(): p for t, p in closes}
+    p_6m = max((dd, p) for dd, p in day_close.items() if dd <= date(2026, 10, 18) - timedelta(182))
+    p_1y = max((dd, p) for dd, p in day_close.items() if dd <= date(2026, 10, 18) - timedelta(365))
+    assert float(row["return_6m"]) == pytest.approx(p1 / p_6m[1] - 1, abs=1e-6)
+    assert float(row["return_1y"]) == pytest.approx(p1 / p_1y[1] - 1, abs=1e-6)
+    # a restart: the runner's closes come back from the checkpoint, the same table is frozen
+    again = CapitalRunner(host)  # type: ignore[arg-type]
+    again.restore(json.loads(json.dumps(runner.state())))
+    assert table(again) == row
