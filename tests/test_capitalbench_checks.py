@@ -179,3 +179,35 @@ def test_the_trailing_table_keeps_a_year_of_closes(tmp_path: Path) -> None:
     again = CapitalRunner(host)  # type: ignore[arg-type]
     again.restore(json.loads(json.dumps(runner.state())))
     assert table(again) == row
+
+
+def test_verify_round_names_paths_outside_the_round_and_unreadable_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hashes.json may only vouch for files inside the round; a file that cannot be read is
+    named in one line (no traceback)."""
+    import hashlib
+
+    from daemon.capital_rounds import verify_round
+
+    rdir = tmp_path / "r"
+    rdir.mkdir()
+    (tmp_path / "outside.txt").write_bytes(b"x")
+    (rdir / "prompt.md").write_bytes(b"p")
+    digest = {n: hashlib.sha256(b).hexdigest() for n, b in (("x", b"x"), ("p", b"p"))}
+    (rdir / "hashes.json").write_text(json.dumps({"algorithm": "sha256", "files": {
+        "../outside.txt": digest["x"], str(tmp_path / "outside.txt"): digest["x"],
+        "prompt.md": digest["p"]}}))
+    problems = verify_round(rdir)
+    assert problems == [
+        f"{rdir}: hashes.json lists a path outside the round: ../outside.txt",
+        f"{rdir}: hashes.json lists a path outside the round: {tmp_path / 'outside.txt'}"]
+    (rdir / "hashes.json").write_text(json.dumps({"files": {"prompt.md": digest["p"]}}))
+    real = Path.read_bytes
+
+    def refuse(self: Path) -> bytes:
+        if self.name == "prompt.md":
+            raise PermissionError(13, "Permission denied")
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    assert verify_round(rdir) == [f"{rdir / 'prompt.md'}: unreadable: Permission denied"]
