@@ -100,6 +100,8 @@ def _pct(value: Any, where: str, increment: int) -> int:
     n = round(x)
     if n <= 0:
         raise InvalidOutput(f"weight_pct of {where} must be > 0, got {value!r}")
+    if n > 100:
+        raise InvalidOutput(f"weight_pct of {where} must be at most 100, got {value!r}")
     if n % increment:
         raise InvalidOutput(f"weight_pct of {where} must be a multiple of {increment}, got {n}")
     return n

@@ -8,6 +8,7 @@ agents following the ``capitalbench`` protocol) are made by :func:`capital_probl
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from daemon.durations import parse_duration
 
 CASH = "CASH"
+PROTOCOL = "capitalbench"
 _SESSION_TIME = re.compile(r"^(open|close)([+-]\d+m)?$")
 
 
@@ -88,6 +90,9 @@ class CapitalBenchConfig(_Frozen):
             raise ValueError(f"options: duplicate id(s): {', '.join(dupes)}")
         if 100 % self.increment_pct:
             raise ValueError(f"increment_pct must divide 100, got {self.increment_pct}")
+        twice = sorted({a for a in self.roster if self.roster.count(a) > 1})
+        if twice:
+            raise ValueError(f"roster: listed twice: {', '.join(twice)}")
         kinds = [t.kind for t in self.tracks]
         if len(set(kinds)) != len(kinds):
             raise ValueError("tracks: one track per kind (weekly, monthly)")
@@ -104,6 +109,19 @@ class CapitalBenchConfig(_Frozen):
         return tuple(o.id for o in self.options if o.id != CASH)
 
 
+def briefing_problems(cap: CapitalBenchConfig) -> list[str]:
+    """Return one line when the briefing file cannot be read as UTF-8 text (checked when a config
+    file is loaded: without it no round could be frozen)."""
+    try:
+        Path(cap.briefing).read_bytes().decode("utf-8")
+    except OSError as exc:
+        return [f"capitalbench.briefing: cannot read {cap.briefing}: {exc.strerror or exc}"]
+    except UnicodeDecodeError as exc:
+        return [f"capitalbench.briefing: not UTF-8 text: {cap.briefing} (invalid byte at offset"
+                f" {exc.start})"]
+    return []
+
+
 def capital_problems(cap: CapitalBenchConfig, equity_assets: tuple[str, ...],
                      agents: list[tuple[str, str]]) -> list[str]:
     """Return one line per cross-section problem (``agents``: (id, protocol) pairs)."""
@@ -112,8 +130,17 @@ def capital_problems(cap: CapitalBenchConfig, equity_assets: tuple[str, ...],
     if missing:
         out.append(f"capitalbench.options: not in markets.equity.assets (no prices): "
                    f"{', '.join(missing)}")
-    ours = {a for a, p in agents if p == "capitalbench"}
+    ours = {a for a, p in agents if p == PROTOCOL}
     unknown = sorted(set(cap.roster) - ours)
     if unknown:
         out.append(f"capitalbench.roster: not a capitalbench agent: {', '.join(unknown)}")
     return out
+
+
+def orphan_problems(agents: list[tuple[str, str]]) -> list[str]:
+    """Return one line naming the ``capitalbench`` agents of a config without a
+    ``[capitalbench]`` section (they would never be asked)."""
+    ids = [a for a, p in agents if p == PROTOCOL]
+    if not ids:
+        return []
+    return [f"protocol 'capitalbench' needs a [capitalbench] section: {', '.join(ids)}"]

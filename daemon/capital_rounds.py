@@ -234,7 +234,8 @@ def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
         "submission_format": cap.submission_format, "max_holdings": cap.max_holdings,
         "increment_pct": cap.increment_pct, "total_pct": 100,
         "cash_allowed": CASH in cap.option_ids, "benchmark": cap.benchmark,
-        "options_file": "options.json", "trailing_returns_asof": asof.isoformat(),
+        "options_file": "options.json", "option_ids": list(cap.option_ids),
+        "trailing_returns_asof": asof.isoformat(),
     }
     return {
         "manifest.json": _dump(manifest).encode(),
@@ -291,10 +292,20 @@ def verify_round(rdir: Path) -> list[str]:
         return [f"{hp}: unreadable: {exc}"]
     out = []
     for rel, digest in sorted(listed.items()):
+        parts = Path(rel).parts
+        if not parts or Path(rel).is_absolute() or ".." in parts:
+            out.append(f"{rdir}: {HASHES} lists a path outside the round: {rel}")
+            continue
         p = rdir / rel
         if not p.is_file():
             out.append(f"{p}: missing")
-        elif sha256(p.read_bytes()) != digest:
+            continue
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            out.append(f"{p}: unreadable: {exc.strerror or exc}")
+            continue
+        if sha256(data) != digest:
             out.append(f"{p}: changed (SHA-256 differs from {HASHES})")
     for p in sorted(rdir.rglob("*")):
         rel = p.relative_to(rdir).as_posix()

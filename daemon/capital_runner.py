@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
-from datetime import date, datetime
+from collections.abc import Mapping, Sequence
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,6 +56,8 @@ from daemon.store import Store
 log = structlog.get_logger(__name__)
 
 OFFICIAL, CONSISTENCY = "official", "consistency"
+#: Calendar days of daily closes the runner keeps (the trailing table's 1 y window and margin).
+KEEP_DAYS = 400
 
 
 class CapitalHost(Protocol):
@@ -85,6 +87,8 @@ class CapitalRunner:
         self.host = host
         self.cap: CapitalBenchConfig = host.config.capitalbench
         self._agents: dict[str, CapitalBenchAgent] | None = None
+        self._daily: dict[str, dict[str, float]] = {}
+        """Option / benchmark -> NY day (ISO) -> close: a year of them (the trailing table)."""
 
     @property
     def agents(self) -> dict[str, CapitalBenchAgent]:
@@ -151,18 +155,42 @@ class CapitalRunner:
         return freeze_round(Path(cap.rounds_dir), files, plan.round_id)
 
     def closes(self, before: float, assets: Sequence[str]) -> dict[str, list[tuple[date, float]]]:
-        """Return each asset's daily closes of sessions completed before ``before``'s day."""
-        today = _day(before)
+        """Return each asset's daily closes of sessions completed before ``before``'s day: the
+        runner's own year of them (:meth:`on_daily_closes`) updated from the market state."""
+        self.on_daily_closes(before)
+        today = _day(before).isoformat()
+        return {a: [(date.fromisoformat(d), p) for d, p in sorted(self._daily[a].items())
+                    if d < today]
+                for a in assets if a in self._daily}
+
+    def on_daily_closes(self, ts: float) -> None:
+        """Keep the closes of sessions completed before ``ts``'s day of every option and the
+        benchmark: the market state holds about 30 sessions, the trailing table needs a year
+        (``KEEP_DAYS``); called at every daily mark and before a freeze."""
+        today = _day(ts)
         hist = self.host.state.history.get("equity", {})
-        out: dict[str, list[tuple[date, float]]] = {}
-        for a in assets:
+        for a in (*self.cap.tickers, self.cap.benchmark):
             h = hist.get(a)
             if h is None:
                 continue
             points = [(p.ts, p.price) for p in h.closes] + ([h.last] if h.last else [])
-            by_day = {_day(ts): price for ts, price in sorted(points) if _day(ts) < today}
-            out[a] = sorted(by_day.items())
-        return out
+            known = self._daily.setdefault(a, {})
+            for t, price in sorted(points):
+                if _day(t) < today:
+                    known[_day(t).isoformat()] = price
+            oldest = (today - timedelta(days=KEEP_DAYS)).isoformat()
+            for d in [d for d in known if d < oldest]:
+                del known[d]
+
+    def state(self) -> dict[str, Any]:
+        """Return the kept closes (JSON-ready, for the engine's checkpoint)."""
+        return {a: dict(sorted(days.items())) for a, days in sorted(self._daily.items())}
+
+    def restore(self, st: Mapping[str, Any]) -> None:
+        """Load closes kept by :meth:`state` (a restart, a resumed replay)."""
+        for a, days in st.items():
+            self._daily.setdefault(str(a), {}).update(
+                {str(d): float(p) for d, p in dict(days).items()})
 
     def close_on(self, day: date, assets: Sequence[str]) -> dict[str, float]:
         """Return the close of every asset that traded on ``day`` (last regular price)."""
@@ -263,6 +291,7 @@ class CapitalRunner:
     # -- prices ---------------------------------------------------------------------------------
     async def on_mark(self, ts: float) -> None:
         """Store the start and end closes of every round whose session has closed by ``ts``."""
+        self.on_daily_closes(ts)
         store = self.host.store
         rows = await store.fetchall(
             "SELECT round_id, start_day, start_ts, end_day, end_ts, dir, start_prices_json,"

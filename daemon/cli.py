@@ -220,8 +220,17 @@ def _role_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stable MQTT process id (default: role + hash of host and db)")
 
 
-def _load(path: str | None) -> Config:
-    return load_config(path)
+def _load(path: str | None, *, rounds: bool = False) -> Config:
+    """Load the config; ``rounds``: a command that may freeze CapitalBench rounds (its briefing
+    must be readable from the working directory)."""
+    cfg = load_config(path)
+    if rounds and cfg.capitalbench is not None:
+        from daemon.capital_config import briefing_problems
+
+        problems = briefing_problems(cfg.capitalbench)
+        if problems:
+            raise ConfigError(str(path), problems)
+    return cfg
 
 
 def _fail(msg: str) -> int:
@@ -267,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.cmd == "check-config":
-            cfg = _load(args.file)
+            cfg = _load(args.file, rounds=True)
             from daemon.alerts import parse_alerts_config
 
             parse_alerts_config(cfg.alerts, source=args.file)
@@ -420,7 +429,7 @@ def _replay(args: argparse.Namespace) -> int:
     from daemon.store import StoreOpenError, StoreWriteError
     from feeds.recording import RecordingError
 
-    cfg = _load(args.config)
+    cfg = _load(args.config, rounds=True)
     problem = (_window_problem(args) or _recording_problem(args.recording)
                or _keys_problem(cfg, args))
     if problem:
@@ -457,7 +466,7 @@ def _run(args: argparse.Namespace) -> int:
     from daemon.store import StoreWriteError
 
     try:
-        cfg = with_overrides(_load(args.config), agents=parse_agents(args.agents),
+        cfg = with_overrides(_load(args.config, rounds=True), agents=parse_agents(args.agents),
                              process_id=args.process_id)
     except RoleError as exc:
         return _fail(str(exc))
@@ -501,7 +510,7 @@ def _replay_roles(args: argparse.Namespace) -> int:
         from daemon.replay_roles import EvaluateSummary
 
     try:
-        cfg = with_overrides(_load(args.config),
+        cfg = with_overrides(_load(args.config, rounds=True),
                              agents=parse_agents(getattr(args, "agents", None)),
                              process_id=args.process_id)
     except RoleError as exc:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from daemon.capital_config import CapitalBenchConfig, capital_problems
+from daemon.capital_config import CapitalBenchConfig, capital_problems, orphan_problems
 from daemon.durations import parse_duration
 from daemon.mqtt import MqttSettings
 from feeds.settings import SourcesSettings
@@ -761,11 +761,13 @@ class Config(_Frozen):
 
     @model_validator(mode="after")
     def _capitalbench(self) -> Config:
-        if self.capitalbench is not None:
-            problems = capital_problems(self.capitalbench, self.markets.equity.assets,
-                                        [(a.id, a.protocol) for a in self.agents])
-            if problems:
-                raise ValueError("; ".join(problems))
+        pairs: list[tuple[str, str]] = [(a.id, a.protocol) for a in self.agents]
+        if self.capitalbench is None:
+            problems = orphan_problems(pairs)
+        else:
+            problems = capital_problems(self.capitalbench, self.markets.equity.assets, pairs)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     @model_validator(mode="after")

@@ -273,6 +273,8 @@ class Engine:
         cp = await self.store.load_checkpoint()
         if cp is not None:
             self.state.restore(cp[2])
+            if self.capital is not None:  # hook: CapitalBench's year of daily closes
+                self.capital.restore(cp[2].get("capital_closes", {}))
         rows = await self.store.fetchall("SELECT agent, market, status, reason FROM agent_state")
         for agent, market, status, reason in rows:
             slot = self.slots.get(market, {}).get(agent)
@@ -436,7 +438,10 @@ class Engine:
     def checkpoint(self) -> tuple[int, float, dict[str, Any]]:
         """Return (offset, clock, market state) for a consistent restart point."""
         self.state.clock = self.clock.now()
-        return self.state.offset, self.state.clock, self.state.state()
+        st = self.state.state()
+        if self.capital is not None:  # hook: CapitalBench's year of daily closes
+            st["capital_closes"] = self.capital.state()
+        return self.state.offset, self.state.clock, st
 
     async def commit(self, rc: RoundCommit, *, locked: bool = False) -> None:
         """Commit ``rc`` with every book, pending resolutions and a checkpoint, atomically.

@@ -95,7 +95,7 @@ def _rounds(con: sqlite3.Connection, round_id: str | None = None) -> list[dict[s
     out = []
     for rid, track, status, sday, eday, man, sp, ep, rdir in rows:
         manifest = json.loads(man)
-        options = [o for o in _options(manifest, rdir)]
+        options = _options(manifest, rdir)
         entry: dict[str, Any] = {"round_id": rid, "track": track, "status": status,
                                  "start_day": sday, "end_day": eday,
                                  "benchmark": manifest.get("benchmark", "SPY"),
@@ -128,7 +128,11 @@ def _rounds(con: sqlite3.Connection, round_id: str | None = None) -> list[dict[s
 
 
 def _options(manifest: Mapping[str, Any], rdir: str) -> list[str]:
-    """Return the option ids of a round (its frozen options file)."""
+    """Return the option ids of a round: from its stored manifest (so a report needs the store
+    only), else from its frozen options file (rounds frozen before the manifest named them)."""
+    ids = manifest.get("option_ids")
+    if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
+        return list(ids)
     p = Path(rdir) / str(manifest.get("options_file", "options.json"))
     try:
         return [o["id"] for o in json.loads(p.read_text("utf-8"))["options"]]
