@@ -203,7 +203,9 @@ class DecisionRound:
             return result
 
         observations: dict[str, Observation] = {}
-        inputs: dict[str, bytes] = {}
+        inputs: dict[str, tuple[str, bytes, str]] = {}
+        """agent -> (SHA-256 of its whole input, its own part, the market-wide part's hash)"""
+        market_shas: dict[int, str] = {}
         calls: list[tuple[str, asyncio.Future[AgentDecision] | AgentDecision]] = []
         recents = await self._recent(todo, slots)
         # The market-wide part once per (news window, news per key), every agent's position
@@ -227,7 +229,14 @@ class DecisionRound:
                                          f"time {now}")
             observations[agent_id] = obs
             # Encoded before the agent is asked: stored and hashed as given, whatever it does.
-            inputs[agent_id] = view.encode(obs)
+            # The market-wide part is stored once per round, each agent's part in its row.
+            whole, own = view.encode_parts(obs)
+            msha = market_shas.get(id(view))
+            if msha is None:
+                mjson = view.market_json()
+                msha = market_shas[id(view)] = hashlib.sha256(mjson).hexdigest()
+                rc.observations[msha] = (market, now, mjson.decode())
+            inputs[agent_id] = (hashlib.sha256(whole).hexdigest(), own, msha)
             await pause()
             if slot.status != "active":
                 calls.append((agent_id, AgentDecision(None, outcome=slot.status,
@@ -282,10 +291,10 @@ class DecisionRound:
                           if dec.allocation is not None else "")
                 raw = redact_text(dec.raw_output or answer)
                 reason = redact_text(reason)  # provider errors can echo credentials
+                sha, own, msha = inputs[agent_id]
                 rc.decisions.append(DecisionRecord(
                     agent_id, market, scheduled_ts, now, outcome, reason=reason,
-                    input_json=inputs[agent_id].decode(),
-                    input_sha256=hashlib.sha256(inputs[agent_id]).hexdigest(),
+                    input_json=own.decode(), input_sha256=sha, observation_sha256=msha,
                     raw_output=raw, allocation=allocation, template_version=dec.template_version,
                     attempts=dec.attempts, duration_s=duration,
                     calls=[_redacted_call(c) for c in dec.calls],

@@ -36,7 +36,7 @@ from daemon.events import Event, NewsEvent, PriceEvent, encode_event
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -115,7 +115,20 @@ ALTER TABLE llm_calls ADD COLUMN outcome TEXT;
 ALTER TABLE llm_calls ADD COLUMN parsed_json TEXT;
 """
 
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+# --- v6: compact decision inputs (issue 16, point 4) -------------------------------------------
+# The market-wide part of a round's observation is stored once in ``observations`` (keyed by
+# the SHA-256 of its canonical JSON); each decision keeps only its own part in input_json and
+# names the round's part in observation_sha256 (agents.stored_input.join_input rebuilds it).
+# Older rows keep the whole observation in input_json and no observation_sha256.
+_V6 = """
+CREATE TABLE IF NOT EXISTS observations(
+  sha256 TEXT PRIMARY KEY, market TEXT NOT NULL, decision_ts REAL NOT NULL,
+  market_json TEXT NOT NULL);
+ALTER TABLE decisions ADD COLUMN observation_sha256 TEXT;
+"""
+# --- end v6 ------------------------------------------------------------------------------------
+
+MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 
 
 class StoreLockedError(StoreOpenError):
@@ -147,6 +160,7 @@ class DecisionRecord:
     outcome: str
     reason: str = ""
     input_json: str | None = None
+    """The observation's per-agent part when :attr:`observation_sha256` is set, else all of it."""
     input_sha256: str | None = None
     raw_output: str | None = None
     allocation: dict[str, float] | None = None
@@ -154,6 +168,8 @@ class DecisionRecord:
     attempts: int = 0
     duration_s: float = 0.0
     calls: Sequence[dict[str, Any]] = ()
+    observation_sha256: str | None = None
+    """The round's market-wide part of the input (a key of ``observations``), if split."""
 
 
 @dataclass(slots=True)
@@ -185,6 +201,8 @@ class RoundCommit:
     checkpoint: tuple[int, float, dict[str, Any]] | None = None
     resolutions: list[tuple[str, str, float, dict[str, float], str]] = field(default_factory=list)
     """(question_id, market, ts, payouts, source) paid out since the last commit."""
+    observations: dict[str, tuple[str, float, str]] = field(default_factory=dict)
+    """sha256 -> (market, decision_ts, canonical JSON) of the round's market-wide inputs."""
 
 
 def _dumps(obj: Any) -> str:
@@ -518,15 +536,22 @@ class Store:
     async def _commit_round(self, rc: RoundCommit) -> None:
         db = self.db
         await self._write_pending()
+        if rc.observations:
+            await db.executemany(
+                "INSERT INTO observations(sha256, market, decision_ts, market_json)"
+                " VALUES(?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
+                [(sha, *row) for sha, row in rc.observations.items()],
+            )
         await db.executemany(
             "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
             " reason, input_json, input_sha256, raw_output, allocation_json,"
-            " template_version, attempts, duration_s, run_id)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " template_version, attempts, duration_s, run_id, observation_sha256)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
               d.input_json, d.input_sha256, d.raw_output,
               None if d.allocation is None else _dumps(d.allocation),
-              d.template_version, d.attempts, d.duration_s, self.run_id)
+              d.template_version, d.attempts, d.duration_s, self.run_id,
+              d.observation_sha256)
              for d in rc.decisions],
         )
         calls = [
