@@ -27,7 +27,7 @@ import structlog
 
 from agents.base import Agent, AgentDecision, Observation
 from agents.protocols import build_llm_agent
-from agents.stored_input import INPUT_JOIN, join_input
+from agents.stored_input import load_input
 from daemon.config import load_config
 
 log = structlog.get_logger(__name__)
@@ -138,29 +138,29 @@ def load_frozen_row(
     if not Path(db_path).exists():
         raise ProbeError(f"database {db_path} does not exist")
     sql = (
-        "SELECT d.market, d.scheduled_ts, d.input_json, d.input_sha256, {market} FROM"
-        " decisions d {join} WHERE d.agent = ? AND d.input_json IS NOT NULL"
-        " AND d.input_json != ''"
+        "SELECT market, scheduled_ts, input_json, input_sha256 FROM decisions"
+        " WHERE agent = ? AND input_json IS NOT NULL AND input_json != ''"
     )
     params: list[Any] = [agent_id]
     if market is not None:
-        sql += " AND d.market = ?"
+        sql += " AND market = ?"
         params.append(market)
     if scheduled_ts is not None:
-        sql += " AND abs(d.scheduled_ts - ?) < 1e-6"
+        sql += " AND abs(scheduled_ts - ?) < 1e-6"
         params.append(float(scheduled_ts))
-    sql += " ORDER BY d.scheduled_ts DESC LIMIT 1"
+    sql += " ORDER BY scheduled_ts DESC LIMIT 1"
     try:
         con = sqlite3.connect(db_path)
         try:
-            split = _has_observations(con)
-            sql = sql.format(market="o.market_json" if split else "NULL",
-                             join=INPUT_JOIN if split else "")
             row = con.execute(sql, params).fetchone()
+            if row is not None:  # the whole input, rebuilt from its stored parts
+                row = (*row[:2], load_input(con, agent_id, row[0], row[1]), row[3])
         finally:
             con.close()
     except sqlite3.Error as exc:
         raise ProbeError(f"cannot read decisions from {db_path}: {exc}") from exc
+    except ValueError as exc:
+        raise ProbeError(f"stored input of {agent_id} cannot be rebuilt: {exc}") from exc
     if row is None:
         where = f"agent {agent_id!r}"
         if market is not None:
@@ -168,9 +168,9 @@ def load_frozen_row(
         if scheduled_ts is not None:
             where += f", scheduled_ts {scheduled_ts}"
         raise ProbeError(f"no stored decision input for {where} in {db_path}")
-    row_market, row_ts, input_json, stored_sha, market_json = row
+    row_market, row_ts, input_json, stored_sha = row
     try:
-        obs = Observation.from_dict(json.loads(join_input(input_json, market_json) or ""))
+        obs = Observation.from_dict(json.loads(input_json))
     except (ValueError, KeyError, TypeError) as exc:
         raise ProbeError(
             f"stored input of {agent_id} at {row_ts} cannot be rebuilt: {exc}"
@@ -182,12 +182,6 @@ def load_frozen_row(
             f" stored {stored_sha or '(none)'}, rebuilt {actual}"
         )
     return FrozenInput(obs=obs, market=row_market, scheduled_ts=float(row_ts), input_sha256=actual)
-
-
-def _has_observations(con: sqlite3.Connection) -> bool:
-    """Return whether the database has the v6 ``observations`` table (split inputs)."""
-    return con.execute("SELECT 1 FROM sqlite_master WHERE type='table'"
-                       " AND name='observations'").fetchone() is not None
 
 
 def load_frozen_input(

@@ -38,6 +38,7 @@ from agents.base import (
     Observation,
     assert_no_lookahead,
 )
+from agents.stored_input import agent_row
 from agents.validation import InvalidAllocation, validate_allocation
 from daemon.bus import Bus
 from daemon.clock import Clock
@@ -229,14 +230,15 @@ class DecisionRound:
                                          f"time {now}")
             observations[agent_id] = obs
             # Encoded before the agent is asked: stored and hashed as given, whatever it does.
-            # The market-wide part is stored once per round, each agent's part in its row.
+            # The market-wide part is stored once per round, each agent's part in its row
+            # (its past allocations as the times of the fills they are).
             whole, own = view.encode_parts(obs)
             msha = market_shas.get(id(view))
             if msha is None:
                 mjson = view.market_json()
                 msha = market_shas[id(view)] = hashlib.sha256(mjson).hexdigest()
                 rc.observations[msha] = (market, now, mjson.decode())
-            inputs[agent_id] = (hashlib.sha256(whole).hexdigest(), own, msha)
+            inputs[agent_id] = (hashlib.sha256(whole).hexdigest(), agent_row(own, obs), msha)
             await pause()
             if slot.status != "active":
                 calls.append((agent_id, AgentDecision(None, outcome=slot.status,

@@ -21,7 +21,7 @@ import pytest
 from agents.base import CASH, Observation, PricePoint
 from agents.factory import build_agent
 from agents.plugins import GuardedAgent
-from agents.stored_input import INPUT_COLUMNS, INPUT_JOIN, join_input
+from agents.stored_input import load_input
 from agents.validation import validate_allocation
 from daemon.config import AgentConfig, ConfigError, load_config, parse_config
 from daemon.replay import replay
@@ -253,11 +253,11 @@ async def test_a_plugin_and_a_remote_agent_replay_the_sample_beside_the_baseline
     traded = set(q("SELECT agent, market FROM fills WHERE traded_value > 0").fetchall())
     assert {(a, m) for a in ("tilt", "remote") for m in ("equity", "polymarket")} <= traded
     # The remote agent's raw answers are stored as an LLM's: in the decision and per call.
-    rows = q(f"SELECT d.raw_output, d.template_version, {INPUT_COLUMNS} FROM decisions d"
-             f" {INPUT_JOIN} WHERE d.agent='remote' AND d.outcome='ok'").fetchall()
-    for raw, version, input_json, market_json in rows:
+    rows = q("SELECT raw_output, template_version, market, scheduled_ts FROM decisions"
+             " WHERE agent='remote' AND outcome='ok'").fetchall()
+    for raw, version, market, ts in rows:
         assert json.loads(raw)["allocations"] and version == "http-v1"
-        seen = json.loads(join_input(input_json, market_json) or "")
+        seen = json.loads(load_input(con, "remote", market, ts) or "")
         assert any(seen == body["observation"] for body in app[SERVICE.REQUESTS])
     calls = q("SELECT COUNT(*) FROM llm_calls WHERE agent='remote' AND error IS NULL"
               " AND raw_response LIKE '{%'").fetchone()[0]

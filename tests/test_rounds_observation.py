@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from agents.base import AgentDecision, Observation
-from agents.stored_input import INPUT_COLUMNS, INPUT_JOIN, join_input
+from agents.stored_input import load_input
 from daemon.clock import SimClock
 from daemon.config import parse_config
 from daemon.engine import Engine
@@ -68,9 +68,8 @@ def stored(db: Path) -> dict[tuple[str, float], tuple[str, str]]:
     """Return every decision's rebuilt input and its stored hash."""
     con = sqlite3.connect(db)
     try:
-        return {(a, t): (join_input(j, m) or "", h) for a, t, j, m, h in con.execute(
-            f"SELECT d.agent, d.scheduled_ts, {INPUT_COLUMNS}, d.input_sha256 FROM decisions d"
-            f" {INPUT_JOIN}")}
+        return {(a, t): (load_input(con, a, m, t) or "", h) for a, m, t, h in con.execute(
+            "SELECT agent, market, scheduled_ts, input_sha256 FROM decisions").fetchall()}
     finally:
         con.close()
 
@@ -137,7 +136,7 @@ async def test_market_wide_part_is_stored_once_per_round_and_rows_keep_their_own
     for agent, t, own, msha in dec:
         assert msha == by_ts[t]
         assert set(json.loads(own)) == {"agent", "holdings", "cash", "value", "initial_value",
-                                        "weights", "recent_allocations"}
+                                        "weights", "recent_fills"}
         assert json.loads(own)["agent"] == agent
     # Rebuilt inputs are what each agent saw, byte for byte, and hash to the stored digest.
     rows = stored(tmp_path / "o.db")

@@ -15,7 +15,7 @@ from agents.base import (
     PricePoint,
     Question,
 )
-from agents.stored_input import join_input
+from agents.stored_input import agent_row, join_input
 
 
 def view() -> MarketView:
@@ -36,10 +36,16 @@ def test_split_parts_rebuild_the_whole_input_byte_for_byte() -> None:
                         recent_allocations=(PastAllocation(1.5, {"Y1": 1.0}, -0.125),))
     whole, own = v.encode_parts(obs)
     assert whole == obs.canonical_json()
-    rebuilt = join_input(own.decode(), v.market_json().decode())
+    row = agent_row(own, obs)
+    # The past allocation is stored as the time of its fill; the fill gives back the rest.
+    assert b'"recent_fills":[1.5]' in row and b"-0.125" not in row
+    fills = [(1.5, '{"Y1":1.0}', 500.0 * 0.875), (9.0, '{"N1":1.0}', 1.0)]
+    rebuilt = join_input(row.decode(), v.market_json().decode(), fills)
     assert rebuilt is not None and rebuilt.encode() == whole
     assert hashlib.sha256(rebuilt.encode()).hexdigest() == obs.sha256()
-    assert b'"news"' not in own and b'"holdings"' not in v.market_json()
+    assert b'"news"' not in row and b'"holdings"' not in v.market_json()
+    with pytest.raises(ValueError, match="fill at 1.5 that is not stored"):
+        join_input(row.decode(), v.market_json().decode(), fills[1:])
 
 
 def test_rows_from_before_the_split_are_returned_as_stored() -> None:
@@ -64,13 +70,14 @@ async def test_probe_rebuilds_a_split_input_from_a_v6_store(tmp_path: Path) -> N
     obs = v.observation("a1", holdings={}, cash=500.0, value=500.0, initial_value=500.0,
                         weights={"CASH": 1.0})
     whole, own = v.encode_parts(obs)
+    row = agent_row(own, obs)
     msha = hashlib.sha256(v.market_json()).hexdigest()
     store = await Store.open(tmp_path / "s.db")
     try:
         rc = RoundCommit()
         rc.observations[msha] = ("polymarket", v.decision_ts, v.market_json().decode())
         rc.decisions.append(DecisionRecord(
-            "a1", "polymarket", v.decision_ts, v.decision_ts, "ok", input_json=own.decode(),
+            "a1", "polymarket", v.decision_ts, v.decision_ts, "ok", input_json=row.decode(),
             input_sha256=hashlib.sha256(whole).hexdigest(), observation_sha256=msha))
         await store.commit_round(rc)
         rc2 = RoundCommit(observations=dict(rc.observations))  # the same part twice: one row
