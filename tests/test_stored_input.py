@@ -44,7 +44,7 @@ def test_split_parts_rebuild_the_whole_input_byte_for_byte() -> None:
     assert rebuilt is not None and rebuilt.encode() == whole
     assert hashlib.sha256(rebuilt.encode()).hexdigest() == obs.sha256()
     assert b'"news"' not in row and b'"holdings"' not in v.market_json()
-    with pytest.raises(ValueError, match="fill at 1.5 that is not stored"):
+    with pytest.raises(ValueError, match=r"fill at 1\.5 that is not stored"):
         join_input(row.decode(), v.market_json().decode(), fills[1:])
 
 
