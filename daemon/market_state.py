@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import numpy as np
 import structlog
 
 from agents.base import (
@@ -194,6 +195,41 @@ class MarketState:
         hist.last = (ts, ev.price)
         if known:
             book.set_price(ev.asset, ev.price, ts)  # ignored for resolved tokens
+
+    def on_prices(self, events: list[PriceEvent]) -> None:
+        """Batch tap: what :meth:`on_price` does for each event, in order, with each book
+        marked once for the batch (the last price of each asset; equity and peaks current)."""
+        marks: dict[str, dict[int, tuple[float, float]]] = {}
+        books, history, days = self.books, self.history, self._days
+        for ev in events:
+            market = ev.market
+            book = books.get(market)
+            if book is None or not ev.marks:
+                continue
+            ts = ev.ts
+            if ev.recv_ts and ts > ev.recv_ts:
+                ts = ev.recv_ts
+            j = book.asset_columns.get(ev.asset)
+            hist = history[market].get(ev.asset)
+            if hist is None:
+                if market == "equity" and j is None:
+                    continue
+                hist = history[market][ev.asset] = _AssetHistory(self.history_days)
+            day = days[market].day(ts)
+            if day != hist.day:
+                if hist.last is not None:
+                    hist.closes.append(PricePoint(*hist.last))
+                hist.day = day
+            hist.last = (ts, ev.price)
+            if j is not None:
+                m = marks.get(market)
+                if m is None:
+                    m = marks[market] = {}
+                m[j] = (ev.price, ts)
+        for mk, m in marks.items():
+            pt = np.array(list(m.values()), dtype=np.float64)
+            books[mk].set_prices(np.fromiter(m, dtype=np.intp, count=len(m)),
+                                     pt[:, 0].copy(), pt[:, 1].copy())
 
     def on_fundamentals(self, ev: FundamentalsEvent) -> None:
         """Keep the last few fundamentals snapshots of a stock of the universe."""

@@ -293,10 +293,10 @@ class DecisionRound:
                           if dec.allocation is not None else "")
                 raw = redact_text(dec.raw_output or answer)
                 reason = redact_text(reason)  # provider errors can echo credentials
-                sha, own, msha = inputs[agent_id]
+                sha, row, msha = inputs[agent_id]
                 rc.decisions.append(DecisionRecord(
                     agent_id, market, scheduled_ts, now, outcome, reason=reason,
-                    input_json=own.decode(), input_sha256=sha, observation_sha256=msha,
+                    input_json=row.decode(), input_sha256=sha, observation_sha256=msha,
                     raw_output=raw, allocation=allocation, template_version=dec.template_version,
                     attempts=dec.attempts, duration_s=duration,
                     calls=[_redacted_call(c) for c in dec.calls],

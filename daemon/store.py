@@ -373,6 +373,16 @@ class Store:
             self._pending.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, market, asset, None,
                                   None, None, encode_event(ev).decode()))
 
+    def add_prices(self, events: Sequence[Event], seq: int | None = None) -> None:
+        """Buffer a batch of price events (one frame's) for the next flush, in order."""
+        pending = self._pending
+        for ev in events:
+            if type(ev) is PriceEvent:
+                pending.append((seq, ev.ts, ev.recv_ts, ev.market, ev.asset, ev.price, ev.bid,
+                                ev.ask))
+            else:
+                self.add_event(ev, seq)
+
     def flush_soon(self) -> None:
         """Start writing the buffered events in the background (ordered by the write lock).
 
