@@ -48,6 +48,7 @@ from daemon.logs import redact_text
 from daemon.market_state import MarketState, PriceCoverage, format_age
 from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store
 from scoring.ledger import Book, RebalanceRejected
+from scoring.ledger_batch import rebalance_many
 
 log = structlog.get_logger(__name__)
 
@@ -255,27 +256,43 @@ class DecisionRound:
         # book while it holds trades that are not stored yet. On a failed commit the engine
         # rolls the book back before anything else runs (Engine.on_job).
         async with eng.book_lock:
+            # Every answer validated first, then the valid ones applied in one vectorised call
+            # (all at the same prices); each fill is built from its arrays when reached below.
+            checked: dict[str, dict[str, float] | InvalidAllocation] = {}
+            for agent_id, _ in calls:
+                dec = decisions[agent_id]
+                if dec.allocation is not None and dec.outcome == "ok":
+                    await pause()
+                    try:
+                        checked[agent_id] = validate_allocation(dec.allocation,
+                                                                observations[agent_id])
+                    except InvalidAllocation as exc:
+                        checked[agent_id] = exc
+            targets = [(a, t) for a, t in checked.items() if not isinstance(t, InvalidAllocation)]
+            applied = rebalance_many(book, targets)
+            slot_of = {a: i for i, (a, _) in enumerate(targets)}
             for agent_id, _ in calls:
                 await pause()
-                obs = observations[agent_id]
                 dec = decisions[agent_id]
                 outcome, reason, allocation = dec.outcome, dec.reason, None
                 fill_rec = None
                 if dec.allocation is not None and outcome == "ok":
-                    try:
-                        allocation = validate_allocation(dec.allocation, obs)
-                        fill = book.rebalance(agent_id, allocation)
-                        fill_rec = FillRecord(
-                            agent_id, market, scheduled_ts, now,
-                            {a: float(q) for a, q in zip(fill.assets, fill.trades, strict=True)
-                             if q != 0.0},
-                            fill.traded_value, fill.cost, fill.value_before, fill.value_after,
-                            fill.weights_after,
-                        )
-                    except InvalidAllocation as exc:
-                        outcome, reason, allocation = "invalid", str(exc), None
-                    except RebalanceRejected as exc:
-                        outcome, reason = "rejected", str(exc)
+                    got = checked[agent_id]
+                    if isinstance(got, InvalidAllocation):
+                        outcome, reason = "invalid", str(got)
+                    else:
+                        allocation = got
+                        res = applied[slot_of[agent_id]]
+                        if isinstance(res, RebalanceRejected):
+                            outcome, reason = "rejected", str(res)
+                        else:
+                            fill_rec = FillRecord(
+                                agent_id, market, scheduled_ts, now,
+                                {a: q for a, q in zip(res.assets, res.trades.tolist(),
+                                                      strict=True) if q != 0.0},
+                                res.traded_value, res.cost, res.value_before, res.value_after,
+                                res.weights_after,
+                            )
                 elif outcome == "ok":
                     outcome, reason = "invalid", reason or "no allocation"
                 if outcome == "hold":
