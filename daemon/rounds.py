@@ -46,7 +46,7 @@ from daemon.config import Config
 from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
 from daemon.market_state import MarketState, PriceCoverage, format_age
-from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store
+from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store, encode_json
 from scoring.ledger import Book, RebalanceRejected
 from scoring.ledger_batch import rebalance_many
 
@@ -286,12 +286,14 @@ class DecisionRound:
                         if isinstance(res, RebalanceRejected):
                             outcome, reason = "rejected", str(res)
                         else:
+                            trades = {a: q for a, q in zip(res.assets, res.trades.tolist(),
+                                                           strict=True) if q != 0.0}
+                            # Encoded here, between pauses, not all at once in the commit.
                             fill_rec = FillRecord(
-                                agent_id, market, scheduled_ts, now,
-                                {a: q for a, q in zip(res.assets, res.trades.tolist(),
-                                                      strict=True) if q != 0.0},
+                                agent_id, market, scheduled_ts, now, trades,
                                 res.traded_value, res.cost, res.value_before, res.value_after,
-                                res.weights_after,
+                                res.weights_after, trades_json=encode_json(trades),
+                                weights_json=encode_json(res.weights_after),
                             )
                 elif outcome == "ok":
                     outcome, reason = "invalid", reason or "no allocation"
@@ -315,6 +317,7 @@ class DecisionRound:
                     agent_id, market, scheduled_ts, now, outcome, reason=reason,
                     input_json=row.decode(), input_sha256=sha, observation_sha256=msha,
                     raw_output=raw, allocation=allocation, template_version=dec.template_version,
+                    allocation_json=None if allocation is None else encode_json(allocation),
                     attempts=dec.attempts, duration_s=duration,
                     calls=[_redacted_call(c) for c in dec.calls],
                 ))
@@ -360,7 +363,8 @@ class DecisionRound:
             if kept is None or f.market != self.market:
                 continue
             weights = dict(sorted(f.weights.items()))  # as stored: sorted keys, floats
-            if not all(type(v) is float for v in weights.values()):
+            # A batch fill's weights are floats already (its JSON was encoded from them).
+            if f.weights_json is None and not all(type(v) is float for v in weights.values()):
                 weights = json.loads(json.dumps(weights))
             bisect.insort(kept, (f.scheduled_ts, (float(f.ts), weights, float(f.value_after))),
                           key=lambda e: e[0])

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import aiosqlite
+import msgspec
 import structlog
 
 from daemon.dbfile import StoreOpenError as StoreOpenError  # re-exported
@@ -170,6 +171,8 @@ class DecisionRecord:
     calls: Sequence[dict[str, Any]] = ()
     observation_sha256: str | None = None
     """The round's market-wide part of the input (a key of ``observations``), if split."""
+    allocation_json: str | None = None
+    """:attr:`allocation` already encoded by :func:`encode_json` (rounds do it as they go)."""
 
 
 @dataclass(slots=True)
@@ -186,6 +189,10 @@ class FillRecord:
     value_before: float
     value_after: float
     weights: dict[str, float]
+    trades_json: str | None = None
+    """:attr:`trades` already encoded by :func:`encode_json` (rounds do it as they go)."""
+    weights_json: str | None = None
+    """:attr:`weights` already encoded by :func:`encode_json`."""
 
 
 @dataclass(slots=True)
@@ -207,6 +214,20 @@ class RoundCommit:
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+#: The store's JSON encoding (sorted keys, compact), for callers that encode rows ahead.
+encode_json = _dumps
+
+
+def _encode_book(state: dict[str, Any]) -> str:
+    """Encode a book's state (finite numbers, None for missing prices) as sorted JSON.
+
+    msgspec writes the same values as :func:`_dumps` (shortest round-trip floats, read back
+    identically) about ten times faster, which matters at 1,000 agents: the commit holds the
+    event loop while it encodes.
+    """
+    return msgspec.json.encode(state, order="sorted").decode()
 
 
 class Store:
@@ -559,7 +580,8 @@ class Store:
             " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
               d.input_json, d.input_sha256, d.raw_output,
-              None if d.allocation is None else _dumps(d.allocation),
+              d.allocation_json if d.allocation_json is not None
+              else None if d.allocation is None else _dumps(d.allocation),
               d.template_version, d.attempts, d.duration_s, self.run_id,
               d.observation_sha256)
              for d in rc.decisions],
@@ -584,15 +606,18 @@ class Store:
         await db.executemany(
             "INSERT INTO fills(agent, market, scheduled_ts, ts, trades_json, traded_value,"
             " cost, value_before, value_after, weights_json) VALUES(?,?,?,?,?,?,?,?,?,?)",
-            [(f.agent, f.market, f.scheduled_ts, f.ts, _dumps(f.trades), f.traded_value,
-              f.cost, f.value_before, f.value_after, _dumps(f.weights)) for f in rc.fills],
+            [(f.agent, f.market, f.scheduled_ts, f.ts,
+              _dumps(f.trades) if f.trades_json is None else f.trades_json, f.traded_value,
+              f.cost, f.value_before, f.value_after,
+              _dumps(f.weights) if f.weights_json is None else f.weights_json)
+             for f in rc.fills],
         )
         for market, state in rc.books.items():
             await db.execute(
                 "INSERT INTO books(market, state_json, updated_ts) VALUES(?,?,?) "
                 "ON CONFLICT(market) DO UPDATE SET state_json=excluded.state_json, "
                 "updated_ts=excluded.updated_ts",
-                (market, _dumps(state), _now_of(rc)),
+                (market, _encode_book(state), _now_of(rc)),
             )
         if rc.equity:
             await db.executemany(
