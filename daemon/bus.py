@@ -396,6 +396,8 @@ class Bus:
         groups: dict[tuple[Tap, ...], list[Event]] = {}
         offers: list[tuple[tuple[Subscription, ...], Event]] = []
         by_class = self.published_by_class
+        last_taps: tuple[Tap, ...] | None = None
+        last_group: list[Event] = []
         for event in events:
             cls = event.topic_class
             if cls not in conflating:
@@ -416,11 +418,15 @@ class Bus:
             self.published += 1
             by_class[cls] = by_class.get(cls, 0) + 1
             if taps:
-                group = groups.get(taps)
-                if group is None:
-                    groups[taps] = [checked]
+                if taps is last_taps:  # a frame's prices share their route's taps
+                    last_group.append(checked)
                 else:
-                    group.append(checked)
+                    group = groups.get(taps)
+                    if group is None:
+                        group = groups[taps] = [checked]
+                    else:
+                        group.append(checked)
+                    last_taps, last_group = taps, group
             if subs:
                 offers.append((subs, checked))
         batch_taps = self._batch_taps
