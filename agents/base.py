@@ -226,13 +226,25 @@ class MarketView:
 
     def encode(self, obs: Observation) -> bytes:
         """Return the canonical JSON of ``obs``, an observation made by :meth:`observation`."""
+        return self.encode_parts(obs)[0]
+
+    def encode_parts(self, obs: Observation) -> tuple[bytes, dict[str, bytes]]:
+        """Return the canonical JSON of ``obs`` and the encoded value of each per-agent key."""
         enc = msgspec.json.encode
         if not self.encoded:
             self.encoded.update({k: enc(v, order="sorted")
                                  for k, v in obs.market_dict().items()})
-        parts = {k: enc(v, order="sorted") for k, v in obs.agent_dict().items()}
-        parts.update(self.encoded)
-        return b"{" + b",".join(b'"' + k.encode() + b'":' + parts[k] for k in sorted(parts)) + b"}"
+        own = {k: enc(v, order="sorted") for k, v in obs.agent_dict().items()}
+        return join_encoded({**own, **self.encoded}), own
+
+    def market_json(self) -> bytes:
+        """Return the canonical JSON of the market-wide keys (after a first :meth:`encode`)."""
+        return join_encoded(self.encoded)
+
+
+def join_encoded(parts: Mapping[str, bytes]) -> bytes:
+    """Return the JSON object of already encoded values, keys sorted."""
+    return b"{" + b",".join(b'"' + k.encode() + b'":' + parts[k] for k in sorted(parts)) + b"}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ import structlog
 
 from agents.base import Agent, AgentDecision, Observation
 from agents.protocols import build_llm_agent
+from agents.stored_input import load_input
 from daemon.config import load_config
 
 log = structlog.get_logger(__name__)
@@ -152,10 +153,14 @@ def load_frozen_row(
         con = sqlite3.connect(db_path)
         try:
             row = con.execute(sql, params).fetchone()
+            if row is not None:  # the whole input, rebuilt from its stored parts
+                row = (*row[:2], load_input(con, agent_id, row[0], row[1]), row[3])
         finally:
             con.close()
     except sqlite3.Error as exc:
         raise ProbeError(f"cannot read decisions from {db_path}: {exc}") from exc
+    except ValueError as exc:
+        raise ProbeError(f"stored input of {agent_id} cannot be rebuilt: {exc}") from exc
     if row is None:
         where = f"agent {agent_id!r}"
         if market is not None:

@@ -23,12 +23,14 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scoring.ledger import CASH, Book, CostModel
+from scoring.ledger_batch import rebalance_many
 
 SEED = 20251103
 N_AGENTS = 1000
 N_ASSETS = 16
 TARGET_MARK_US = 20.0
 TARGET_REBALANCE_US = 50.0
+TARGET_ROUND_REBALANCE_RATIO = 0.5
 
 
 def _stats(ns: list[int]) -> dict[str, float]:
@@ -209,6 +211,64 @@ class NaiveLedger:
         return np.array([self.value_of(a) for a in agents])
 
 
+def bench_round_rebalance(n_agents: int = N_AGENTS, n_assets: int = N_ASSETS,
+                          rounds: int = 5) -> dict:
+    """Per-agent cost of rebalancing a round's agents with fees in one vectorised call, beside
+    one-by-one ``Book.rebalance`` and the reference fee-less rebalance, in the same run.
+
+    The batch applies every rebalance and keeps the results as arrays; building each agent's
+    :class:`Fill` object from them (done when a round reads it) is timed apart.
+
+    The reference is LiveTradeBench's account rebalance (Eq. 2 without costs: value the
+    holdings, buy ``V a / p``): its code is not part of this repository, so it stands in as
+    :class:`NaiveLedger` at cost rate 0, a per-agent dict account doing exactly that.
+    """
+    rng = np.random.default_rng(SEED + 2)
+    book, names = _loaded_book(rng, n_agents, n_assets, CostModel.preset("realistic"))
+    single, _ = _loaded_book(np.random.default_rng(SEED + 2), n_agents, n_assets,
+                             CostModel.preset("realistic"))
+    targets = [_random_targets(rng, names, n_agents) for _ in range(rounds)]
+    ref = NaiveLedger(0.0, 1000.0, live=False)
+    for name, p in zip(book.assets, book.prices.tolist(), strict=True):
+        ref.prices[name] = p
+    for a in book.agents:
+        ref.add_agent(a)
+    agents = book.agents
+    best = {"batch": math.inf, "fills": math.inf, "single": math.inf, "reference": math.inf}
+    gc.collect()
+    for r in range(rounds):
+        pairs = list(zip(agents, targets[r], strict=True))
+        t0 = time.perf_counter()
+        fills = rebalance_many(book, pairs)
+        best["batch"] = min(best["batch"], time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        made = list(fills)  # every Fill object built (the round stores each one)
+        best["fills"] = min(best["fills"], time.perf_counter() - t0)
+        assert not any(isinstance(f, Exception) for f in made)
+        t0 = time.perf_counter()
+        for a, t in pairs:
+            single.rebalance(a, t)
+        best["single"] = min(best["single"], time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for a, t in pairs:
+            ref.rebalance(a, t)
+        best["reference"] = min(best["reference"], time.perf_counter() - t0)
+    per = {k: v / n_agents * 1e6 for k, v in best.items()}
+    ratio = per["batch"] / per["reference"]
+    return {
+        "agents": n_agents, "assets": n_assets, "cost_rate": book.cost.rate,
+        "batch_us_per_agent": round(per["batch"], 2),
+        "batch_fill_objects_us_per_agent": round(per["fills"], 2),
+        "single_us_per_agent": round(per["single"], 2),
+        "reference_feeless_us_per_agent": round(per["reference"], 2),
+        "batch_vs_reference": round(ratio, 3),
+        "single_vs_reference": round(per["single"] / per["reference"], 3),
+        "target_ratio": TARGET_ROUND_REBALANCE_RATIO,
+        "meets_target": ratio <= TARGET_ROUND_REBALANCE_RATIO,
+        "values_match_single": bool(np.allclose(book.values(), single.values(), rtol=1e-9)),
+    }
+
+
 def bench_sequence(
     n_agents: int = N_AGENTS,
     n_assets: int = N_ASSETS,
@@ -331,6 +391,7 @@ def run(*, quick: bool = False, ticks: int | None = None, rebalances: int = 2000
         "numpy": np.__version__,
         "mark": bench_mark(n=5000 if quick else 20000),
         "rebalance": bench_rebalance(n=1000 if quick else 5000),
+        "round_rebalance": bench_round_rebalance(rounds=3 if quick else 5),
         "sequence": bench_sequence(n_ticks=n_ticks, n_rebalances=rebalances),
     }
 

@@ -553,7 +553,8 @@ class AlertMonitor:
             self._last_check.setdefault(market, now)
         self._active = True
         if not self._tapped:
-            self.engine.bus.add_tap("price.#", self.on_price)  # type: ignore[arg-type]
+            self.engine.bus.add_tap("price.#", self.on_price,  # type: ignore[arg-type]
+                                    batch=self.on_prices)
             self._tapped = True
         for n in self.notifiers:
             await n.start()
@@ -651,6 +652,14 @@ class AlertMonitor:
             return
         self._last_check[market] = now
         self.check_market(market, now)
+
+    def on_prices(self, events: list[Any]) -> None:
+        """Batch bus tap: :meth:`on_price` once per market of the batch."""
+        seen: set[str] = set()
+        for ev in events:
+            if ev.market not in seen:
+                seen.add(ev.market)
+                self.on_price(ev)
 
     def check_market(self, market: str, now: float) -> list[Alert]:
         """Evaluate every agent of ``market`` at engine time ``now``; return the alerts raised."""

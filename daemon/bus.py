@@ -37,7 +37,9 @@ log = structlog.get_logger(__name__)
 
 Handler = Callable[[Any], Awaitable[None] | None]
 Tap = Callable[[Event], None]
+BatchTap = Callable[[list[Event]], None]
 
+_INF = math.inf
 DEFAULT_QUEUE_SIZE = 10_000
 DEFAULT_MAX_KEYS = 100_000
 DEFAULT_CONFLATING: frozenset[str] = frozenset({PRICE})
@@ -254,6 +256,8 @@ class Bus:
         self.max_keys = max_keys
         self.conflating = frozenset(conflating)
         self._taps: list[tuple[str, Tap]] = []
+        self._batch_taps: dict[Tap, BatchTap] = {}
+        """A tap's batch variant, run once per :meth:`publish_batch` with its events."""
         self._subs: list[Subscription] = []
         self._route_cache: dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]]] = {}
         self._started = False
@@ -264,9 +268,15 @@ class Bus:
         #: Price events dropped (or histories cleaned) by the guard: NaN, inf, negative.
         self.invalid_prices = 0
 
-    def add_tap(self, pattern: str, tap: Tap) -> None:
-        """Register a synchronous callable run inline, before subscribers, for matching events."""
+    def add_tap(self, pattern: str, tap: Tap, *, batch: BatchTap | None = None) -> None:
+        """Register a synchronous callable run inline, before subscribers, for matching events.
+
+        ``batch`` (optional) does what ``tap`` does for a list of events, in order: a
+        :meth:`publish_batch` runs it once instead of ``tap`` once per event.
+        """
         self._taps.append((pattern, tap))
+        if batch is not None:
+            self._batch_taps[tap] = batch
         self._route_cache.clear()
 
     def subscribe(
@@ -371,6 +381,69 @@ class Bus:
             self._run_taps(taps, event)
         for sub in subs:
             sub.offer_conflating(event)
+
+    def publish_batch(self, events: list[Event]) -> None:
+        """Publish conflating-class events (one frame's prices) from synchronous code.
+
+        Each event is guarded, counted and offered to its subscribers as by
+        :meth:`publish_nowait`; each tap runs once, with the batch's events it matches in order
+        (its batch variant, else the tap per event). Taps see the whole batch before
+        subscribers do, as they see each event before subscribers do.
+        """
+        conflating = self.conflating
+        muted = self._muted
+        route = self._route
+        groups: dict[tuple[Tap, ...], list[Event]] = {}
+        offers: list[tuple[tuple[Subscription, ...], Event]] = []
+        by_class = self.published_by_class
+        last_taps: tuple[Tap, ...] | None = None
+        last_group: list[Event] = []
+        for event in events:
+            cls = event.topic_class
+            if cls not in conflating:
+                raise ValueError(f"publish_batch is only for conflating events, not {event.topic}")
+            if cls in muted:
+                self.muted_events += 1
+                continue
+            if type(event) is PriceEvent and 0.0 <= event.price < _INF and (  # type: ignore[attr-defined]
+                    event.bid is None or 0.0 <= event.bid < _INF) and (  # type: ignore[attr-defined]
+                    event.ask is None or 0.0 <= event.ask < _INF):  # type: ignore[attr-defined]
+                checked: Event = event  # the guard's check, inline for the hot path
+            else:
+                guarded = self._guard(event)
+                if guarded is None:
+                    continue
+                checked = guarded
+            taps, subs = route(checked.topic)
+            self.published += 1
+            by_class[cls] = by_class.get(cls, 0) + 1
+            if taps:
+                if taps is last_taps:  # a frame's prices share their route's taps
+                    last_group.append(checked)
+                else:
+                    group = groups.get(taps)
+                    if group is None:
+                        group = groups[taps] = [checked]
+                    else:
+                        group.append(checked)
+                    last_taps, last_group = taps, group
+            if subs:
+                offers.append((subs, checked))
+        batch_taps = self._batch_taps
+        for taps, evs in groups.items():
+            for tap in taps:
+                batch = batch_taps.get(tap)
+                if batch is None:
+                    for e in evs:
+                        self._run_taps((tap,), e)
+                    continue
+                try:
+                    batch(evs)
+                except Exception as exc:
+                    log.error("bus tap failed", topic=evs[0].topic, error=repr(exc))
+        for subs, ev in offers:
+            for sub in subs:
+                sub.offer_conflating(ev)
 
     async def start(self) -> None:
         """Start every subscriber's consumer task."""

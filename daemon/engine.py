@@ -130,18 +130,21 @@ class Engine:
     # -- setup ----------------------------------------------------------------------------------
     def _wire_taps(self) -> None:
         st = self.state
-        self.bus.add_tap("price.#", st.on_price)  # type: ignore[arg-type]
+        self.bus.add_tap("price.#", st.on_price, batch=st.on_prices)  # type: ignore[arg-type]
         self.bus.add_tap("news.#", st.on_news)  # type: ignore[arg-type]
         self.bus.add_tap("market.#", st.on_listed)  # type: ignore[arg-type]
         self.bus.add_tap("resolution.#", st.on_resolution)  # type: ignore[arg-type]
         self.bus.add_tap("history.#", st.on_history)  # type: ignore[arg-type]
         self.bus.add_tap("fundamentals.#", st.on_fundamentals)  # type: ignore[arg-type]
-        for pattern in ("price.#", "news.#", "market.#", "resolution.#", "history.#",
-                        "fundamentals.#"):
+        self.bus.add_tap("price.#", self._store_tap, batch=self._store_batch)
+        for pattern in ("news.#", "market.#", "resolution.#", "history.#", "fundamentals.#"):
             self.bus.add_tap(pattern, self._store_tap)
 
     def _store_tap(self, ev: Event) -> None:
         self.store.add_event(ev, self.seq)
+
+    def _store_batch(self, events: list[Event]) -> None:
+        self.store.add_prices(events, self.seq)
 
     def build_agents(self, agent_ids: Iterable[str] | None = None) -> None:
         """Create the configured agents (optionally only ``agent_ids``) in their markets."""

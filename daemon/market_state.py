@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import numpy as np
 import structlog
 
 from agents.base import (
@@ -213,6 +214,51 @@ class MarketState:
                 hist.first = hist.last
         if known:
             book.set_price(ev.asset, ev.price, ts)  # ignored for resolved tokens
+
+    def on_prices(self, events: list[PriceEvent]) -> None:
+        """Batch tap: what :meth:`on_price` does for each event, in order, with each book
+        marked once for the batch (the last price of each asset; equity and peaks current)."""
+        marks: dict[str, dict[int, tuple[float, float]]] = {}
+        books, history, days = self.books, self.history, self._days
+        current = None  # the market of the previous event, and its lookups
+        cols: Any = None
+        hists: dict[str, _AssetHistory] = {}
+        day_of: Any = None
+        m: dict[int, tuple[float, float]] = {}
+        for ev in events:
+            market = ev.market
+            if market != current:
+                book = books.get(market)
+                if book is None:
+                    continue
+                current = market
+                cols, hists, day_of = book.asset_columns, history[market], days[market].day
+                m = marks.setdefault(market, {})
+            if not ev.marks:
+                continue
+            ts = ev.ts
+            if ev.recv_ts and ts > ev.recv_ts:
+                ts = ev.recv_ts
+            asset = ev.asset
+            j = cols.get(asset)
+            hist = hists.get(asset)
+            if hist is None:
+                if market == "equity" and j is None:
+                    continue
+                hist = hists[asset] = _AssetHistory(self.history_days)
+            day = day_of(ts)
+            if day != hist.day:
+                if hist.last is not None:
+                    hist.closes.append(PricePoint(*hist.last))
+                hist.day = day
+            hist.last = (ts, ev.price)
+            if j is not None:
+                m[j] = (ev.price, ts)
+        for mk, got in marks.items():
+            if got:
+                pt = np.array(list(got.values()), dtype=np.float64)
+                books[mk].set_prices(np.fromiter(got, dtype=np.intp, count=len(got)),
+                                     pt[:, 0].copy(), pt[:, 1].copy())
 
     def on_fundamentals(self, ev: FundamentalsEvent) -> None:
         """Keep the last few fundamentals snapshots of a stock of the universe."""

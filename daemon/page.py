@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
+from agents.stored_input import INPUT_COLUMNS, INPUT_JOIN
 from daemon.alerts import market_open, source_market, state_name
 from daemon.metrics import portfolio_rows
 
@@ -349,10 +350,11 @@ class Page:
             total = (await store.fetchall(
                 f"SELECT COUNT(*) FROM decisions WHERE {where}", tuple(params)))[0][0]
             rows = await store.fetchall(
-                "SELECT market, scheduled_ts, decided_ts, outcome, reason, input_json,"
-                " input_sha256, raw_output, allocation_json, template_version, attempts,"
-                f" duration_s FROM decisions WHERE {where}"
-                " ORDER BY scheduled_ts DESC, market LIMIT ? OFFSET ?",
+                "SELECT d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,"
+                f" {INPUT_COLUMNS}, d.input_sha256, d.raw_output, d.allocation_json,"
+                f" d.template_version, d.attempts, d.duration_s FROM decisions d {INPUT_JOIN}"
+                f" WHERE d.{where.replace(' AND ', ' AND d.')}"
+                " ORDER BY d.scheduled_ts DESC, d.market LIMIT ? OFFSET ?",
                 (*params, limit, offset))
             calls: dict[tuple[str, float], list[dict[str, Any]]] = {}
             if rows:
@@ -372,14 +374,15 @@ class Page:
                         "step": step, "input_sha256": sha, "outcome": outcome,
                         "parsed": _loads(parsed)})
         decisions = []
-        for (m, st, dt, outcome, reason, input_json, sha, raw, alloc, template, attempts,
-             duration) in rows:
+        for (m, st, dt, outcome, reason, input_json, market_json, sha, raw, alloc, template,
+             attempts, duration) in rows:
             decisions.append({
                 "market": m, "scheduled_ts": st, "decided_ts": dt, "outcome": outcome,
                 "reason": reason, "input_sha256": sha, "raw_output": raw,
                 "allocation": _loads(alloc), "template_version": template,
                 "attempts": attempts, "duration_s": duration,
-                "headlines": _headlines(input_json), "calls": calls.get((m, st), [])})
+                "headlines": _headlines(market_json or input_json),
+                "calls": calls.get((m, st), [])})
         return _json({"agent": agent, "total": total, "offset": offset, "limit": limit,
                       "decisions": decisions})
 

@@ -39,6 +39,7 @@ from agents.base import (
     PricePoint,
     assert_no_lookahead,
 )
+from agents.stored_input import agent_row
 from agents.validation import InvalidAllocation, validate_allocation
 from daemon.bus import Bus
 from daemon.clock import Clock
@@ -47,8 +48,9 @@ from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
 from daemon.market_state import MarketState, PriceCoverage, format_age
 from daemon.open_fill import at_prices, missing_open_reason
-from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store
+from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store, encode_json
 from scoring.ledger import Book, RebalanceRejected
+from scoring.ledger_batch import rebalance_many
 
 log = structlog.get_logger(__name__)
 
@@ -212,7 +214,9 @@ class DecisionRound:
             return result
 
         observations: dict[str, Observation] = {}
-        inputs: dict[str, bytes] = {}
+        inputs: dict[str, tuple[str, bytes, str]] = {}
+        """agent -> (SHA-256 of its whole input, its own part, the market-wide part's hash)"""
+        market_shas: dict[int, str] = {}
         calls: list[tuple[str, asyncio.Future[AgentDecision] | AgentDecision]] = []
         recents = await self._recent(todo, slots)
         # The market-wide part once per (news window, news per key), every agent's position
@@ -238,7 +242,15 @@ class DecisionRound:
                                          f"time {now}")
             observations[agent_id] = obs
             # Encoded before the agent is asked: stored and hashed as given, whatever it does.
-            inputs[agent_id] = view.encode(obs)
+            # The market-wide part is stored once per round, each agent's part in its row
+            # (its past allocations as the times of the fills they are).
+            whole, own = view.encode_parts(obs)
+            msha = market_shas.get(id(view))
+            if msha is None:
+                mjson = view.market_json()
+                msha = market_shas[id(view)] = hashlib.sha256(mjson).hexdigest()
+                rc.observations[msha] = (market, now, mjson.decode())
+            inputs[agent_id] = (hashlib.sha256(whole).hexdigest(), agent_row(own, obs), msha)
             await pause()
             if slot.status != "active":
                 calls.append((agent_id, AgentDecision(None, outcome=slot.status,
@@ -255,28 +267,46 @@ class DecisionRound:
         # book while it holds trades that are not stored yet. On a failed commit the engine
         # rolls the book back before anything else runs (Engine.on_job).
         async with eng.book_lock:
+            # Every answer validated first, then the valid ones applied in one vectorised call
+            # (all at the same prices); each fill is built from its arrays when reached below.
+            checked: dict[str, dict[str, float] | InvalidAllocation] = {}
+            for agent_id, _ in calls:
+                dec = decisions[agent_id]
+                if dec.allocation is not None and dec.outcome == "ok":
+                    await pause()
+                    try:
+                        checked[agent_id] = validate_allocation(dec.allocation,
+                                                                observations[agent_id])
+                    except InvalidAllocation as exc:
+                        checked[agent_id] = exc
+            targets = [(a, t) for a, t in checked.items() if not isinstance(t, InvalidAllocation)]
+            with at_prices(book, opens):  # the session's opening prices, if so scheduled
+                applied = rebalance_many(book, targets)
+            slot_of = {a: i for i, (a, _) in enumerate(targets)}
             for agent_id, _ in calls:
                 await pause()
-                obs = observations[agent_id]
                 dec = decisions[agent_id]
                 outcome, reason, allocation = dec.outcome, dec.reason, None
                 fill_rec = None
                 if dec.allocation is not None and outcome == "ok":
-                    try:
-                        allocation = validate_allocation(dec.allocation, obs)
-                        with at_prices(book, opens):  # no yield inside
-                            fill = book.rebalance(agent_id, allocation)
-                        fill_rec = FillRecord(
-                            agent_id, market, scheduled_ts, now,
-                            {a: float(q) for a, q in zip(fill.assets, fill.trades, strict=True)
-                             if q != 0.0},
-                            fill.traded_value, fill.cost, fill.value_before, fill.value_after,
-                            fill.weights_after,
-                        )
-                    except InvalidAllocation as exc:
-                        outcome, reason, allocation = "invalid", str(exc), None
-                    except RebalanceRejected as exc:
-                        outcome, reason = "rejected", str(exc)
+                    got = checked[agent_id]
+                    if isinstance(got, InvalidAllocation):
+                        outcome, reason = "invalid", str(got)
+                    else:
+                        allocation = got
+                        res = applied[slot_of[agent_id]]
+                        if isinstance(res, RebalanceRejected):
+                            outcome, reason = "rejected", str(res)
+                        else:
+                            trades = {a: q for a, q in zip(res.assets, res.trades.tolist(),
+                                                           strict=True) if q != 0.0}
+                            # Encoded here, between pauses, not all at once in the commit.
+                            fill_rec = FillRecord(
+                                agent_id, market, scheduled_ts, now, trades,
+                                res.traded_value, res.cost, res.value_before, res.value_after,
+                                res.weights_after, trades_json=encode_json(trades),
+                                weights_json=encode_json(res.weights_after),
+                            )
                 elif outcome == "ok":
                     outcome, reason = "invalid", reason or "no allocation"
                 if outcome == "hold":
@@ -294,11 +324,12 @@ class DecisionRound:
                           if dec.allocation is not None else "")
                 raw = redact_text(dec.raw_output or answer)
                 reason = redact_text(reason)  # provider errors can echo credentials
+                sha, row, msha = inputs[agent_id]
                 rc.decisions.append(DecisionRecord(
                     agent_id, market, scheduled_ts, now, outcome, reason=reason,
-                    input_json=inputs[agent_id].decode(),
-                    input_sha256=hashlib.sha256(inputs[agent_id]).hexdigest(),
+                    input_json=row.decode(), input_sha256=sha, observation_sha256=msha,
                     raw_output=raw, allocation=allocation, template_version=dec.template_version,
+                    allocation_json=None if allocation is None else encode_json(allocation),
                     attempts=dec.attempts, duration_s=duration,
                     calls=[_redacted_call(c) for c in dec.calls],
                 ))
@@ -344,7 +375,8 @@ class DecisionRound:
             if kept is None or f.market != self.market:
                 continue
             weights = dict(sorted(f.weights.items()))  # as stored: sorted keys, floats
-            if not all(type(v) is float for v in weights.values()):
+            # A batch fill's weights are floats already (its JSON was encoded from them).
+            if f.weights_json is None and not all(type(v) is float for v in weights.values()):
                 weights = json.loads(json.dumps(weights))
             bisect.insort(kept, (f.scheduled_ts, (float(f.ts), weights, float(f.value_after))),
                           key=lambda e: e[0])

@@ -625,11 +625,15 @@ class StreamingSource:
                     last[k] = now
                 sh.silent_since = now
                 sh.failures = 0
-            for ev in res.events:
-                if ev.topic_class in conflating:
-                    bus.publish_nowait(ev)
-                else:
-                    await bus.publish(ev)
+            evs = res.events
+            if len(evs) > 1 and all(ev.topic_class in conflating for ev in evs):
+                bus.publish_batch(evs)  # one frame's prices: each tap runs once
+            else:
+                for ev in evs:
+                    if ev.topic_class in conflating:
+                        bus.publish_nowait(ev)
+                    else:
+                        await bus.publish(ev)
             if res.reset_keys:
                 await self._resync(sh, ws, [k for k in res.reset_keys if k in sh.active])
 

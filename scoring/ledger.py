@@ -168,6 +168,8 @@ class Book:
         self._h = np.zeros((ca, cx), dtype=np.float64, order="F")
         self._cash = np.zeros(ca, dtype=np.float64)
         self._vals = np.zeros(ca, dtype=np.float64)
+        self._peak = np.zeros(ca, dtype=np.float64)
+        """Running peak of each agent's value (as marked by batches and full marks)."""
         self._p = np.full(cx, np.nan, dtype=np.float64)
         self._pz = np.zeros(cx, dtype=np.float64)
         self._pt = np.full(cx, np.nan, dtype=np.float64)
@@ -209,7 +211,7 @@ class Book:
         h[: self._na, : self._nx] = self._h[: self._na, : self._nx]
         self._h = h
         if nca != ca:
-            for name in ("_cash", "_vals"):
+            for name in ("_cash", "_vals", "_peak"):
                 old = getattr(self, name)
                 new = np.zeros(nca, dtype=np.float64)
                 new[:ca] = old
@@ -239,6 +241,7 @@ class Book:
         self._h[i, :] = 0.0
         self._cash[i] = c
         self._vals[i] = c
+        self._peak[i] = c
         self._na = i + 1
         self._agent_idx[agent] = i
         self._agents = (*self._agents, agent)
@@ -296,6 +299,11 @@ class Book:
     def assets(self) -> tuple[str, ...]:
         """Return asset names in column order."""
         return self._assets
+
+    @property
+    def asset_columns(self) -> Mapping[str, int]:
+        """Return the live asset -> column mapping (read it, never change it)."""
+        return self._asset_idx
 
     def has_asset(self, asset: str) -> bool:
         """Return whether ``asset`` is a column of this book."""
@@ -389,6 +397,46 @@ class Book:
             v = self._vview
             v += self._cols[j] * d
 
+    def set_prices(self, cols: np.ndarray, prices: np.ndarray, ts: np.ndarray | float) -> None:
+        """Record a batch of prices (asset columns, each at most once) and mark every agent.
+
+        The change in every agent's value is one product over the batch's columns and the
+        peaks one ``maximum``, so values and peaks are current after each batch (a batch after
+        lazy per-tick prices re-marks in full first). Resolved assets are skipped.
+        """
+        if not len(cols):
+            return
+        lo, hi = float(prices.min()), float(prices.max())
+        if not (lo >= 0.0 and hi <= _FMAX):
+            raise ValueError(f"prices must be finite and >= 0, got {hi if lo >= 0.0 else lo!r}")
+        if self._resolved:
+            trad = self._trad[cols]
+            if not trad.all():
+                cols, prices = cols[trad], prices[trad]
+                if not isinstance(ts, float):
+                    ts = ts[trad]
+        p, pz = self._p, self._pz
+        if self._unpriced:
+            self._unpriced -= int(np.isnan(p[cols]).sum())
+        d = prices - pz[cols]
+        pz[cols] = prices
+        p[cols] = prices
+        self._pt[cols] = ts
+        na = self._na
+        if self._dirty:
+            self.mark()
+            return
+        v = self._vals[:na]
+        # Per-agent sums (einsum rounds each row on its own, whoever shares the book).
+        v += np.einsum("ij,j->i", self._h[:na, cols], d)
+        np.maximum(self._peak[:na], v, out=self._peak[:na])
+
+    def peaks(self) -> np.ndarray:
+        """Return a copy of every agent's running peak value."""
+        if self._dirty:
+            self.mark()
+        return self._peak[: self._na].copy()
+
     def values(self) -> np.ndarray:
         """Return a copy of the incrementally maintained mark-to-market value per agent."""
         if self._dirty:
@@ -402,6 +450,7 @@ class Book:
         # share the book, and an agent's value must not depend on who else is evaluated.
         full = self._cash[:na] + np.einsum("ij,j->i", self._h[:na, :nx], self._pz[:nx])
         self._vals[:na] = full
+        np.maximum(self._peak[:na], full, out=self._peak[:na])
         self._dirty = False
         return full
 

@@ -117,15 +117,22 @@ async def test_schema_v1_database_is_migrated(tmp_path: Path) -> None:
     for stmt in _statements(_V1):
         con.execute(stmt)
     con.execute("INSERT INTO meta VALUES('schema_version', '1')")
-    con.execute("INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome) "
-                "VALUES('a', 'equity', 1.0, 1.0, 'ok')")
+    con.execute("INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
+                " input_json) VALUES('a', 'equity', 1.0, 1.0, 'ok', '{\"agent\":\"a\"}')")
     con.commit()
     con.close()
     store = await Store.open(db)
-    assert await store.schema_version() == SCHEMA_VERSION == 7
-    assert await store.fetchall("SELECT agent FROM decisions") == [("a",)]
+    assert await store.schema_version() == SCHEMA_VERSION == 8
+    assert await store.fetchall("SELECT agent, observation_sha256 FROM decisions") == [
+        ("a", None)]
     assert await store.fetchall("SELECT COUNT(*) FROM agent_state") == [(0,)]
     await store.close()
+    # A decision stored before v8 keeps its whole input, read back as stored.
+    from agents.stored_input import load_input
+
+    con = sqlite3.connect(db)
+    assert load_input(con, "a", "equity", 1.0) == '{"agent":"a"}'
+    con.close()
 
 
 def test_config_errors_are_one_line_each(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agents.stored_input import load_input
 from daemon.clock import SimClock
 from daemon.config import ConfigError, parse_config
 from daemon.engine import Engine
@@ -53,6 +54,17 @@ async def feed(eng: Engine, until: float) -> None:
     eng.clock.advance(until)  # type: ignore[attr-defined]
 
 
+def shown_input(db: Path, agent: str, ts: float) -> dict[str, Any]:
+    """Return the whole stored input of one equity decision (rebuilt from its parts)."""
+    con = sqlite3.connect(db)
+    try:
+        text = load_input(con, agent, "equity", ts)
+    finally:
+        con.close()
+    assert text is not None
+    return dict(json.loads(text))
+
+
 def rows(db: Path, sql: str) -> list[Any]:
     con = sqlite3.connect(db)
     try:
@@ -79,8 +91,8 @@ async def test_round_at_the_open_fills_at_the_opening_prices(tmp_path: Path) -> 
     assert units["AAPL"] == pytest.approx(500.0 / 110.0)
     assert units["MSFT"] == pytest.approx(500.0 / 190.0)
     assert value_after == pytest.approx(1000.0)
-    (inp,) = rows(tmp_path / "r.db", "SELECT input_json FROM decisions WHERE outcome='ok'")[0]
-    shown = json.loads(inp)["prices"]
+    (ts,) = rows(tmp_path / "r.db", "SELECT scheduled_ts FROM decisions WHERE outcome='ok'")[0]
+    shown = shown_input(tmp_path / "r.db", "ew", ts)["prices"]
     assert shown == {"AAPL": [MON_OPEN + 20, 110.0], "MSFT": [MON_OPEN + 40, 190.0]}
     # The book is marked at the latest prices again.
     book = eng.books["equity"]
@@ -139,7 +151,7 @@ async def test_replayed_recording_fills_at_each_sessions_first_print(tmp_path: P
     for _, ev in iter_events(rec):
         if isinstance(ev, PriceEvent) and ev.market == "equity":
             prices.setdefault(ev.asset, []).append((ev.ts, ev.price))
-    decided = rows(db, "SELECT scheduled_ts, outcome, reason, input_json FROM decisions"
+    decided = rows(db, "SELECT scheduled_ts, outcome, reason FROM decisions"
                        " WHERE agent='ew' AND market='equity' ORDER BY scheduled_ts")
     assert len(decided) == 8  # 4 sessions x 2 times
     assert decided[0][1] == "skipped" and "no price" in decided[0][2]  # nothing recorded yet
@@ -147,7 +159,7 @@ async def test_replayed_recording_fills_at_each_sessions_first_print(tmp_path: P
         if at_open is not decided[0]:  # the previous close is fresh, the session has no print
             assert at_open[1] == "skipped" and "no session opening price yet" in at_open[2]
         assert later[1] == "ok"
-        shown = json.loads(later[3])["prices"]
+        shown = shown_input(db, "ew", later[0])["prices"]
         for asset, (ts, p) in shown.items():
             first = min((t, q) for t, q in prices[asset] if t > at_open[0])
             latest = max((t, q) for t, q in prices[asset] if t <= later[0])
@@ -160,6 +172,6 @@ async def test_replayed_recording_fills_at_each_sessions_first_print(tmp_path: P
     (trades, value_before, cost), = rows(db, "SELECT trades_json, value_before, cost FROM fills"
                                              " WHERE agent='ew' AND market='equity'"
                                              " ORDER BY ts LIMIT 1")
-    opening = json.loads(decided[1][3])["prices"]
+    opening = shown_input(db, "ew", decided[1][0])["prices"]
     bought = sum(u * opening[a][1] for a, u in json.loads(trades).items())
     assert bought + cost == pytest.approx(value_before, rel=1e-9)

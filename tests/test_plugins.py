@@ -21,6 +21,7 @@ import pytest
 from agents.base import CASH, Observation, PricePoint
 from agents.factory import build_agent
 from agents.plugins import GuardedAgent
+from agents.stored_input import load_input
 from agents.validation import validate_allocation
 from daemon.config import AgentConfig, ConfigError, load_config, parse_config
 from daemon.replay import replay
@@ -252,11 +253,12 @@ async def test_a_plugin_and_a_remote_agent_replay_the_sample_beside_the_baseline
     traded = set(q("SELECT agent, market FROM fills WHERE traded_value > 0").fetchall())
     assert {(a, m) for a in ("tilt", "remote") for m in ("equity", "polymarket")} <= traded
     # The remote agent's raw answers are stored as an LLM's: in the decision and per call.
-    rows = q("SELECT raw_output, template_version, input_json FROM decisions"
+    rows = q("SELECT raw_output, template_version, market, scheduled_ts FROM decisions"
              " WHERE agent='remote' AND outcome='ok'").fetchall()
-    for raw, version, input_json in rows:
+    for raw, version, market, ts in rows:
         assert json.loads(raw)["allocations"] and version == "http-v1"
-        assert any(json.loads(input_json) == body["observation"] for body in app[SERVICE.REQUESTS])
+        seen = json.loads(load_input(con, "remote", market, ts) or "")
+        assert any(seen == body["observation"] for body in app[SERVICE.REQUESTS])
     calls = q("SELECT COUNT(*) FROM llm_calls WHERE agent='remote' AND error IS NULL"
               " AND raw_response LIKE '{%'").fetchone()[0]
     assert calls == len(app[SERVICE.REQUESTS]) >= len(rows)

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from agents.base import AgentDecision, Observation
+from agents.stored_input import load_input
 from daemon.clock import SimClock
 from daemon.config import parse_config
 from daemon.engine import Engine
@@ -64,10 +65,11 @@ async def prices(eng: Engine, ts: float, base: float) -> None:
 
 
 def stored(db: Path) -> dict[tuple[str, float], tuple[str, str]]:
+    """Return every decision's rebuilt input and its stored hash."""
     con = sqlite3.connect(db)
     try:
-        return {(a, t): (j, h) for a, t, j, h in con.execute(
-            "SELECT agent, scheduled_ts, input_json, input_sha256 FROM decisions")}
+        return {(a, t): (load_input(con, a, m, t) or "", h) for a, m, t, h in con.execute(
+            "SELECT agent, market, scheduled_ts, input_sha256 FROM decisions").fetchall()}
     finally:
         con.close()
 
@@ -101,6 +103,48 @@ async def test_market_wide_part_is_shared_and_stored_input_is_what_the_agent_saw
     finally:
         await eng.bus.stop()
         await eng.store.close()
+
+
+async def test_market_wide_part_is_stored_once_per_round_and_rows_keep_their_own(
+        tmp_path: Path) -> None:
+    """Issue 16, point 4: one ``observations`` row per round, referenced by every decision."""
+    eng, recs = await engine(tmp_path, 4)
+    try:
+        await eng.bus.publish(NewsEvent(ts=T - 60, recv_ts=T - 60, id="n1", headline="up",
+                                        keys=("AAPL",)))
+        await prices(eng, T - 30, 100.0)
+        await eng.rounds["equity"].run(T)
+        eng.clock.advance(T + 60)  # type: ignore[attr-defined]
+        await eng.rounds["equity"].run(T + 60)
+    finally:
+        await eng.bus.stop()
+        await eng.store.close()
+    con = sqlite3.connect(tmp_path / "o.db")
+    try:
+        obs_rows = con.execute("SELECT sha256, market, decision_ts, market_json"
+                               " FROM observations ORDER BY decision_ts").fetchall()
+        dec = con.execute("SELECT agent, scheduled_ts, input_json, observation_sha256"
+                          " FROM decisions").fetchall()
+    finally:
+        con.close()
+    assert [(m, t) for _, m, t, _ in obs_rows] == [("equity", T), ("equity", T + 60)]
+    for sha, _, _, text in obs_rows:
+        assert hashlib.sha256(text.encode()).hexdigest() == sha
+        assert "news" in json.loads(text) and "holdings" not in json.loads(text)
+    by_ts = {t: sha for sha, _, t, _ in obs_rows}
+    assert len(dec) == 8
+    for agent, t, own, msha in dec:
+        assert msha == by_ts[t]
+        assert set(json.loads(own)) == {"agent", "holdings", "cash", "value", "initial_value",
+                                        "weights", "recent_fills"}
+        assert json.loads(own)["agent"] == agent
+    # Rebuilt inputs are what each agent saw, byte for byte, and hash to the stored digest.
+    rows = stored(tmp_path / "o.db")
+    for r in recs:
+        assert len(r.seen) == 2
+        for (_, given), t in zip(r.seen, (T, T + 60), strict=True):
+            text, sha = rows[(r.id, t)]
+            assert text.encode() == given and sha == hashlib.sha256(given).hexdigest()
 
 
 async def test_recent_allocations_kept_across_rounds_match_the_store(tmp_path: Path) -> None:

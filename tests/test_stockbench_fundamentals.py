@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from agents.base import Fundamentals, LookAheadError, Observation, assert_no_lookahead
+from agents.stored_input import load_input
 from daemon.config import parse_config
 from daemon.events import FundamentalsEvent, decode_event, encode_event
 from daemon.replay import replay
@@ -214,8 +215,9 @@ async def test_fundamentals_are_recorded_and_replayed_into_the_prompt(
     con = sqlite3.connect(tmp_path / "f.db")
     stored = con.execute("SELECT COUNT(*) FROM market_events WHERE kind='FundamentalsEvent'"
                          ).fetchone()[0]
-    inputs = [json.loads(j) for (j,) in con.execute(
-        "SELECT input_json FROM decisions WHERE agent='stockbench' ORDER BY scheduled_ts")]
+    inputs = [json.loads(load_input(con, "stockbench", m, t) or "") for m, t in con.execute(
+        "SELECT market, scheduled_ts FROM decisions WHERE agent='stockbench'"
+        " ORDER BY scheduled_ts").fetchall()]
     con.close()
     assert stored == 3
     assert inputs[1]["fundamentals"]["AAPL"][1]["market_cap_usd"] == 3.1e12

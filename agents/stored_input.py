@@ -1,0 +1,111 @@
+"""A decision's stored input: the agent's own part in its decision row, the market-wide part
+once per round in the ``observations`` table (issue 16, point 4).
+
+A decision row written since schema v8 keeps in ``input_json`` only the per-agent keys of its
+observation (agent, holdings, cash, value, initial value, weights) and, instead of the recent
+allocations, ``recent_fills``: the times of the fills they are (each past allocation is a stored
+fill's time, weights and value after, the return taken against the initial value). Its
+``observation_sha256`` names the round's market-wide keys, stored once as canonical JSON in
+``observations.market_json``. ``input_sha256`` still hashes the whole observation the agent saw;
+:func:`join_input` / :func:`load_input` rebuild it byte for byte (probes check the hash).
+Older rows hold the whole observation in ``input_json`` and no ``observation_sha256``: they are
+returned as stored.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from agents.base import Observation, join_encoded
+
+#: The two columns a decision's input is rebuilt from (decision alias ``d``).
+INPUT_COLUMNS = "d.input_json, o.market_json"
+
+#: The join that brings a decision's market-wide part (decision alias ``d``).
+INPUT_JOIN = "LEFT JOIN observations o ON o.sha256 = d.observation_sha256"
+
+#: The key that replaces ``recent_allocations`` in a stored per-agent part.
+RECENT_FILLS = "recent_fills"
+
+FillRow = tuple[float, Any, float]
+"""(ts, weights (JSON text or mapping), value after) of one stored fill."""
+
+
+def agent_row(own: Mapping[str, bytes], obs: Observation) -> bytes:
+    """Return the per-agent part a decision row stores (``own``: encoded per-agent keys)."""
+    parts = {k: v for k, v in own.items() if k != "recent_allocations"}
+    parts[RECENT_FILLS] = msgspec.json.encode([p.ts for p in obs.recent_allocations])
+    return join_encoded(parts)
+
+
+def fill_times(agent_part: str | bytes | None) -> list[float]:
+    """Return the fill times a stored per-agent part refers to (none for whole inputs)."""
+    if not agent_part:
+        return []
+    d = msgspec.json.decode(agent_part)
+    return list(d.get(RECENT_FILLS, [])) if isinstance(d, dict) else []
+
+
+def join_input(agent_part: str | bytes | None, market_part: str | bytes | None,
+               fills: Sequence[FillRow] = ()) -> str | None:
+    """Return the canonical JSON of a stored decision input (``None`` if it has none).
+
+    ``market_part`` is ``None`` for rows stored before schema v8 (``agent_part`` is then the
+    whole observation). ``fills`` are the agent's fills in the market whose times the part
+    names (any order; more are ignored). Raise ``ValueError`` when the parts are not two JSON
+    objects with distinct keys or a named fill is missing.
+    """
+    if agent_part is None or agent_part in ("", b""):
+        return None if agent_part is None else ""
+    if market_part is None:
+        return agent_part.decode() if isinstance(agent_part, bytes) else agent_part
+    try:
+        agent = msgspec.json.decode(agent_part)
+        market = msgspec.json.decode(market_part)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"stored input is not JSON: {exc}") from None
+    if not isinstance(agent, dict) or not isinstance(market, dict):
+        raise ValueError("stored input parts are not JSON objects")
+    if agent.keys() & market.keys():
+        raise ValueError(f"stored input parts share keys {sorted(agent.keys() & market.keys())}")
+    if RECENT_FILLS in agent:
+        by_ts = {float(ts): (w, v) for ts, w, v in fills}
+        init = float(agent["initial_value"])
+        past = []
+        for ts in agent.pop(RECENT_FILLS):
+            if float(ts) not in by_ts:
+                raise ValueError(f"stored input names a fill at {ts} that is not stored")
+            w, v = by_ts[float(ts)]
+            weights = json.loads(w) if isinstance(w, str) else dict(w)
+            past.append([ts, dict(sorted(weights.items())), float(v) / init - 1.0])
+        agent["recent_allocations"] = past
+    # Canonical JSON re-encodes a decoded value to the same bytes (shortest float repr).
+    return msgspec.json.encode({**market, **agent}, order="sorted").decode()
+
+
+def load_input(con: sqlite3.Connection, agent: str, market: str, scheduled_ts: float
+               ) -> str | None:
+    """Return the rebuilt input of one stored decision (``None``: no such decision or input)."""
+    split = con.execute("SELECT 1 FROM sqlite_master WHERE type='table'"
+                        " AND name='observations'").fetchone() is not None
+    row = con.execute(
+        f"SELECT {INPUT_COLUMNS if split else 'd.input_json, NULL'} FROM decisions d"
+        f" {INPUT_JOIN if split else ''} WHERE d.agent=? AND d.market=? AND d.scheduled_ts=?",
+        (agent, market, scheduled_ts)).fetchone()
+    if row is None:
+        return None
+    own, market_json = row
+    times = fill_times(own) if market_json is not None else []
+    fills: list[FillRow] = []
+    for k in range(0, len(times), 500):
+        chunk = times[k:k + 500]
+        fills += con.execute(
+            "SELECT ts, weights_json, value_after FROM fills WHERE agent=? AND market=? AND ts IN"
+            f" ({','.join('?' * len(chunk))}) ORDER BY scheduled_ts", (agent, market, *chunk)
+        ).fetchall()
+    return join_input(own, market_json, fills)

@@ -1,0 +1,95 @@
+"""One frame's prices as one batch: the bus runs each tap once, the book marks once with
+equity and peaks current, and the outcome equals publishing the events one by one (issue 16,
+point 1)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from daemon.bus import Bus
+from daemon.events import Event, NewsEvent, PriceEvent
+from daemon.market_state import MarketState
+from scoring.ledger import Book
+
+
+def price(asset: str, p: float, ts: float = 10.0, market: str = "polymarket") -> PriceEvent:
+    return PriceEvent(ts=ts, recv_ts=ts + 1, market=market, asset=asset, price=p)  # type: ignore[arg-type]
+
+
+def test_publish_batch_runs_each_tap_once_and_offers_every_event() -> None:
+    async def main() -> None:
+        bus = Bus()
+        calls: list[list[str]] = []
+        single: list[str] = []
+        bus.add_tap("price.#", lambda e: None,
+                    batch=lambda evs: calls.append([e.asset for e in evs]))  # type: ignore[attr-defined]
+        bus.add_tap("price.#", lambda e: single.append(e.asset))  # type: ignore[attr-defined]
+        got: list[Event] = []
+
+        async def handler(evs: list[Event]) -> None:
+            got.extend(evs)
+
+        bus.subscribe("price.#", handler, name="s", batch=True)
+        await bus.start()
+        bus.publish_batch([price("A", 0.5), price("B", float("nan")), price("C", 0.25)])
+        await bus.drain()
+        await bus.stop()
+        assert calls == [["A", "C"]]  # once, the invalid price dropped by the guard
+        assert single == ["A", "C"]  # a tap without a batch variant still sees every event
+        assert sorted(e.asset for e in got) == ["A", "C"]  # type: ignore[attr-defined]
+        assert bus.published == 2 and bus.invalid_prices == 1
+        with pytest.raises(ValueError, match="only for conflating"):
+            bus.publish_batch([NewsEvent(ts=1.0, recv_ts=1.0, id="n", headline="h")])
+
+    asyncio.run(main())
+
+
+def _book(n_agents: int = 5, n_assets: int = 6) -> Book:
+    b = Book("polymarket", lazy_mark=True)
+    for j in range(n_assets):
+        b.add_asset(f"t{j}")
+    for i in range(n_agents):
+        b.add_agent(f"a{i}")
+    b.set_prices(np.arange(n_assets, dtype=np.intp), np.full(n_assets, 0.5), 1.0)
+    for i in range(n_agents):
+        b.rebalance(f"a{i}", {f"t{i % n_assets}": 0.6, f"t{(i + 1) % n_assets}": 0.3,
+                              "CASH": 0.1})
+    return b
+
+
+def test_set_prices_keeps_equity_and_peaks_current_after_every_batch() -> None:
+    b = _book()
+    rng = np.random.default_rng(3)
+    peak = b.values()
+    for _ in range(50):
+        cols = rng.choice(6, 3, replace=False).astype(np.intp)
+        b.set_prices(cols, rng.uniform(0.05, 0.95, 3), 2.0)
+        assert not b._dirty
+        now = b._vals[:5].copy()
+        peak = np.maximum(peak, now)
+        full = b._cash[:5] + b._h[:5, :6] @ b._pz[:6]  # a full re-mark, without touching b
+        np.testing.assert_allclose(now, full, rtol=1e-12)
+        np.testing.assert_array_equal(b.peaks(), peak)
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        b.set_prices(np.array([0], dtype=np.intp), np.array([-1.0]), 3.0)
+
+
+def test_a_batch_leaves_the_same_state_as_its_events_one_by_one() -> None:
+    evs = [price("t0", 0.4, 100.0), price("t3", 0.7, 101.0), price("t1", 0.2, 86_500.0),
+           price("zz", 0.9, 102.0)]
+    one, batch = _book(), _book()
+    s1, s2 = MarketState({"polymarket": one}), MarketState({"polymarket": batch})
+    for ev in evs:
+        s1.on_price(ev)
+    s2.on_prices(evs)
+    np.testing.assert_allclose(batch._vals[:5], one.values(), rtol=1e-12)
+    np.testing.assert_array_equal(batch.prices, one.prices)
+    np.testing.assert_array_equal(batch.price_times, one.price_times)
+    h1, h2 = s1.history["polymarket"], s2.history["polymarket"]
+    assert h1.keys() == h2.keys()
+    for k in h1:
+        assert (h1[k].day, h1[k].last, list(h1[k].closes)) == (
+            h2[k].day, h2[k].last, list(h2[k].closes))
