@@ -100,10 +100,7 @@ def project_hyperplane_orthant(z: np.ndarray, e: np.ndarray) -> np.ndarray:
     nz = e != 0.0
     bps = np.unique(-z[nz] / e[nz])
 
-    def g(t: float) -> float:
-        return float(e @ np.maximum(z + t * e, 0.0))
-
-    vals = [g(float(b)) for b in bps]
+    vals = np.maximum(z[None, :] + bps[:, None] * e[None, :], 0.0) @ e
     k = int(np.searchsorted(vals, 1.0))
     if k == len(bps):  # past the last breakpoint: slope from the assets with e_i > 0
         slope = float(np.sum(e[e > 0.0] ** 2))
@@ -127,12 +124,17 @@ def max_sharpe(mu: np.ndarray, cov: np.ndarray, rf: float) -> np.ndarray | None:
     ex = mu - rf
     if mu.size == 0 or float(np.max(ex)) <= 0.0:
         return None
-    lam = float(np.max(np.linalg.eigvalsh(cov))) or 1.0
-    start = np.where(ex > 0.0, 1.0, 0.0)
-    y = start / float(ex @ start)
+    # solve in y = d * u, d = 1 / sigma (a diagonal preconditioner: same optimum, far fewer
+    # iterations when volatilities differ by orders of magnitude, as cash against crypto)
+    sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    d = np.where(sd > 0.0, 1.0 / np.where(sd > 0.0, sd, 1.0), 1.0)
+    c, e = cov * np.outer(d, d), ex * d
+    lam = float(np.max(np.linalg.eigvalsh(c))) or 1.0
+    start = np.where(e > 0.0, 1.0, 0.0)
+    y = start / float(e @ start)
     v, tk = y.copy(), 1.0
     for _ in range(MAX_SHARPE_ITERATIONS):
-        nxt = project_hyperplane_orthant(v - (cov @ v) / lam, ex)
+        nxt = project_hyperplane_orthant(v - (c @ v) / lam, e)
         if float(np.max(np.abs(nxt - y))) <= 1e-13 * max(1.0, float(np.max(y))):
             y = nxt
             break
@@ -142,7 +144,8 @@ def max_sharpe(mu: np.ndarray, cov: np.ndarray, rf: float) -> np.ndarray | None:
         else:
             v = nxt + ((tk - 1.0) / t1) * (nxt - y)
         y, tk = nxt, t1
-    return y / y.sum()
+    w = y * d
+    return w / w.sum()
 
 
 @dataclass(frozen=True, slots=True)
