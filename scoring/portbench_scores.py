@@ -327,16 +327,24 @@ def summarise(rows: Sequence[StageScores]) -> dict[str, Any]:
     return out
 
 
+def stage_cell(m: Mapping[str, Any], key: str) -> str:
+    """Return the text of one mean of :func:`summarise` (``key`` a stage or ``CEPS``): the
+    number, ``pending`` while decisions wait for their horizon, else ``-`` (none scored)."""
+    x = m.get(key)
+    if isinstance(x, float) and math.isfinite(x):
+        return f"{x:.3f}"
+    waiting = m.get("pending" if key == "CEPS" else f"{key}_pending", 0)
+    return "pending" if waiting else "-"
+
+
 def format_table(by_agent: Mapping[str, Sequence[StageScores]]) -> str:
     """Return one line per agent: S1..S5, CEPS, decisions, pending and failed counts."""
-    def num(x: Any) -> str:
-        return f"{x:.3f}" if isinstance(x, float) else "pending"
 
     lines = [f"{'agent':<20}" + "".join(f"{s:>9}" for s in (*STAGES, "CEPS"))
              + f"{'decisions':>11}{'pending':>9}{'failed':>8}"]
     for agent, rows in sorted(by_agent.items()):
         m = summarise(rows)
-        lines.append(f"{agent:<20}" + "".join(f"{num(m[s]):>9}" for s in (*STAGES, "CEPS"))
+        lines.append(f"{agent:<20}" + "".join(f"{stage_cell(m, s):>9}" for s in (*STAGES, "CEPS"))
                      + f"{m['decisions']:>11}{m['pending']:>9}{m['failed']:>8}")
     return "\n".join(lines)
 
@@ -347,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--db", required=True)
     p.add_argument("--horizon", type=int, default=HORIZON, help="daily closes after a decision")
     args = p.parse_args(argv)
+    if args.horizon < 1:
+        p.error(f"--horizon must be at least 1 daily close, got {args.horizon}")
     try:
         by_agent = score_store(args.db, horizon=args.horizon)
     except sqlite3.Error as exc:

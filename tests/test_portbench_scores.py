@@ -178,3 +178,33 @@ def test_max_sharpe_reaches_the_optimum_on_an_ill_conditioned_window() -> None:
     assert w is not None and w.min() >= 0 and w.sum() == pytest.approx(1.0)
     got = float(w @ (mu - rf) / np.sqrt(w @ cov @ w))
     assert got == pytest.approx(_tangency_by_supports(mu, cov, rf), abs=1e-9)
+
+
+def test_an_agent_whose_workflows_all_failed_is_not_shown_pending() -> None:
+    """Nothing waits for a horizon when every workflow failed: the tables say so, not
+    'pending' (which would suggest scores are on their way)."""
+    from scoring.board_extras import extras_html, portbench_lines
+
+    failed = [score_decision({"protocol": "portbench", "failed_step": "views"}, T + i * DAY,
+                             closes(5), CLASSES) for i in range(3)]
+    row = format_table({"pb": failed}).splitlines()[1]
+    assert "pending" not in row and row.split()[-3:] == ["3", "0", "3"]
+    m = summarise(failed)
+    line = portbench_lines({"pb": m})[-1]
+    assert "pending" not in line
+    html = extras_html({"portbench": {"pb": m}})
+    assert "pending (" not in html and "<td>pending</td>" not in html
+    # a stage still waiting is shown pending, with its count in the HTML
+    early = [score_decision(SUMMARY, T, closes(3), CLASSES, horizon=5)]
+    assert "pending" in format_table({"pb": early}).splitlines()[1]
+    assert "pending (1)" in extras_html({"portbench": {"pb": summarise(early)}})
+
+
+def test_cli_refuses_a_horizon_below_one(tmp_path: Any, capsys: Any) -> None:
+    from scoring.portbench_scores import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--db", str(tmp_path / "x.db"), "--horizon", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--horizon" in err[-1]
