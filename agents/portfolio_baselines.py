@@ -2,7 +2,8 @@
 
 Each decision estimates the covariance of daily simple returns over the last ``window`` daily
 closes every candidate asset has in common (a rolling window; the closes are the observation's
-history, the current price is not used) and returns long-only weights summing to 1:
+history plus the latest price when that is a finished day's close, as on daily bars; never an
+intraday price) and returns long-only weights summing to 1:
 
 - ``sixty_forty``: 60 % split equally over the equity-like assets, 40 % over the bond assets
   (in CASH when the universe has none; asset classes and their roles are config, see
@@ -20,6 +21,8 @@ weight and say so in the reasoning. Pure numpy.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, date, datetime
+from zoneinfo import ZoneInfo
 
 import numpy as np
 
@@ -27,6 +30,7 @@ from agents.base import CASH, AgentDecision, Observation
 from agents.baselines import _investable, equal_weights
 from daemon.config import class_role
 
+_NY = ZoneInfo("America/New_York")
 #: Fewest daily returns in common for a covariance estimate; below it: equal weight.
 MIN_RETURNS = 2
 #: Convergence tolerance of the iterative solvers (largest weight change in one sweep).
@@ -35,12 +39,32 @@ TOLERANCE = 1e-12
 MAX_ITERATIONS = 100_000
 
 
+def _day(ts: float, market: str) -> date:
+    """Return the calendar day of ``ts`` the market's daily closes are keyed by."""
+    return datetime.fromtimestamp(ts, _NY if market == "equity" else UTC).date()
+
+
+def daily_closes(obs: Observation, asset: str) -> dict[float, float]:
+    """Return ``{ts: close}`` of ``asset``: its history, plus its latest price when that is
+    stamped on a day before the decision's (a finished day's close: on daily bars no tick of
+    the decision's day has moved it into the history yet)."""
+    out = {p.ts: p.price for p in obs.history.get(asset, ())}
+    last = obs.prices.get(asset)
+    if (
+        last is not None
+        and (not out or last.ts > max(out))
+        and _day(last.ts, obs.market) < _day(obs.decision_ts, obs.market)
+    ):
+        out[last.ts] = last.price
+    return out
+
+
 def returns_panel(obs: Observation, assets: Sequence[str], window: int) -> np.ndarray:
     """Return the ``T x A`` simple returns of ``assets`` over their last ``window + 1`` common
     daily closes (``T <= window``; 0 rows when fewer than two closes are in common)."""
     if not assets:
         return np.zeros((0, 0))
-    series = [{p.ts: p.price for p in obs.history.get(a, ())} for a in assets]
+    series = [daily_closes(obs, a) for a in assets]
     common = set(series[0]).intersection(*series[1:])
     stamps = sorted(common)[-(window + 1):]
     if len(stamps) < 2:

@@ -22,7 +22,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scoring.portbench_scores import STAGES, score_connection, summarise
+from scoring.portbench_scores import STAGES, score_connection, stage_cell, summarise
 from scoring.run_groups import format_groups, run_groups
 from scoring.stress_gate import format_gate, wants_gate, window_gate
 
@@ -48,15 +48,12 @@ def portbench_lines(portbench: Mapping[str, Mapping[str, Any]]) -> list[str]:
     if not portbench:
         return []
 
-    def num(x: Any) -> str:
-        return f"{x:.3f}" if isinstance(x, float) and math.isfinite(x) else "pending"
-
     head = (f"{'agent':<20}" + "".join(f"{s:>9}" for s in (*STAGES, "CEPS"))
             + f"{'decisions':>11}{'pending':>9}{'failed':>8}")
     lines = ["", "PortBench stage scores (horizon 5 daily closes; pending: the horizon has not"
              " passed)", head]
     for agent, m in sorted(portbench.items()):
-        lines.append(f"{agent[:19]:<20}" + "".join(f"{num(m.get(s)):>9}" for s in
+        lines.append(f"{agent[:19]:<20}" + "".join(f"{stage_cell(m, s):>9}" for s in
                                                    (*STAGES, "CEPS"))
                      + f"{m['decisions']:>11}{m['pending']:>9}{m['failed']:>8}")
     return lines
@@ -116,8 +113,10 @@ def extras_html(board: Mapping[str, Any]) -> str:
         for agent, m in sorted(portbench.items()):
             cells = "".join(f"<td>{_cell(m.get(s))}</td>" if m.get(s) is not None else
                             f"<td class='note'>pending ({m.get(f'{s}_pending', 0)})</td>"
+                            if m.get(f"{s}_pending") else "<td>-</td>"
                             for s in STAGES)
-            ceps = _cell(m.get("CEPS")) if m.get("CEPS") is not None else "pending"
+            ceps = (_cell(m.get("CEPS")) if m.get("CEPS") is not None else
+                    "pending" if m.get("pending") else "-")
             out.append(f"<tr><td class='l'>{esc(agent)}</td>{cells}<td>{ceps}</td>"
                        f"<td>{m['decisions']}</td><td>{m['pending']}</td>"
                        f"<td>{m['failed']}</td></tr>")

@@ -48,6 +48,8 @@ SIGNAL_THRESHOLD = 0.2
 HORIZON = 5
 #: Daily closes before the decision that make up the lookback window.
 LOOKBACK = 60
+#: Iteration cap of the maximum-Sharpe solver.
+MAX_SHARPE_ITERATIONS = 100_000
 #: Annual risk-free rate of the maximum-Sharpe reference.
 RISK_FREE = 0.04
 YEAR_DAYS = 252
@@ -89,38 +91,61 @@ def s5_score(answer: Mapping[str, Any], truth: Mapping[str, Any]) -> float:
     return 0.5 * d + 0.5 * min(1.0, max(0.0, 1.0 - sum(errs) / 2.0))
 
 
+def project_hyperplane_orthant(z: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Return the Euclidean projection of ``z`` on ``{y >= 0, e'y = 1}`` (some ``e_i > 0``).
+
+    The projection is ``max(z + t e, 0)`` for the ``t`` where ``g(t) = e'max(z + t e, 0)``, a
+    nondecreasing piecewise-linear function, equals 1: found exactly between its breakpoints.
+    """
+    nz = e != 0.0
+    bps = np.unique(-z[nz] / e[nz])
+
+    vals = np.maximum(z[None, :] + bps[:, None] * e[None, :], 0.0) @ e
+    k = int(np.searchsorted(vals, 1.0))
+    if k == len(bps):  # past the last breakpoint: slope from the assets with e_i > 0
+        slope = float(np.sum(e[e > 0.0] ** 2))
+        t = float(bps[-1]) + (1.0 - vals[-1]) / slope
+    elif k == 0 or vals[k] == vals[k - 1]:
+        t = float(bps[k])
+    else:
+        t0, t1 = float(bps[k - 1]), float(bps[k])
+        t = t0 + (1.0 - vals[k - 1]) * (t1 - t0) / (vals[k] - vals[k - 1])
+    return np.maximum(z + t * e, 0.0)
+
+
 def max_sharpe(mu: np.ndarray, cov: np.ndarray, rf: float) -> np.ndarray | None:
     """Return the long-only weights of greatest ``(w'mu - rf) / sqrt(w'cov w)`` (None when no
     portfolio has a positive excess return: cash is better).
 
     Solved as ``min y'cov y`` subject to ``(mu - rf)'y = 1, y >= 0`` (then ``w = y / sum y``)
-    by projected gradient on that set.
+    over every asset (one with a negative excess return may still hedge), by accelerated
+    projected gradient (FISTA with restarts) and the exact projection on that set.
     """
     ex = mu - rf
     if mu.size == 0 or float(np.max(ex)) <= 0.0:
         return None
-    pos = ex > 0
-    e, c = ex[pos], cov[np.ix_(pos, pos)]
+    # solve in y = d * u, d = 1 / sigma (a diagonal preconditioner: same optimum, far fewer
+    # iterations when volatilities differ by orders of magnitude, as cash against crypto)
+    sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    d = np.where(sd > 0.0, 1.0 / np.where(sd > 0.0, sd, 1.0), 1.0)
+    c, e = cov * np.outer(d, d), ex * d
     lam = float(np.max(np.linalg.eigvalsh(c))) or 1.0
-    y = np.full(e.size, 1.0 / e.sum())
-    for _ in range(20_000):
-        z = y - (c @ y) / lam
-        # project on {e'y = 1, y >= 0}: bisection on the multiplier
-        lo, hi = -1e6, 1e6
-        for _ in range(100):
-            t = 0.5 * (lo + hi)
-            if float(e @ np.maximum(z + t * e, 0.0)) > 1.0:
-                hi = t
-            else:
-                lo = t
-        nxt = np.maximum(z + 0.5 * (lo + hi) * e, 0.0)
-        if float(np.max(np.abs(nxt - y))) <= 1e-12 * max(1.0, float(np.max(y))):
+    start = np.where(e > 0.0, 1.0, 0.0)
+    y = start / float(e @ start)
+    v, tk = y.copy(), 1.0
+    for _ in range(MAX_SHARPE_ITERATIONS):
+        nxt = project_hyperplane_orthant(v - (c @ v) / lam, e)
+        if float(np.max(np.abs(nxt - y))) <= 1e-13 * max(1.0, float(np.max(y))):
             y = nxt
             break
-        y = nxt
-    w = np.zeros(mu.size)
-    w[pos] = y / y.sum()
-    return w
+        t1 = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * tk * tk))
+        if float((v - nxt) @ (nxt - y)) > 0.0:  # momentum points uphill: restart
+            t1, v = 1.0, nxt.copy()
+        else:
+            v = nxt + ((tk - 1.0) / t1) * (nxt - y)
+        y, tk = nxt, t1
+    w = y * d
+    return w / w.sum()
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,16 +329,24 @@ def summarise(rows: Sequence[StageScores]) -> dict[str, Any]:
     return out
 
 
+def stage_cell(m: Mapping[str, Any], key: str) -> str:
+    """Return the text of one mean of :func:`summarise` (``key`` a stage or ``CEPS``): the
+    number, ``pending`` while decisions wait for their horizon, else ``-`` (none scored)."""
+    x = m.get(key)
+    if isinstance(x, float) and math.isfinite(x):
+        return f"{x:.3f}"
+    waiting = m.get("pending" if key == "CEPS" else f"{key}_pending", 0)
+    return "pending" if waiting else "-"
+
+
 def format_table(by_agent: Mapping[str, Sequence[StageScores]]) -> str:
     """Return one line per agent: S1..S5, CEPS, decisions, pending and failed counts."""
-    def num(x: Any) -> str:
-        return f"{x:.3f}" if isinstance(x, float) else "pending"
 
     lines = [f"{'agent':<20}" + "".join(f"{s:>9}" for s in (*STAGES, "CEPS"))
              + f"{'decisions':>11}{'pending':>9}{'failed':>8}"]
     for agent, rows in sorted(by_agent.items()):
         m = summarise(rows)
-        lines.append(f"{agent:<20}" + "".join(f"{num(m[s]):>9}" for s in (*STAGES, "CEPS"))
+        lines.append(f"{agent:<20}" + "".join(f"{stage_cell(m, s):>9}" for s in (*STAGES, "CEPS"))
                      + f"{m['decisions']:>11}{m['pending']:>9}{m['failed']:>8}")
     return "\n".join(lines)
 
@@ -324,6 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--db", required=True)
     p.add_argument("--horizon", type=int, default=HORIZON, help="daily closes after a decision")
     args = p.parse_args(argv)
+    if args.horizon < 1:
+        p.error(f"--horizon must be at least 1 daily close, got {args.horizon}")
     try:
         by_agent = score_store(args.db, horizon=args.horizon)
     except (sqlite3.Error, OSError) as exc:

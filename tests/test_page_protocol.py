@@ -78,8 +78,9 @@ def test_agent_view_shows_stage_scores_gate_and_run_group(arena: pb.Arena, brows
     cells = browser.execute_script(
         "return Object.fromEntries([...document.querySelectorAll('#portbench-scores td')]"
         ".map((td) => [td.dataset.field, td.innerText.trim()]))")
-    assert cells["failed"] == "3" and cells["decisions"] == "3" and cells["CEPS"] == "pending"
-    assert cells["S1"] == "pending (0)"  # failed workflows are not pending
+    # failed workflows are not pending: nothing scored, nothing waiting
+    assert cells["failed"] == "3" and cells["decisions"] == "3" and cells["CEPS"] == "-"
+    assert cells["S1"] == "-"
     gate = browser.execute_script("return document.getElementById('stress-gate').innerText")
     assert "conservative" in gate and "10.00%" in gate
     browser.get(arena.url + "/agent/ew")

@@ -167,3 +167,29 @@ def test_agents_take_the_markets_asset_classes_unless_given() -> None:
     })
     assert cfg.agents[0].asset_classes == {"SPY": "equities", "TLT": "bonds"}
     assert cfg.agents[1].asset_classes == {"SPY": "bonds"}
+
+
+def test_returns_panel_counts_a_previous_days_latest_price_as_its_close() -> None:
+    """On daily bars the latest price is yesterday's close (no tick of today yet): the rolling
+    window must end at it, as it does live where today's ticks have already moved it into the
+    history; an intraday price of the decision's own day is not a close."""
+    closes = [100.0, 101.0, 99.0]  # closes of the three sessions before the decision day
+    day0 = T - 4 * DAY
+    hist = {a: tuple(PricePoint(day0 + i * DAY, p * k) for i, p in enumerate(closes[:2]))
+            for a, k in (("A", 1.0), ("B", 2.0))}
+    yesterday = {a: PricePoint(day0 + 2 * DAY, closes[2] * k) for a, k in (("A", 1.0), ("B", 2.0))}
+    obs = Observation(
+        agent="b", market="equity", decision_ts=T, assets=("A", "B"), prices=yesterday,
+        history=hist, holdings={}, cash=1000.0, value=1000.0, initial_value=1000.0,
+        weights={CASH: 1.0},
+    )
+    rets = returns_panel(obs, ("A", "B"), window=60)
+    assert rets[:, 0] == pytest.approx([0.01, 99.0 / 101.0 - 1.0])
+    # the same price stamped on the decision's day stays out (an intraday price, not a close)
+    today = {a: PricePoint(T - 60, p.price) for a, p in yesterday.items()}
+    intraday = Observation(
+        agent="b", market="equity", decision_ts=T, assets=("A", "B"), prices=today,
+        history=hist, holdings={}, cash=1000.0, value=1000.0, initial_value=1000.0,
+        weights={CASH: 1.0},
+    )
+    assert returns_panel(intraday, ("A", "B"), window=60)[:, 0] == pytest.approx([0.01])

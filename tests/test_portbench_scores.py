@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -94,14 +95,21 @@ def test_scores_after_the_horizon() -> None:
     # v* = (1, 0, -0.5): S1 = 1 - 0.9 / 6; signals truth buy / hold / sell: S2 = 2/3.
     assert sc.scores["S1"] == pytest.approx(0.85)
     assert sc.scores["S2"] == pytest.approx(2 / 3)
-    # Buys SPY, TLT; only SPY beats the risk-free rate: w* = SPY 100 %.
-    # s_acc = 1 - (0.4 + 0.3 + 0.1) / 2 = 0.6; turnover to w* 0.5 vs 0.4 executed: S4 = 0.8.
+    # Buys SPY, TLT; only SPY beats the risk-free rate, but TLT moved against SPY over the
+    # lookback: the tangency portfolio holds both (w* from every support, independently).
     past = np.array([[p for _, p in closes(0)[a]] for a in ("SPY", "TLT", "GLD")]).T
     hist = past[1:] / past[:-1] - 1.0
+    fut = np.array([[p for _, p in closes(5)[a][5:]] for a in ("SPY", "TLT")]).T
+    mu = (fut[1:] / fut[:-1] - 1.0).mean(axis=0)
+    cov = np.cov(hist[:, :2], rowvar=False, ddof=1)
+    w_star = _tangency_by_supports(mu, cov, 0.04 / 252, weights=True)
+    assert 0.0 < w_star[1] < 1.0  # the hedge gets weight
+    s_acc = 1.0 - (abs(0.6 - w_star[0]) + abs(0.3 - w_star[1]) + 0.1) / 2.0
     corr = diversification_from_returns({"SPY": 0.6, "TLT": 0.3, "GLD": 0.0}, CLASSES, hist,
                                         ["SPY", "TLT", "GLD"])["s_corr"]
-    assert sc.scores["S3"] == pytest.approx(0.5 * 0.6 + 0.5 * corr)
-    assert sc.scores["S4"] == pytest.approx(0.8)
+    assert sc.scores["S3"] == pytest.approx(0.5 * s_acc + 0.5 * corr)
+    tau_star = abs(w_star[0] - 0.5) + w_star[1]  # from SPY 50 % / CASH 50 % to w*
+    assert sc.scores["S4"] == pytest.approx(1.0 - abs(0.4 - tau_star) / max(0.4, tau_star))
     s = [sc.scores[k] for k in ("S1", "S2", "S3", "S4", "S5")]
     assert sc.ceps == pytest.approx(ceps(s))
     m = summarise([sc, score_decision(SUMMARY, T + 3 * DAY, closes(5), CLASSES, horizon=5)])
@@ -123,3 +131,80 @@ def test_failed_workflow_is_not_pending() -> None:
     assert sc.failed and not sc.pending and sc.scores["S1"] is None
     m = summarise([sc])
     assert (m["pending"], m["failed"], m["S1_pending"]) == (0, 1, 0)
+
+
+def _tangency_by_supports(mu: np.ndarray, cov: np.ndarray, rf: float, weights: bool = False
+                          ) -> Any:
+    """Return the best long-only Sharpe ratio (or its weights) by trying every support (exact,
+    small n)."""
+    import itertools
+
+    ex = mu - rf
+    best = -math.inf
+    best_w = np.zeros(mu.size)
+    for k in range(1, mu.size + 1):
+        for sub in itertools.combinations(range(mu.size), k):
+            idx = list(sub)
+            x = np.linalg.solve(cov[np.ix_(idx, idx)], ex[idx])
+            if (x < 0).any() or x.sum() <= 0:
+                continue
+            w = np.zeros(mu.size)
+            w[idx] = x / x.sum()
+            sharpe = float(w @ ex / np.sqrt(w @ cov @ w))
+            if sharpe > best:
+                best, best_w = sharpe, w
+    return best_w if weights else best
+
+
+def test_max_sharpe_reaches_the_optimum_on_an_ill_conditioned_window() -> None:
+    """A covariance from a short window of the PortBench sample (one near-riskless asset):
+    the solver must reach the tangency portfolio, not stop at its iteration cap short of it."""
+    mu = np.array([0.00018224071746217874, -0.0008657879146676706, 0.002079777621389378,
+                   -0.0005198419524386378, 0.0007235209889710382])
+    cov = np.array([
+        [3.941326433263322e-09, 2.9571226776544304e-07, -2.9895216312785695e-07,
+         8.133509584983047e-08, -1.889575697737731e-07],
+        [2.9571226776544304e-07, 9.330575321986933e-05, 2.8815240550213782e-05,
+         -1.142490259066771e-05, 5.292981021639268e-05],
+        [-2.9895216312785695e-07, 2.8815240550213782e-05, 6.164196641928584e-05,
+         -2.0502666205469847e-05, 6.035858289339336e-05],
+        [8.133509584983047e-08, -1.142490259066771e-05, -2.0502666205469847e-05,
+         1.3089426100677885e-05, -2.3706039356955347e-05],
+        [-1.889575697737731e-07, 5.292981021639268e-05, 6.035858289339336e-05,
+         -2.3706039356955347e-05, 8.047521261245507e-05],
+    ])
+    rf = 0.04 / 252
+    w = max_sharpe(mu, cov, rf)
+    assert w is not None and w.min() >= 0 and w.sum() == pytest.approx(1.0)
+    got = float(w @ (mu - rf) / np.sqrt(w @ cov @ w))
+    assert got == pytest.approx(_tangency_by_supports(mu, cov, rf), abs=1e-9)
+
+
+def test_an_agent_whose_workflows_all_failed_is_not_shown_pending() -> None:
+    """Nothing waits for a horizon when every workflow failed: the tables say so, not
+    'pending' (which would suggest scores are on their way)."""
+    from scoring.board_extras import extras_html, portbench_lines
+
+    failed = [score_decision({"protocol": "portbench", "failed_step": "views"}, T + i * DAY,
+                             closes(5), CLASSES) for i in range(3)]
+    row = format_table({"pb": failed}).splitlines()[1]
+    assert "pending" not in row and row.split()[-3:] == ["3", "0", "3"]
+    m = summarise(failed)
+    line = portbench_lines({"pb": m})[-1]
+    assert "pending" not in line
+    html = extras_html({"portbench": {"pb": m}})
+    assert "pending (" not in html and "<td>pending</td>" not in html
+    # a stage still waiting is shown pending, with its count in the HTML
+    early = [score_decision(SUMMARY, T, closes(3), CLASSES, horizon=5)]
+    assert "pending" in format_table({"pb": early}).splitlines()[1]
+    assert "pending (1)" in extras_html({"portbench": {"pb": summarise(early)}})
+
+
+def test_cli_refuses_a_horizon_below_one(tmp_path: Any, capsys: Any) -> None:
+    from scoring.portbench_scores import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--db", str(tmp_path / "x.db"), "--horizon", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--horizon" in err[-1]

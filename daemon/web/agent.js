@@ -136,14 +136,15 @@
     const gate = ((board && board.stress_gate) || {})[agent];
     const groups = ((board && board.run_groups) || []).filter((g) => (g.agents || []).includes(agent));
     section.hidden = !(pb || gate || groups.length);
-    const score = (x) => (finite(x) ? num(x, 3) : "pending");
+    // a mean that is not a number: pending while decisions wait for their horizon, else "-"
+    const score = (x, waiting) => (finite(x) ? num(x, 3) : waiting ? "pending" : "-");
     if (pb) {
       const stages = ["S1", "S2", "S3", "S4", "S5"];
       root.append(el("table", {id: "portbench-scores"},
         el("thead", {}, el("tr", {}, ...[...stages, "CEPS", "decisions", "pending", "failed"].map((h) => el("th", {}, h)))),
         el("tbody", {}, el("tr", {},
-          ...stages.map((s) => el("td", {class: "num", "data-field": s}, finite(pb[s]) ? num(pb[s], 3) : `pending (${pb[`${s}_pending`] || 0})`)),
-          el("td", {class: "num", "data-field": "CEPS"}, score(pb.CEPS)),
+          ...stages.map((s) => el("td", {class: "num", "data-field": s}, finite(pb[s]) ? num(pb[s], 3) : pb[`${s}_pending`] ? `pending (${pb[`${s}_pending`]})` : "-")),
+          el("td", {class: "num", "data-field": "CEPS"}, score(pb.CEPS, pb.pending)),
           el("td", {class: "num", "data-field": "decisions"}, pb.decisions),
           el("td", {class: "num", "data-field": "pending"}, pb.pending),
           el("td", {class: "num", "data-field": "failed"}, pb.failed)))),
