@@ -98,6 +98,13 @@ def validate_code(code: str) -> str:
         elif isinstance(node, ast.Name) and (node.id.startswith("__")
                                              or node.id in FORBIDDEN_NAMES):
             raise InvalidStrategy(f"name {node.id!r} is not allowed{where}")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and (
+                node.name.startswith("__")):
+            raise InvalidStrategy(f"dunder definition {node.name!r} is not allowed{where}")
+        elif isinstance(node, ast.arg | ast.keyword) and (node.arg or "").startswith("__"):
+            raise InvalidStrategy(f"dunder argument {node.arg!r} is not allowed{where}")
+        elif isinstance(node, ast.alias) and (node.asname or "").startswith("__"):
+            raise InvalidStrategy(f"dunder name {node.asname!r} is not allowed{where}")
         elif isinstance(node, ast.Global | ast.Nonlocal):
             raise InvalidStrategy(f"global state is not allowed: the strategy is stateless{where}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
@@ -218,6 +225,9 @@ class StrategyWorker:
             raise SandboxError(f"timed out after {timeout:g}s (worker killed)") from None
         except (ConnectionError, BrokenPipeError):
             line = b""
+        except ValueError:  # a line over the stream limit: not an answer of the protocol
+            await self.close()
+            raise SandboxError("the worker sent an answer over 1 MiB (worker killed)") from None
         if not line:
             code = await self._reap()
             raise SandboxError(f"the worker died ({_exit_text(code)})")

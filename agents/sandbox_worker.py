@@ -13,10 +13,14 @@ Requests:
   (the strategy is stateless: module-level objects do not carry over between calls).
 
 Before reading any request it imports the allowed libraries, then lowers its resource limits
-(address space, file size 0, open files, processes) and installs an audit hook that refuses
-sockets, subprocesses, writes, deletions, ``ctypes``, limit changes and introspection of the
-garbage collector. CPU time is limited per request: the soft ``RLIMIT_CPU`` is moved to the CPU
-time used so far plus the per-request budget before each request (SIGXCPU ends the process).
+(address space, file size 0, open files, processes) and installs an audit hook (``make_guard``)
+that refuses sockets, subprocesses, writes, deletions, ``ctypes``, threads, limit changes,
+introspection of the garbage collector and reading files outside Python's and the libraries'
+own directories. The hook has no "trusted" state: from its installation on it applies to the
+worker's own code as well, so strategy code that runs at unexpected moments (an exception's
+message, a finalizer, a thread) gains nothing. CPU time is limited per request: the soft
+``RLIMIT_CPU`` is moved to the CPU time used so far plus the per-request budget before each
+request (SIGXCPU ends the process).
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ _DENIED_PREFIXES = (
     "os.forkpty", "os.kill", "os.killpg", "os.remove", "os.unlink", "os.rename", "os.rmdir",
     "os.mkdir", "os.chmod", "os.chown", "os.truncate", "os.symlink", "os.link", "os.putenv",
     "os.unsetenv", "os.chdir", "os.setuid", "shutil.", "ctypes.", "resource.", "gc.",
-    "sys.settrace", "sys.setprofile", "sys._getframe", "builtins.input", "pty.", "fcntl.",
+    "sys.settrace", "sys.setprofile", "builtins.input", "pty.", "fcntl.",
     "mmap.", "urllib.", "http.", "ftplib.", "smtplib.", "telnetlib.", "webbrowser.",
+    "_thread.start_new_thread", "sys.addaudithook",
 )
 _DENIED_IMPORTS = frozenset({
     "socket", "_socket", "subprocess", "_posixsubprocess", "ctypes", "_ctypes", "multiprocessing",
@@ -45,31 +50,72 @@ _DENIED_IMPORTS = frozenset({
     "shutil", "tempfile", "resource", "signal", "threading", "_thread", "importlib",
 })
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+#: Read-only data the libraries may open besides their own files (time zones).
+_EXTRA_READ_ROOTS = ("/usr/share/zoneinfo",)
 
 
-class _Guard:
-    """The audit hook: everything is allowed while :attr:`trusted` (the worker's own code)."""
+def read_roots() -> tuple[str, ...]:
+    """Return the directories files may be read from: Python's and the libraries' own."""
+    import numpy
+    import pandas as pd  # type: ignore[import-untyped]
 
-    def __init__(self) -> None:
-        self.trusted = True
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+            os.path.dirname(os.path.dirname(numpy.__file__)),
+            os.path.dirname(os.path.dirname(pd.__file__)), *_EXTRA_READ_ROOTS}
+    dirs.update(p for p in sys.path if os.path.isabs(p) and os.path.isdir(p))
+    return tuple(sorted({os.path.realpath(d) for d in dirs}))
 
-    def __call__(self, event: str, args: tuple[Any, ...]) -> None:
-        if self.trusted:
-            return
+
+def make_guard(roots: tuple[str, ...], cpu_s: float) -> Any:
+    """Return the audit hook of the worker (see the module doc).
+
+    It is installed once the worker's own setup is done and then applies to everything the
+    process runs, with no switch and no state a strategy could change: exception messages,
+    finalizers, threads or frames reached by the strategy run under the same rules. It refuses
+    sockets, subprocesses, forks, signals to other processes, file writes, deletions,
+    ``ctypes``, threads, directory listings, imports of networking and process modules, and
+    reading any file outside ``roots`` (so neither the daemon's files nor
+    ``/proc/<pid>/environ`` can be read). The worker's own per-request ``RLIMIT_CPU`` move
+    is the one limit change allowed: soft CPU time up to the time used plus ``cpu_s`` + 2 s.
+    """
+    cpu_res = resource.RLIMIT_CPU
+    prefixes = tuple(r.rstrip("/") + "/" for r in roots)
+
+    def guard(event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
-            mode = args[1] if len(args) > 1 else None
-            flags = args[2] if len(args) > 2 else 0
-            if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                    isinstance(flags, int) and flags & _WRITE_FLAGS):
-                raise PermissionError(f"sandbox: writing files is not allowed ({args[0]!r})")
+            _check_open(args, roots, prefixes)
             return
         if event == "import":
-            top = str(args[0]).split(".")[0]
-            if top in _DENIED_IMPORTS:
+            if str(args[0]).split(".")[0] in _DENIED_IMPORTS:
                 raise ImportError(f"sandbox: import of {args[0]} is not allowed")
             return
+        if event == "resource.setrlimit" and len(args) == 2 and args[0] == cpu_res:
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            soft = args[1][0] if isinstance(args[1], tuple) and args[1] else -1
+            if isinstance(soft, int) and 0 <= soft <= used.ru_utime + used.ru_stime + cpu_s + 2:
+                return
         if event.startswith(_DENIED_PREFIXES):
             raise PermissionError(f"sandbox: {event} is not allowed")
+
+    return guard
+
+
+def _check_open(args: tuple[Any, ...], roots: tuple[str, ...], prefixes: tuple[str, ...]
+                ) -> None:
+    path, mode = args[0], args[1] if len(args) > 1 else None
+    flags = args[2] if len(args) > 2 else 0
+    if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and flags & _WRITE_FLAGS):
+        raise PermissionError(f"sandbox: writing files is not allowed ({path!r})")
+    if isinstance(path, int):
+        return  # an already open descriptor
+    try:
+        name = os.fsdecode(path)
+    except (TypeError, ValueError):
+        raise PermissionError("sandbox: opening that is not allowed") from None
+    real = os.path.realpath(name) if os.path.isabs(name) else ""
+    if not real or not (real in roots or real.startswith(prefixes)):
+        raise PermissionError(f"sandbox: reading {name[:120]!r} is not allowed")
 
 
 def _limit(which: int, value: int) -> None:
@@ -149,12 +195,12 @@ def main() -> int:
     _limit(resource.RLIMIT_NOFILE, int(limits["nofile"]))
     _limit(resource.RLIMIT_NPROC, 0)
     cpu_s = float(limits["cpu_s"])
-    guard = _Guard()
-    sys.addaudithook(guard)
+    # From here on the hook applies to everything, the worker's own code included: no
+    # reference to it is kept, and it has no switch (see make_guard).
+    sys.addaudithook(make_guard(read_roots(), cpu_s))
     code: Any = None
     stdin = sys.stdin
     while True:
-        guard.trusted = True
         line = stdin.readline()
         if not line:
             return 0
@@ -166,37 +212,44 @@ def main() -> int:
             req = json.loads(line)
             if req["op"] == "load":
                 code = compile(req["code"], "<strategy>", "exec")
-                guard.trusted = False
                 _load(code)
-                guard.trusted = True
                 answer: dict[str, Any] = {"ok": True}
             elif req["op"] == "bar":
                 results: dict[str, Any] = {}
                 for asset, bar in sorted(req["bars"].items()):
                     idx = pd.to_datetime(bar["ts"], unit="s", utc=True)
                     df = factors(pd.Series(bar["close"], index=idx, dtype="float64"))
-                    guard.trusted = False
-                    try:
-                        got = _load(code)(df)  # a fresh module per call: nothing carries over
-                        results[asset] = ({k: _number(v) for k, v in got.items()}
-                                          if isinstance(got, dict)
-                                          else {"error": f"returned {type(got).__name__},"
-                                                         " not a dict"})
-                    except BaseException as exc:
-                        guard.trusted = True
-                        if isinstance(exc, KeyboardInterrupt | SystemExit):
-                            exc = RuntimeError(f"{type(exc).__name__} raised")
-                        results[asset] = {"error": _describe(exc)}
-                    guard.trusted = True
+                    results[asset] = _call(code, df)
                 answer = {"ok": True, "results": results}
             else:
                 answer = {"ok": False, "error": f"unknown op {req.get('op')!r}"}
         except BaseException as exc:
-            guard.trusted = True
             answer = {"ok": False, "error": _describe(exc)}
-        guard.trusted = True
         out.write(json.dumps(answer) + "\n")
         out.flush()
+
+
+def _call(code: Any, df: Any) -> dict[str, Any]:
+    """Return the strategy's answer for one frame: only ``signal`` and ``position``, or error.
+
+    Each call starts from a fresh run of the code's top level (nothing carries over).
+    """
+    try:
+        got = _load(code)(df)
+        if not isinstance(got, dict):
+            return {"error": f"returned {_type_name(got)}, not a dict"}
+        return {k: _number(got[k]) for k in ("signal", "position") if k in got}
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            return {"error": f"{_type_name(exc)} raised"}
+        return {"error": _describe(exc)}
+
+
+def _type_name(x: Any) -> str:
+    try:
+        return str(type.__dict__["__name__"].__get__(type(x)))[:80]
+    except BaseException:
+        return "object"
 
 
 def _load(code: Any) -> Any:
@@ -212,14 +265,21 @@ def _load(code: Any) -> Any:
 
 
 def _describe(exc: BaseException) -> str:
-    """Return one line: the exception and the strategy line it came from, if any."""
-    where = ""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if frame.filename == "<strategy>":
-            where = f" (strategy line {frame.lineno})"
-            break
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return (text[:300] + where)
+    """Return one line: the exception and the strategy line it came from, if any.
+
+    The exception is the strategy's object: its message may run strategy code, which runs
+    under the audit hook like any other (and any failure of it is itself described plainly).
+    """
+    try:
+        where = ""
+        for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+            if frame.filename == "<strategy>":
+                where = f" (strategy line {frame.lineno})"
+                break
+        text = " ".join(f"{_type_name(exc)}: {exc}"[:2000].split())
+        return str(text[:300] + where)
+    except BaseException:
+        return f"{_type_name(exc)} (its message could not be read)"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,185 @@
+"""Hostile strategies that pass (or nearly pass) validation and try to leave the sandbox.
+
+Each runs in a real worker process. A strategy that tries an escape must not get it: no marker
+file appears, no secret comes back in an answer, and the daemon side only ever sees a recorded
+failure (a per-stock error or a :class:`SandboxError`), never another exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agents.sandbox import (
+    InvalidStrategy,
+    SandboxError,
+    SandboxLimits,
+    StrategyWorker,
+    check_result,
+    validate_code,
+)
+
+BARS = {"AAPL": {"ts": [86_400.0 * i for i in range(8)],
+                 "close": [10.0, 11, 12, 13, 14, 15, 16, 17]}}
+LIMITS = SandboxLimits(memory_mb=1024, cpu_s=3.0, timeout_s=6.0)
+OK = "    return {'signal': 1, 'position': 1.0}\n"
+
+
+async def run(code: str, bars: int = 1) -> list[dict[str, object] | SandboxError]:
+    """Run ``code`` (not validated: the runtime layers are under test) for ``bars`` bars."""
+    w = StrategyWorker(code, LIMITS)
+    out: list[dict[str, object] | SandboxError] = []
+    try:
+        for _ in range(bars):
+            try:
+                out.append(await w.run_bar(BARS))
+            except SandboxError as exc:
+                out.append(exc)
+    finally:
+        await w.close()
+    return out
+
+
+def touch(marker: Path) -> str:
+    return f"pd.io.common.os.system('touch {marker}')"
+
+
+async def test_an_exception_message_runs_no_trusted_code(tmp_path: Path) -> None:
+    # __str__ is built with a computed name, which no AST check can see.
+    marker = tmp_path / "str"
+    code = ("import pandas as pd\n\n"
+            "def _s(self):\n"
+            f"    {touch(marker)}\n"
+            "    return 'boom'\n\n"
+            "E = type('E', (Exception,), {'_' * 2 + 'str' + '_' * 2: _s})\n\n"
+            "def generate_signal(df):\n    raise E()\n")
+    got = await run(code)
+    assert not marker.exists()
+    assert isinstance(got[0], dict) and "AAPL" in got[0]
+
+
+async def test_a_finalizer_runs_no_trusted_code(tmp_path: Path) -> None:
+    marker = tmp_path / "del"
+    code = ("import pandas as pd\n\n"
+            "def _d(self):\n"
+            f"    {touch(marker)}\n\n"
+            "D = type('D', (), {'_' * 2 + 'del' + '_' * 2: _d})\n\n"
+            "def generate_signal(df):\n"
+            "    for _ in range(50):\n"
+            "        a = D()\n"
+            "        a.me = a\n" + OK)
+    await run(code, bars=3)
+    assert not marker.exists()
+
+
+async def test_walking_frames_to_the_worker_gains_nothing(tmp_path: Path) -> None:
+    marker = tmp_path / "frame"
+    code = ("import pandas as pd\n\n"
+            "def generate_signal(df):\n"
+            "    box = []\n"
+            "    def g():\n"
+            "        f = box[0].gi_frame.f_back\n"
+            "        while f is not None:\n"
+            "            for v in list(f.f_locals.values()):\n"
+            "                if hasattr(v, 'trusted'):\n"
+            "                    v.trusted = True\n"
+            "            f = f.f_back\n"
+            "        yield 1\n"
+            "    box.append(g())\n"
+            "    try:\n"
+            "        next(box[0])\n"
+            "    except Exception:\n"
+            "        pass\n"
+            f"    {touch(marker)}\n" + OK)
+    await run(code)
+    assert not marker.exists()
+
+
+async def test_files_outside_the_libraries_and_the_daemon_environment_are_not_read(
+        tmp_path: Path) -> None:
+    secret = tmp_path / "provider.env"
+    secret.write_text("OPENAI_API_KEY=sk-verifier-secret\n")
+    for read in (f"pd.read_csv({str(secret)!r}).to_string()",
+                 f"np.fromfile({str(secret)!r}, dtype=np.uint8).tobytes().decode()",
+                 "open_ = pd.io.common.os.open; pd.io.common.os.read("
+                 "open_('/proc/%d/environ' % pd.io.common.os.getppid(), 0), 65536).decode()"):
+        code = ("import numpy as np\nimport pandas as pd\n\n"
+                "def generate_signal(df):\n"
+                f"    text = {read}\n" if "open_" not in read else
+                "import numpy as np\nimport pandas as pd\n\n"
+                "def generate_signal(df):\n"
+                f"    {read.split('; ')[0]}\n    text = {read.split('; ')[1]}\n")
+        code += "    raise ValueError('LEAK ' + text[:250])\n"
+        got = await run(code)
+        assert isinstance(got[0], dict)
+        err = str(got[0]["AAPL"])
+        assert "LEAK" not in err and "sk-verifier-secret" not in err, (read, err)
+
+
+async def test_a_huge_answer_is_cut_to_the_contract() -> None:
+    code = ("def generate_signal(df):\n"
+            "    out = {str(i): 1.0 for i in range(400_000)}\n"
+            "    out.update(signal=1, position=0.5)\n"
+            "    return out\n")
+    got = await run(code)
+    assert isinstance(got[0], dict)
+    assert got[0]["AAPL"] == {"signal": 1.0, "position": 0.5}
+
+
+async def test_bytes_forced_into_the_answer_pipe_fail_the_bar_only() -> None:
+    code = ("import pandas as pd\n\n"
+            "def generate_signal(df):\n"
+            "    for fd in range(3, 30):\n"
+            "        try:\n"
+            "            pd.io.common.os.write(fd, b'x' * (3 << 20))\n"
+            "        except Exception:\n"
+            "            pass\n" + OK)
+    got = await run(code, bars=2)
+    for g in got:  # each bar fails as a whole, and the next bar starts a new worker
+        assert isinstance(g, SandboxError) and "worker killed" in str(g)
+
+
+async def test_fork_is_refused_and_the_worker_lives_on() -> None:
+    code = ("import pandas as pd\n\n"
+            "def generate_signal(df):\n"
+            "    while True:\n"
+            "        pd.io.common.os.fork()\n")
+    got = await run(code, bars=2)
+    for g in got:
+        assert isinstance(g, dict)
+        with pytest.raises(ValueError, match=r"os\.fork is not allowed"):
+            check_result(g["AAPL"])
+
+
+@pytest.mark.parametrize("code", [
+    "class E(Exception):\n    def __str__(self):\n        return ''\n"
+    "def generate_signal(df):\n    raise E()\n",
+    "class D:\n    def __del__(self):\n        pass\n"
+    "def generate_signal(df):\n    return {}\n",
+    "def generate_signal(df, __x=1):\n    return {}\n",
+    "def generate_signal(df):\n    return dict(__x=1)\n",
+])
+def test_dunder_definitions_are_refused_in_one_line(code: str) -> None:
+    with pytest.raises(InvalidStrategy, match="not allowed") as info:
+        validate_code(code)
+    assert "\n" not in str(info.value)
+
+
+async def test_the_event_loop_keeps_running_during_hostile_bars() -> None:
+    gaps: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def tick() -> None:
+        last = loop.time()
+        while True:
+            await asyncio.sleep(0.01)
+            now = loop.time()
+            gaps.append(now - last)
+            last = now
+
+    t = asyncio.create_task(tick())
+    await run("def generate_signal(df):\n    return {str(i): 1.0 for i in range(400_000)}\n")
+    t.cancel()
+    assert gaps and max(gaps) < 0.5
