@@ -73,49 +73,103 @@ def make_guard(roots: tuple[str, ...], cpu_s: float) -> Any:
     process runs, with no switch and no state a strategy could change: exception messages,
     finalizers, threads or frames reached by the strategy run under the same rules. It refuses
     sockets, subprocesses, forks, signals to other processes, file writes, deletions,
-    ``ctypes``, threads, directory listings, imports of networking and process modules, and
-    reading any file outside ``roots`` (so neither the daemon's files nor
-    ``/proc/<pid>/environ`` can be read). The worker's own per-request ``RLIMIT_CPU`` move
-    is the one limit change allowed: soft CPU time up to the time used plus ``cpu_s`` + 2 s.
+    ``ctypes``, threads, imports of networking and process modules, and reading any file
+    outside ``roots`` (so neither the daemon's files nor ``/proc/<pid>/environ`` can be read).
+    The worker's own per-request ``RLIMIT_CPU`` move is the one limit change allowed: soft CPU
+    time up to the time used plus ``cpu_s`` + 2 s.
+
+    Everything the hook uses is bound here, at creation: when called it looks up no global,
+    builtin or module attribute (strategy code can rebind ``os.path.realpath``, the worker's
+    globals through a frame, or builtins), and it resolves paths itself with ``os.lstat`` and
+    ``os.readlink`` taken now. Paths must be exact ``str`` or ``bytes`` (or a descriptor), so a
+    path object cannot name one file to the hook and another to ``open``.
     """
-    cpu_res = resource.RLIMIT_CPU
+    denied_prefixes, denied_imports, write_flags = (
+        tuple(_DENIED_PREFIXES), frozenset(_DENIED_IMPORTS), int(_WRITE_FLAGS))
+    cpu_res, getrusage, rusage_self = resource.RLIMIT_CPU, resource.getrusage, \
+        resource.RUSAGE_SELF
+    lstat, readlink = os.lstat, os.readlink
+    root_set = frozenset(roots)
     prefixes = tuple(r.rstrip("/") + "/" for r in roots)
+    type_, str_, bytes_, int_, tuple_, len_ = type, str, bytes, int, tuple, len
+    perm, import_error, os_error = PermissionError, ImportError, OSError
+    fmt_mask, fmt_link = 0o170000, 0o120000
+
+    def resolve(name: str) -> str | None:
+        """Return ``name`` absolute, without '.', '..' or symbolic links (None: refuse)."""
+        if not name.startswith("/") or "\x00" in name:
+            return None
+        todo = name.split("/")
+        todo.reverse()
+        parts: list[str] = []
+        links = 0
+        while todo:
+            c = todo.pop()
+            if c == "" or c == ".":
+                continue
+            if c == "..":
+                if parts:
+                    parts.pop()
+                continue
+            here = "/" + "/".join([*parts, c])
+            try:
+                mode = lstat(here).st_mode
+            except os_error:
+                parts.append(c)  # missing: the open fails by itself
+                continue
+            if mode & fmt_mask != fmt_link:
+                parts.append(c)
+                continue
+            links += 1
+            if links > 40:
+                return None
+            target = readlink(here)
+            if type_(target) is not str_:
+                return None
+            if target.startswith("/"):
+                parts = []
+            more = target.split("/")
+            more.reverse()
+            todo.extend(more)
+        return "/" + "/".join(parts)
 
     def guard(event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
-            _check_open(args, roots, prefixes)
+            path: Any = args[0] if len_(args) > 0 else None
+            mode = args[1] if len_(args) > 1 else None
+            flags = args[2] if len_(args) > 2 else 0
+            if mode is not None and (type_(mode) is not str_ or "w" in mode or "a" in mode
+                                     or "x" in mode or "+" in mode):
+                raise perm("sandbox: writing files is not allowed")
+            if type_(flags) is not int_ or flags & write_flags:
+                raise perm("sandbox: writing files is not allowed")
+            if type_(path) is int_:
+                return  # an already open descriptor
+            if type_(path) is bytes_:
+                name = path.decode("utf-8", "surrogateescape")
+            elif type_(path) is str_:
+                name = path
+            else:
+                raise perm("sandbox: open a path given as str or bytes")
+            real = resolve(name)
+            if real is None or not (real in root_set or real.startswith(prefixes)):
+                raise perm(f"sandbox: reading {name[:120]!r} is not allowed")
             return
         if event == "import":
-            if str(args[0]).split(".")[0] in _DENIED_IMPORTS:
-                raise ImportError(f"sandbox: import of {args[0]} is not allowed")
+            name = args[0] if len_(args) > 0 and type_(args[0]) is str_ else ""
+            if name.split(".")[0] in denied_imports:
+                raise import_error(f"sandbox: import of {name} is not allowed")
             return
-        if event == "resource.setrlimit" and len(args) == 2 and args[0] == cpu_res:
-            used = resource.getrusage(resource.RUSAGE_SELF)
-            soft = args[1][0] if isinstance(args[1], tuple) and args[1] else -1
-            if isinstance(soft, int) and 0 <= soft <= used.ru_utime + used.ru_stime + cpu_s + 2:
-                return
-        if event.startswith(_DENIED_PREFIXES):
-            raise PermissionError(f"sandbox: {event} is not allowed")
+        if event == "resource.setrlimit" and len_(args) == 2 and args[0] == cpu_res:
+            limits = args[1]
+            if type_(limits) is tuple_ and len_(limits) == 2 and type_(limits[0]) is int_:
+                used = getrusage(rusage_self)
+                if 0 <= limits[0] <= used.ru_utime + used.ru_stime + cpu_s + 2:
+                    return
+        if event.startswith(denied_prefixes):
+            raise perm(f"sandbox: {event} is not allowed")
 
     return guard
-
-
-def _check_open(args: tuple[Any, ...], roots: tuple[str, ...], prefixes: tuple[str, ...]
-                ) -> None:
-    path, mode = args[0], args[1] if len(args) > 1 else None
-    flags = args[2] if len(args) > 2 else 0
-    if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-            isinstance(flags, int) and flags & _WRITE_FLAGS):
-        raise PermissionError(f"sandbox: writing files is not allowed ({path!r})")
-    if isinstance(path, int):
-        return  # an already open descriptor
-    try:
-        name = os.fsdecode(path)
-    except (TypeError, ValueError):
-        raise PermissionError("sandbox: opening that is not allowed") from None
-    real = os.path.realpath(name) if os.path.isabs(name) else ""
-    if not real or not (real in roots or real.startswith(prefixes)):
-        raise PermissionError(f"sandbox: reading {name[:120]!r} is not allowed")
 
 
 def _limit(which: int, value: int) -> None:

@@ -183,3 +183,66 @@ async def test_the_event_loop_keeps_running_during_hostile_bars() -> None:
     await run("def generate_signal(df):\n    return {str(i): 1.0 for i in range(400_000)}\n")
     t.cancel()
     assert gaps and max(gaps) < 0.5
+
+
+async def test_rebinding_what_the_hook_could_use_changes_nothing(tmp_path: Path) -> None:
+    # Module attributes, the worker's globals (reached through a frame) and builtins are all
+    # mutable from strategy code; the hook must not look any of them up when it runs.
+    marker = tmp_path / "rebind"
+    secret = tmp_path / "provider.env"
+    secret.write_text("OPENAI_API_KEY=sk-verifier-secret\n")
+    code = ("import pandas as pd\n\n"
+            "def generate_signal(df):\n"
+            "    os = pd.io.common.os\n"
+            "    os.path.realpath = lambda p, **k: '/usr/lib/x'\n"
+            "    os.path.isabs = lambda p: True\n"
+            "    os.fsdecode = lambda p: '/usr/lib/x'\n"
+            "    os.path._joinrealpath = lambda *a: ('/usr/lib/x', True)\n"
+            "    box = []\n"
+            "    def g():\n"
+            "        f = box[0].gi_frame\n"
+            "        while f is not None:\n"
+            "            if '_DENIED_PREFIXES' in f.f_globals:\n"
+            "                f.f_globals['_DENIED_PREFIXES'] = ('nothing.',)\n"
+            "                f.f_globals['_DENIED_IMPORTS'] = frozenset()\n"
+            "                f.f_globals['_WRITE_FLAGS'] = 0\n"
+            "                f.f_globals['_check_open'] = lambda *a: None\n"
+            "            b = f.f_builtins\n"
+            "            b['PermissionError'] = ValueError\n"
+            "            b['any'] = lambda *a: False\n"
+            "            f = f.f_back\n"
+            "        yield 1\n"
+            "    box.append(g())\n"
+            "    next(box[0])\n"
+            "    out = []\n"
+            f"    for step in (lambda: os.system('touch {marker}'),\n"
+            f"                 lambda: open({str(secret)!r}).read(),\n"
+            f"                 lambda: os.read(os.open({str(secret)!r}, 0), 99).decode()):\n"
+            "        try:\n"
+            "            out.append(str(step()))\n"
+            "        except Exception as exc:\n"
+            "            out.append('refused')\n"
+            "    raise ValueError('|'.join(out))\n")
+    got = await run(code, bars=2)
+    assert not marker.exists()
+    for g in got:
+        assert isinstance(g, dict)
+        err = str(g["AAPL"])
+        assert "sk-verifier-secret" not in err and "refused|refused|refused" in err, err
+
+
+async def test_a_path_object_that_changes_its_mind_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "provider.env"
+    secret.write_text("OPENAI_API_KEY=sk-verifier-secret\n")
+    code = ("import pandas as pd\n\n"
+            "def _p(self):\n"
+            "    self.n += 1\n"
+            f"    return pd.__file__ if self.n == 1 else {str(secret)!r}\n\n"
+            "P = type('P', (), {'_' * 2 + 'fspath' + '_' * 2: _p})\n\n"
+            "def generate_signal(df):\n"
+            "    p = P()\n"
+            "    p.n = 0\n"
+            "    raise ValueError(open(p).read()[:60])\n")
+    got = await run(code)
+    assert isinstance(got[0], dict)
+    assert "sk-verifier-secret" not in str(got[0]["AAPL"]), got
