@@ -233,7 +233,7 @@ class StrategyWorker:
             raise SandboxError(f"the worker died ({_exit_text(code)})")
         try:
             answer = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # e.g. a strategy writing to the answer pipe
             await self.close()
             raise SandboxError("the worker sent garbage (worker killed)") from None
         return answer if isinstance(answer, dict) else {"ok": False, "error": "bad answer"}
@@ -250,7 +250,9 @@ class StrategyWorker:
         if not answer.get("ok"):
             raise SandboxError(str(answer.get("error", "failed")))
         results = answer.get("results")
-        return results if isinstance(results, dict) else {}
+        if not isinstance(results, dict):
+            return {}
+        return {a: results[a] for a in bars if a in results}  # only the stocks asked about
 
     async def _reap(self) -> int | None:
         proc, self.proc = self.proc, None

@@ -246,3 +246,30 @@ async def test_a_path_object_that_changes_its_mind_is_refused(tmp_path: Path) ->
     got = await run(code)
     assert isinstance(got[0], dict)
     assert "sk-verifier-secret" not in str(got[0]["AAPL"]), got
+
+
+async def test_forged_or_nested_answers_on_the_pipe_stay_the_strategy_s_problem() -> None:
+    # The strategy writes to every descriptor that may be the answer pipe: a valid-looking answer
+    # naming stocks that were not asked about, then a deeply nested line.
+    forged = ('{"ok": true, "results": {"AAPL": {"signal": 1, "position": 1.0},'
+              ' "EVIL": {"signal": 1, "position": 1.0}}}\\n')
+    code = ("import pandas as pd\n\n"
+            "def generate_signal(df):\n"
+            "    for fd in range(3, 30):\n"
+            "        try:\n"
+            f"            pd.io.common.os.write(fd, b'{forged}')\n"
+            "        except Exception:\n"
+            "            pass\n" + OK)
+    got = await run(code, bars=2)
+    for g in got:
+        assert isinstance(g, SandboxError) or set(g) == {"AAPL"}, g
+    nested = ("import pandas as pd\n\n"
+              "def generate_signal(df):\n"
+              "    for fd in range(3, 30):\n"
+              "        try:\n"
+              "            pd.io.common.os.write(fd, b'[' * 200000 + b'\\n')\n"
+              "        except Exception:\n"
+              "            pass\n" + OK)
+    got = await run(nested, bars=2)
+    for g in got:
+        assert isinstance(g, SandboxError) or set(g) == {"AAPL"}, g
