@@ -199,6 +199,8 @@ class StrategyWorker:
         self.proc: asyncio.subprocess.Process | None = None
         self.starts = 0
         """How many times a child was started (restarts after a kill count)."""
+        self.seccomp = "unknown"
+        """The child's kernel filter: "on", or "off: <why>" (known once it has loaded)."""
 
     async def _start(self) -> None:
         self.starts += 1
@@ -211,6 +213,10 @@ class StrategyWorker:
         if not answer.get("ok"):
             await self.close()
             raise SandboxError(f"the strategy does not load: {answer.get('error', '?')}")
+        seccomp = str(answer.get("seccomp", "off: not reported"))[:200]
+        if seccomp != self.seccomp:
+            log.info("sandbox.seccomp", state=seccomp)
+        self.seccomp = seccomp
 
     async def _request(self, req: dict[str, Any], timeout: float) -> dict[str, Any]:
         proc = self.proc

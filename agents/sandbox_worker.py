@@ -172,6 +172,95 @@ def make_guard(roots: tuple[str, ...], cpu_s: float) -> Any:
     return guard
 
 
+# -- seccomp (Linux x86_64): the kernel-level backstop of the audit hook ------------------------
+# Strategy code can write any byte of its own process through numpy (``as_strided`` over an
+# address from ``id()``), so the audit hook, plain Python data, can be rewritten. The filter,
+# installed before any strategy code runs and irrevocable, refuses what must never happen
+# whatever the process runs: network sockets, new processes and threads, exec, signals to other
+# processes, tracing, namespaces, file writes and changes, and limit changes other than the
+# worker's own RLIMIT_CPU move. Refused calls fail with EPERM.
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_X86_64_DENIED = (
+    41, 53,  # socket, socketpair
+    56, 57, 58, 59, 322, 435,  # clone, fork, vfork, execve, execveat, clone3
+    62, 200, 234, 424, 434, 438,  # kill, tkill, tgkill, pidfd_send_signal/open/getfd
+    101, 310, 311,  # ptrace, process_vm_readv/writev
+    272, 308, 165, 166, 155, 161,  # unshare, setns, mount, umount2, pivot_root, chroot
+    76, 77, 82, 83, 84, 85, 86, 87, 88, 90, 91, 92, 93, 94, 133,  # truncate .. mknod
+    258, 259, 260, 263, 264, 265, 266, 268, 316, 452,  # the *at variants, renameat2, fchmodat2
+    105, 106, 113, 114, 116, 117, 119, 122, 123,  # set*id, setgroups
+    437, 425, 426, 427,  # openat2 (flags out of reach), io_uring
+    321, 323, 298, 246, 175, 313, 176, 248, 249, 250,  # bpf, userfaultfd, perf, modules, keys
+)
+_X86_64_OPEN, _X86_64_OPENAT, _X86_64_SETRLIMIT, _X86_64_PRLIMIT64 = 2, 257, 160, 302
+_OPEN_WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000  # WRONLY RDWR CREAT TRUNC APPEND
+
+
+def seccomp_program(cpu_resource: int) -> list[tuple[int, int, int, int]]:
+    """Return the x86_64 filter as (code, jt, jf, k) BPF instructions."""
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO(EPERM)
+
+    def arg(i: int, high: bool = False) -> int:
+        return 16 + 8 * i + (4 if high else 0)  # struct seccomp_data, little endian
+
+    prog: list[tuple[int, int, int, int]] = [
+        (ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH_X86_64), (ret, 0, 0, deny),
+        (ld, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, deny)]  # x32 calls
+    for nr in _X86_64_DENIED:
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, deny)]
+    def when(nr: int, block: list[tuple[int, int, int, int]]) -> None:
+        """Run ``block`` (which ends in returns) for syscall ``nr``; others skip it."""
+        prog.append((jeq, 0, len(block), nr))
+        prog.extend(block)
+
+    for nr, flags_arg in ((_X86_64_OPEN, 1), (_X86_64_OPENAT, 2)):
+        when(nr, [(ld, 0, 0, arg(flags_arg)), (jset, 0, 1, _OPEN_WRITE_FLAGS),
+                  (ret, 0, 0, deny), (ret, 0, 0, allow)])
+    # setrlimit(resource, new): RLIMIT_CPU only.
+    when(_X86_64_SETRLIMIT, [(ld, 0, 0, arg(0)), (jeq, 0, 1, cpu_resource),
+                             (ret, 0, 0, allow), (ret, 0, 0, deny)])
+    # prlimit64(pid, resource, new, old): reading any, setting RLIMIT_CPU of itself only.
+    when(_X86_64_PRLIMIT64, [
+        (ld, 0, 0, arg(2)), (jeq, 0, 3, 0),  # new == NULL (both halves): a read
+        (ld, 0, 0, arg(2, True)), (jeq, 0, 1, 0), (ret, 0, 0, allow),
+        (ld, 0, 0, arg(0)), (jeq, 0, 3, 0),  # pid 0: this process
+        (ld, 0, 0, arg(1)), (jeq, 0, 1, cpu_resource), (ret, 0, 0, allow),
+        (ret, 0, 0, deny)])
+    prog.append((ret, 0, 0, allow))
+    return prog
+
+
+def install_seccomp() -> str:
+    """Install :func:`seccomp_program` for this process; return "on" or "off: <why>"."""
+    import platform
+
+    if not sys.platform.startswith("linux") or platform.machine() != "x86_64":
+        return f"off: no filter for {sys.platform}/{platform.machine()}"
+    try:
+        import ctypes
+
+        class SockFilter(ctypes.Structure):
+            _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte),
+                        ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+        prog = seccomp_program(resource.RLIMIT_CPU)
+        table = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
+        fprog = SockFprog(len(prog), table)
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+        if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+            return f"off: PR_SET_NO_NEW_PRIVS failed (errno {ctypes.get_errno()})"
+        if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(fprog), 0, 0) != 0:
+            return f"off: PR_SET_SECCOMP failed (errno {ctypes.get_errno()})"
+    except (OSError, AttributeError, ImportError) as exc:
+        return f"off: {exc}"
+    return "on"
+
+
 def _limit(which: int, value: int) -> None:
     with contextlib.suppress(ValueError, OSError):  # e.g. a hard limit already lower: keep it
         resource.setrlimit(which, (value, value))
@@ -249,6 +338,7 @@ def main() -> int:
     _limit(resource.RLIMIT_NOFILE, int(limits["nofile"]))
     _limit(resource.RLIMIT_NPROC, 0)
     cpu_s = float(limits["cpu_s"])
+    seccomp = install_seccomp()
     # From here on the hook applies to everything, the worker's own code included: no
     # reference to it is kept, and it has no switch (see make_guard).
     sys.addaudithook(make_guard(read_roots(), cpu_s))
@@ -267,7 +357,7 @@ def main() -> int:
             if req["op"] == "load":
                 code = compile(req["code"], "<strategy>", "exec")
                 _load(code)
-                answer: dict[str, Any] = {"ok": True}
+                answer: dict[str, Any] = {"ok": True, "seccomp": seccomp}
             elif req["op"] == "bar":
                 results: dict[str, Any] = {}
                 for asset, bar in sorted(req["bars"].items()):

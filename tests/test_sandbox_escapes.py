@@ -273,3 +273,94 @@ async def test_forged_or_nested_answers_on_the_pipe_stay_the_strategy_s_problem(
     got = await run(nested, bars=2)
     for g in got:
         assert isinstance(g, SandboxError) or set(g) == {"AAPL"}, g
+
+
+async def test_memory_written_through_numpy_does_not_free_the_process(tmp_path: Path) -> None:
+    # numpy's as_strided reads and writes any address of the worker: the strategy rewrites the
+    # hook's denied prefixes in place. The kernel's seccomp filter still refuses the fork.
+    marker = tmp_path / "mem"
+    code = ("import numpy as np\nimport pandas as pd\n\n"
+            "def generate_signal(df):\n"
+            "    box, found = [], []\n"
+            "    def g():\n"
+            "        f = box[0].gi_frame\n"
+            "        while f is not None:\n"
+            "            if '_DENIED_PREFIXES' in f.f_globals:\n"
+            "                found.append(f.f_globals['_DENIED_PREFIXES'])\n"
+            "            f = f.f_back\n"
+            "        yield 1\n"
+            "    box.append(g())\n"
+            "    next(box[0])\n"
+            "    base = np.zeros(8, dtype=np.uint8)\n"
+            "    a0 = base.ctypes.data\n"
+            "    for s in found[0]:\n"
+            "        if s in ('os.system', 'os.fork', 'os.exec', 'os.spawn', 'os.posix_spawn'):\n"
+            "            view = np.lib.stride_tricks.as_strided(\n"
+            "                base, shape=(2, 64 + len(s)), strides=(id(s) - a0, 1))\n"
+            "            k = bytes(view[1]).find(s.encode())\n"
+            "            view[1, k] = ord('x')\n"
+            f"    status = pd.io.common.os.system('touch {marker}')\n"
+            "    raise ValueError(f'system returned {status}')\n")
+    got = await run(code)
+    assert not marker.exists()
+    assert isinstance(got[0], dict) and "system returned" in str(got[0]["AAPL"])
+
+
+async def test_the_worker_reports_its_kernel_filter() -> None:
+    import platform
+    import sys
+
+    w = StrategyWorker("def generate_signal(df):\n" + OK, LIMITS)
+    try:
+        await w.run_bar(BARS)
+        if sys.platform.startswith("linux") and platform.machine() == "x86_64":
+            assert w.seccomp == "on"
+        else:
+            assert w.seccomp.startswith("off")
+    finally:
+        await w.close()
+
+
+def test_the_kernel_filter_alone_refuses_writes_sockets_forks_and_limits(tmp_path: Path) -> None:
+    import platform
+    import subprocess
+    import sys
+
+    if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
+        pytest.skip("the seccomp filter exists for Linux x86_64 only")
+    existing = tmp_path / "existing.txt"
+    existing.write_text("data")
+    probe = f"""
+import errno, os, resource, socket, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "agents")!r})
+from sandbox_worker import install_seccomp
+assert install_seccomp() == "on"
+out = []
+def attempt(name, fn):
+    try:
+        fn()
+        out.append(name + "=ok")
+    except OSError as exc:
+        out.append(name + "=" + errno.errorcode.get(exc.errno, str(exc.errno)))
+    except ValueError as exc:  # resource.setrlimit reports EPERM so
+        out.append(name + "=" + ("EPERM" if "not allowed" in str(exc) else repr(exc)))
+attempt("read", lambda: os.close(os.open({str(existing)!r}, os.O_RDONLY)))
+attempt("write", lambda: os.open({str(existing)!r}, os.O_WRONLY))
+attempt("create", lambda: os.open({str(tmp_path / "new.txt")!r}, os.O_WRONLY | os.O_CREAT))
+attempt("unlink", lambda: os.unlink({str(existing)!r}))
+attempt("socket", lambda: socket.socket())
+attempt("fork", lambda: os.fork())
+attempt("kill", lambda: os.kill(os.getppid(), 0))
+soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+attempt("cpu", lambda: resource.setrlimit(resource.RLIMIT_CPU, (soft, hard)))
+lim = resource.getrlimit(resource.RLIMIT_AS)
+attempt("as", lambda: resource.setrlimit(resource.RLIMIT_AS, lim))
+print(" ".join(out))
+"""
+    done = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["read=ok", "write=EPERM", "create=EPERM", "unlink=EPERM",
+                                   "socket=EPERM", "fork=EPERM", "kill=EPERM", "cpu=ok",
+                                   "as=EPERM"]
+    assert existing.read_text() == "data" and not (tmp_path / "new.txt").exists()
