@@ -201,6 +201,8 @@ class StrategyWorker:
         """How many times a child was started (restarts after a kill count)."""
         self.seccomp = "unknown"
         """The child's kernel filter: "on", or "off: <why>" (known once it has loaded)."""
+        self.landlock = "unknown"
+        """The child's Landlock read confinement: "on", or "off: <why>"."""
 
     async def _start(self) -> None:
         self.starts += 1
@@ -214,9 +216,10 @@ class StrategyWorker:
             await self.close()
             raise SandboxError(f"the strategy does not load: {answer.get('error', '?')}")
         seccomp = str(answer.get("seccomp", "off: not reported"))[:200]
-        if seccomp != self.seccomp:
-            log.info("sandbox.seccomp", state=seccomp)
-        self.seccomp = seccomp
+        landlock = str(answer.get("landlock", "off: not reported"))[:200]
+        if (seccomp, landlock) != (self.seccomp, self.landlock):
+            log.info("sandbox.kernel", seccomp=seccomp, landlock=landlock)
+        self.seccomp, self.landlock = seccomp, landlock
 
     async def _request(self, req: dict[str, Any], timeout: float) -> dict[str, Any]:
         proc = self.proc

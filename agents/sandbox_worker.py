@@ -261,6 +261,66 @@ def install_seccomp() -> str:
     return "on"
 
 
+def install_landlock(roots: tuple[str, ...]) -> str:
+    """Let this process open files only to read them, and only beneath ``roots`` (Landlock,
+    Linux 5.13+); return "on" or "off: <why>".
+
+    The kernel-level backstop of the hook's read check, which strategy code could rewrite in
+    memory: with it, neither the daemon's files nor ``/proc/<pid>/environ`` can be opened.
+    """
+    if not sys.platform.startswith("linux"):
+        return f"off: no Landlock on {sys.platform}"
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        create, add_rule, restrict = 444, 445, 446  # the same numbers on every architecture
+        u32, size = ctypes.c_uint32, ctypes.c_size_t
+        abi = libc.syscall(create, None, size(0), u32(1))  # LANDLOCK_CREATE_RULESET_VERSION
+        if abi < 1:
+            return f"off: Landlock unavailable (errno {ctypes.get_errno()})"
+        handled = (1 << 13) - 1  # ABI 1: execute .. make_sym
+        handled |= (1 << 13) if abi >= 2 else 0  # refer
+        handled |= (1 << 14) if abi >= 3 else 0  # truncate
+        handled |= (1 << 15) if abi >= 5 else 0  # ioctl_dev
+
+        class RulesetAttr(ctypes.Structure):
+            _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+        class PathBeneath(ctypes.Structure):
+            _pack_ = 1
+            _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+        attr = RulesetAttr(handled)
+        ruleset = libc.syscall(create, ctypes.byref(attr), size(ctypes.sizeof(attr)), u32(0))
+        if ruleset < 0:
+            return f"off: landlock_create_ruleset failed (errno {ctypes.get_errno()})"
+        try:
+            read_file, read_dir = 1 << 2, 1 << 3
+            for root in roots:
+                try:
+                    fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    rights = read_file | (read_dir if os.path.isdir(root) else 0)
+                    rule = PathBeneath(rights, fd)
+                    if libc.syscall(add_rule, ctypes.c_int(ruleset), ctypes.c_int(1),
+                                    ctypes.byref(rule), u32(0)) != 0:
+                        return f"off: landlock_add_rule failed (errno {ctypes.get_errno()})"
+                finally:
+                    os.close(fd)
+            if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+                return f"off: PR_SET_NO_NEW_PRIVS failed (errno {ctypes.get_errno()})"
+            if libc.syscall(restrict, ctypes.c_int(ruleset), u32(0)) != 0:
+                return f"off: landlock_restrict_self failed (errno {ctypes.get_errno()})"
+        finally:
+            os.close(ruleset)
+    except (OSError, AttributeError, ImportError) as exc:
+        return f"off: {exc}"
+    return "on"
+
+
 def _limit(which: int, value: int) -> None:
     with contextlib.suppress(ValueError, OSError):  # e.g. a hard limit already lower: keep it
         resource.setrlimit(which, (value, value))
@@ -338,10 +398,12 @@ def main() -> int:
     _limit(resource.RLIMIT_NOFILE, int(limits["nofile"]))
     _limit(resource.RLIMIT_NPROC, 0)
     cpu_s = float(limits["cpu_s"])
+    roots = read_roots()
+    landlock = install_landlock(roots)
     seccomp = install_seccomp()
     # From here on the hook applies to everything, the worker's own code included: no
     # reference to it is kept, and it has no switch (see make_guard).
-    sys.addaudithook(make_guard(read_roots(), cpu_s))
+    sys.addaudithook(make_guard(roots, cpu_s))
     code: Any = None
     stdin = sys.stdin
     while True:
@@ -357,7 +419,8 @@ def main() -> int:
             if req["op"] == "load":
                 code = compile(req["code"], "<strategy>", "exec")
                 _load(code)
-                answer: dict[str, Any] = {"ok": True, "seccomp": seccomp}
+                answer: dict[str, Any] = {"ok": True, "seccomp": seccomp,
+                                          "landlock": landlock}
             elif req["op"] == "bar":
                 results: dict[str, Any] = {}
                 for asset, bar in sorted(req["bars"].items()):

@@ -364,3 +364,48 @@ print(" ".join(out))
                                    "socket=EPERM", "fork=EPERM", "kill=EPERM", "cpu=ok",
                                    "as=EPERM"]
     assert existing.read_text() == "data" and not (tmp_path / "new.txt").exists()
+
+
+def test_landlock_alone_confines_reads_to_the_libraries(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    secret = tmp_path / "provider.env"
+    secret.write_text("OPENAI_API_KEY=sk-verifier-secret\n")
+    probe = f"""
+import errno, os, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "agents")!r})
+from sandbox_worker import install_landlock, read_roots
+state = install_landlock(read_roots())
+if state != "on":
+    print("SKIP", state)
+    raise SystemExit(0)
+out = []
+for path in ({str(secret)!r}, "/proc/%d/environ" % os.getppid(), "/etc/hostname",
+             os.__file__):
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+        out.append("ok")
+    except OSError as exc:
+        out.append(errno.errorcode.get(exc.errno, str(exc.errno)))
+print(" ".join(out))
+"""
+    done = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    if done.stdout.startswith("SKIP"):
+        pytest.skip(done.stdout.strip())
+    assert done.stdout.split() == ["EACCES", "EACCES", "EACCES", "ok"]
+
+
+async def test_the_worker_reports_landlock() -> None:
+    import sys
+
+    w = StrategyWorker("def generate_signal(df):\n" + OK, LIMITS)
+    try:
+        await w.run_bar(BARS)
+        assert w.landlock == "on" or w.landlock.startswith("off: ")
+        if sys.platform.startswith("linux") and w.landlock != "on":
+            pytest.skip(f"Landlock is not available here: {w.landlock}")
+    finally:
+        await w.close()
