@@ -11,7 +11,9 @@ Layers (docs/protocol-alphaforgebench.md, "The sandbox"):
    stdin/stdout JSON lines), so a bar costs one round trip, not a spawn. The child lowers its
    own limits before it reads the code (``RLIMIT_AS``, per-request ``RLIMIT_CPU``,
    ``RLIMIT_FSIZE = 0``, ``RLIMIT_NOFILE``, ``RLIMIT_NPROC = 0``) and installs an audit hook
-   refusing sockets, subprocesses, file writes and deletions, ``ctypes`` and limit changes.
+   refusing sockets, subprocesses, file writes and deletions, ``ctypes`` and limit changes;
+   under it, since strategy code can rewrite its own memory through numpy, a seccomp filter
+   (Linux x86_64) and Landlock (reads beneath the libraries only) hold in the kernel.
 3. Network: as root with a working ``unshare --net`` (util-linux) the child runs in a fresh
    network namespace (no interface but a down loopback); elsewhere the audit hook alone refuses
    sockets (:func:`network_isolation` says which, once, in the log).

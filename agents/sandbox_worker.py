@@ -18,9 +18,11 @@ that refuses sockets, subprocesses, writes, deletions, ``ctypes``, threads, limi
 introspection of the garbage collector and reading files outside Python's and the libraries'
 own directories. The hook has no "trusted" state: from its installation on it applies to the
 worker's own code as well, so strategy code that runs at unexpected moments (an exception's
-message, a finalizer, a thread) gains nothing. CPU time is limited per request: the soft
-``RLIMIT_CPU`` is moved to the CPU time used so far plus the per-request budget before each
-request (SIGXCPU ends the process).
+message, a finalizer, a thread) gains nothing. Before the hook it installs Landlock (opens
+only to read, beneath the same directories) and a seccomp filter (see ``install_seccomp``):
+the kernel's backstop for code that rewrites the hook's data in memory. CPU time is limited
+per request: the soft ``RLIMIT_CPU`` is moved to the CPU time used so far plus the
+per-request budget before each request (SIGXCPU ends the process).
 """
 
 from __future__ import annotations
