@@ -183,7 +183,7 @@ def text_section(db: str) -> str:
                     f"{_num(m.get('pairwise_agreement')):>6} "
                     f"{_num(m.get('disagreement_steps')):>6} "
                     f"{_num(m.get('active_jaccard')):>7} {_pct(m.get('mean_return')):>9} "
-                    f"{_num(m.get('std_return'), '{:.4f}'):>7} "
+                    f"{_num(m.get('std_return'), '{:.2%}'):>7} "
                     f"{m.get('distinct_versions', 0):>8}")
             lines.append(f"{temp:<5} SNR (spread between models / within-model std):"
                          f" {_num(block.get('snr'))}")
@@ -259,7 +259,7 @@ def html_section(data: dict[str, Any] | None) -> str:
                     f"<td>{esc(_num(m.get('disagreement_steps')))}</td>"
                     f"<td>{esc(_num(m.get('active_jaccard')))}</td>"
                     f"<td>{esc(_pct(m.get('mean_return')))}</td>"
-                    f"<td>{esc(_num(m.get('std_return'), '{:.4f}'))}</td>"
+                    f"<td>{esc(_num(m.get('std_return'), '{:.2%}'))}</td>"
                     f"<td>{m.get('distinct_versions', 0)}</td></tr>")
             out.append(f"<tr><td class='l'>{esc(temp)}</td><td class='l' colspan='8'>SNR: "
                        f"{esc(_num(block.get('snr')))}</td></tr>")
