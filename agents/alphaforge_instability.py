@@ -186,6 +186,7 @@ async def run_instability(config: Config, recording: str | Path, *, repeats: int
                                    timeout_s=s.timeout, network_namespace=s.network_namespace)
             runs = []
             versions = []
+            codes: dict[str, str] = {}
             for k in range(repeats):
                 code, prompt, _ = await generate(cfg, temp, obs)
                 prompts.add(hashlib.sha256(prompt.encode()).hexdigest())
@@ -194,12 +195,17 @@ async def run_instability(config: Config, recording: str | Path, *, repeats: int
                              run=k + 1)
                     continue
                 versions.append(code.sha256)
+                codes[code.sha256] = code.code
                 executed = await execute(code.code, bars, s.lookback, limits)
                 runs.append(run_figures(bars, executed))
             signals[(cfg.id, f"{temp:g}")] = [r[0] for r in runs]
             models[cfg.id] = {"model": cfg.model, **summarise(runs, len(versions), repeats),
                               "versions": versions,
-                              "distinct_versions": len(set(versions))}
+                              "distinct_versions": len(set(versions)),
+                              # kept for audit: each run's steps, and each version's code
+                              "run_signals": [r[0] for r in runs],
+                              "run_active": [[int(x) for x in r[1]] for r in runs],
+                              "codes": codes}
         figures = {m: v["returns"] for m, v in models.items() if len(v.get("returns", [])) >= 2}
         snr = ins.snr(figures)
         result["temperatures"][f"{temp:g}"] = {

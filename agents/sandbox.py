@@ -11,7 +11,9 @@ Layers (docs/protocol-alphaforgebench.md, "The sandbox"):
    stdin/stdout JSON lines), so a bar costs one round trip, not a spawn. The child lowers its
    own limits before it reads the code (``RLIMIT_AS``, per-request ``RLIMIT_CPU``,
    ``RLIMIT_FSIZE = 0``, ``RLIMIT_NOFILE``, ``RLIMIT_NPROC = 0``) and installs an audit hook
-   refusing sockets, subprocesses, file writes and deletions, ``ctypes`` and limit changes.
+   refusing sockets, subprocesses, file writes and deletions, ``ctypes`` and limit changes;
+   under it, since strategy code can rewrite its own memory through numpy, a seccomp filter
+   (Linux x86_64) and Landlock (reads beneath the libraries only) hold in the kernel.
 3. Network: as root with a working ``unshare --net`` (util-linux) the child runs in a fresh
    network namespace (no interface but a down loopback); elsewhere the audit hook alone refuses
    sockets (:func:`network_isolation` says which, once, in the log).
@@ -98,6 +100,13 @@ def validate_code(code: str) -> str:
         elif isinstance(node, ast.Name) and (node.id.startswith("__")
                                              or node.id in FORBIDDEN_NAMES):
             raise InvalidStrategy(f"name {node.id!r} is not allowed{where}")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and (
+                node.name.startswith("__")):
+            raise InvalidStrategy(f"dunder definition {node.name!r} is not allowed{where}")
+        elif isinstance(node, ast.arg | ast.keyword) and (node.arg or "").startswith("__"):
+            raise InvalidStrategy(f"dunder argument {node.arg!r} is not allowed{where}")
+        elif isinstance(node, ast.alias) and (node.asname or "").startswith("__"):
+            raise InvalidStrategy(f"dunder name {node.asname!r} is not allowed{where}")
         elif isinstance(node, ast.Global | ast.Nonlocal):
             raise InvalidStrategy(f"global state is not allowed: the strategy is stateless{where}")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
@@ -192,6 +201,10 @@ class StrategyWorker:
         self.proc: asyncio.subprocess.Process | None = None
         self.starts = 0
         """How many times a child was started (restarts after a kill count)."""
+        self.seccomp = "unknown"
+        """The child's kernel filter: "on", or "off: <why>" (known once it has loaded)."""
+        self.landlock = "unknown"
+        """The child's Landlock read confinement: "on", or "off: <why>"."""
 
     async def _start(self) -> None:
         self.starts += 1
@@ -204,6 +217,11 @@ class StrategyWorker:
         if not answer.get("ok"):
             await self.close()
             raise SandboxError(f"the strategy does not load: {answer.get('error', '?')}")
+        seccomp = str(answer.get("seccomp", "off: not reported"))[:200]
+        landlock = str(answer.get("landlock", "off: not reported"))[:200]
+        if (seccomp, landlock) != (self.seccomp, self.landlock):
+            log.info("sandbox.kernel", seccomp=seccomp, landlock=landlock)
+        self.seccomp, self.landlock = seccomp, landlock
 
     async def _request(self, req: dict[str, Any], timeout: float) -> dict[str, Any]:
         proc = self.proc
@@ -218,12 +236,15 @@ class StrategyWorker:
             raise SandboxError(f"timed out after {timeout:g}s (worker killed)") from None
         except (ConnectionError, BrokenPipeError):
             line = b""
+        except ValueError:  # a line over the stream limit: not an answer of the protocol
+            await self.close()
+            raise SandboxError("the worker sent an answer over 1 MiB (worker killed)") from None
         if not line:
             code = await self._reap()
             raise SandboxError(f"the worker died ({_exit_text(code)})")
         try:
             answer = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # e.g. a strategy writing to the answer pipe
             await self.close()
             raise SandboxError("the worker sent garbage (worker killed)") from None
         return answer if isinstance(answer, dict) else {"ok": False, "error": "bad answer"}
@@ -240,7 +261,9 @@ class StrategyWorker:
         if not answer.get("ok"):
             raise SandboxError(str(answer.get("error", "failed")))
         results = answer.get("results")
-        return results if isinstance(results, dict) else {}
+        if not isinstance(results, dict):
+            return {}
+        return {a: results[a] for a in bars if a in results}  # only the stocks asked about
 
     async def _reap(self) -> int | None:
         proc, self.proc = self.proc, None

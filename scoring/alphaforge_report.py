@@ -13,6 +13,7 @@ Instability: the latest ``instability_runs`` row (``paperarena alphaforge-instab
 
 from __future__ import annotations
 
+import html
 import json
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
@@ -184,7 +185,7 @@ def text_section(db: str) -> str:
                     f"{_num(m.get('pairwise_agreement')):>6} "
                     f"{_num(m.get('disagreement_steps')):>6} "
                     f"{_num(m.get('active_jaccard')):>7} {_pct(m.get('mean_return')):>9} "
-                    f"{_num(m.get('std_return'), '{:.4f}'):>7} "
+                    f"{_num(m.get('std_return'), '{:.2%}'):>7} "
                     f"{m.get('distinct_versions', 0):>8}")
             lines.append(f"{temp:<5} SNR (spread between models / within-model std):"
                          f" {_num(block.get('snr'))}")
@@ -192,3 +193,81 @@ def text_section(db: str) -> str:
             for pair, x in pairs.items():
                 lines.append(f"temperature agreement {agent} (T {pair}): {_num(x)}")
     return "\n".join(lines) + ("\n" if lines else "")
+
+
+#: Per-run audit data of an instability run: kept in the database and ``/api/alphaforge``,
+#: left out of the board (``report --json``, ``/api/leaderboard``) to keep it small.
+AUDIT_KEYS = ("run_signals", "run_active", "codes")
+
+
+def board_section(fetchall: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+                  ) -> dict[str, Any] | None:
+    """Return the board's ``alphaforge`` key: :func:`load` without the per-run audit data,
+    or ``None`` when the store has neither versions nor an instability run."""
+    data = load(fetchall)
+    if not data["versions"] and not data["instability"]:
+        return None
+    ins = data["instability"]
+    for block in (ins or {}).get("temperatures", {}).values():
+        for m in block.get("models", {}).values():
+            for key in AUDIT_KEYS:
+                m.pop(key, None)
+    return data
+
+
+def html_section(data: dict[str, Any] | None) -> str:
+    """Return the HTML of the board's ``alphaforge`` key (``""`` without one)."""
+    if not data:
+        return ""
+    esc = html.escape
+    out: list[str] = []
+    if data.get("versions"):
+        out.append("<section class='alphaforge'><h2>AlphaForgeBench strategy versions</h2>"
+                   "<p class='note'>Live results per strategy version (SHA-256 prefix): bars "
+                   "run, applied (ok), failed as a whole, stock-level failures, mean share of "
+                   "stocks held, and the version's return.</p><table><tr>"
+                   + "".join(f"<th{' class=l' if h in ('agent', 'version', 'from', 'to') else ''}"
+                             f">{h}</th>" for h in ("agent", "version", "from", "to", "bars",
+                                                    "ok", "fail", "stock-fail", "active",
+                                                    "return"))
+                   + "</tr>")
+        for v in data["versions"]:
+            out.append(
+                f"<tr><td class='l'>{esc(v['agent'])}</td><td class='l'><code>"
+                f"{esc(v['version'])}</code></td><td class='l'>{_day(v['since'])}</td>"
+                f"<td class='l'>{_day(v['until'])}</td><td>{v['bars']}</td><td>{v['ok']}</td>"
+                f"<td>{v['failed']}</td><td>{v['stock_failures']}</td>"
+                f"<td>{esc(_num(v['active'], '{:.0%}'))}</td><td>{esc(_pct(v['ret']))}</td>"
+                "</tr>")
+        out.append("</table></section>")
+    ins = data.get("instability")
+    if ins:
+        out.append(
+            f"<section class='alphaforge-instability'><h2>AlphaForgeBench instability</h2>"
+            f"<p class='note'>{esc(str(ins.get('repeats')))} generations per model on the "
+            f"frozen input <code>{esc(str(ins.get('input_sha256', ''))[:12])}</code> "
+            f"({esc(str(ins.get('bars')))} bars x {len(ins.get('assets') or [])} stocks): "
+            "pairwise agreement of signals, share of disagreement steps, Jaccard of active "
+            "steps, mean and std of the runs' returns; SNR = spread between models / mean "
+            "within-model std.</p><table><tr><th class='l'>T</th><th class='l'>agent</th>"
+            "<th>valid</th><th>agree</th><th>disagree</th><th>Jaccard</th><th>return</th>"
+            "<th>std</th><th>versions</th></tr>")
+        for temp, block in (ins.get("temperatures") or {}).items():
+            for agent, m in (block.get("models") or {}).items():
+                out.append(
+                    f"<tr><td class='l'>{esc(temp)}</td><td class='l'>{esc(agent)}</td>"
+                    f"<td>{m.get('valid')}/{m.get('asked')}</td>"
+                    f"<td>{esc(_num(m.get('pairwise_agreement')))}</td>"
+                    f"<td>{esc(_num(m.get('disagreement_steps')))}</td>"
+                    f"<td>{esc(_num(m.get('active_jaccard')))}</td>"
+                    f"<td>{esc(_pct(m.get('mean_return')))}</td>"
+                    f"<td>{esc(_num(m.get('std_return'), '{:.2%}'))}</td>"
+                    f"<td>{m.get('distinct_versions', 0)}</td></tr>")
+            out.append(f"<tr><td class='l'>{esc(temp)}</td><td class='l' colspan='8'>SNR: "
+                       f"{esc(_num(block.get('snr')))}</td></tr>")
+        for agent, pairs in (ins.get("temperature_agreement") or {}).items():
+            for pair, x in pairs.items():
+                out.append(f"<tr><td class='l'>{esc(pair)}</td><td class='l' colspan='8'>"
+                           f"temperature agreement {esc(agent)}: {esc(_num(x))}</td></tr>")
+        out.append("</table></section>")
+    return "".join(out)

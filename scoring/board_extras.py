@@ -9,7 +9,9 @@ that apply to the store, so a board without them is unchanged:
   counts and the pending count per stage (:mod:`scoring.portbench_scores`, horizon
   :data:`~scoring.portbench_scores.HORIZON` daily closes, every decision of the store);
 - ``stress_gate``: per equity agent the drawdown against its profile's tolerance, for stores of a
-  PortBench evaluation (:mod:`scoring.stress_gate`).
+  PortBench evaluation (:mod:`scoring.stress_gate`);
+- ``alphaforge``: AlphaForgeBench versions and the latest instability run, without the per-run
+  audit data (:mod:`scoring.alphaforge_report`; issue 14).
 
 :func:`extras_text` and :func:`extras_html` render them for the table and the HTML report.
 """
@@ -22,6 +24,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from scoring.alphaforge_report import board_section, html_section
 from scoring.portbench_scores import STAGES, score_connection, stage_cell, summarise
 from scoring.run_groups import format_groups, run_groups
 from scoring.stress_gate import format_gate, wants_gate, window_gate
@@ -40,6 +43,9 @@ def board_extras(con: sqlite3.Connection, rows: Sequence[Mapping[str, Any]],
         out["run_groups"] = groups
     if wants_gate(agents_cfg):
         out["stress_gate"] = window_gate(rows)
+    alphaforge = board_section(lambda sql, params: con.execute(sql, params).fetchall())
+    if alphaforge is not None:  # issue 14: AlphaForgeBench versions and instability
+        out["alphaforge"] = alphaforge
     return out
 
 
@@ -133,4 +139,5 @@ def extras_html(board: Mapping[str, Any]) -> str:
                        f"{esc(str(g['profile'] or '–'))}</td><td>{_plain(g['max_drawdown'])}"
                        f"</td><td>{_plain(g['tolerance'])}</td><td>{verdict}</td></tr>")
         out.append("</table></section>")
+    out.append(html_section(board.get("alphaforge")))
     return "".join(out)

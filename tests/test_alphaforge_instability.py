@@ -118,6 +118,20 @@ async def test_repeated_generations_measure_instability(tmp_path: Path, monkeypa
         # SNR = |mean a - mean b| / mean(std a, std b) with std a = 0
         expected = abs(a["mean_return"] - b["mean_return"]) / (b["std_return"] / 2)
         assert block["snr"] == pytest.approx(expected)
+        # Every run's signals, active steps and code are kept, so the figures can be audited:
+        # recompute b's pairwise agreement and Jaccard from the stored runs.
+        steps = result["bars"] * len(result["assets"])
+        sig, act = b["run_signals"], b["run_active"]
+        assert len(sig) == len(act) == b["runs"] and all(len(r) == steps for r in sig + act)
+        assert b["pairwise_agreement"] == pytest.approx(
+            sum(x == y for x, y in zip(sig[0], sig[1], strict=True)) / steps)
+        both = sum(1 for x, y in zip(act[0], act[1], strict=True) if x and y)
+        either = sum(1 for x, y in zip(act[0], act[1], strict=True) if x or y)
+        assert b["active_jaccard"] == pytest.approx(both / either if either else 1.0)
+        from agents.sandbox import code_sha256
+
+        assert sorted(b["codes"]) == sorted(set(b["versions"]))
+        assert all(code_sha256(c) == v for v, c in b["codes"].items())
     # model-a writes the same code at both temperatures: its majority signals agree everywhere.
     assert result["temperature_agreement"]["model-a"] == {"0/0.7": 1.0}
     assert 0.0 <= result["temperature_agreement"]["model-b"]["0/0.7"] <= 1.0

@@ -228,20 +228,27 @@ async def test_no_secret_reaches_the_child(monkeypatch: pytest.MonkeyPatch) -> N
     assert os.environ["OPENAI_API_KEY"] == "sk-secret"
 
 
-def test_the_audit_hook_refuses_sockets_and_writes_only_when_untrusted() -> None:
-    from agents.sandbox_worker import _Guard
+def test_the_audit_hook_refuses_sockets_writes_and_foreign_reads() -> None:
+    from agents.sandbox_worker import make_guard, read_roots
 
-    guard = _Guard()
-    guard("socket.__new__", ())  # trusted (the worker's own code): allowed
-    guard.trusted = False
+    roots = read_roots()
+    guard = make_guard(roots, 2.0)
     for event, args in [("socket.__new__", ()), ("socket.connect", ()),
                         ("subprocess.Popen", ()), ("os.system", ("ls",)),
                         ("open", ("/tmp/x", "w", 0)), ("open", ("/tmp/x", None, os.O_CREAT)),
-                        ("import", ("socket",)), ("resource.setrlimit", ())]:
+                        ("open", ("/etc/hostname", "r", os.O_RDONLY)),
+                        ("open", (f"/proc/{os.getppid()}/environ", "r", os.O_RDONLY)),
+                        ("open", ("etc/hostname", None, os.O_RDONLY)),
+                        ("import", ("socket",)), ("resource.setrlimit", (0, (-1, -1))),
+                        ("_thread.start_new_thread", ())]:
         with pytest.raises((PermissionError, ImportError)):
             guard(event, args)
-    guard("open", ("/etc/hostname", "r", os.O_RDONLY))  # reading stays possible
+    import pandas
+
+    guard("open", (pandas.__file__, "r", os.O_RDONLY))  # the libraries' own files
+    guard("open", (0, "r", os.O_RDONLY))  # an open descriptor
     guard("import", ("pandas.io.formats",))
+    assert roots and all(os.path.isabs(r) for r in roots)
 
 
 async def test_the_network_namespace_has_no_route(tmp_path: Path) -> None:
