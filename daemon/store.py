@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import sqlite3
@@ -32,7 +31,8 @@ import structlog
 from daemon.dbfile import StoreLockedError as StoreLockedError  # re-exported
 from daemon.dbfile import StoreOpenError as StoreOpenError  # re-exported
 from daemon.dbfile import StoreSchemaError as StoreSchemaError  # re-exported
-from daemon.dbfile import describe_sqlite_error, inspect_database
+from daemon.dbfile import check_writable, describe_sqlite_error, inspect_database
+from daemon.dblock import abandon_lock, acquire_lock, claim_lock
 from daemon.events import Event, NewsEvent, PriceEvent, encode_event
 
 log = structlog.get_logger(__name__)
@@ -257,12 +257,18 @@ class Store:
             return await open_store(cls, p, scope=scope, password_env=password_env,
                                     busy_timeout=busy_timeout)
         if p != ":memory:":
+            check_writable(p)  # a read-only database is refused before anything is created
             inspect_database(p, create=True, schema_version=SCHEMA_VERSION)  # touches nothing
+        created: list[Path] = []  # the lock file and directories this open made
         try:
-            lock_fd = _acquire_lock(p) if lock and p != ":memory:" else None
+            lock_fd = acquire_lock(p, created) if lock and p != ":memory:" else None
         except OSError as exc:
+            abandon_lock(None, created)
             raise StoreOpenError(f"{p}: cannot create its lock file {p}.lock: "
                                  f"{exc.strerror or exc}") from None
+        if lock_fd is not None and not os.path.exists(p):  # removed again if refused
+            real = Path(os.path.realpath(p))
+            created += [real.with_name(real.name + s) for s in ("", "-wal", "-shm", "-journal")]
         db: aiosqlite.Connection | None = None
         try:
             db = await aiosqlite.connect(p, isolation_level=None)
@@ -280,11 +286,12 @@ class Store:
             if db is not None:
                 with contextlib.suppress(Exception):
                     await db.close()  # else its thread keeps the process alive
-            if lock_fd is not None:
-                os.close(lock_fd)
+            abandon_lock(lock_fd, created)  # a refused open leaves no lock file behind
             if isinstance(exc, sqlite3.Error):
                 raise StoreOpenError(describe_sqlite_error(p, exc)) from None
             raise
+        if lock_fd is not None:
+            claim_lock(lock_fd)
         return store
 
     async def _probe_write(self) -> None:
@@ -763,24 +770,3 @@ def _free_bytes(path: str) -> int | None:
 
 def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
-
-
-def _acquire_lock(path: str) -> int:
-    # Lock next to the resolved file: two paths (symlinks) to one database share one lock.
-    lock_path = f"{os.path.realpath(path)}.lock"
-    Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = ""
-        with contextlib.suppress(OSError):
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-        os.close(fd)
-        who = f" (pid {holder})" if holder else ""
-        raise StoreLockedError(
-            f"{path} is in use by another paperarena daemon{who}; stop it or use another --db"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd
