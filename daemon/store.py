@@ -33,6 +33,13 @@ from daemon.dbfile import StoreOpenError as StoreOpenError  # re-exported
 from daemon.dbfile import StoreSchemaError as StoreSchemaError  # re-exported
 from daemon.dbfile import check_writable, describe_sqlite_error, inspect_database
 from daemon.dblock import abandon_lock, acquire_lock, claim_lock
+from daemon.event_spill import (
+    DEFAULT_MAX_BUFFERED_EVENTS,
+    drop_oldest,
+    ingest_spill,
+    note_dropped,
+    spill_unwritten,
+)
 from daemon.events import Event, NewsEvent, PriceEvent, encode_event
 
 log = structlog.get_logger(__name__)
@@ -237,6 +244,13 @@ class Store:
         self._tx = asyncio.Lock()
         self._inflight: set[asyncio.Task[None]] = set()
         self._flush_task: asyncio.Task[None] | None = None
+        # -- bounded event buffer and spill at stop (daemon/event_spill.py) --
+        self.max_buffered_events = DEFAULT_MAX_BUFFERED_EVENTS
+        self.events_dropped = 0
+        """Buffered events dropped because the buffer was full (the oldest ones)."""
+        self.events_lost = 0
+        """Events neither written nor spilled when the store closed."""
+        self._drop_logged_at = -1
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, lock: bool = True,
@@ -281,6 +295,7 @@ class Store:
             store = cls(p, db, lock_fd, busy_timeout)
             await store._migrate()
             await store._probe_write()
+            await ingest_spill(store)  # events a stop while faulted could not write
             await db.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         except BaseException as exc:
             if db is not None:
@@ -344,6 +359,7 @@ class Store:
         with contextlib.suppress(Exception):
             await self.wait_flushed()
             await self.flush()
+        spill_unwritten(self)  # still faulted: keep them beside the database, or count the loss
         await self.db.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -402,6 +418,14 @@ class Store:
                      else getattr(ev, "asset", None) or getattr(ev, "question_id", None))
             self._pending.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, market, asset, None,
                                   None, None, encode_event(ev).decode()))
+        if len(self._pending) > self.max_buffered_events:
+            self._cap_buffer()
+
+    def _cap_buffer(self) -> None:
+        """Drop the oldest buffered events beyond ``max_buffered_events`` (counted, logged)."""
+        n = drop_oldest(self._pending, self._writing, self.max_buffered_events)
+        if n:
+            note_dropped(self, n)
 
     def flush_soon(self) -> None:
         """Start writing the buffered events in the background (ordered by the write lock).
@@ -513,6 +537,7 @@ class Store:
 
     async def _write_pending(self) -> None:
         """Insert the buffered events; they leave the buffer only when the transaction commits."""
+        self._cap_buffer()  # also bounds events buffered by other paths than add_event
         n = len(self._pending)
         if n:
             await self._insert_events(self._pending[:n])
