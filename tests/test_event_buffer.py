@@ -129,3 +129,40 @@ async def test_stop_on_a_full_disk_counts_and_logs_what_is_lost(
     finally:
         filler.unlink()
     assert shutil.disk_usage(small_disk).free > 0
+
+
+async def test_a_daemon_stopped_while_faulted_loses_no_market_event(
+        foreign_lock: tuple[Path, sqlite3.Connection]) -> None:
+    """The real stop path: its last commit fails (exit 2 in the CLI), the events are spilled,
+    and the next daemon on the database stores them before it starts."""
+    import time
+
+    from daemon.live import LiveDaemon
+
+    db, holder = foreign_lock
+    cfg = parse_config({
+        "sources": {"enabled": False}, "http": {"enabled": False},
+        "markets": {"polymarket": {"enabled": False}},
+        "store": {"busy_timeout": "0.2s", "max_buffered_events": 5000},
+        "agents": [{"id": "c", "kind": "cash"}],
+    })
+    d = LiveDaemon(cfg, db=str(db))
+    await d.start()
+    try:
+        assert d.engine is not None and d.engine.store.max_buffered_events == 5000
+        holder.execute("BEGIN IMMEDIATE")
+        now = time.time()
+        for i in range(40):
+            await d.engine.bus.publish(PriceEvent(ts=now + i, recv_ts=now + i, market="equity",
+                                                  asset="AAPL", price=100.0 + i))
+        await d.engine.bus.drain()
+    finally:
+        with pytest.raises(StoreWriteError):
+            await d.stop()
+    holder.execute("ROLLBACK")
+    assert stored_prices(db) == []
+    d = LiveDaemon(cfg, db=str(db))
+    await d.start()
+    await d.stop()
+    assert stored_prices(db) == [100.0 + i for i in range(40)]
+    assert not Path(f"{db}.spill.jsonl").exists()
