@@ -540,8 +540,8 @@ class Store:
         self._cap_buffer()  # also bounds events buffered by other paths than add_event
         n = len(self._pending)
         if n:
+            self._writing = n  # set before the await: a cap drop meanwhile keeps these rows
             await self._insert_events(self._pending[:n])
-            self._writing = n
 
     async def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         # Price rows (8 fields) and other events (10 fields) keep their arrival order within

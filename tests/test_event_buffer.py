@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from structlog.testing import capture_logs
 
 from daemon.clock import SimClock
 from daemon.config import parse_config
@@ -57,10 +58,13 @@ async def test_a_full_buffer_drops_the_oldest_and_counts_them(
     store.max_buffered_events = 100
     try:
         holder.execute("BEGIN IMMEDIATE")
-        for i in range(250):
-            store.add_event(price(i))
-        with pytest.raises(StoreWriteError):
-            await store.flush()
+        with capture_logs() as logs:
+            for i in range(250):
+                store.add_event(price(i))
+            with pytest.raises(StoreWriteError):
+                await store.flush()
+        full = [e for e in logs if e["event"].startswith("store event buffer full")]
+        assert len(full) == 1, full  # once per fault, however many drops
         assert 0 < store.pending_events <= 100
         assert store.events_dropped == 250 - store.pending_events
         # the metric says so
@@ -166,3 +170,15 @@ async def test_a_daemon_stopped_while_faulted_loses_no_market_event(
     await d.stop()
     assert stored_prices(db) == [100.0 + i for i in range(40)]
     assert not Path(f"{db}.spill.jsonl").exists()
+
+
+def test_dropping_keeps_the_rows_being_written_and_the_newest() -> None:
+    from daemon.event_spill import drop_oldest
+
+    rows: list[tuple[int, ...]] = [(i,) for i in range(120)]
+    assert drop_oldest(rows, 0, 200) == 0 and len(rows) == 120
+    assert drop_oldest(rows, 30, 100) == 30  # down to 90 % of the cap
+    assert rows == [(i,) for i in range(30)] + [(i,) for i in range(60, 120)]
+    rows = [(i,) for i in range(120)]
+    assert drop_oldest(rows, 115, 100) == 5  # only rows after those being written can go
+    assert rows == [(i,) for i in range(115)]
