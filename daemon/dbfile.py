@@ -3,8 +3,9 @@
 ``paperarena run``, ``replay`` and ``report`` call :func:`inspect_database` first, so a text
 file, a directory, a path under a file, another application's SQLite file or a database of a
 newer paperarena is refused with one line, byte-identical, with no lock, ``-wal`` or ``-shm``
-file created beside it. :func:`connect_readonly` opens a database for reading only, also on a
-read-only file system.
+file created beside it. :func:`check_writable` refuses, before anything is created, a
+database that cannot be written (a read-only file, directory, sidecar file or file system).
+:func:`connect_readonly` opens a database for reading only, also on a read-only file system.
 """
 
 from __future__ import annotations
