@@ -643,6 +643,10 @@ class StoreConfig(_Frozen):
         default=30.0,
         description="how long a write waits for another process's write lock before the round"
         " is recorded as error (seconds)")
+    max_buffered_events: Annotated[int, Field(ge=1000, le=100_000_000)] = Field(
+        default=1_000_000,
+        description="market events kept in memory while the store cannot be written; beyond it"
+        " the oldest are dropped and counted (paperarena_store_events_dropped_total)")
 
     @field_validator("flush_interval", "busy_timeout", mode="before")
     @classmethod

@@ -3,12 +3,15 @@
 ``paperarena run``, ``replay`` and ``report`` call :func:`inspect_database` first, so a text
 file, a directory, a path under a file, another application's SQLite file or a database of a
 newer paperarena is refused with one line, byte-identical, with no lock, ``-wal`` or ``-shm``
-file created beside it. :func:`connect_readonly` opens a database for reading only, also on a
-read-only file system.
+file created beside it. :func:`check_writable` refuses, before anything is created, a
+database that cannot be written (a read-only file, directory, sidecar file or file system).
+:func:`connect_readonly` opens a database for reading only, also on a read-only file system.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 from pathlib import Path
 
@@ -81,6 +84,48 @@ def inspect_database(path: str, *, create: bool, schema_version: int) -> int:
             " use the paperarena that wrote it"
         )
     return version
+
+
+#: Files SQLite and paperarena keep beside a database (all must be writable to write it).
+SIDECARS = ("-wal", "-shm", "-journal", ".lock")
+
+
+def check_writable(path: str) -> None:
+    """Refuse (one line) a database that cannot be written, before anything is created.
+
+    The database file, its directory (or, for a new one, the nearest existing ancestor) and
+    any ``-wal``, ``-shm``, ``-journal`` or ``.lock`` file beside it must be writable, on a
+    writable file system. Checked first, so a refused open leaves the directory untouched
+    (SQLite would otherwise leave ``-shm`` / ``-wal`` behind on a read-only database).
+    Anything that is neither a file nor missing is left to :func:`inspect_database`.
+    """
+    real = Path(os.path.realpath(path))
+    if real.exists() and not real.is_file():
+        return
+    where = real.parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        return  # inspect_database names the file in the way
+    names = [real] + [real.with_name(real.name + s) for s in SIDECARS]
+    if _read_only_fs(where):
+        reason = os.strerror(errno.EROFS)
+    elif not os.access(where, os.W_OK | os.X_OK):
+        reason = f"directory {where} is not writable"
+    else:
+        bad = next((n for n in names if n.exists() and not os.access(n, os.W_OK)), None)
+        if bad is None:
+            return
+        reason = f"{bad.name} is not writable" if bad != real else "the file is not writable"
+    raise StoreOpenError(f"{path}: read-only ({reason}); paperarena must write its database: "
+                         "give it a writable file and directory")
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def connect_readonly(path: str | Path) -> sqlite3.Connection:

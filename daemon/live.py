@@ -74,6 +74,7 @@ class LiveDaemon:
                                                busy_timeout=self.config.store.busy_timeout,
                                                scope=self.scope,
                                                password_env=self.config.store.password_env)
+        store.max_buffered_events = self.config.store.max_buffered_events
         engine = self.engine = Engine(self.config, clock=self.clock, store=store)
         engine.add_equity_universe(self.config.markets.equity.assets)
         engine.build_agents()

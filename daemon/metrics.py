@@ -585,6 +585,10 @@ class EngineCollector(Collector):
         yield GaugeMetricFamily(f"{PREFIX}_store_pending_events",
                                 "Market events buffered and not yet written",
                                 value=float(store.pending_events))
+        yield CounterMetricFamily(f"{PREFIX}_store_events_dropped_total",
+                                  "Buffered market events dropped (oldest first): the buffer"
+                                  " was full during a store fault (store.max_buffered_events)",
+                                  value=float(getattr(store, "events_dropped", 0)))
         yield GaugeMetricFamily(f"{PREFIX}_clock_timestamp_seconds",
                                 "Engine clock (wall time live, simulated time in a replay)",
                                 value=eng.clock.now())

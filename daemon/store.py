@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import sqlite3
@@ -33,7 +32,15 @@ import structlog
 from daemon.dbfile import StoreLockedError as StoreLockedError  # re-exported
 from daemon.dbfile import StoreOpenError as StoreOpenError  # re-exported
 from daemon.dbfile import StoreSchemaError as StoreSchemaError  # re-exported
-from daemon.dbfile import describe_sqlite_error, inspect_database
+from daemon.dbfile import check_writable, describe_sqlite_error, inspect_database
+from daemon.dblock import abandon_lock, acquire_lock, claim_lock
+from daemon.event_spill import (
+    DEFAULT_MAX_BUFFERED_EVENTS,
+    drop_oldest,
+    ingest_spill,
+    note_dropped,
+    spill_unwritten,
+)
 from daemon.events import Event, NewsEvent, PriceEvent, encode_event
 
 log = structlog.get_logger(__name__)
@@ -276,6 +283,13 @@ class Store:
         self._tx = asyncio.Lock()
         self._inflight: set[asyncio.Task[None]] = set()
         self._flush_task: asyncio.Task[None] | None = None
+        # -- bounded event buffer and spill at stop (daemon/event_spill.py) --
+        self.max_buffered_events = DEFAULT_MAX_BUFFERED_EVENTS
+        self.events_dropped = 0
+        """Buffered events dropped because the buffer was full (the oldest ones)."""
+        self.events_lost = 0
+        """Events neither written nor spilled when the store closed."""
+        self._drop_logged_at = -1
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], *, lock: bool = True,
@@ -296,12 +310,18 @@ class Store:
             return await open_store(cls, p, scope=scope, password_env=password_env,
                                     busy_timeout=busy_timeout)
         if p != ":memory:":
+            check_writable(p)  # a read-only database is refused before anything is created
             inspect_database(p, create=True, schema_version=SCHEMA_VERSION)  # touches nothing
+        created: list[Path] = []  # the lock file and directories this open made
         try:
-            lock_fd = _acquire_lock(p) if lock and p != ":memory:" else None
+            lock_fd = acquire_lock(p, created) if lock and p != ":memory:" else None
         except OSError as exc:
+            abandon_lock(None, created)
             raise StoreOpenError(f"{p}: cannot create its lock file {p}.lock: "
                                  f"{exc.strerror or exc}") from None
+        if lock_fd is not None and not os.path.exists(p):  # removed again if refused
+            real = Path(os.path.realpath(p))
+            created += [real.with_name(real.name + s) for s in ("", "-wal", "-shm", "-journal")]
         db: aiosqlite.Connection | None = None
         try:
             db = await aiosqlite.connect(p, isolation_level=None)
@@ -314,16 +334,18 @@ class Store:
             store = cls(p, db, lock_fd, busy_timeout)
             await store._migrate()
             await store._probe_write()
+            await ingest_spill(store)  # events a stop while faulted could not write
             await db.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
         except BaseException as exc:
             if db is not None:
                 with contextlib.suppress(Exception):
                     await db.close()  # else its thread keeps the process alive
-            if lock_fd is not None:
-                os.close(lock_fd)
+            abandon_lock(lock_fd, created)  # a refused open leaves no lock file behind
             if isinstance(exc, sqlite3.Error):
                 raise StoreOpenError(describe_sqlite_error(p, exc)) from None
             raise
+        if lock_fd is not None:
+            claim_lock(lock_fd)
         return store
 
     async def _probe_write(self) -> None:
@@ -376,6 +398,7 @@ class Store:
         with contextlib.suppress(Exception):
             await self.wait_flushed()
             await self.flush()
+        spill_unwritten(self)  # still faulted: keep them beside the database, or count the loss
         await self.db.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -434,6 +457,14 @@ class Store:
                      else getattr(ev, "asset", None) or getattr(ev, "question_id", None))
             self._pending.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, market, asset, None,
                                   None, None, encode_event(ev).decode()))
+        if len(self._pending) > self.max_buffered_events:
+            self._cap_buffer()
+
+    def _cap_buffer(self) -> None:
+        """Drop the oldest buffered events beyond ``max_buffered_events`` (counted, logged)."""
+        n = drop_oldest(self._pending, self._writing, self.max_buffered_events)
+        if n:
+            note_dropped(self, n)
 
     def add_prices(self, events: Sequence[Event], seq: int | None = None) -> None:
         """Buffer a batch of price events (one frame's) for the next flush, in order."""
@@ -555,10 +586,11 @@ class Store:
 
     async def _write_pending(self) -> None:
         """Insert the buffered events; they leave the buffer only when the transaction commits."""
+        self._cap_buffer()  # also bounds events buffered by other paths than add_event
         n = len(self._pending)
         if n:
+            self._writing = n  # set before the await: a cap drop meanwhile keeps these rows
             await self._insert_events(self._pending[:n])
-            self._writing = n
 
     async def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
         # Price rows (8 fields) and other events (10 fields) keep their arrival order within
@@ -823,24 +855,3 @@ def _free_bytes(path: str) -> int | None:
 
 def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
-
-
-def _acquire_lock(path: str) -> int:
-    # Lock next to the resolved file: two paths (symlinks) to one database share one lock.
-    lock_path = f"{os.path.realpath(path)}.lock"
-    Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = ""
-        with contextlib.suppress(OSError):
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-        os.close(fd)
-        who = f" (pid {holder})" if holder else ""
-        raise StoreLockedError(
-            f"{path} is in use by another paperarena daemon{who}; stop it or use another --db"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    return fd

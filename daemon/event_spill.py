@@ -1,0 +1,164 @@
+"""Market events the store could not write yet: a cap in memory and a spill file at stop.
+
+Policy (docs/operations.md, "Faults"):
+
+- The buffer holds at most ``store.max_buffered_events`` events. Beyond it, the oldest ones not
+  in the transaction being written are dropped, down to 90 % of the cap (so dropping is rare
+  and cheap), counted in ``paperarena_store_events_dropped_total`` and logged once per fault.
+  The newest are kept: they are the market's current state and what a restart needs.
+- A store that closes with events still unwritten (a stop while faulted, after its last
+  attempt to write them) appends them to ``<database>.spill.jsonl`` next to the resolved
+  database file (one JSON array per event: the row the store would have inserted) and fsyncs
+  it. The next open of that database stores them in one transaction together with the SHA-256
+  of the file (meta ``spill_ingested``), then removes the file: a crash between the two never
+  stores them twice. If even the spill cannot be written (a full disk), the events are counted
+  in :attr:`Store.events_lost` and one error line says how many were lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+#: Default cap on buffered market events (about 100 bytes each: ~100 MB).
+DEFAULT_MAX_BUFFERED_EVENTS = 1_000_000
+
+
+def spill_path(db_path: str) -> Path:
+    """Return the spill file of the database at ``db_path`` (next to the resolved file)."""
+    return Path(f"{os.path.realpath(db_path)}.spill.jsonl")
+
+
+def drop_oldest(pending: list[tuple[Any, ...]], writing: int, cap: int) -> int:
+    """Drop the oldest rows of ``pending`` after its first ``writing`` ones (being written)
+    once it holds more than ``cap``, down to 90 % of ``cap``; return how many were dropped."""
+    if len(pending) <= cap:
+        return 0
+    n = min(len(pending) - (cap - cap // 10), len(pending) - writing)
+    if n <= 0:
+        return 0
+    del pending[writing: writing + n]
+    return n
+
+
+def write_spill(db_path: str, rows: list[tuple[Any, ...]]) -> Path:
+    """Append ``rows`` to the spill file of ``db_path`` and fsync it; raise OSError if not."""
+    path = spill_path(db_path)
+    data = "".join(json.dumps(list(r), separators=(",", ":"), allow_nan=False) + "\n"
+                   for r in rows).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, size)  # never leave a half-written spill behind
+            if not size:
+                path.unlink(missing_ok=True)
+            raise
+    finally:
+        os.close(fd)
+    return path
+
+
+def read_spill(db_path: str) -> tuple[str, list[tuple[Any, ...]]] | None:
+    """Return the SHA-256 and rows of the spill file of ``db_path`` (None: there is none).
+
+    A line cut short (a crash while spilling) or not a row is skipped with a warning.
+    """
+    path = spill_path(db_path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    rows: list[tuple[Any, ...]] = []
+    bad = 0
+    for line in data.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if isinstance(row, list) and len(row) in (8, 10):
+            rows.append(tuple(row))
+        else:
+            bad += 1
+    if bad:
+        log.warning("spilled market events: lines skipped (not an event row)", path=str(path),
+                    skipped=bad)
+    return hashlib.sha256(data).hexdigest(), rows
+
+
+async def ingest_spill(store: Any) -> int:
+    """Store the events spilled by the last stop of ``store``'s database; return how many.
+
+    Runs inside :meth:`Store.open` (no other writer yet); the rows and the spill's SHA-256
+    are one transaction, and the file is removed only after it committed.
+    """
+    spill = read_spill(store.path)
+    if spill is None:
+        return 0
+    digest, rows = spill
+    if await store.get_meta("spill_ingested") != digest:
+        await store.db.execute("BEGIN IMMEDIATE")
+        try:
+            await store._insert_events(rows)
+            await store.db.execute(
+                "INSERT INTO meta(key, value) VALUES('spill_ingested', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (digest,))
+            await store.db.execute("COMMIT")
+        except BaseException:
+            if store.db.in_transaction:
+                await store.db.execute("ROLLBACK")
+            raise
+        store.events_written += len(rows)
+        log.warning("stored market events spilled by the last stop", path=str(spill_path(
+            store.path)), events=len(rows))
+    else:
+        rows = []
+    spill_path(store.path).unlink(missing_ok=True)
+    return len(rows)
+
+
+def spill_unwritten(store: Any) -> None:
+    """Spill the events ``store`` still buffers (it is closing); count and log any loss."""
+    rows = store._pending
+    if not rows:
+        return
+    n = len(rows)
+    if store.path == ":memory:" or "://" in store.path:
+        store.events_lost += n
+        log.error("store closed with market events not written: market events lost",
+                  path=store.path, events=n, reason=store.fault)
+        return
+    try:
+        path = write_spill(store.path, rows)
+    except OSError as exc:
+        store.events_lost += n
+        log.error("store closed with market events not written and no room to spill them:"
+                  " market events lost", path=store.path, events=n,
+                  error=exc.strerror or str(exc), reason=store.fault)
+        return
+    rows.clear()
+    log.warning("store closed with market events not written: spilled; the next start "
+                "stores them", path=str(path), events=n, reason=store.fault)
+
+
+def note_dropped(store: Any, n: int) -> None:
+    """Count ``n`` dropped events; log once until a write succeeds again."""
+    store.events_dropped += n
+    if store._drop_logged_at != store.events_written:
+        store._drop_logged_at = store.events_written
+        log.error("store event buffer full: dropping the oldest buffered market events",
+                  path=store.path, max_buffered_events=store.max_buffered_events,
+                  dropped=store.events_dropped, reason=store.fault)
