@@ -475,6 +475,8 @@ class Store:
                                 ev.ask))
             else:
                 self.add_event(ev, seq)
+        if len(pending) > self.max_buffered_events:
+            self._cap_buffer()
 
     def flush_soon(self) -> None:
         """Start writing the buffered events in the background (ordered by the write lock).

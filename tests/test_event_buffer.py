@@ -81,6 +81,22 @@ async def test_a_full_buffer_drops_the_oldest_and_counts_them(
         await store.close()
 
 
+async def test_batched_prices_respect_the_cap_too(
+        foreign_lock: tuple[Path, sqlite3.Connection]) -> None:
+    db, holder = foreign_lock
+    store = await Store.open(db, busy_timeout=0.05)
+    store.max_buffered_events = 100
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        for frame in range(25):  # the daemon's price path: one batch per frame
+            store.add_prices([price(frame * 10 + i) for i in range(10)])
+        assert 0 < store.pending_events <= 100
+        assert store.events_dropped == 250 - store.pending_events
+        holder.execute("ROLLBACK")
+    finally:
+        await store.close()
+
+
 async def test_stop_while_faulted_spills_and_the_next_start_stores_them_once(
         foreign_lock: tuple[Path, sqlite3.Connection]) -> None:
     db, holder = foreign_lock
