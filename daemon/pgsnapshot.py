@@ -22,7 +22,6 @@ readers recompute only after marks or rounds (``daemon/board_cache.py``).
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import threading
 from typing import Any
@@ -63,10 +62,9 @@ def stamp(url: str, *, password_env: str | None = None) -> tuple[int, ...]:
 async def _stamp(url: str, password_env: str | None) -> tuple[int, int]:
     import asyncpg  # type: ignore[import-untyped]
 
-    from daemon.pgstore import DEFAULT_PASSWORD_ENV
+    from daemon.pgstore import password_for
 
-    password = os.environ.get(password_env or DEFAULT_PASSWORD_ENV) or None
-    con = await asyncpg.connect(url, password=password, timeout=10)
+    con = await asyncpg.connect(url, password=password_for(url, password_env), timeout=10)
     try:
         row = await con.fetchrow("SELECT COUNT(*), COALESCE(SUM(commits), 0)"
                                  " FROM public.paperarena_scopes")
@@ -106,14 +104,13 @@ async def _fetch(url: str, tables: dict[str, list[str]], password_env: str | Non
     import asyncpg  # type: ignore[import-untyped]
 
     from daemon.dbfile import StoreOpenError
-    from daemon.pgstore import DEFAULT_PASSWORD_ENV, pg_errors, redact, url_problem
+    from daemon.pgstore import password_for, pg_errors, redact, url_problem
 
     problem = url_problem(url)
     if problem:
         raise StoreOpenError(f"{redact(url)}: {problem}")
-    password = os.environ.get(password_env or DEFAULT_PASSWORD_ENV) or None
     try:
-        con = await asyncpg.connect(url, password=password, timeout=10)
+        con = await asyncpg.connect(url, password=password_for(url, password_env), timeout=10)
     except Exception as exc:
         text = " ".join(str(exc).split()) or type(exc).__name__
         raise StoreOpenError(f"{url}: cannot connect to PostgreSQL ({text})") from None

@@ -57,6 +57,24 @@ class PgError(sqlite3.OperationalError):
     """A PostgreSQL error (one line), shaped like SQLite's so the store handles both alike."""
 
 
+#: url -> the environment variable holding its password, for this process's readers (the report,
+#: the API, the page and the metrics read the store over their own connections).
+_PASSWORD_ENVS: dict[str, str] = {}
+
+
+def use_password_env(url: str, password_env: str) -> None:
+    """Make every later connection of this process to ``url`` take its password from the
+    environment variable ``password_env`` (:func:`password_for`)."""
+    _PASSWORD_ENVS[url] = password_env
+
+
+def password_for(url: str, password_env: str | None = None) -> str | None:
+    """Return the password of ``url``: from ``password_env``, else from the variable the store
+    of ``url`` was opened with in this process, else from ``PGPASSWORD`` (None if unset)."""
+    env = password_env or _PASSWORD_ENVS.get(url) or DEFAULT_PASSWORD_ENV
+    return os.environ.get(env) or None
+
+
 def is_url(path: str | os.PathLike[str]) -> bool:
     """Return whether ``path`` names a PostgreSQL database rather than a SQLite file."""
     return str(path).startswith(URL_SCHEMES)
@@ -382,8 +400,9 @@ async def connect(url: str, *, scope: str, password_env: str | None = None,
     problem = url_problem(url)
     if problem:
         raise StoreOpenError(f"{redact(url)}: {problem}")
-    env = password_env or DEFAULT_PASSWORD_ENV
-    password = os.environ.get(env) or None
+    if password_env:
+        use_password_env(url, password_env)  # the readers of this process use it too
+    password = password_for(url, password_env)
     schema = scope_schema(scope)
     try:
         con = await asyncpg.connect(url, password=password, timeout=timeout,
