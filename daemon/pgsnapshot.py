@@ -59,6 +59,31 @@ def stamp(url: str, *, password_env: str | None = None) -> tuple[int, ...]:
     return tuple(_in_thread(_stamp(url, password_env)))
 
 
+def daily_marks(url: str, *, password_env: str | None = None) -> tuple[int, ...]:
+    """Return the last daily mark's ``rowid`` of every scope of ``url`` (moves with a daily mark
+    of any process: the metrics' leaderboard figures recompute then)."""
+    return tuple(_in_thread(_daily_marks(url, password_env)))
+
+
+async def _daily_marks(url: str, password_env: str | None) -> list[int]:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from daemon.pgstore import password_for
+
+    con = await asyncpg.connect(url, password=password_for(url, password_env), timeout=10)
+    try:
+        out = []
+        for (schema,) in await con.fetch(
+                "SELECT s.schema_name FROM public.paperarena_scopes s WHERE"
+                " to_regclass(quote_ident(s.schema_name) || '.equity') IS NOT NULL"
+                " ORDER BY s.scope"):
+            out.append(int(await con.fetchval(
+                f'SELECT COALESCE(MAX(rowid), 0) FROM "{schema}".equity WHERE kind=\'daily\'')))
+        return out
+    finally:
+        await con.close()
+
+
 async def _stamp(url: str, password_env: str | None) -> tuple[int, int]:
     import asyncpg  # type: ignore[import-untyped]
 
