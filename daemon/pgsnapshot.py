@@ -155,11 +155,13 @@ async def _read(con: Any, url: str, tables: dict[str, list[str]],
         if not await con.fetchval("SELECT to_regclass('public.paperarena_scopes')"
                                   " IS NOT NULL"):
             raise FileNotFoundError(f"{url}: no paperarena store in this database")
-        schemas = [r[0] for r in await con.fetch(
-            "SELECT schema_name FROM public.paperarena_scopes ORDER BY scope")]
+        named = [(r[0], r[1]) for r in await con.fetch(
+            "SELECT scope, schema_name FROM public.paperarena_scopes ORDER BY scope")]
+        schemas = [s for _, s in named]
         present = {(r[0], r[1]): None for r in await con.fetch(
             "SELECT table_schema, table_name FROM information_schema.tables"
             " WHERE table_schema = ANY($1::text[])", schemas)}
+        await _refuse_newer(con, url, [(sc, s) for sc, s in named if (s, "meta") in present])
         have = {(r[0], r[1], r[2]) for r in await con.fetch(
             "SELECT table_schema, table_name, column_name FROM information_schema.columns"
             " WHERE table_schema = ANY($1::text[])", schemas)}
@@ -179,6 +181,22 @@ async def _read(con: Any, url: str, tables: dict[str, list[str]],
             for s in scopes:
                 out.append((table, await _rows(con, s, table, cols, have,
                                                keep_id=table == "market_events")))
+
+
+async def _refuse_newer(con: Any, url: str, scopes: list[tuple[str, str]]) -> None:
+    """Raise :class:`StoreOpenError` (one line) if a scope has a schema newer than this
+    paperarena's: its tables may mean what this version cannot read (as a newer SQLite file)."""
+    from daemon.dbfile import StoreOpenError
+    from daemon.store import SCHEMA_VERSION
+
+    for scope, schema in scopes:
+        raw = await con.fetchval(
+            f'SELECT value FROM "{schema}".meta WHERE key = \'schema_version\'')
+        version = int(raw) if raw is not None and str(raw).isdigit() else 0
+        if version > SCHEMA_VERSION:
+            raise StoreOpenError(
+                f"{url}: scope {scope!r} has schema v{version}, newer than this paperarena "
+                f"(v{SCHEMA_VERSION}); use the paperarena that wrote it")
 
 
 def _select(schema: str, table: str, cols: list[str], have: set[tuple[str, str, str]],
