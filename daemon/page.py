@@ -333,7 +333,8 @@ class Page:
 
         srv = self.server
         agent = request.match_info["id"]
-        if not srv._known(agent):
+        t = await srv._tables_of(agent)  # on a shared store: the owner's scope
+        if t is None:
             return _json({"error": f"unknown agent {agent!r}"}, 404)
         unknown = sorted(set(request.query) - {"offset", "limit", "market"})
         if unknown:
@@ -347,11 +348,11 @@ class Page:
         store = srv.engine.store
         async with srv._queries:
             total = (await store.fetchall(
-                f"SELECT COUNT(*) FROM decisions WHERE {where}", tuple(params)))[0][0]
+                f"SELECT COUNT(*) FROM {t('decisions')} WHERE {where}", tuple(params)))[0][0]
             rows = await store.fetchall(
                 "SELECT market, scheduled_ts, decided_ts, outcome, reason, input_json,"
                 " input_sha256, raw_output, allocation_json, template_version, attempts,"
-                f" duration_s FROM decisions WHERE {where}"
+                f" duration_s FROM {t('decisions')} WHERE {where}"
                 " ORDER BY scheduled_ts DESC, market LIMIT ? OFFSET ?",
                 (*params, limit, offset))
             calls: dict[tuple[str, float], list[dict[str, Any]]] = {}
@@ -363,7 +364,7 @@ class Page:
                         "SELECT market, scheduled_ts, attempt, ts, model, raw_response, error,"
                         " finish_reason, tokens_in, tokens_out, latency_s, cost_usd, step,"
                         " input_sha256, outcome, parsed_json FROM"
-                        " llm_calls WHERE agent=? AND scheduled_ts BETWEEN ? AND ?"
+                        f" {t('llm_calls')} WHERE agent=? AND scheduled_ts BETWEEN ? AND ?"
                         " ORDER BY id", (agent, lo, hi)):
                     calls.setdefault((m, st), []).append({
                         "attempt": attempt, "ts": ts, "model": model, "raw_response": raw,

@@ -253,6 +253,14 @@ class PgConnection:
         async with self.lock:
             await claim_agents(self.con, self.url, self.scope, self.schema, agents)
 
+    async def owner_schema(self, agent: str) -> str | None:
+        """Return the schema of the scope that owns ``agent`` (None if no scope does)."""
+        async with self.lock:
+            with pg_errors():
+                value = await self.con.fetchval(
+                    "SELECT schema_name FROM public.paperarena_owners WHERE agent = $1", agent)
+        return None if value is None else str(value)
+
     async def close(self) -> None:
         """Close the connection (releasing its scope lock)."""
         with contextlib.suppress(Exception):
