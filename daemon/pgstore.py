@@ -44,8 +44,11 @@ log = structlog.get_logger(__name__)
 URL_SCHEMES = ("postgresql://", "postgres://")
 #: Environment variable holding the password unless ``store.password_env`` names another.
 DEFAULT_PASSWORD_ENV = "PGPASSWORD"
-#: Tables whose writes move the readers' cache stamp (as ``daemon/board_cache.py``'s).
-STAMP_TABLES = frozenset({"equity", "decisions", "fills", "resolutions", "probes", "runs"})
+#: Tables whose writes move the readers' cache stamp: ``daemon/board_cache.py``'s STAMP_TABLES
+#: (CapitalBench's included; tests/test_pg_stamp.py keeps them equal); updates and deletes count.
+STAMP_TABLES = frozenset({"equity", "decisions", "fills", "resolutions", "probes", "runs",
+                          "capital_rounds", "capital_submissions"})
+_WRITE_RE = re.compile(r"^\s*(?:UPDATE|DELETE\s+FROM)\s+(\w+)", re.IGNORECASE)
 #: Identifiers of the schema that PostgreSQL reserves (quoted in every statement).
 RESERVED = ("offset",)
 _RESERVED_RE = re.compile(r'(?<![\w"])(excluded\.)?(' + "|".join(RESERVED) + r')\b(?!\s*\()')
@@ -338,6 +341,9 @@ class PgConnection:
         if _is_ddl(sql):
             return quote_reserved(translate_ddl(sql)), False
         ret = False
+        w = _WRITE_RE.match(sql)
+        if w and w.group(1) in STAMP_TABLES:
+            self._dirty = True
         m = _INSERT_RE.match(sql)
         if m:
             verb, table, cols = (m.group(2) or "").upper(), m.group(3), m.group(4)
