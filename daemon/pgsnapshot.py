@@ -154,7 +154,9 @@ async def _read(con: Any, url: str, tables: dict[str, list[str]],
     async with con.transaction(isolation="repeatable_read", readonly=True):
         if not await con.fetchval("SELECT to_regclass('public.paperarena_scopes')"
                                   " IS NOT NULL"):
-            raise FileNotFoundError(f"{url}: no paperarena store in this database")
+            from daemon.dbfile import StoreOpenError  # not an OSError: pg_errors lets it by
+
+            raise StoreOpenError(f"{url}: no paperarena store in this database")
         named = [(r[0], r[1]) for r in await con.fetch(
             "SELECT scope, schema_name FROM public.paperarena_scopes ORDER BY scope")]
         schemas = [s for _, s in named]

@@ -55,3 +55,11 @@ async def test_an_older_scope_is_migrated_and_a_newer_one_refused_by_writers_and
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2
         assert r.stderr.count("\n") == 1 and "newer than this paperarena" in r.stderr, r.stderr
+
+
+def test_a_database_without_a_store_is_one_line_naming_it_once() -> None:
+    with pg_database() as url:
+        r = subprocess.run([sys.executable, "-m", "daemon.cli", "report", "--db", url],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr == f"paperarena: --db {url}: no paperarena store in this database\n"
