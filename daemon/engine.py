@@ -119,6 +119,8 @@ class Engine:
         self.mark_listeners: list[Callable[[str, float], None]] = []
         """Called with (market, ts) after each daily mark is stored (e.g. to refresh metrics)."""
         self._agents_built = False
+        self.agent_ids: frozenset[str] | None = None
+        """The agents this engine runs (``build_agents``' ``agent_ids``; None: every agent)."""
         self.capital: CapitalRunner | None = None
         if config.capitalbench is not None:
             from daemon.capital_runner import CapitalRunner  # agents' code, only when configured
@@ -146,6 +148,7 @@ class Engine:
     def build_agents(self, agent_ids: Iterable[str] | None = None) -> None:
         """Create the configured agents (optionally only ``agent_ids``) in their markets."""
         wanted = None if agent_ids is None else set(agent_ids)
+        self.agent_ids = None if wanted is None else frozenset(wanted)
         for acfg in self.config.agents:
             if wanted is not None and acfg.id not in wanted:
                 continue
@@ -255,7 +258,8 @@ class Engine:
         submissions are their rows: a shared store refuses them unless they are claimed)."""
         if self.capital is None:
             return []
-        return [a.id for a in config.agents if a.protocol == "capitalbench"]
+        return [a.id for a in config.agents if a.protocol == "capitalbench"
+                and (self.agent_ids is None or a.id in self.agent_ids)]
 
     def add_equity_universe(self, assets: Iterable[str]) -> None:
         """Add the configured equities to the equity book."""

@@ -505,3 +505,31 @@ async def test_example_config_replays_into_a_shared_store_as_into_sqlite(
     assert [(r["round_id"], r["status"]) for r in board["capitalbench"]["rounds"]] == [
         ("weekly-2026-10-19", "resolved"), ("weekly-2026-10-26", "started")]
     assert reports[1] == reports[0]
+
+
+async def test_an_evaluator_answers_rounds_for_its_own_capitalbench_agents_only(
+        tmp_path: Path) -> None:
+    """Split roles: the CapitalBench agents an evaluator owns (``--agents``) are the only ones it
+    asks and claims, so two evaluators never submit for one agent."""
+    import tomllib
+
+    from daemon.clock import SimClock
+    from daemon.engine import Engine
+    from daemon.store import Store
+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "examples" / "capitalbench.toml").read_text())
+    data["capitalbench"]["rounds_dir"] = str(tmp_path / "rounds")
+    data["capitalbench"]["briefing"] = str(root / "examples" / "capitalbench-briefing.md")
+    cfg = parse_config(data)
+    store = await Store.open(":memory:")
+    try:
+        eng = Engine(cfg, clock=SimClock(0.0), store=store)
+        eng.build_agents(["model_b", "buy_and_hold"])
+        assert eng.capital is not None and set(eng.capital.agents) == {"model_b"}
+        assert eng._capital_agent_ids(cfg) == ["model_b"]
+        every = Engine(cfg, clock=SimClock(0.0), store=store)
+        every.build_agents()
+        assert every.capital is not None and set(every.capital.agents) == {"model_a", "model_b"}
+    finally:
+        await store.close()
