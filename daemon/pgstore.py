@@ -35,7 +35,7 @@ import sqlite3
 import zlib
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import structlog
 
@@ -86,9 +86,12 @@ def is_url(path: str | os.PathLike[str]) -> bool:
 def redact(url: str) -> str:
     """Return ``url`` with any password replaced by ``***`` (for messages and logs)."""
     parts = urlsplit(url)
-    if not parts.password:
-        return url
-    return url.replace(f":{parts.password}@", ":***@", 1)
+    if parts.password:
+        url = url.replace(f":{parts.password}@", ":***@", 1)
+    return _QUERY_PASSWORD_RE.sub(lambda m: m.group(1) + "***", url)
+
+
+_QUERY_PASSWORD_RE = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def url_problem(url: str) -> str | None:
@@ -96,7 +99,8 @@ def url_problem(url: str) -> str | None:
     if not is_url(url):
         return f"store.url must start with postgresql:// (got {url.split(':', 1)[0]!r})"
     parts = urlsplit(url)
-    if parts.password:
+    if parts.password or any(k.lower() == "password"
+                             for k, _ in parse_qsl(parts.query, keep_blank_values=True)):
         return ("store.url must not contain a password: put it in the environment variable "
                 "named by store.password_env")
     if not parts.hostname and "host=" not in (parts.query or ""):
