@@ -231,11 +231,35 @@ def temperature_agreements(agents: Sequence[AgentConfig], temperatures: Sequence
     return out
 
 
+#: The scope of a shared store that ``alphaforge-instability`` results go into.
+INSTABILITY_SCOPE = "alphaforge-instability"
+
+
 def store_result(db: str | Path, result: dict[str, Any], ts: float) -> None:
-    """Append ``result`` to ``instability_runs`` of ``db`` (created or migrated first)."""
+    """Append ``result`` to ``instability_runs`` of ``db`` (created or migrated first).
+
+    A shared PostgreSQL store (``postgresql://``) gets it in a scope of its own, so a daemon
+    writing into that store keeps its scope; readers merge every scope (``daemon.pgsnapshot``).
+    """
     import asyncio
 
     from daemon.store import Store
+
+    prompt = result.get("prompt_sha256")
+    row = (ts, result["input_sha256"], prompt if isinstance(prompt, str) else json.dumps(prompt),
+           result["repeats"], json.dumps(result, sort_keys=True))
+    sql = ("INSERT INTO instability_runs(ts, input_sha256, prompt_sha256, repeats, result_json)"
+           " VALUES(?,?,?,?,?)")
+    if str(db).startswith(("postgresql://", "postgres://")):
+        async def write() -> None:
+            store = await Store.open(str(db), scope=INSTABILITY_SCOPE)
+            try:
+                await store.execute_atomic([(sql, row)])
+            finally:
+                await store.close()
+
+        asyncio.run(write())
+        return
 
     async def migrate() -> None:
         store = await Store.open(str(db), lock=False)
@@ -244,12 +268,7 @@ def store_result(db: str | Path, result: dict[str, Any], ts: float) -> None:
     asyncio.run(migrate())  # a sync caller (the CLI): the migration in its own loop
     con = sqlite3.connect(str(db), timeout=30)
     try:
-        prompt = result.get("prompt_sha256")
         with con:
-            con.execute(
-                "INSERT INTO instability_runs(ts, input_sha256, prompt_sha256, repeats,"
-                " result_json) VALUES(?,?,?,?,?)",
-                (ts, result["input_sha256"], prompt if isinstance(prompt, str)
-                 else json.dumps(prompt), result["repeats"], json.dumps(result, sort_keys=True)))
+            con.execute(sql, row)
     finally:
         con.close()

@@ -97,7 +97,10 @@ class CapitalRunner:
             from agents.factory import build_agent
 
             built = {}
+            own = getattr(self.host, "agent_ids", None)  # split roles: this evaluator's only
             for acfg in capital_agent_configs(self.host.config):
+                if own is not None and acfg.id not in own:
+                    continue
                 agent = build_agent(acfg)
                 assert isinstance(agent, CapitalBenchAgent)
                 built[acfg.id] = agent

@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--end", type=_when, default=None)
     rep.add_argument("--html", metavar="FILE", default=None,
                      help="also write a self-contained offline HTML report to FILE")
+    rep.add_argument("--password-env", default=None, metavar="VAR",
+                     help="for a postgresql:// --db: environment variable holding the password"
+                     " (default: PGPASSWORD)")
 
     cc = sub.add_parser("check-config", help="validate a config file")
     cc.add_argument("file")
@@ -394,6 +397,10 @@ def _report(args: argparse.Namespace) -> int:
     problem = _window_problem(args)
     if problem:
         return _fail(problem)
+    if args.password_env:
+        from daemon.pgstore import use_password_env
+
+        use_password_env(args.db, args.password_env)
     try:  # read only: the report never writes, so it works on a read-only file or file system
         if (not args.db.startswith(("postgresql://", "postgres://")) and  # shared store
                 inspect_database(args.db, create=False, schema_version=SCHEMA_VERSION) == 0):

@@ -119,6 +119,8 @@ class Engine:
         self.mark_listeners: list[Callable[[str, float], None]] = []
         """Called with (market, ts) after each daily mark is stored (e.g. to refresh metrics)."""
         self._agents_built = False
+        self.agent_ids: frozenset[str] | None = None
+        """The agents this engine runs (``build_agents``' ``agent_ids``; None: every agent)."""
         self.capital: CapitalRunner | None = None
         if config.capitalbench is not None:
             from daemon.capital_runner import CapitalRunner  # agents' code, only when configured
@@ -149,6 +151,7 @@ class Engine:
     def build_agents(self, agent_ids: Iterable[str] | None = None) -> None:
         """Create the configured agents (optionally only ``agent_ids``) in their markets."""
         wanted = None if agent_ids is None else set(agent_ids)
+        self.agent_ids = None if wanted is None else frozenset(wanted)
         for acfg in self.config.agents:
             if wanted is not None and acfg.id not in wanted:
                 continue
@@ -194,7 +197,8 @@ class Engine:
             if hasattr(prev_agent, "spent") and hasattr(agent, "restore_usage"):
                 agent.restore_usage(day, *prev_agent.spent(day))
         # A shared store refuses rows of agents this process does not own: claim new ones first.
-        await self.store.claim_agents([aid for aid in built if aid not in current])
+        await self.store.claim_agents([aid for aid in built if aid not in current]
+                                      + self._capital_agent_ids(new_config))
         persisted = {(a, m): (st, r) for a, m, st, r in await self.store.fetchall(
             "SELECT agent, market, status, reason FROM agent_state")}
         wanted = {a.id: a for a in trading}
@@ -252,6 +256,14 @@ class Engine:
                 except Exception:
                     log.exception("agent close failed", agent=getattr(slot.agent, "id", "?"))
 
+    def _capital_agent_ids(self, config: Config) -> list[str]:
+        """Return the CapitalBench agents of ``config`` this engine answers rounds for (their
+        submissions are their rows: a shared store refuses them unless they are claimed)."""
+        if self.capital is None:
+            return []
+        return [a.id for a in config.agents if a.protocol == "capitalbench"
+                and (self.agent_ids is None or a.id in self.agent_ids)]
+
     def add_equity_universe(self, assets: Iterable[str]) -> None:
         """Add the configured equities to the equity book."""
         book = self.books.get("equity")
@@ -261,7 +273,8 @@ class Engine:
 
     async def restore(self) -> int:
         """Rebuild books and market state from the store; return the replay offset to resume."""
-        await self.store.claim_agents(sorted({a for ss in self.slots.values() for a in ss}))
+        await self.store.claim_agents(sorted({a for ss in self.slots.values() for a in ss}
+                                             | set(self._capital_agent_ids(self.config))))
         books = await self.store.load_books()
         for m, st in books.items():
             if m not in self.books:

@@ -549,10 +549,23 @@ class HttpServer:
         return any(agent in slots for slots in self.engine.slots.values()) or any(
             a.id == agent for a in self.engine.config.agents)
 
+    async def _tables_of(self, agent: str) -> Callable[[str], str] | None:
+        """Return how to name the tables holding ``agent``'s rows, None for an unknown agent:
+        this process's own, or on a shared store those of the scope owning the agent (the
+        leaderboard of any process lists every agent, and its page links to each)."""
+        if self._known(agent):
+            return _own_table
+        owner = getattr(self.engine.store.db, "owner_schema", None)
+        schema = None if owner is None else await owner(agent)
+        if schema is None:
+            return None
+        return lambda table: f'"{schema}".{table}'
+
     async def handle_agent(self, request: web.Request) -> web.Response:
         """Return one agent's equity curve, allocations, recent decisions and alerts."""
         agent = request.match_info["id"]
-        if not self._known(agent):
+        tables = await self._tables_of(agent)
+        if tables is None:
             return _json({"error": f"unknown agent {agent!r}"}, 404)
         unknown = sorted(set(request.query) - {"limit", "kind"})
         if unknown:
@@ -565,28 +578,32 @@ class HttpServer:
         if kind not in ("all", "daily", "decision"):
             raise BadRequest("kind must be all, daily or decision")
         async with self._queries:
-            return await self._agent(agent, limit, kind)
+            return await self._agent(agent, limit, kind, tables)
 
-    async def _agent(self, agent: str, limit: int, kind: str) -> web.Response:
+    async def _agent(self, agent: str, limit: int, kind: str,
+                     t: Callable[[str], str] | None = None) -> web.Response:
+        t = t or _own_table
         store = self.engine.store
         kind_sql, params = ("", (agent, limit)) if kind == "all" else (
             " AND kind=?", (agent, kind, limit))
         equity = await store.fetchall(
-            "SELECT market, ts, kind, value, cash FROM equity WHERE agent=?" + kind_sql +
+            f"SELECT market, ts, kind, value, cash FROM {t('equity')} WHERE agent=?" + kind_sql +
             " ORDER BY ts DESC LIMIT ?", params)
         fills = await store.fetchall(
             "SELECT market, scheduled_ts, ts, weights_json, traded_value, cost, value_after"
-            " FROM fills WHERE agent=? ORDER BY scheduled_ts DESC LIMIT ?", (agent, limit))
+            f" FROM {t('fills')} WHERE agent=? ORDER BY scheduled_ts DESC LIMIT ?",
+            (agent, limit))
         decisions = await store.fetchall(
             "SELECT market, scheduled_ts, decided_ts, outcome, reason, allocation_json,"
-            " attempts, duration_s FROM decisions WHERE agent=? ORDER BY scheduled_ts DESC"
-            " LIMIT ?", (agent, min(limit, 100)))
+            f" attempts, duration_s FROM {t('decisions')} WHERE agent=?"
+            " ORDER BY scheduled_ts DESC LIMIT ?", (agent, min(limit, 100)))
         alerts = await store.fetchall(
-            "SELECT ts, kind, severity, market, value, limit_value, message FROM alerts"
+            f"SELECT ts, kind, severity, market, value, limit_value, message FROM {t('alerts')}"
             " WHERE agent=? ORDER BY id DESC LIMIT 50", (agent,))
         llm = await store.fetchall(
             "SELECT market, COUNT(*), COALESCE(SUM(tokens_in),0), COALESCE(SUM(tokens_out),0),"
-            " COALESCE(SUM(cost_usd),0) FROM llm_calls WHERE agent=? GROUP BY market", (agent,))
+            f" COALESCE(SUM(cost_usd),0) FROM {t('llm_calls')} WHERE agent=? GROUP BY market",
+            (agent,))
         current = []
         for r in portfolio_rows(self.engine, self.monitor):
             if r.agent != agent:
@@ -688,3 +705,8 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _own_table(table: str) -> str:
+    """Name a table of this process's own store (its scope on a shared store)."""
+    return table

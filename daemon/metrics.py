@@ -312,16 +312,23 @@ class LeaderboardFigures(Collector):
         """Start empty."""
         self.engine = engine
         self._figures: dict[tuple[str, str], dict[str, float]] = {}
-        self._marks = -1
+        self._marks: object = -1
 
     async def refresh(self) -> None:
         """Recompute the figures if daily marks were added since the last refresh."""
         from scoring.leaderboard import live_figures
 
-        rows = await self.engine.store.fetchall(
-            "SELECT COALESCE(MAX(rowid), 0) FROM equity WHERE kind='daily'")
-        marks = int(rows[0][0])
-        if marks == self._marks or self.engine.store.path == ":memory:":
+        path = str(self.engine.store.path)
+        marks: object
+        if path.startswith(("postgresql://", "postgres://")):
+            from daemon.pgsnapshot import daily_marks  # a shared store: every process's marks
+
+            marks = await asyncio.to_thread(daily_marks, path)
+        else:
+            rows = await self.engine.store.fetchall(
+                "SELECT COALESCE(MAX(rowid), 0) FROM equity WHERE kind='daily'")
+            marks = int(rows[0][0])
+        if marks == self._marks or path == ":memory:":
             return
         self._figures = await asyncio.to_thread(live_figures, self.engine.store.path)
         self._marks = marks

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from agents.stored_input import INPUT_COLUMNS, INPUT_JOIN
+from agents.stored_input import INPUT_COLUMNS
 from daemon.alerts import market_open, source_market, state_name
 from daemon.metrics import portfolio_rows
 
@@ -334,7 +334,8 @@ class Page:
 
         srv = self.server
         agent = request.match_info["id"]
-        if not srv._known(agent):
+        t = await srv._tables_of(agent)  # on a shared store: the owner's scope
+        if t is None:
             return _json({"error": f"unknown agent {agent!r}"}, 404)
         unknown = sorted(set(request.query) - {"offset", "limit", "market"})
         if unknown:
@@ -348,11 +349,12 @@ class Page:
         store = srv.engine.store
         async with srv._queries:
             total = (await store.fetchall(
-                f"SELECT COUNT(*) FROM decisions WHERE {where}", tuple(params)))[0][0]
+                f"SELECT COUNT(*) FROM {t('decisions')} WHERE {where}", tuple(params)))[0][0]
             rows = await store.fetchall(
                 "SELECT d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,"
                 f" {INPUT_COLUMNS}, d.input_sha256, d.raw_output, d.allocation_json,"
-                f" d.template_version, d.attempts, d.duration_s FROM decisions d {INPUT_JOIN}"
+                f" d.template_version, d.attempts, d.duration_s FROM {t('decisions')} d"
+                f" LEFT JOIN {t('observations')} o ON o.sha256 = d.observation_sha256"
                 f" WHERE d.{where.replace(' AND ', ' AND d.')}"
                 " ORDER BY d.scheduled_ts DESC, d.market LIMIT ? OFFSET ?",
                 (*params, limit, offset))
@@ -365,7 +367,7 @@ class Page:
                         "SELECT market, scheduled_ts, attempt, ts, model, raw_response, error,"
                         " finish_reason, tokens_in, tokens_out, latency_s, cost_usd, step,"
                         " input_sha256, outcome, parsed_json FROM"
-                        " llm_calls WHERE agent=? AND scheduled_ts BETWEEN ? AND ?"
+                        f" {t('llm_calls')} WHERE agent=? AND scheduled_ts BETWEEN ? AND ?"
                         " ORDER BY id", (agent, lo, hi)):
                     calls.setdefault((m, st), []).append({
                         "attempt": attempt, "ts": ts, "model": model, "raw_response": raw,

@@ -22,7 +22,6 @@ readers recompute only after marks or rounds (``daemon/board_cache.py``).
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import threading
 from typing import Any
@@ -60,13 +59,37 @@ def stamp(url: str, *, password_env: str | None = None) -> tuple[int, ...]:
     return tuple(_in_thread(_stamp(url, password_env)))
 
 
+def daily_marks(url: str, *, password_env: str | None = None) -> tuple[int, ...]:
+    """Return the last daily mark's ``rowid`` of every scope of ``url`` (moves with a daily mark
+    of any process: the metrics' leaderboard figures recompute then)."""
+    return tuple(_in_thread(_daily_marks(url, password_env)))
+
+
+async def _daily_marks(url: str, password_env: str | None) -> list[int]:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from daemon.pgstore import password_for
+
+    con = await asyncpg.connect(url, password=password_for(url, password_env), timeout=10)
+    try:
+        out = []
+        for (schema,) in await con.fetch(
+                "SELECT s.schema_name FROM public.paperarena_scopes s WHERE"
+                " to_regclass(quote_ident(s.schema_name) || '.equity') IS NOT NULL"
+                " ORDER BY s.scope"):
+            out.append(int(await con.fetchval(
+                f'SELECT COALESCE(MAX(rowid), 0) FROM "{schema}".equity WHERE kind=\'daily\'')))
+        return out
+    finally:
+        await con.close()
+
+
 async def _stamp(url: str, password_env: str | None) -> tuple[int, int]:
     import asyncpg  # type: ignore[import-untyped]
 
-    from daemon.pgstore import DEFAULT_PASSWORD_ENV
+    from daemon.pgstore import password_for
 
-    password = os.environ.get(password_env or DEFAULT_PASSWORD_ENV) or None
-    con = await asyncpg.connect(url, password=password, timeout=10)
+    con = await asyncpg.connect(url, password=password_for(url, password_env), timeout=10)
     try:
         row = await con.fetchrow("SELECT COUNT(*), COALESCE(SUM(commits), 0)"
                                  " FROM public.paperarena_scopes")
@@ -106,14 +129,13 @@ async def _fetch(url: str, tables: dict[str, list[str]], password_env: str | Non
     import asyncpg  # type: ignore[import-untyped]
 
     from daemon.dbfile import StoreOpenError
-    from daemon.pgstore import DEFAULT_PASSWORD_ENV, pg_errors, redact, url_problem
+    from daemon.pgstore import password_for, pg_errors, redact, url_problem
 
     problem = url_problem(url)
     if problem:
         raise StoreOpenError(f"{redact(url)}: {problem}")
-    password = os.environ.get(password_env or DEFAULT_PASSWORD_ENV) or None
     try:
-        con = await asyncpg.connect(url, password=password, timeout=10)
+        con = await asyncpg.connect(url, password=password_for(url, password_env), timeout=10)
     except Exception as exc:
         text = " ".join(str(exc).split()) or type(exc).__name__
         raise StoreOpenError(f"{url}: cannot connect to PostgreSQL ({text})") from None
@@ -132,12 +154,16 @@ async def _read(con: Any, url: str, tables: dict[str, list[str]],
     async with con.transaction(isolation="repeatable_read", readonly=True):
         if not await con.fetchval("SELECT to_regclass('public.paperarena_scopes')"
                                   " IS NOT NULL"):
-            raise FileNotFoundError(f"{url}: no paperarena store in this database")
-        schemas = [r[0] for r in await con.fetch(
-            "SELECT schema_name FROM public.paperarena_scopes ORDER BY scope")]
+            from daemon.dbfile import StoreOpenError  # not an OSError: pg_errors lets it by
+
+            raise StoreOpenError(f"{url}: no paperarena store in this database")
+        named = [(r[0], r[1]) for r in await con.fetch(
+            "SELECT scope, schema_name FROM public.paperarena_scopes ORDER BY scope")]
+        schemas = [s for _, s in named]
         present = {(r[0], r[1]): None for r in await con.fetch(
             "SELECT table_schema, table_name FROM information_schema.tables"
             " WHERE table_schema = ANY($1::text[])", schemas)}
+        await _refuse_newer(con, url, [(sc, s) for sc, s in named if (s, "meta") in present])
         have = {(r[0], r[1], r[2]) for r in await con.fetch(
             "SELECT table_schema, table_name, column_name FROM information_schema.columns"
             " WHERE table_schema = ANY($1::text[])", schemas)}
@@ -157,6 +183,22 @@ async def _read(con: Any, url: str, tables: dict[str, list[str]],
             for s in scopes:
                 out.append((table, await _rows(con, s, table, cols, have,
                                                keep_id=table == "market_events")))
+
+
+async def _refuse_newer(con: Any, url: str, scopes: list[tuple[str, str]]) -> None:
+    """Raise :class:`StoreOpenError` (one line) if a scope has a schema newer than this
+    paperarena's: its tables may mean what this version cannot read (as a newer SQLite file)."""
+    from daemon.dbfile import StoreOpenError
+    from daemon.store import SCHEMA_VERSION
+
+    for scope, schema in scopes:
+        raw = await con.fetchval(
+            f'SELECT value FROM "{schema}".meta WHERE key = \'schema_version\'')
+        version = int(raw) if raw is not None and str(raw).isdigit() else 0
+        if version > SCHEMA_VERSION:
+            raise StoreOpenError(
+                f"{url}: scope {scope!r} has schema v{version}, newer than this paperarena "
+                f"(v{SCHEMA_VERSION}); use the paperarena that wrote it")
 
 
 def _select(schema: str, table: str, cols: list[str], have: set[tuple[str, str, str]],

@@ -35,7 +35,7 @@ import sqlite3
 import zlib
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import structlog
 
@@ -44,8 +44,11 @@ log = structlog.get_logger(__name__)
 URL_SCHEMES = ("postgresql://", "postgres://")
 #: Environment variable holding the password unless ``store.password_env`` names another.
 DEFAULT_PASSWORD_ENV = "PGPASSWORD"
-#: Tables whose writes move the readers' cache stamp (as ``daemon/board_cache.py``'s).
-STAMP_TABLES = frozenset({"equity", "decisions", "fills", "resolutions", "probes", "runs"})
+#: Tables whose writes move the readers' cache stamp: ``daemon/board_cache.py``'s STAMP_TABLES
+#: (CapitalBench's included; tests/test_pg_stamp.py keeps them equal); updates and deletes count.
+STAMP_TABLES = frozenset({"equity", "decisions", "fills", "resolutions", "probes", "runs",
+                          "capital_rounds", "capital_submissions"})
+_WRITE_RE = re.compile(r"^\s*(?:UPDATE|DELETE\s+FROM)\s+(\w+)", re.IGNORECASE)
 #: Identifiers of the schema that PostgreSQL reserves (quoted in every statement).
 RESERVED = ("offset",)
 _RESERVED_RE = re.compile(r'(?<![\w"])(excluded\.)?(' + "|".join(RESERVED) + r')\b(?!\s*\()')
@@ -57,6 +60,24 @@ class PgError(sqlite3.OperationalError):
     """A PostgreSQL error (one line), shaped like SQLite's so the store handles both alike."""
 
 
+#: url -> the environment variable holding its password, for this process's readers (the report,
+#: the API, the page and the metrics read the store over their own connections).
+_PASSWORD_ENVS: dict[str, str] = {}
+
+
+def use_password_env(url: str, password_env: str) -> None:
+    """Make every later connection of this process to ``url`` take its password from the
+    environment variable ``password_env`` (:func:`password_for`)."""
+    _PASSWORD_ENVS[url] = password_env
+
+
+def password_for(url: str, password_env: str | None = None) -> str | None:
+    """Return the password of ``url``: from ``password_env``, else from the variable the store
+    of ``url`` was opened with in this process, else from ``PGPASSWORD`` (None if unset)."""
+    env = password_env or _PASSWORD_ENVS.get(url) or DEFAULT_PASSWORD_ENV
+    return os.environ.get(env) or None
+
+
 def is_url(path: str | os.PathLike[str]) -> bool:
     """Return whether ``path`` names a PostgreSQL database rather than a SQLite file."""
     return str(path).startswith(URL_SCHEMES)
@@ -65,9 +86,12 @@ def is_url(path: str | os.PathLike[str]) -> bool:
 def redact(url: str) -> str:
     """Return ``url`` with any password replaced by ``***`` (for messages and logs)."""
     parts = urlsplit(url)
-    if not parts.password:
-        return url
-    return url.replace(f":{parts.password}@", ":***@", 1)
+    if parts.password:
+        url = url.replace(f":{parts.password}@", ":***@", 1)
+    return _QUERY_PASSWORD_RE.sub(lambda m: m.group(1) + "***", url)
+
+
+_QUERY_PASSWORD_RE = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def url_problem(url: str) -> str | None:
@@ -75,7 +99,8 @@ def url_problem(url: str) -> str | None:
     if not is_url(url):
         return f"store.url must start with postgresql:// (got {url.split(':', 1)[0]!r})"
     parts = urlsplit(url)
-    if parts.password:
+    if parts.password or any(k.lower() == "password"
+                             for k, _ in parse_qsl(parts.query, keep_blank_values=True)):
         return ("store.url must not contain a password: put it in the environment variable "
                 "named by store.password_env")
     if not parts.hostname and "host=" not in (parts.query or ""):
@@ -235,6 +260,14 @@ class PgConnection:
         async with self.lock:
             await claim_agents(self.con, self.url, self.scope, self.schema, agents)
 
+    async def owner_schema(self, agent: str) -> str | None:
+        """Return the schema of the scope that owns ``agent`` (None if no scope does)."""
+        async with self.lock:
+            with pg_errors():
+                value = await self.con.fetchval(
+                    "SELECT schema_name FROM public.paperarena_owners WHERE agent = $1", agent)
+        return None if value is None else str(value)
+
     async def close(self) -> None:
         """Close the connection (releasing its scope lock)."""
         with contextlib.suppress(Exception):
@@ -312,6 +345,9 @@ class PgConnection:
         if _is_ddl(sql):
             return quote_reserved(translate_ddl(sql)), False
         ret = False
+        w = _WRITE_RE.match(sql)
+        if w and w.group(1) in STAMP_TABLES:
+            self._dirty = True
         m = _INSERT_RE.match(sql)
         if m:
             verb, table, cols = (m.group(2) or "").upper(), m.group(3), m.group(4)
@@ -382,8 +418,9 @@ async def connect(url: str, *, scope: str, password_env: str | None = None,
     problem = url_problem(url)
     if problem:
         raise StoreOpenError(f"{redact(url)}: {problem}")
-    env = password_env or DEFAULT_PASSWORD_ENV
-    password = os.environ.get(env) or None
+    if password_env:
+        use_password_env(url, password_env)  # the readers of this process use it too
+    password = password_for(url, password_env)
     schema = scope_schema(scope)
     try:
         con = await asyncpg.connect(url, password=password, timeout=timeout,

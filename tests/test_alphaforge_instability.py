@@ -11,6 +11,7 @@ import pytest
 
 from daemon.cli import main
 from tests.llm_server import FakeLlmServer, ok
+from tests.pg import pg_database, requires_pg
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -167,3 +168,21 @@ async def test_a_config_without_alphaforge_agents_is_refused(tmp_path: Path) -> 
                              str(ROOT / "examples" / "sample.jsonl.gz"), "--db",
                              str(tmp_path / "d.db"))
     assert code == 2 and "no agent with protocol = 'alphaforgebench'" in err
+
+
+@requires_pg
+def test_a_result_is_stored_in_a_shared_store_and_read_back() -> None:
+    """Issue 19: ``--db postgresql://...`` stores the result in the shared store (its own scope,
+    so a daemon running on that store is not disturbed); the merged read finds it."""
+    from agents.alphaforge_instability import store_result
+    from daemon.store_read import open_for_reading
+
+    result = {"input_sha256": "i" * 64, "prompt_sha256": "p" * 64, "repeats": 2, "bars": 6}
+    with pg_database() as url:
+        store_result(url, result, 1.0)
+        store_result(url, {**result, "bars": 7}, 2.0)
+        con = open_for_reading(url)
+        rows = con.execute("SELECT ts, repeats, result_json FROM instability_runs ORDER BY ts")
+        assert [(ts, n, json.loads(r)["bars"]) for ts, n, r in rows] == [(1.0, 2, 6),
+                                                                        (2.0, 2, 7)]
+        con.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sqlite3
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -27,6 +28,7 @@ from daemon.schedule import fire_times
 from feeds.recording import RecordingHeader, RecordingWriter
 from scoring.capitalbench_scores import comparison_set
 from tests.llm_server import FakeLlmServer, ok
+from tests.pg import pg_database, requires_pg
 
 RULES = Rules(("QQQ", "TLT", "GLD", "CASH"))
 
@@ -471,3 +473,63 @@ async def test_the_daily_budget_pauses_further_calls(tmp_path: Path,
     con.close()
     assert got == [("official", 1, "ok", 120), ("consistency", 1, "paused", 0),
                    ("consistency", 2, "paused", 0)]
+
+
+@requires_pg
+async def test_example_config_replays_into_a_shared_store_as_into_sqlite(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 19: CapitalBench's rounds and submissions go into PostgreSQL (the submissions of
+    agents this process owns: the ownership trigger checks them) and report as from SQLite."""
+    import tomllib
+
+    from daemon.replay import replay
+    from scoring.leaderboard import leaderboard, to_json
+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "examples" / "capitalbench.toml").read_text())
+    data["capitalbench"]["briefing"] = str(root / "examples" / "capitalbench-briefing.md")
+    monkeypatch.setenv("LOCAL_LLM_KEY", "sk-local")
+    end = datetime(2026, 10, 27, tzinfo=UTC).timestamp()
+    reports = []
+    with pg_database() as url:
+        for db in (str(tmp_path / "cb.db"), url):
+            shutil.rmtree(tmp_path / "rounds", ignore_errors=True)  # the reports name it
+            data["capitalbench"]["rounds_dir"] = str(tmp_path / "rounds")
+            async with SampleModel() as model:
+                for a in data["agents"][:2]:
+                    a["api_base"] = model.api_base
+                await replay(root / "examples" / "sample.jsonl.gz", parse_config(data), db,
+                             progress=False, window=(None, end))
+            reports.append(to_json(leaderboard(db)))
+    board = json.loads(reports[1])
+    assert [(r["round_id"], r["status"]) for r in board["capitalbench"]["rounds"]] == [
+        ("weekly-2026-10-19", "resolved"), ("weekly-2026-10-26", "started")]
+    assert reports[1] == reports[0]
+
+
+async def test_an_evaluator_answers_rounds_for_its_own_capitalbench_agents_only(
+        tmp_path: Path) -> None:
+    """Split roles: the CapitalBench agents an evaluator owns (``--agents``) are the only ones it
+    asks and claims, so two evaluators never submit for one agent."""
+    import tomllib
+
+    from daemon.clock import SimClock
+    from daemon.engine import Engine
+    from daemon.store import Store
+
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "examples" / "capitalbench.toml").read_text())
+    data["capitalbench"]["rounds_dir"] = str(tmp_path / "rounds")
+    data["capitalbench"]["briefing"] = str(root / "examples" / "capitalbench-briefing.md")
+    cfg = parse_config(data)
+    store = await Store.open(":memory:")
+    try:
+        eng = Engine(cfg, clock=SimClock(0.0), store=store)
+        eng.build_agents(["model_b", "buy_and_hold"])
+        assert eng.capital is not None and set(eng.capital.agents) == {"model_b"}
+        assert eng._capital_agent_ids(cfg) == ["model_b"]
+        every = Engine(cfg, clock=SimClock(0.0), store=store)
+        every.build_agents()
+        assert every.capital is not None and set(every.capital.agents) == {"model_a", "model_b"}
+    finally:
+        await store.close()

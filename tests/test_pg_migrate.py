@@ -75,6 +75,10 @@ def test_migrate_copies_a_run_and_its_report_is_unchanged(replayed: Path) -> Non
     (("--from", "x.db", "--to", "sqlite:///x.db"), "must start with postgresql://"),
     (("--from", "x.db", "--to", "postgresql://u:s3cr3t@127.0.0.1/x"),
      "must not contain a password"),
+    (("--from", "x.db", "--to", "postgresql://u@127.0.0.1/x?password=s3cr3t"),
+     "must not contain a password"),
+    (("--from", "x.db", "--to", "postgresql://u@127.0.0.1/x?sslmode=disable&Password=s3cr3t"),
+     "must not contain a password"),
 ])
 def test_bad_migrate_arguments_fail_with_one_line(args: tuple[str, ...], message: str) -> None:
     r = cli("migrate", *args)
