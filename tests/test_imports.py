@@ -66,7 +66,9 @@ def test_the_postgresql_backend_sits_below_the_store() -> None:
     """The store opens its PostgreSQL backend; the backend never imports the store back."""
     assert _reaches("daemon.store", "daemon.pgstore") is not None
     for module in ("daemon.store", "daemon.pgstore", "daemon.pgowners", "daemon.pgsnapshot",
-                   "daemon.pgmigrate", "daemon.board_cache", "scoring.leaderboard"):
+                   "daemon.pgmigrate", "daemon.board_cache", "scoring.leaderboard",
+                   "scoring.board_load", "scoring.board_figures", "scoring.board_rank",
+                   "scoring.board_text"):
         assert _reaches(module, module) is None, _reaches(module, module)
     for backend in ("daemon.pgstore", "daemon.pgowners"):
         assert _reaches(backend, "daemon.store") is None, _reaches(backend, "daemon.store")
