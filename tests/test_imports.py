@@ -72,3 +72,20 @@ def test_the_postgresql_backend_sits_below_the_store() -> None:
         assert _reaches(module, module) is None, _reaches(module, module)
     for backend in ("daemon.pgstore", "daemon.pgowners"):
         assert _reaches(backend, "daemon.store") is None, _reaches(backend, "daemon.store")
+
+
+def test_config_sections_sit_below_the_config_entry() -> None:
+    """daemon.config assembles the section modules; none of them imports it back."""
+    for section in ("daemon.config_fields", "daemon.config_markets", "daemon.config_agents",
+                    "daemon.config_runtime"):
+        assert _reaches("daemon.config", section) is not None
+        assert _reaches(section, "daemon.config") is None, _reaches(section, "daemon.config")
+        assert _reaches(section, section) is None, _reaches(section, section)
+
+
+def test_leaderboard_parts_sit_below_the_leaderboard_entry() -> None:
+    """scoring.leaderboard assembles the board modules; none of them imports it back."""
+    for part in ("scoring.board_load", "scoring.board_figures", "scoring.board_rank",
+                 "scoring.board_text"):
+        assert _reaches("scoring.leaderboard", part) is not None
+        assert _reaches(part, "scoring.leaderboard") is None, _reaches(part, "scoring.leaderboard")
