@@ -81,7 +81,7 @@ __all__ = [
     "to_table",
 ]
 
-#: Defaults of ``[leaderboard]`` (daemon/config.py), used when the store's run has none.
+#: Defaults of ``[leaderboard]`` (daemon/config_runtime.py), used when the store's run has none.
 MIN_VALID_RATE = 0.8
 MIN_DAYS = 5
 
