@@ -170,7 +170,11 @@ class LlmAgent:
         backoff_cap: float = 8.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """Build the agent from its config; ``sleep``/``backoff_*`` set the retry waits."""
+        """Build the agent from its config; ``sleep``/``backoff_*`` set the retry waits.
+
+        ``clock`` is the engine's clock (simulated in a replay): it stamps every call (``ts``)
+        and measures its ``latency_s``, so a replay stores no wall time.
+        """
         if not cfg.model:
             raise ValueError(f"agent {cfg.id}: an LLM agent needs a model")
         self.id = cfg.id
@@ -437,13 +441,12 @@ class LlmAgent:
             "cost_usd": 0.0,
         }
         async with self._sem:
-            record["ts"] = self._clock()
-            t0 = time.monotonic()
+            t0 = record["ts"] = self._clock()
             try:
                 async with asyncio.timeout(cfg.timeout + TIMEOUT_GRACE_S):
                     response = await litellm.acompletion(**kwargs)
             except Exception as exc:
-                record["latency_s"] = time.monotonic() - t0
+                record["latency_s"] = max(0.0, self._clock() - t0)
                 kind, error = self._classify(exc)
                 error = redact_text(error)
                 record["error"] = error
@@ -453,7 +456,7 @@ class LlmAgent:
                 return _Attempt(
                     record=record, content="", kind=kind, error=error, retry_after=_retry_after(exc)
                 )
-            record["latency_s"] = time.monotonic() - t0
+            record["latency_s"] = max(0.0, self._clock() - t0)
         reply = _reply(response)
         content, finish_reason = reply.text, reply.finish_reason
         tokens_in, tokens_out = _tokens(response)
