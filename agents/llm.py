@@ -84,6 +84,13 @@ def utc_day(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d")
 
 
+def usd_digits(budget: float) -> int:
+    """Return the decimals that show ``budget`` USD with 3 significant digits (at least 4)."""
+    if not budget > 0 or not math.isfinite(budget):
+        return 4
+    return max(4, 2 - math.floor(math.log10(budget)))
+
+
 def _one_line(s: str, limit: int = ERROR_CHARS) -> str:
     flat = " ".join(str(s).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -221,8 +228,9 @@ class LlmAgent:
                 f" on {day} (UTC)"
             )
         if cfg.daily_budget_usd is not None and cost >= cfg.daily_budget_usd:
+            digits = usd_digits(cfg.daily_budget_usd)
             return (
-                f"daily budget exceeded: {cost:.4f} USD >= {cfg.daily_budget_usd:.4f}"
+                f"daily budget exceeded: {cost:.{digits}f} USD >= {cfg.daily_budget_usd:.{digits}f}"
                 f" on {day} (UTC)"
             )
         return None

@@ -561,6 +561,10 @@ def _build_recording(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(f"build-recording: invalid date: {exc} (use YYYY-MM-DD)")
     cfg = _load(args.config)
+    from daemon.logs import configure_logging
+
+    # A one-shot command: warnings and errors only (stderr), so a bad input stays one line.
+    configure_logging("warning", cfg.logging.format)
     try:
         tickers = parse_tickers(args.tickers)
         n = build_history_recording(cfg.sources.equity.yahoo, tickers, start, end, args.out)
