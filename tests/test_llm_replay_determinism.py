@@ -114,3 +114,32 @@ async def test_two_llm_replays_give_identical_tables_and_reports(
     assert ja == jb
     rows = {r["agent"]: r for r in json.loads(ja)["rows"]}
     assert rows["ltb"]["llm_calls"] >= 3 and rows["ltb"]["llm_latency_mean_s"] == 0.0
+
+
+async def test_every_protocol_stamps_and_times_calls_on_the_engine_clock(
+    monkeypatch: Any,
+) -> None:
+    """Calls of every protocol carry the engine clock's time and latency (wall time ignored)."""
+    from agents.factory import build_agent
+    from daemon.clock import SimClock
+    from daemon.config import AgentConfig
+    from tests.test_llm_agent import equity_obs
+
+    monkeypatch.setenv("LOCAL_LLM_KEY", "sk-local")
+    clock = SimClock(1_700_000_123.0)
+    async with FakeLlmServer(default=ok("no json here", delay=0.05)) as server:
+        for protocol in ("livetradebench", "stockbench", "portbench", "alphaforgebench",
+                         "capitalbench"):
+            cfg = AgentConfig.model_validate({
+                "id": "x", "kind": "llm", "model": "openai/test-model", "protocol": protocol,
+                "api_base": server.api_base, "api_key_env": "LOCAL_LLM_KEY", "timeout": 5,
+                "max_attempts": 1, "markets": ["equity"]})
+            agent: Any = build_agent(cfg, clock=clock.now)
+            if protocol == "capitalbench":  # answers CapitalBench rounds, not observations
+                assert agent._clock() == clock.now()
+                continue
+            before = len(server.requests)
+            d = await agent.decide(equity_obs())
+            assert len(server.requests) > before and d.calls, protocol
+            assert all(c["ts"] == 1_700_000_123.0 and c["latency_s"] == 0.0 for c in d.calls), (
+                protocol, d.calls)
