@@ -563,8 +563,9 @@ def _build_recording(args: argparse.Namespace) -> int:
     cfg = _load(args.config)
     from daemon.logs import configure_logging
 
-    # A one-shot command: warnings and errors only (stderr), so a bad input stays one line.
-    configure_logging("warning", cfg.logging.format)
+    # Configured like every command (stderr, the config's level): the unconfigured default
+    # printed debug lines (nyse_calendar_built) beside a bad input's one-line error.
+    configure_logging(cfg.logging.level, cfg.logging.format, wrap_streams=False)
     try:
         tickers = parse_tickers(args.tickers)
         n = build_history_recording(cfg.sources.equity.yahoo, tickers, start, end, args.out)
