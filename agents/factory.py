@@ -5,15 +5,19 @@ Any kind that is not built in names a plugin (:mod:`agents.plugins`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agents.base import Agent
 from agents.baselines import AllCash, BuyAndHold, EqualWeightRebalanced, Momentum
 from daemon.config import BUILTIN_KINDS, AgentConfig
 
 
-def build_agent(cfg: AgentConfig) -> Agent:
-    """Return the agent described by ``cfg``."""
+def build_agent(cfg: AgentConfig, *, clock: Callable[[], float] | None = None) -> Agent:
+    """Return the agent described by ``cfg``.
+
+    ``clock`` (the engine's ``clock.now``; simulated in a replay) stamps and times the calls an
+    LLM or http agent stores; ``None`` means wall time (a live command outside an engine).
+    """
     if cfg.kind == "cash":
         return AllCash(cfg.id)
     if cfg.kind == "equal_weight":
@@ -33,11 +37,11 @@ def build_agent(cfg: AgentConfig) -> Agent:
     if cfg.kind == "llm":
         from agents.protocols import build_llm_agent  # heavy import (litellm), only when configured
 
-        return build_llm_agent(cfg)
+        return build_llm_agent(cfg, clock=clock)
     if cfg.kind == "http":
         from agents.remote import HttpAgent
 
-        return HttpAgent(cfg)
+        return HttpAgent(cfg) if clock is None else HttpAgent(cfg, clock=clock)
     from agents.plugins import build_plugin_agent
 
     return build_plugin_agent(cfg)  # raises PluginError (a ValueError), one line

@@ -84,6 +84,13 @@ def utc_day(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d")
 
 
+def usd_digits(budget: float) -> int:
+    """Return the decimals that show ``budget`` USD with 3 significant digits (at least 4)."""
+    if not budget > 0 or not math.isfinite(budget):
+        return 4
+    return max(4, 2 - math.floor(math.log10(budget)))
+
+
 def _one_line(s: str, limit: int = ERROR_CHARS) -> str:
     flat = " ".join(str(s).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -170,7 +177,11 @@ class LlmAgent:
         backoff_cap: float = 8.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """Build the agent from its config; ``sleep``/``backoff_*`` set the retry waits."""
+        """Build the agent from its config; ``sleep``/``backoff_*`` set the retry waits.
+
+        ``clock`` is the engine's clock (simulated in a replay): it stamps every call (``ts``)
+        and measures its ``latency_s``, so a replay stores no wall time.
+        """
         if not cfg.model:
             raise ValueError(f"agent {cfg.id}: an LLM agent needs a model")
         self.id = cfg.id
@@ -217,8 +228,9 @@ class LlmAgent:
                 f" on {day} (UTC)"
             )
         if cfg.daily_budget_usd is not None and cost >= cfg.daily_budget_usd:
+            digits = usd_digits(cfg.daily_budget_usd)
             return (
-                f"daily budget exceeded: {cost:.4f} USD >= {cfg.daily_budget_usd:.4f}"
+                f"daily budget exceeded: {cost:.{digits}f} USD >= {cfg.daily_budget_usd:.{digits}f}"
                 f" on {day} (UTC)"
             )
         return None
@@ -437,13 +449,12 @@ class LlmAgent:
             "cost_usd": 0.0,
         }
         async with self._sem:
-            record["ts"] = self._clock()
-            t0 = time.monotonic()
+            t0 = record["ts"] = self._clock()
             try:
                 async with asyncio.timeout(cfg.timeout + TIMEOUT_GRACE_S):
                     response = await litellm.acompletion(**kwargs)
             except Exception as exc:
-                record["latency_s"] = time.monotonic() - t0
+                record["latency_s"] = max(0.0, self._clock() - t0)
                 kind, error = self._classify(exc)
                 error = redact_text(error)
                 record["error"] = error
@@ -453,7 +464,7 @@ class LlmAgent:
                 return _Attempt(
                     record=record, content="", kind=kind, error=error, retry_after=_retry_after(exc)
                 )
-            record["latency_s"] = time.monotonic() - t0
+            record["latency_s"] = max(0.0, self._clock() - t0)
         reply = _reply(response)
         content, finish_reason = reply.text, reply.finish_reason
         tokens_in, tokens_out = _tokens(response)

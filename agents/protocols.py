@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -72,26 +73,27 @@ def load_prompt_set(protocol: str) -> tuple[dict[str, str], str]:
     return texts, f"{protocol}-{PROMPT_SET_VERSIONS[protocol]}+{digest.hexdigest()[:8]}"
 
 
-def build_llm_agent(cfg: AgentConfig) -> LlmAgent:
-    """Return the LLM agent running ``cfg.protocol``."""
+def build_llm_agent(cfg: AgentConfig, *, clock: Callable[[], float] | None = None) -> LlmAgent:
+    """Return the LLM agent running ``cfg.protocol`` (``clock``: the engine's, else wall time)."""
+    kw: dict[str, Any] = {} if clock is None else {"clock": clock}
     if cfg.protocol == "livetradebench":
-        return LlmAgent(cfg)
+        return LlmAgent(cfg, **kw)
     if cfg.protocol == "stockbench":
         from agents.stockbench import StockBenchAgent
 
-        return StockBenchAgent(cfg)
+        return StockBenchAgent(cfg, **kw)
     if cfg.protocol == "portbench":
         from agents.portbench import PortBenchAgent
 
-        return PortBenchAgent(cfg)
+        return PortBenchAgent(cfg, **kw)
     if cfg.protocol == "capitalbench":
         from agents.capitalbench import CapitalBenchAgent
 
-        return CapitalBenchAgent(cfg)
+        return CapitalBenchAgent(cfg, **kw)
     if cfg.protocol == "alphaforgebench":
         from agents.alphaforge import AlphaForgeAgent
 
-        return AlphaForgeAgent(cfg)
+        return AlphaForgeAgent(cfg, **kw)
     raise ValueError(f"agent {cfg.id}: unknown protocol {cfg.protocol!r}")
 
 

@@ -149,7 +149,7 @@ class HttpAgent:
             "latency_s": 0.0, "cost_usd": 0.0,
         }
         ex = _Exchange(record)
-        t0 = time.monotonic()
+        t0 = record["ts"]
         try:
             async with asyncio.timeout(s.timeout), aiohttp.ClientSession() as session, \
                     session.post(s.url, data=body, headers=headers,
@@ -179,7 +179,7 @@ class HttpAgent:
                     ex.kind = "hold" if hold else "ok"
                 except BadAnswer as exc:
                     ex.kind, ex.error = "invalid", f"invalid answer: {exc}"
-        record["latency_s"] = time.monotonic() - t0
+        record["latency_s"] = max(0.0, self._clock() - t0)  # engine clock: 0 in a replay
         ex.text = redact_text(ex.text)
         ex.error = redact_text(ex.error)
         stored = ex.text if len(ex.text) <= STORED_CHARS else (

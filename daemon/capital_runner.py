@@ -101,7 +101,7 @@ class CapitalRunner:
             for acfg in capital_agent_configs(self.host.config):
                 if own is not None and acfg.id not in own:
                     continue
-                agent = build_agent(acfg)
+                agent = build_agent(acfg, clock=self.host.clock.now)
                 assert isinstance(agent, CapitalBenchAgent)
                 built[acfg.id] = agent
             self._agents = built

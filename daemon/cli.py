@@ -561,6 +561,11 @@ def _build_recording(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(f"build-recording: invalid date: {exc} (use YYYY-MM-DD)")
     cfg = _load(args.config)
+    from daemon.logs import configure_logging
+
+    # Configured like every command (stderr, the config's level): the unconfigured default
+    # printed debug lines (nyse_calendar_built) beside a bad input's one-line error.
+    configure_logging(cfg.logging.level, cfg.logging.format, wrap_streams=False)
     try:
         tickers = parse_tickers(args.tickers)
         n = build_history_recording(cfg.sources.equity.yahoo, tickers, start, end, args.out)

@@ -157,7 +157,7 @@ class Engine:
                 continue
             if acfg.protocol == "capitalbench":
                 continue  # answers CapitalBench rounds only (self.capital), never trades
-            agent = build_agent(acfg)
+            agent = build_agent(acfg, clock=self.clock.now)
             for m in acfg.markets:
                 if m not in self.books:
                     continue
@@ -190,7 +190,8 @@ class Engine:
             prev = old_cfgs.get(acfg.id)
             if (acfg.id not in current or prev is None
                     or prev.model_copy(update={"markets": acfg.markets}) != acfg):
-                built[acfg.id] = build_agent(acfg)  # may raise: nothing changed yet
+                # may raise: nothing changed yet
+                built[acfg.id] = build_agent(acfg, clock=self.clock.now)
         day = datetime.fromtimestamp(self.clock.now(), UTC).date().isoformat()
         for aid, agent in built.items():  # carry today's LLM spend over to the rebuilt agent
             prev_agent: Any = current.get(aid)

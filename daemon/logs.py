@@ -236,6 +236,12 @@ def wants_json(fmt: str = "auto") -> bool:
     return under_systemd or not sys.stderr.isatty()
 
 
+def _stderr_logger(*_args: Any) -> structlog.PrintLogger:
+    """Return a logger writing to the current ``sys.stderr`` (looked up per logger, not bound
+    once, so a replaced stream, e.g. a test's capture, is never written after it is closed)."""
+    return structlog.PrintLogger(sys.stderr)
+
+
 def configure_logging(level: str = "info", fmt: str = "auto", *, wrap_streams: bool = True
                       ) -> None:
     """Configure structlog and stdlib logging once for the process (redacting both)."""
@@ -254,7 +260,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", *, wrap_streams: b
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, _redact, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
     # stdlib loggers (LiteLLM, aiohttp, asyncio...) go through the same redaction and renderer.

@@ -178,7 +178,7 @@ async def replay_session(
         if resume_clock > clock.now():
             clock.advance(resume_clock)
         await store.begin_run(mode="replay", version=version, config=config.model_dump(mode="json"),
-                              recording=recording_name, started_ts=time.time())
+                              recording=recording_name, started_ts=clock.now())  # no wall time
         # Events stored after the checkpoint (background batches of an interrupted run, even
         # before its first checkpoint) are replayed again: drop them so none is stored twice.
         await store.delete_events_from(offset)
@@ -315,7 +315,7 @@ class ReplayDriver:
         store = self.engine.store
         try:
             await self.engine.commit(RoundCommit())
-            await store.end_run(time.time())
+            await store.end_run(clock.now())  # simulated: a replay stores no wall time
             await store.set_meta({_META_COMPLETE: json.dumps(
                 {"events": self.engine.state.offset, "clock": clock.now()})})
         except StoreWriteError as exc:

@@ -257,11 +257,11 @@ class DecisionRound:
                                                       reason=slot.reason)))
             else:
                 calls.append((agent_id, asyncio.ensure_future(self._ask(slot.agent, obs))))
-        started = self._monotonic()
+        started = eng.clock.now()  # the engine clock: simulated (not moving) in a replay
         decisions: dict[str, AgentDecision] = {}
         for agent_id, c in calls:
             decisions[agent_id] = c if isinstance(c, AgentDecision) else await c
-        duration = self._monotonic() - started
+        duration = max(0.0, eng.clock.now() - started)
 
         # The book lock spans the rebalances and their commit: no other commit may store this
         # book while it holds trades that are not stored yet. On a failed commit the engine

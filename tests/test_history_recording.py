@@ -156,3 +156,21 @@ async def test_unreachable_server_exit_2(yahoo: FakeYahoo, tmp_path: Path,
                     "2020-03-13", "--out", str(tmp_path / "x.jsonl"), "--config", str(cfg))
     err = capsys.readouterr().err
     assert rc == 2 and "unreachable" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_bad_input_in_a_fresh_process_prints_one_line_and_no_log(tmp_path: Path) -> None:
+    """A fresh process (nothing configured, no calendar cached) prints no debug log line."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text('[sources.equity.yahoo]\nchart_url = "http://127.0.0.1:9/v8/finance/chart"\n')
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-m", "daemon.cli", "build-recording", "--tickers", "AAPL",
+                        "--start", "2020-03-02", "--end", "2020-03-13", "--out",
+                        str(tmp_path / "x.jsonl"), "--config", str(cfg)],
+                       cwd=root, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("paperarena: build-recording: "), p.stderr

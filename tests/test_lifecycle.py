@@ -223,7 +223,7 @@ async def test_engine_reload_is_atomic(tmp_path: Path, monkeypatch: pytest.Monke
     try:
         import daemon.engine as engine_mod
 
-        def boom(acfg: Any) -> Any:
+        def boom(acfg: Any, **_: Any) -> Any:
             raise RuntimeError(f"cannot build {acfg.id}")
 
         monkeypatch.setattr(engine_mod, "build_agent", boom)

@@ -715,3 +715,16 @@ async def test_run_probe_command(
         await run_probe_command(str(cfg), str(db), "cash", 2)
     with pytest.raises(ProbeError, match="no agent"):
         await run_probe_command(str(cfg), str(db), "ghost", 2)
+
+
+async def test_tiny_usd_budget_message_shows_enough_digits(
+    server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent, _ = make_agent(server, monkeypatch, daily_budget_usd=0.00005)
+    agent.restore_usage(utc_day(T), tokens=10, cost_usd=0.0000612)
+    d = await agent.decide(equity_obs())
+    assert d.outcome == "paused" and not server.requests
+    assert "0.0000612 USD >= 0.0000500 on" in d.reason, d.reason
+    agent2, _ = make_agent(server, monkeypatch, daily_budget_usd=2.0)
+    agent2.restore_usage(utc_day(T), tokens=10, cost_usd=2.5)
+    assert "2.5000 USD >= 2.0000 on" in (agent2.budget_exceeded(utc_day(T)) or "")
