@@ -469,12 +469,16 @@ class Store:
     def add_prices(self, events: Sequence[Event], seq: int | None = None) -> None:
         """Buffer a batch of price events (one frame's) for the next flush, in order."""
         pending = self._pending
-        for ev in events:
-            if type(ev) is PriceEvent:
-                pending.append((seq, ev.ts, ev.recv_ts, ev.market, ev.asset, ev.price, ev.bid,
-                                ev.ask))
-            else:
-                self.add_event(ev, seq)
+        if all(type(ev) is PriceEvent for ev in events):  # a frame's prices: one comprehension
+            pending.extend([(seq, ev.ts, ev.recv_ts, ev.market, ev.asset,  # type: ignore[attr-defined]
+                             ev.price, ev.bid, ev.ask) for ev in events])  # type: ignore[attr-defined]
+        else:
+            for ev in events:
+                if type(ev) is PriceEvent:
+                    pending.append((seq, ev.ts, ev.recv_ts, ev.market, ev.asset, ev.price,
+                                    ev.bid, ev.ask))
+                else:
+                    self.add_event(ev, seq)
         if len(pending) > self.max_buffered_events:
             self._cap_buffer()
 
