@@ -121,3 +121,27 @@ def test_a_batch_of_equity_prices_keeps_the_sessions_opening_price() -> None:
     h1, h2 = s1.history["equity"]["AAPL"], s2.history["equity"]["AAPL"]
     assert (h2.first, h2.last, list(h2.closes)) == (h1.first, h1.last, list(h1.closes))
     assert h2.first == (t[3], 103.0)
+
+
+def test_stored_price_rows_are_the_same_with_and_without_seq(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from daemon.store import Store
+
+    async def main() -> list[tuple[object, ...]]:
+        store = await Store.open(Path(str(tmp_path)) / "s.db")
+        store.add_prices([price("A", 0.5, 10.0), PriceEvent(ts=11.0, recv_ts=11.5,
+                          market="polymarket", asset="B", price=0.25, bid=0.2, ask=None)])
+        await store.flush()  # live rows: no seq (the NULL-literal statement)
+        store.add_prices([price("C", 0.75, 12.0)], seq=7)
+        await store.flush()
+        rows = await store.fetchall("SELECT seq, ts, recv_ts, kind, market, asset, price, bid,"
+                                    " ask, payload FROM market_events ORDER BY id")
+        await store.close()
+        return [tuple(r) for r in rows]
+
+    assert asyncio.run(main()) == [
+        (None, 10.0, 11.0, "price", "polymarket", "A", 0.5, None, None, None),
+        (None, 11.0, 11.5, "price", "polymarket", "B", 0.25, 0.2, None, None),
+        (7, 12.0, 13.0, "price", "polymarket", "C", 0.75, None, None, None),
+    ]
