@@ -655,11 +655,16 @@ class AlertMonitor:
 
     def on_prices(self, events: list[Any]) -> None:
         """Batch bus tap: :meth:`on_price` once per market of the batch."""
-        seen: set[str] = set()
-        for ev in events:
-            if ev.market not in seen:
-                seen.add(ev.market)
+        if not self._active:
+            return
+        first = events[0].market if events else ""
+        markets = {ev.market for ev in events} if len(events) > 1 else {first}
+        for ev in events:  # in the order markets first appear
+            if ev.market in markets:
+                markets.discard(ev.market)
                 self.on_price(ev)
+                if not markets:
+                    break
 
     def check_market(self, market: str, now: float) -> list[Alert]:
         """Evaluate every agent of ``market`` at engine time ``now``; return the alerts raised."""

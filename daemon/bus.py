@@ -260,6 +260,9 @@ class Bus:
         """A tap's batch variant, run once per :meth:`publish_batch` with its events."""
         self._subs: list[Subscription] = []
         self._route_cache: dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]]] = {}
+        self._price_routes: dict[str, dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]]]]
+        self._price_routes = {}
+        """market -> asset -> route of ``price.<market>.<asset>`` (no topic string per event)."""
         self._started = False
         self.published = 0
         self.published_by_class: dict[str, int] = {}
@@ -278,6 +281,7 @@ class Bus:
         if batch is not None:
             self._batch_taps[tap] = batch
         self._route_cache.clear()
+        self._price_routes.clear()
 
     def subscribe(
         self,
@@ -302,6 +306,7 @@ class Bus:
         )
         self._subs.append(sub)
         self._route_cache.clear()
+        self._price_routes.clear()
         if self._started:
             sub.start()
         return sub
@@ -314,6 +319,7 @@ class Bus:
             route = (taps, subs)
             if len(self._route_cache) > 200_000:
                 self._route_cache.clear()
+                self._price_routes.clear()
             self._route_cache[topic] = route
         return route
 
@@ -390,45 +396,11 @@ class Bus:
         (its batch variant, else the tap per event). Taps see the whole batch before
         subscribers do, as they see each event before subscribers do.
         """
-        conflating = self.conflating
-        muted = self._muted
-        route = self._route
-        groups: dict[tuple[Tap, ...], list[Event]] = {}
-        offers: list[tuple[tuple[Subscription, ...], Event]] = []
-        by_class = self.published_by_class
-        last_taps: tuple[Tap, ...] | None = None
-        last_group: list[Event] = []
-        for event in events:
-            cls = event.topic_class
-            if cls not in conflating:
-                raise ValueError(f"publish_batch is only for conflating events, not {event.topic}")
-            if cls in muted:
-                self.muted_events += 1
-                continue
-            if type(event) is PriceEvent and 0.0 <= event.price < _INF and (  # type: ignore[attr-defined]
-                    event.bid is None or 0.0 <= event.bid < _INF) and (  # type: ignore[attr-defined]
-                    event.ask is None or 0.0 <= event.ask < _INF):  # type: ignore[attr-defined]
-                checked: Event = event  # the guard's check, inline for the hot path
-            else:
-                guarded = self._guard(event)
-                if guarded is None:
-                    continue
-                checked = guarded
-            taps, subs = route(checked.topic)
-            self.published += 1
-            by_class[cls] = by_class.get(cls, 0) + 1
-            if taps:
-                if taps is last_taps:  # a frame's prices share their route's taps
-                    last_group.append(checked)
-                else:
-                    group = groups.get(taps)
-                    if group is None:
-                        group = groups[taps] = [checked]
-                    else:
-                        group.append(checked)
-                    last_taps, last_group = taps, group
-            if subs:
-                offers.append((subs, checked))
+        if (PRICE in self.conflating and PRICE not in self._muted
+                and all(type(e) is PriceEvent for e in events)):
+            groups, offers = self._group_prices(events)  # type: ignore[arg-type]
+        else:
+            groups, offers = self._group_events(events)
         batch_taps = self._batch_taps
         for taps, evs in groups.items():
             for tap in taps:
@@ -444,6 +416,89 @@ class Bus:
         for subs, ev in offers:
             for sub in subs:
                 sub.offer_conflating(ev)
+
+    def _group_prices(self, events: list[PriceEvent]
+                      ) -> tuple[dict[tuple[Tap, ...], list[Event]],
+                                 list[tuple[tuple[Subscription, ...], Event]]]:
+        """Guard, count and route a frame of plain price events (the hot path of
+        :meth:`publish_batch`): routes are cached per market and asset, counters bumped once."""
+        groups: dict[tuple[Tap, ...], list[Event]] = {}
+        offers: list[tuple[tuple[Subscription, ...], Event]] = []
+        routes = self._price_routes
+        last_market = ""
+        by_asset: dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]]] = {}
+        last_taps: tuple[Tap, ...] | None = None
+        last_group: list[Event] = []
+        n = 0
+        for event in events:
+            if not (0.0 <= event.price < _INF and (event.bid is None or 0.0 <= event.bid < _INF)
+                    and (event.ask is None or 0.0 <= event.ask < _INF)):
+                self._guard(event)  # counts and logs the invalid price
+                continue
+            market = event.market
+            if market != last_market:
+                by_asset = routes.get(market) or routes.setdefault(market, {})
+                last_market = market
+            r = by_asset.get(event.asset)
+            if r is None:
+                r = by_asset[event.asset] = self._route(event.topic)
+            taps, subs = r
+            n += 1
+            if taps:
+                if taps is last_taps:  # a frame's prices share their route's taps
+                    last_group.append(event)
+                else:
+                    group = groups.get(taps)
+                    if group is None:
+                        group = groups[taps] = [event]
+                    else:
+                        group.append(event)
+                    last_taps, last_group = taps, group
+            if subs:
+                offers.append((subs, event))
+        if n:
+            self.published += n
+            self.published_by_class[PRICE] = self.published_by_class.get(PRICE, 0) + n
+        return groups, offers
+
+    def _group_events(self, events: list[Event]
+                      ) -> tuple[dict[tuple[Tap, ...], list[Event]],
+                                 list[tuple[tuple[Subscription, ...], Event]]]:
+        """Guard, count and route any conflating events of :meth:`publish_batch`, in order."""
+        conflating = self.conflating
+        muted = self._muted
+        route = self._route
+        groups: dict[tuple[Tap, ...], list[Event]] = {}
+        offers: list[tuple[tuple[Subscription, ...], Event]] = []
+        by_class = self.published_by_class
+        last_taps: tuple[Tap, ...] | None = None
+        last_group: list[Event] = []
+        for event in events:
+            cls = event.topic_class
+            if cls not in conflating:
+                raise ValueError(f"publish_batch is only for conflating events, not {event.topic}")
+            if cls in muted:
+                self.muted_events += 1
+                continue
+            checked = self._guard(event)
+            if checked is None:
+                continue
+            taps, subs = route(checked.topic)
+            self.published += 1
+            by_class[cls] = by_class.get(cls, 0) + 1
+            if taps:
+                if taps is last_taps:
+                    last_group.append(checked)
+                else:
+                    group = groups.get(taps)
+                    if group is None:
+                        group = groups[taps] = [checked]
+                    else:
+                        group.append(checked)
+                    last_taps, last_group = taps, group
+            if subs:
+                offers.append((subs, checked))
+        return groups, offers
 
     async def start(self) -> None:
         """Start every subscriber's consumer task."""

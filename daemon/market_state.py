@@ -215,16 +215,24 @@ class MarketState:
         if known:
             book.set_price(ev.asset, ev.price, ts)  # ignored for resolved tokens
 
-    def on_prices(self, events: list[PriceEvent]) -> None:
+    def on_prices(self, events: list[PriceEvent], *, checked: bool = True) -> None:
         """Batch tap: what :meth:`on_price` does for each event, in order, with each book
-        marked once for the batch (the last price of each asset; equity and peaks current)."""
-        marks: dict[str, dict[int, tuple[float, float]]] = {}
+        marked once for the batch (the last price of each asset; equity and peaks current).
+
+        ``checked``: the prices passed the bus's guard (finite, >= 0), as a tap's always do.
+        """
+        # market -> (column -> position in the lists, columns, prices, times): the last price of
+        # each column, in the order columns first appear (set_prices takes each column once).
+        marks: dict[str, tuple[dict[int, int], list[int], list[float], list[float]]] = {}
         books, history, days = self.books, self.history, self._days
         current = None  # the market of the previous event, and its lookups
         cols: Any = None
         hists: dict[str, _AssetHistory] = {}
-        day_of: Any = None
-        m: dict[int, tuple[float, float]] = {}
+        clock: Any = None
+        pos: dict[int, int] = {}
+        jl: list[int] = []
+        pl: list[float] = []
+        tl: list[float] = []
         for ev in events:
             market = ev.market
             if market != current:
@@ -232,13 +240,17 @@ class MarketState:
                 if book is None:
                     continue
                 current = market
-                cols, hists, day_of = book.asset_columns, history[market], days[market].day
-                m = marks.setdefault(market, {})
+                cols, hists, clock = book.asset_columns, history[market], days[market]
+                got = marks.get(market)
+                if got is None:
+                    got = marks[market] = ({}, [], [], [])
+                pos, jl, pl, tl = got
             if not ev.marks:
                 continue
             ts = ev.ts
-            if ev.recv_ts and ts > ev.recv_ts:
-                ts = ev.recv_ts
+            recv = ev.recv_ts
+            if recv and ts > recv:
+                ts = recv
             asset = ev.asset
             j = cols.get(asset)
             hist = hists.get(asset)
@@ -246,19 +258,34 @@ class MarketState:
                 if market == "equity" and j is None:
                     continue
                 hist = hists[asset] = _AssetHistory(self.history_days)
-            day = day_of(ts)
+            # _DayClock.day, its cached-day test inline
+            day = clock._key if clock._start <= ts < clock._end else clock.day(ts)
             if day != hist.day:
                 if hist.last is not None:
                     hist.closes.append(PricePoint(*hist.last))
                 hist.day = day
-            hist.last = (ts, ev.price)
+                hist.first = None
+            price = ev.price
+            hist.last = (ts, price)
+            if hist.first is None and market == "equity":  # the session's opening price
+                opens = self._session_open(day)
+                if opens is not None and ts >= opens:
+                    hist.first = hist.last
             if j is not None:
-                m[j] = (ev.price, ts)
-        for mk, got in marks.items():
-            if got:
-                pt = np.array(list(got.values()), dtype=np.float64)
-                books[mk].set_prices(np.fromiter(got, dtype=np.intp, count=len(got)),
-                                     pt[:, 0].copy(), pt[:, 1].copy())
+                k = pos.get(j)
+                if k is None:
+                    pos[j] = len(jl)
+                    jl.append(j)
+                    pl.append(price)
+                    tl.append(ts)
+                else:
+                    pl[k] = price
+                    tl[k] = ts
+        for mk, (_, cl, prl, tsl) in marks.items():
+            if cl:
+                books[mk].set_prices(np.array(cl, dtype=np.intp),
+                                     np.array(prl, dtype=np.float64),
+                                     np.array(tsl, dtype=np.float64), checked=checked)
 
     def on_fundamentals(self, ev: FundamentalsEvent) -> None:
         """Keep the last few fundamentals snapshots of a stock of the universe."""

@@ -99,6 +99,7 @@ class WsEvent(msgspec.Struct, gc=False):
     id: str = ""
 
 
+_INF = math.inf
 _FRAME = msgspec.json.Decoder(WsEvent | list[WsEvent])
 _ANY = msgspec.json.Decoder()
 
@@ -117,8 +118,9 @@ class TokenBook:
         self.asks: dict[float, float] = {}
         self.bid: float | None = None
         self.ask: float | None = None
-        self.hint_bid: str | None = None
-        self.hint_ask: str | None = None
+        self.hint_bid: float | None = None
+        self.hint_ask: float | None = None
+        """The server's best bid / ask of the frame, parsed and checked once (``None``: absent)."""
         self.published: tuple[float, float | None, float | None] | None = None
 
     def sorted_bids(self) -> list[tuple[float, float]]:
@@ -351,14 +353,23 @@ class PolymarketDecoder:
             return
         books = self.books
         dropped = 0
-        for c in pcs:
+        for c in pcs:  # hot path: the checks of _price, _size and _hint_ok, inline
             tok = c.asset_id
             book = books.get(tok)
             if book is None:
                 dropped += 1
                 continue
-            price, size = _price(c.price), _size(c.size)
-            if price is None or size is None or not (_hint_ok(c.best_bid) and _hint_ok(c.best_ask)):
+            try:
+                price = float(c.price)
+                size = float(c.size)
+                hb = float(c.best_bid) if c.best_bid else None
+                ha = float(c.best_ask) if c.best_ask else None
+            except ValueError:
+                res.decode_errors += 1
+                continue
+            if not (0.0 < price <= 1.0 and 0.0 <= size < _INF) or (
+                    hb is not None and not 0.0 <= hb <= 1.0) or (
+                    ha is not None and not 0.0 <= ha <= 1.0):
                 res.decode_errors += 1
                 continue
             side = c.side
@@ -373,8 +384,8 @@ class PolymarketDecoder:
                 levels[price] = size
             else:
                 levels.pop(price, None)
-            book.hint_bid = c.best_bid or None
-            book.hint_ask = c.best_ask or None
+            book.hint_bid = hb
+            book.hint_ask = ha
             touched[tok] = ts
             data[tok] = None
         if dropped:
@@ -445,8 +456,8 @@ class PolymarketDecoder:
         if ts is None or not (_hint_ok(ev.best_bid) and _hint_ok(ev.best_ask)):
             res.decode_errors += 1
             return
-        book.hint_bid = ev.best_bid or None
-        book.hint_ask = ev.best_ask or None
+        book.hint_bid = float(ev.best_bid) if ev.best_bid else None
+        book.hint_ask = float(ev.best_ask) if ev.best_ask else None
         touched[ev.asset_id] = ts
         data[ev.asset_id] = None
 
@@ -465,21 +476,13 @@ class PolymarketDecoder:
             ha = book.hint_ask
             bid: float | None
             ask: float | None
-            try:
-                if hb is not None:
-                    bid = float(hb)
-                    if bid <= 0.0:
-                        bid = None
-                else:
-                    bid = max(book.bids) if book.bids else None
-                if ha is not None:
-                    ask = float(ha)
-                    if ask >= 1.0:
-                        ask = None
-                else:
-                    ask = min(book.asks) if book.asks else None
-            except ValueError:
+            if hb is not None:
+                bid = hb if hb > 0.0 else None
+            else:
                 bid = max(book.bids) if book.bids else None
+            if ha is not None:
+                ask = ha if ha < 1.0 else None
+            else:
                 ask = min(book.asks) if book.asks else None
             book.hint_bid = book.hint_ask = None
             if bid is not None and ask is not None and bid > ask:

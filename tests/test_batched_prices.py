@@ -93,3 +93,55 @@ def test_a_batch_leaves_the_same_state_as_its_events_one_by_one() -> None:
     for k in h1:
         assert (h1[k].day, h1[k].last, list(h1[k].closes)) == (
             h2[k].day, h2[k].last, list(h2[k].closes))
+
+
+def test_a_batch_of_equity_prices_keeps_the_sessions_opening_price() -> None:
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    ny = ZoneInfo("America/New_York")
+    t = [datetime(2026, 11, d, h, m, tzinfo=ny).timestamp()
+         for d, h, m in ((23, 9, 0), (23, 9, 31), (23, 10, 0), (24, 9, 45), (24, 9, 50))]
+    evs = [price("AAPL", 100.0 + i, ts, market="equity") for i, ts in enumerate(t)]
+    books = []
+    for _ in range(2):
+        b = Book("equity", lazy_mark=True)
+        b.add_asset("AAPL")
+        b.add_agent("a0")
+        books.append(b)
+    s1, s2 = MarketState({"equity": books[0]}), MarketState({"equity": books[1]})
+    for ev in evs[:3]:
+        s1.on_price(ev)
+    s2.on_prices(evs[:3])  # the same column three times in one batch: its last price marks
+    assert s2.history["equity"]["AAPL"].first == (t[1], 101.0)
+    assert books[1].prices[0] == 102.0 and books[1].price_times[0] == t[2]
+    for ev in evs[3:]:
+        s1.on_price(ev)
+    s2.on_prices(evs[3:])
+    h1, h2 = s1.history["equity"]["AAPL"], s2.history["equity"]["AAPL"]
+    assert (h2.first, h2.last, list(h2.closes)) == (h1.first, h1.last, list(h1.closes))
+    assert h2.first == (t[3], 103.0)
+
+
+def test_stored_price_rows_are_the_same_with_and_without_seq(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from daemon.store import Store
+
+    async def main() -> list[tuple[object, ...]]:
+        store = await Store.open(Path(str(tmp_path)) / "s.db")
+        store.add_prices([price("A", 0.5, 10.0), PriceEvent(ts=11.0, recv_ts=11.5,
+                          market="polymarket", asset="B", price=0.25, bid=0.2, ask=None)])
+        await store.flush()  # live rows: no seq (the NULL-literal statement)
+        store.add_prices([price("C", 0.75, 12.0)], seq=7)
+        await store.flush()
+        rows = await store.fetchall("SELECT seq, ts, recv_ts, kind, market, asset, price, bid,"
+                                    " ask, payload FROM market_events ORDER BY id")
+        await store.close()
+        return [tuple(r) for r in rows]
+
+    assert asyncio.run(main()) == [
+        (None, 10.0, 11.0, "price", "polymarket", "A", 0.5, None, None, None),
+        (None, 11.0, 11.5, "price", "polymarket", "B", 0.25, 0.2, None, None),
+        (7, 12.0, 13.0, "price", "polymarket", "C", 0.75, None, None, None),
+    ]
