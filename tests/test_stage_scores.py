@@ -17,6 +17,7 @@ from daemon.replay import replay
 from daemon.stage_scoring import score_due
 from daemon.store import Store
 from scoring.portbench_scores import HORIZON, STAGES, score_connection, summarise
+from tests.pg import pg_database, requires_pg
 from tests.test_portbench import PortBenchModel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,3 +150,28 @@ async def test_a_mark_scores_only_complete_days(replayed: Path, tmp_path: Path) 
     finally:
         await store.close()
     assert n_mark > 0 and n_final > 0
+
+
+@requires_pg
+async def test_on_postgresql_the_owner_stores_its_scores(monkeypatch: Any) -> None:
+    from scoring.portbench_scores import score_store
+
+    data = tomllib.loads((ROOT / "examples" / "portbench.toml").read_text())
+    monkeypatch.setenv("LOCAL_LLM_KEY", "sk-local")
+    with pg_database() as url:
+        async with PortBenchModel() as model:
+            data["agents"][0].update(api_base=model.api_base, timeout=10)
+            end = datetime(2026, 5, 16, tzinfo=UTC).timestamp()  # 11 sessions
+            await replay(ROOT / "examples" / "portbench-sample.jsonl.gz", parse_config(data),
+                         url, progress=False, window=(None, end), agent_ids=["portbench"])
+        stored = score_store(url)["portbench"]
+        fresh = score_store(url, stored=False)["portbench"]
+        assert summarise(stored) == summarise(fresh)
+        assert any(r.ceps is not None for r in stored) and any(r.pending for r in stored)
+        store = await Store.open(url)  # the owner's scope: everything is scored already
+        try:
+            assert await score_due(store, {"portbench"}, end, final=True) == 0
+            (n,) = (await store.fetchall("SELECT COUNT(*) FROM stage_scores"))[0]
+        finally:
+            await store.close()
+        assert n == 6 * sum(r.ceps is not None for r in fresh)
