@@ -17,6 +17,7 @@ worker thread (the maximum-Sharpe solver may take a while); ``scored_ts`` is the
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +58,7 @@ async def score_due(store: Store, agents: Iterable[str] | None, ts: float, *,
     SQLite file being written by its one lock holder). ``final``: every day's close is final
     (the end of a replay), else only the days that ended before ``ts``.
     """
-    protocol, own = portbench_agents(await store.fetchall(
-        "SELECT config_json FROM runs ORDER BY id"))
+    protocol, own = await _configured(store)
     if agents is not None:
         protocol &= set(agents)
     if not protocol:
@@ -89,6 +89,23 @@ async def score_due(store: Store, agents: Iterable[str] | None, ts: float, *,
         await store.execute_atomic([(INSERT_SQL, row) for row in out])
         log.info("stage scores stored", decisions=len(out) // 6, ts=ts, final=final)
     return len(out)
+
+
+_CONFIGS: weakref.WeakKeyDictionary[Any, tuple[Any, tuple[set[str], dict[str, Any]]]] = (
+    weakref.WeakKeyDictionary())
+
+
+async def _configured(store: Store) -> tuple[set[str], dict[str, Any]]:
+    """Return :func:`portbench_agents` of the store's runs, parsed again only when a run was
+    added (a large config is not parsed at every mark)."""
+    key = tuple((await store.fetchall("SELECT COUNT(*), MAX(id) FROM runs"))[0])
+    cached = _CONFIGS.get(store)
+    if cached is None or cached[0] != key:
+        cached = (key, portbench_agents(await store.fetchall(
+            "SELECT config_json FROM runs ORDER BY id")))
+        _CONFIGS[store] = cached
+    protocol, own = cached[1]
+    return set(protocol), own
 
 
 def _number(x: float | None) -> float | None:
