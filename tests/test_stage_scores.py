@@ -175,3 +175,23 @@ async def test_on_postgresql_the_owner_stores_its_scores(monkeypatch: Any) -> No
         finally:
             await store.close()
         assert n == 6 * sum(r.ceps is not None for r in fresh)
+
+
+def test_the_cli_reads_or_recomputes(replayed: Path, tmp_path: Path, capsys: Any) -> None:
+    from scoring.portbench_scores import main
+
+    db = tmp_path / "cli.db"
+    shutil.copy(replayed, db)
+    assert main(["--db", str(db)]) == 0
+    stored = capsys.readouterr().out
+    assert main(["--db", str(db), "--recompute"]) == 0
+    assert capsys.readouterr().out == stored
+    con = sqlite3.connect(db)
+    with con:  # every stored S2 set to 0: the stored table shows it, --recompute does not
+        con.execute("UPDATE stage_scores SET score=0 WHERE stage='S2'")
+    con.close()
+    assert main(["--db", str(db)]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[0] == "portbench" and row[2] == "0.000"
+    assert main(["--db", str(db), "--recompute"]) == 0
+    assert capsys.readouterr().out == stored
