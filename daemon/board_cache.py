@@ -26,7 +26,7 @@ import structlog
 log = structlog.get_logger(__name__)
 
 #: Tables whose growth means a new mark or round (the leaderboard's inputs).
-STAMP_TABLES = ("equity", "decisions", "fills", "resolutions", "probes", "runs",
+STAMP_TABLES = ("equity", "decisions", "fills", "resolutions", "probes", "runs", "stage_scores",
                 "capital_rounds", "capital_submissions")  # CapitalBench prices come with marks
 
 Stamp = tuple[int, ...]

@@ -34,6 +34,7 @@ from daemon.events import DecisionEvent, Event, ResolutionEvent
 from daemon.market_state import HISTORY_DAYS, MarketState
 from daemon.rounds import AgentSlot, DecisionRound
 from daemon.schedule import ScheduleSpec, make_trigger
+from daemon.stage_scoring import score_engine
 from daemon.store import DecisionRecord, RoundCommit, Store, StoreWriteError
 from scoring.ledger import Book, CostModel
 
@@ -437,6 +438,8 @@ class Engine:
                 await self.capital.on_mark(ts)
             except Exception:
                 log.exception("capitalbench prices not stored", ts=ts)
+        if market == "equity":  # PortBench's delayed scoring (issue 13, point 6)
+            await score_engine(self, ts)
         for listener in self.mark_listeners:
             listener(market, ts)
 

@@ -42,6 +42,7 @@ from daemon.dbfile import describe_sqlite_error
 from daemon.engine import Engine, freeze_heap
 from daemon.events import Event
 from daemon.schedule import SimScheduler
+from daemon.stage_scoring import score_engine
 from daemon.store import RoundCommit, Store, StoreWriteError
 from feeds.recording import RecordingDamaged, count_events, iter_events, read_header
 
@@ -315,6 +316,7 @@ class ReplayDriver:
         store = self.engine.store
         try:
             await self.engine.commit(RoundCommit())
+            await score_engine(self.engine, clock.now(), final=True)  # every close is final
             await store.end_run(clock.now())  # simulated: a replay stores no wall time
             await store.set_meta({_META_COMPLETE: json.dumps(
                 {"events": self.engine.state.offset, "clock": clock.now()})})

@@ -45,7 +45,7 @@ from daemon.events import Event, NewsEvent, PriceEvent, encode_event
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -164,9 +164,19 @@ CREATE TABLE IF NOT EXISTS observations(
 ALTER TABLE decisions ADD COLUMN observation_sha256 TEXT;
 """
 # --- end v8 ------------------------------------------------------------------------------------
+# --- v9: PortBench stage scores, delayed scoring (issue 13, point 6) ---------------------------
+# S1..S5 and CEPS of a portbench decision, written by the process owning its agent once the
+# decision's horizon has passed (daemon/stage_scoring.py); score NULL: not a number.
+_V9 = """
+CREATE TABLE IF NOT EXISTS stage_scores(
+  agent TEXT NOT NULL, market TEXT NOT NULL, scheduled_ts REAL NOT NULL, stage TEXT NOT NULL,
+  horizon INTEGER NOT NULL, score REAL, scored_ts REAL NOT NULL,
+  PRIMARY KEY(agent, market, scheduled_ts, stage));
+"""
+# --- end v9 ------------------------------------------------------------------------------------
 
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                               8: _V8}
+                               8: _V8, 9: _V9}
 
 
 class StoreWriteError(RuntimeError):

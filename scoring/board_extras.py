@@ -7,7 +7,8 @@ that apply to the store, so a board without them is unchanged:
   figures (:mod:`scoring.run_groups`);
 - ``portbench``: per ``portbench`` agent its mean S1..S5, mean CEPS, decision, pending and failed
   counts and the pending count per stage (:mod:`scoring.portbench_scores`, horizon
-  :data:`~scoring.portbench_scores.HORIZON` daily closes, every decision of the store);
+  :data:`~scoring.portbench_scores.HORIZON` daily closes, every decision of the store; the
+  scores the daemon stored once each horizon had passed, :mod:`daemon.stage_scoring`);
 - ``stress_gate``: per equity agent the drawdown against its profile's tolerance, for stores of a
   PortBench evaluation (:mod:`scoring.stress_gate`);
 - ``alphaforge``: AlphaForgeBench versions and the latest instability run, without the per-run
@@ -56,8 +57,8 @@ def portbench_lines(portbench: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
     head = (f"{'agent':<20}" + "".join(f"{s:>9}" for s in (*STAGES, "CEPS"))
             + f"{'decisions':>11}{'pending':>9}{'failed':>8}")
-    lines = ["", "PortBench stage scores (horizon 5 daily closes; pending: the horizon has not"
-             " passed)", head]
+    lines = ["", "PortBench stage scores (horizon 5 daily closes; pending: not scored yet, the"
+             " horizon has not passed)", head]
     for agent, m in sorted(portbench.items()):
         lines.append(f"{agent[:19]:<20}" + "".join(f"{stage_cell(m, s):>9}" for s in
                                                    (*STAGES, "CEPS"))
@@ -113,7 +114,8 @@ def extras_html(board: Mapping[str, Any]) -> str:
     if portbench:
         out.append("<section class='portbench'><h2>PortBench stage scores</h2><p class='note'>"
                    "Mean S1..S5 and CEPS over the scored decisions (horizon 5 daily closes); "
-                   "pending: the horizon has not passed.</p><table><tr><th class='l'>agent</th>"
+                   "pending: not scored yet, the horizon has not passed.</p><table><tr>"
+                   "<th class='l'>agent</th>"
                    + "".join(f"<th>{s}</th>" for s in (*STAGES, "CEPS"))
                    + "<th>decisions</th><th>pending</th><th>failed</th></tr>")
         for agent, m in sorted(portbench.items()):

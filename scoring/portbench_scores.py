@@ -19,7 +19,10 @@ store (the last recorded price of each UTC day):
 - CEPS ``clip(mean - 0.1 * sum of drops, 0, 1)`` (:func:`scoring.benchmarks.ceps`).
 
 S1..S4 and CEPS need the horizon's closes: until the horizon has passed they are ``None``
-(pending). Scores are recomputed from the store each time, so they are reproducible.
+(pending). Delayed scoring: the daemon stores them in ``stage_scores`` once the horizon has passed
+(:mod:`daemon.stage_scoring`, through :func:`score_rows`, the single computation); the report
+reads those rows and shows a decision without them as pending. A store without the table is
+scored from its inputs at each report, as is ``--recompute``.
 
 ``paperarena report`` appends the table per agent (:func:`report_section`); ``python -m
 scoring.portbench_scores --db pb.db --horizon N`` prints it alone.
@@ -231,49 +234,51 @@ def score_decision(
     return StageScores(ts, scores, ceps([float(v) for v in done if v is not None]))
 
 
-def daily_closes(
-    con: sqlite3.Connection, market: str = "equity"
+#: The price rows :func:`closes_from_rows` reads (every process reads them alike).
+CLOSES_SQL = ("SELECT asset, ts, price FROM market_events WHERE kind='price' AND market=?"
+              " ORDER BY asset, ts, id")
+#: The decisions :func:`score_rows` reads, after ``AND agent IN (...)``.
+DECISIONS_SQL = ("SELECT agent, scheduled_ts, raw_output FROM decisions WHERE market='equity'"
+                 " AND agent IN ({marks})")
+#: The stored stage scores (``stage_scores``, schema v9) of one horizon.
+STORED_SQL = ("SELECT agent, scheduled_ts, stage, score FROM stage_scores"
+              " WHERE market='equity' AND horizon=?")
+DAY = 86_400.0
+
+
+def closes_from_rows(
+    rows: Sequence[tuple[str, float, float]], until: float | None = None
 ) -> dict[str, list[tuple[float, float]]]:
-    """Return ``{asset: [(end of UTC day, close)]}``: the last price recorded on each UTC day
-    (stamped with the day's last second, so all assets' closes of a day share one stamp)."""
-    rows = con.execute(
-        "SELECT asset, CAST(ts / 86400 AS INTEGER) AS day, ts, price FROM market_events"
-        " WHERE kind='price' AND market=? ORDER BY asset, ts", (market,),
-    ).fetchall()
+    """Return ``{asset: [(end of UTC day, close)]}`` from ``(asset, ts, price)`` rows in
+    :data:`CLOSES_SQL`'s order: the last price of each UTC day, stamped with the day's last
+    second (so all assets' closes of a day share one stamp). ``until``: only the days that
+    ended before it (complete days)."""
     last: dict[tuple[str, int], tuple[float, float]] = {}
-    for asset, day, _ts, price in rows:
-        last[(asset, day)] = (day * 86_400.0 + 86_399.0, float(price))
+    for asset, ts, price in rows:
+        day = int(ts / DAY)
+        last[(asset, day)] = (day * DAY + 86_399.0, float(price))
     out: dict[str, list[tuple[float, float]]] = {}
     for (asset, _), point in sorted(last.items()):
-        out.setdefault(asset, []).append(point)
+        if until is None or point[0] < until:
+            out.setdefault(asset, []).append(point)
     return out
 
 
-def score_store(
-    db: str, classes: Mapping[str, str] | None = None, *, horizon: int = HORIZON
-) -> dict[str, list[StageScores]]:
-    """Return the stage scores of every ``portbench`` decision of the store ``db``, by agent.
-
-    Each agent's asset classes are those of its stored config (the last run's), unless
-    ``classes`` is given.
-    """
-    from daemon.store_read import open_for_reading  # a file read-only, or a shared store's snapshot
-
-    con = open_for_reading(db)
-    try:
-        return score_connection(con, classes, horizon=horizon)
-    finally:
-        con.close()
+def daily_closes(
+    con: sqlite3.Connection, market: str = "equity"
+) -> dict[str, list[tuple[float, float]]]:
+    """Return the daily closes of ``market`` read through ``con`` (:func:`closes_from_rows`)."""
+    return closes_from_rows(con.execute(CLOSES_SQL, (market,)).fetchall())
 
 
-def score_connection(
-    con: sqlite3.Connection, classes: Mapping[str, str] | None = None, *, horizon: int = HORIZON
-) -> dict[str, list[StageScores]]:
-    """Return the stage scores of every ``portbench`` decision read through ``con``, by agent
-    (see :func:`score_store`)."""
+def portbench_agents(
+    config_rows: Sequence[tuple[Any, ...]]
+) -> tuple[set[str], dict[str, dict[str, str]]]:
+    """Return the agents configured with ``protocol = "portbench"`` in the runs' stored configs
+    (``(config_json,)`` rows, oldest first) and each agent's own asset classes (the last run's)."""
     own: dict[str, dict[str, str]] = {}
     protocol: set[str] = set()
-    for (raw_cfg,) in con.execute("SELECT config_json FROM runs ORDER BY id"):
+    for (raw_cfg,) in config_rows:
         try:
             agents = json.loads(raw_cfg or "{}").get("agents", [])
         except (ValueError, AttributeError):
@@ -283,25 +288,100 @@ def score_connection(
                 own[str(a.get("id"))] = {str(k): str(v) for k, v in a["asset_classes"].items()}
             if isinstance(a, dict) and a.get("protocol") == "portbench":
                 protocol.add(str(a.get("id")))
-    out: dict[str, list[StageScores]] = {}
-    if not protocol:  # no portbench agent was ever configured: nothing to parse
-        return out
-    closes = daily_closes(con)
-    marks = ",".join("?" * len(protocol))
-    for agent, ts, raw in con.execute(
-        "SELECT agent, scheduled_ts, raw_output FROM decisions WHERE market='equity'"
-        f" AND agent IN ({marks}) ORDER BY agent, scheduled_ts", sorted(protocol)
-    ):
+    return protocol, own
+
+
+def parse_decisions(
+    rows: Sequence[tuple[str, float, str | None]]
+) -> list[tuple[str, float, dict[str, Any]]]:
+    """Return ``(agent, ts, workflow)`` of the ``(agent, scheduled_ts, raw_output)`` rows that
+    hold a portbench workflow, in agent and time order."""
+    out = []
+    for agent, ts, raw in sorted(rows, key=lambda r: (r[0], r[1])):
         try:
             summary = json.loads(raw or "")
         except ValueError:
             continue
-        if not isinstance(summary, dict) or summary.get("protocol") != "portbench":
-            continue
+        if isinstance(summary, dict) and summary.get("protocol") == "portbench":
+            out.append((agent, float(ts), summary))
+    return out
+
+
+def score_rows(
+    decisions: Sequence[tuple[str, float, Mapping[str, Any]]],
+    closes: Closes,
+    own: Mapping[str, Mapping[str, str]],
+    classes: Mapping[str, str] | None = None,
+    *,
+    horizon: int = HORIZON,
+) -> dict[str, list[StageScores]]:
+    """Return the stage scores of :func:`parse_decisions`' output, by agent (the single
+    computation of the report, the CLI and the daemon's delayed scoring)."""
+    out: dict[str, list[StageScores]] = {}
+    for agent, ts, summary in decisions:
         mine = classes if classes is not None else own.get(agent, {})
         out.setdefault(agent, []).append(
-            score_decision(summary, ts, closes, mine, horizon=horizon)
-        )
+            score_decision(summary, ts, closes, mine, horizon=horizon))
+    return out
+
+
+def score_store(
+    db: str, classes: Mapping[str, str] | None = None, *, horizon: int = HORIZON,
+    stored: bool = True,
+) -> dict[str, list[StageScores]]:
+    """Return the stage scores of every ``portbench`` decision of the store ``db``, by agent.
+
+    Each agent's asset classes are those of its stored config (the last run's), unless
+    ``classes`` is given. See :func:`score_connection` for ``stored``.
+    """
+    from daemon.store_read import open_for_reading  # a file read-only, or a shared store's snapshot
+
+    con = open_for_reading(db)
+    try:
+        return score_connection(con, classes, horizon=horizon, stored=stored)
+    finally:
+        con.close()
+
+
+def _has_table(con: sqlite3.Connection, name: str) -> bool:
+    return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                       (name,)).fetchone() is not None
+
+
+def score_connection(
+    con: sqlite3.Connection, classes: Mapping[str, str] | None = None, *, horizon: int = HORIZON,
+    stored: bool = True,
+) -> dict[str, list[StageScores]]:
+    """Return the stage scores of every ``portbench`` decision read through ``con``, by agent
+    (see :func:`score_store`).
+
+    ``stored`` (and no ``classes``, and the horizon the daemon stores, :data:`HORIZON`): the
+    scores the daemon stored in ``stage_scores`` once each decision's horizon had passed; a
+    decision without them is pending (its S5, known at decision time, computed from the
+    workflow). A store without the table (before schema v9), or ``stored=False``: every score
+    computed from the store now.
+    """
+    protocol, own = portbench_agents(
+        con.execute("SELECT config_json FROM runs ORDER BY id").fetchall())
+    if not protocol:  # no portbench agent was ever configured: nothing to parse
+        return {}
+    decisions = parse_decisions(con.execute(
+        DECISIONS_SQL.format(marks=",".join("?" * len(protocol))), sorted(protocol)).fetchall())
+    if not (stored and classes is None and horizon == HORIZON
+            and _has_table(con, "stage_scores")):
+        return score_rows(decisions, daily_closes(con), own, classes, horizon=horizon)
+    kept: dict[tuple[str, float], dict[str, float]] = {}
+    for agent, ts, stage, score in con.execute(STORED_SQL, (horizon,)):
+        kept.setdefault((agent, float(ts)), {})[stage] = (
+            math.nan if score is None else float(score))
+    out: dict[str, list[StageScores]] = {}
+    for agent, ts, summary in decisions:
+        row = kept.get((agent, ts))
+        if row is not None and "CEPS" in row and all(s in row for s in STAGES):
+            got = StageScores(ts, {s: row[s] for s in STAGES}, row["CEPS"])
+        else:  # not scored yet: no future close read (S5 needs none)
+            got = score_decision(summary, ts, {}, own.get(agent, {}), horizon=horizon)
+        out.setdefault(agent, []).append(got)
     return out
 
 
@@ -356,11 +436,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--db", required=True)
     p.add_argument("--horizon", type=int, default=HORIZON, help="daily closes after a decision")
+    p.add_argument("--recompute", action="store_true",
+                   help="compute every score from the store now, not the stored ones")
     args = p.parse_args(argv)
     if args.horizon < 1:
         p.error(f"--horizon must be at least 1 daily close, got {args.horizon}")
     try:
-        by_agent = score_store(args.db, horizon=args.horizon)
+        by_agent = score_store(args.db, horizon=args.horizon, stored=not args.recompute)
     except (sqlite3.Error, OSError) as exc:
         p.exit(2, f"cannot read {args.db}: {exc}\n")
     import sys
