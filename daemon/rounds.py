@@ -48,6 +48,7 @@ from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
 from daemon.market_state import MarketState, PriceCoverage, format_age
 from daemon.open_fill import at_prices, missing_open_reason
+from daemon.sparse_rows import encode_allocation
 from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store, encode_json
 from scoring.ledger import Book, RebalanceRejected
 from scoring.ledger_batch import rebalance_many
@@ -329,7 +330,7 @@ class DecisionRound:
                     agent_id, market, scheduled_ts, now, outcome, reason=reason,
                     input_json=row.decode(), input_sha256=sha, observation_sha256=msha,
                     raw_output=raw, allocation=allocation, template_version=dec.template_version,
-                    allocation_json=None if allocation is None else encode_json(allocation),
+                    allocation_json=encode_allocation(allocation),
                     attempts=dec.attempts, duration_s=duration,
                     calls=[_redacted_call(c) for c in dec.calls],
                 ))

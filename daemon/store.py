@@ -42,6 +42,7 @@ from daemon.event_spill import (
     spill_unwritten,
 )
 from daemon.events import Event, NewsEvent, PriceEvent, encode_event
+from daemon.sparse_rows import encode_allocation
 
 log = structlog.get_logger(__name__)
 
@@ -656,7 +657,7 @@ class Store:
             [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
               d.input_json, d.input_sha256, d.raw_output,
               d.allocation_json if d.allocation_json is not None
-              else None if d.allocation is None else _dumps(d.allocation),
+              else encode_allocation(d.allocation),  # sparse: issue 16 point 4
               d.template_version, d.attempts, d.duration_s, self.run_id,
               d.observation_sha256)
              for d in rc.decisions],
