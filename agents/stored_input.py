@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from agents.base import Observation, join_encoded
+from daemon.sparse_rows import dense_fill_weights
 
 #: The two columns a decision's input is rebuilt from (decision alias ``d``).
 INPUT_COLUMNS = "d.input_json, o.market_json"
@@ -101,11 +102,17 @@ def load_input(con: sqlite3.Connection, agent: str, market: str, scheduled_ts: f
         return None
     own, market_json = row
     times = fill_times(own) if market_json is not None else []
+    sparse = times and con.execute("SELECT 1 FROM sqlite_master WHERE type='table'"
+                                   " AND name='asset_sets'").fetchone() is not None
+    assets = ("s.assets_json FROM fills f LEFT JOIN asset_sets s ON s.sha256 = f.assets_sha256"
+              if sparse else "NULL FROM fills f")
     fills: list[FillRow] = []
     for k in range(0, len(times), 500):
         chunk = times[k:k + 500]
-        fills += con.execute(
-            "SELECT ts, weights_json, value_after FROM fills WHERE agent=? AND market=? AND ts IN"
-            f" ({','.join('?' * len(chunk))}) ORDER BY scheduled_ts", (agent, market, *chunk)
-        ).fetchall()
+        for ts, w, v, a in con.execute(
+            f"SELECT f.ts, f.weights_json, f.value_after, {assets} WHERE f.agent=? AND"
+            f" f.market=? AND f.ts IN ({','.join('?' * len(chunk))}) ORDER BY f.scheduled_ts",
+            (agent, market, *chunk)
+        ).fetchall():
+            fills.append((ts, w if a is None else dense_fill_weights(w, a), v))
     return join_input(own, market_json, fills)

@@ -48,6 +48,7 @@ from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
 from daemon.market_state import MarketState, PriceCoverage, format_age
 from daemon.open_fill import at_prices, missing_open_reason
+from daemon.sparse_rows import encode_allocation, fill_columns
 from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store, encode_json
 from scoring.ledger import Book, RebalanceRejected
 from scoring.ledger_batch import rebalance_many
@@ -301,11 +302,12 @@ class DecisionRound:
                             trades = {a: q for a, q in zip(res.assets, res.trades.tolist(),
                                                            strict=True) if q != 0.0}
                             # Encoded here, between pauses, not all at once in the commit.
+                            wjson, wsha, wassets = fill_columns(res.weights_after)
                             fill_rec = FillRecord(
                                 agent_id, market, scheduled_ts, now, trades,
                                 res.traded_value, res.cost, res.value_before, res.value_after,
                                 res.weights_after, trades_json=encode_json(trades),
-                                weights_json=encode_json(res.weights_after),
+                                weights_json=wjson, assets_sha256=wsha, assets_json=wassets,
                             )
                 elif outcome == "ok":
                     outcome, reason = "invalid", reason or "no allocation"
@@ -329,7 +331,7 @@ class DecisionRound:
                     agent_id, market, scheduled_ts, now, outcome, reason=reason,
                     input_json=row.decode(), input_sha256=sha, observation_sha256=msha,
                     raw_output=raw, allocation=allocation, template_version=dec.template_version,
-                    allocation_json=None if allocation is None else encode_json(allocation),
+                    allocation_json=encode_allocation(allocation),
                     attempts=dec.attempts, duration_s=duration,
                     calls=[_redacted_call(c) for c in dec.calls],
                 ))

@@ -42,10 +42,11 @@ from daemon.event_spill import (
     spill_unwritten,
 )
 from daemon.events import Event, NewsEvent, PriceEvent, encode_event
+from daemon.sparse_rows import dense_fill_weights, encode_allocation, fill_columns
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -174,9 +175,18 @@ CREATE TABLE IF NOT EXISTS stage_scores(
   PRIMARY KEY(agent, market, scheduled_ts, stage));
 """
 # --- end v9 ------------------------------------------------------------------------------------
+# --- v10: sparse fill weights (issue 16, point 4) ------------------------------------------------
+# fills.weights_json keeps only non-zero weights; assets_sha256 names the sorted list of every
+# asset the weights had (asset_sets, once per distinct list; daemon.sparse_rows rebuilds them).
+# Rows older than v10 hold every weight and no assets_sha256.
+_V10 = """
+CREATE TABLE IF NOT EXISTS asset_sets(sha256 TEXT PRIMARY KEY, assets_json TEXT NOT NULL);
+ALTER TABLE fills ADD COLUMN assets_sha256 TEXT;
+"""
+# --- end v10 -----------------------------------------------------------------------------------
 
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                               8: _V8, 9: _V9}
+                               8: _V8, 9: _V9, 10: _V10}
 
 
 class StoreWriteError(RuntimeError):
@@ -235,7 +245,11 @@ class FillRecord:
     trades_json: str | None = None
     """:attr:`trades` already encoded by :func:`encode_json` (rounds do it as they go)."""
     weights_json: str | None = None
-    """:attr:`weights` already encoded by :func:`encode_json`."""
+    """:attr:`weights` already encoded (:func:`daemon.sparse_rows.fill_columns`)."""
+    assets_sha256: str | None = None
+    """With a sparse :attr:`weights_json`: the key of every asset the weights had."""
+    assets_json: str | None = None
+    """The sorted asset list :attr:`assets_sha256` names."""
 
 
 @dataclass(slots=True)
@@ -253,6 +267,19 @@ class RoundCommit:
     """(question_id, market, ts, payouts, source) paid out since the last commit."""
     observations: dict[str, tuple[str, float, str]] = field(default_factory=dict)
     """sha256 -> (market, decision_ts, canonical JSON) of the round's market-wide inputs."""
+
+
+def _fill_row(f: FillRecord) -> tuple[Any, ...]:
+    """Return a fill's column values, then its asset list (sparse weights, issue 16 point 4)."""
+    sha: str | None
+    assets: str | None
+    if f.weights_json is None:
+        weights, sha, assets = fill_columns(f.weights)
+    else:
+        weights, sha, assets = f.weights_json, f.assets_sha256, f.assets_json
+    return (f.agent, f.market, f.scheduled_ts, f.ts,
+            _dumps(f.trades) if f.trades_json is None else f.trades_json, f.traded_value,
+            f.cost, f.value_before, f.value_after, weights, sha, assets)
 
 
 def _dumps(obj: Any) -> str:
@@ -679,7 +706,7 @@ class Store:
             [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
               d.input_json, d.input_sha256, d.raw_output,
               d.allocation_json if d.allocation_json is not None
-              else None if d.allocation is None else _dumps(d.allocation),
+              else encode_allocation(d.allocation),  # sparse: issue 16 point 4
               d.template_version, d.attempts, d.duration_s, self.run_id,
               d.observation_sha256)
              for d in rc.decisions],
@@ -701,14 +728,16 @@ class Store:
                 " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 calls,
             )
+        fills = [_fill_row(f) for f in rc.fills]  # sparse weights: issue 16 point 4
+        sets = {row[-2]: row[-1] for row in fills if row[-2] is not None}
+        if sets:
+            await db.executemany(
+                "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
+                " ON CONFLICT(sha256) DO NOTHING", sorted(sets.items()))
         await db.executemany(
             "INSERT INTO fills(agent, market, scheduled_ts, ts, trades_json, traded_value,"
-            " cost, value_before, value_after, weights_json) VALUES(?,?,?,?,?,?,?,?,?,?)",
-            [(f.agent, f.market, f.scheduled_ts, f.ts,
-              _dumps(f.trades) if f.trades_json is None else f.trades_json, f.traded_value,
-              f.cost, f.value_before, f.value_after,
-              _dumps(f.weights) if f.weights_json is None else f.weights_json)
-             for f in rc.fills],
+            " cost, value_before, value_after, weights_json, assets_sha256)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?)", [row[:-1] for row in fills],
         )
         for market, state in rc.books.items():
             await db.execute(
@@ -794,11 +823,12 @@ class Store:
                                  ) -> list[tuple[float, dict[str, float], float]]:
         """Return the agent's last ``limit`` fills as (ts, weights, value_after), oldest first."""
         rows = await self.fetchall(
-            "SELECT ts, weights_json, value_after FROM fills WHERE agent=? AND market=? "
-            "ORDER BY scheduled_ts DESC LIMIT ?",
+            "SELECT f.ts, f.weights_json, f.value_after, s.assets_json FROM fills f"
+            " LEFT JOIN asset_sets s ON s.sha256 = f.assets_sha256"
+            " WHERE f.agent=? AND f.market=? ORDER BY f.scheduled_ts DESC LIMIT ?",
             (agent, market, limit),
         )
-        return [(ts, json.loads(w), v) for ts, w, v in reversed(rows)]
+        return [(ts, dense_fill_weights(w, a), v) for ts, w, v, a in reversed(rows)]
 
     async def recent_allocations_of(self, market: str, agents: list[str], limit: int
                                     ) -> dict[str, list[tuple[float, dict[str, float], float]]]:
@@ -807,14 +837,17 @@ class Store:
         for k in range(0, len(agents), 500):
             chunk = agents[k:k + 500]
             rows = await self.fetchall(
-                "SELECT agent, ts, weights_json, value_after FROM (SELECT agent, ts,"
-                " weights_json, value_after, scheduled_ts, ROW_NUMBER() OVER (PARTITION BY agent"
-                " ORDER BY scheduled_ts DESC) AS n FROM fills WHERE market=? AND agent IN"
-                f" ({','.join('?' * len(chunk))})) AS t WHERE n <= ? ORDER BY agent, scheduled_ts",
+                "SELECT t.agent, t.ts, t.weights_json, t.value_after, s.assets_json FROM"
+                " (SELECT agent, ts, weights_json, value_after, assets_sha256, scheduled_ts,"
+                " ROW_NUMBER() OVER (PARTITION BY agent ORDER BY scheduled_ts DESC) AS n"
+                " FROM fills WHERE market=? AND agent IN"
+                f" ({','.join('?' * len(chunk))})) AS t"
+                " LEFT JOIN asset_sets s ON s.sha256 = t.assets_sha256"
+                " WHERE t.n <= ? ORDER BY t.agent, t.scheduled_ts",
                 (market, *chunk, limit),
             )
-            for agent, ts, w, v in rows:
-                out[agent].append((ts, json.loads(w), v))
+            for agent, ts, w, v, a in rows:
+                out[agent].append((ts, dense_fill_weights(w, a), v))
         return out
 
     async def latest_prices_after_checkpoint(self) -> list[tuple[str, str, float, float]]:
