@@ -88,6 +88,16 @@ def _have(tool: str) -> bool:
     return Path(f"/usr/bin/{tool}").exists() or Path(f"/usr/sbin/{tool}").exists()
 
 
+def _call(args: list[str], env: dict[str, str]) -> int:
+    """Become ``args`` (exec): signals sent to this script (Ctrl-C, SIGTERM) reach the command
+    itself, which stops cleanly and gives its own exit code; where exec is not available, run
+    it as a child and return its code."""
+    os.chdir(ROOT)
+    if os.name == "posix":
+        os.execve(args[0], args, env)  # does not return
+    return subprocess.call(args, env=env)
+
+
 def main(argv: list[str]) -> int:
     """Dispatch ``run``, ``test``, ``bench`` or ``paperarena``."""
     if not argv or argv[0] in {"-h", "--help"}:
@@ -97,14 +107,14 @@ def main(argv: list[str]) -> int:
     ensure_venv()
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     if cmd == "run":
-        return subprocess.call([str(BIN / "paperarena"), "run", *rest], cwd=ROOT, env=env)
+        return _call([str(BIN / "paperarena"), "run", *rest], env)
     if cmd == "test":
         ensure_system_tools()
-        return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
+        return _call([str(PY), "-m", "pytest", *rest], env)
     if cmd == "bench":
-        return subprocess.call([str(PY), "bench/run_all.py", *rest], cwd=ROOT, env=env)
+        return _call([str(PY), "bench/run_all.py", *rest], env)
     if cmd == "paperarena":
-        return subprocess.call([str(BIN / "paperarena"), *rest], cwd=ROOT, env=env)
+        return _call([str(BIN / "paperarena"), *rest], env)
     _say(f"unknown command {cmd!r}: use run, test, bench or paperarena")
     return 2
 

@@ -1,0 +1,38 @@
+"""``python3 dev.py run``: an interrupt of the script (Ctrl-C, or SIGINT/SIGTERM sent to it
+alone) stops the daemon cleanly and exits with the daemon's code, without a traceback."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli_database import QUIET, ROOT
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_dev_run_stops_the_daemon_cleanly(tmp_path: Path,
+                                                         sig: signal.Signals) -> None:
+    cfg = tmp_path / "quiet.toml"
+    cfg.write_text(QUIET)
+    db = tmp_path / "d.db"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "dev.py"), "run", "--config", str(cfg), "--db", str(db)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not db.exists() and time.monotonic() < deadline:  # the daemon has started
+            time.sleep(0.1)
+        time.sleep(1.0)
+        proc.send_signal(sig)  # to dev.py only, not its process group
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err, err[-2000:]
+    assert "daemon stopped" in err, err[-2000:]
+    assert proc.returncode in (0, 143), (proc.returncode, err[-2000:])
