@@ -185,10 +185,19 @@ class RedactingStream(io.TextIOBase):
         """Wrap ``stream``."""
         super().__init__()
         self.stream = stream
+        self.lost_writes = 0
+        """Writes dropped because the stream had gone (a closed pipe or terminal)."""
 
     def write(self, s: str) -> int:
-        """Write ``s`` with secrets replaced; return ``len(s)``."""
-        self.stream.write(redact_text(s))
+        """Write ``s`` with secrets replaced; return ``len(s)``.
+
+        A stream that has gone (the reader of a pipe exited, the terminal closed) drops the text
+        instead of raising: losing log output must never stop the daemon or its clean shutdown.
+        """
+        try:
+            self.stream.write(redact_text(s))
+        except (OSError, ValueError):  # BrokenPipeError, EIO; ValueError: closed file
+            self.lost_writes += 1
         return len(s)
 
     def writelines(self, lines: Iterable[str]) -> None:  # type: ignore[override]
@@ -197,8 +206,11 @@ class RedactingStream(io.TextIOBase):
             self.write(line)
 
     def flush(self) -> None:
-        """Flush the wrapped stream."""
-        self.stream.flush()
+        """Flush the wrapped stream (a stream that has gone is not an error, as in write)."""
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.lost_writes += 1
 
     def isatty(self) -> bool:
         """Return whether the wrapped stream is a terminal."""

@@ -4,6 +4,7 @@ alone) stops the daemon cleanly and exits with the daemon's code, without a trac
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -36,3 +37,33 @@ def test_an_interrupted_dev_run_stops_the_daemon_cleanly(tmp_path: Path,
     assert "Traceback" not in err, err[-2000:]
     assert "daemon stopped" in err, err[-2000:]
     assert proc.returncode in (0, 143), (proc.returncode, err[-2000:])
+
+
+def test_a_daemon_whose_log_stream_has_gone_still_stops_cleanly(tmp_path: Path) -> None:
+    """The reader of the daemon's stderr exits (a closed pipe): SIGINT still stops it, the
+    store is closed and the process exits instead of hanging on the store's thread."""
+    cfg = tmp_path / "quiet.toml"
+    cfg.write_text(QUIET)
+    db = tmp_path / "d.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg), "--db", str(db)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not db.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert proc.stderr is not None and proc.stdout is not None
+        proc.stderr.close()
+        proc.stdout.close()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    con = sqlite3.connect(db)  # the run was ended and the store closed (WAL checkpointed)
+    try:
+        assert con.execute("SELECT COUNT(*) FROM runs WHERE stopped_ts IS NULL").fetchone() == (0,)
+    finally:
+        con.close()
+    assert not db.with_name(db.name + "-wal").exists()
