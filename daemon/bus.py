@@ -32,6 +32,7 @@ import msgspec
 import structlog
 
 from daemon.events import PRICE, Event, HistoryEvent, PriceEvent
+from daemon.price_routes import price_pattern_reach
 
 log = structlog.get_logger(__name__)
 
@@ -263,6 +264,10 @@ class Bus:
         self._price_routes: dict[str, dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]]]]
         self._price_routes = {}
         """market -> asset -> route of ``price.<market>.<asset>`` (no topic string per event)."""
+        self._market_routes: dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]] | None]
+        self._market_routes = {}
+        """market -> the route of all its prices when no pattern depends on the asset, else
+        ``None`` (cleared with the other route caches)."""
         self._started = False
         self.published = 0
         self.published_by_class: dict[str, int] = {}
@@ -282,6 +287,7 @@ class Bus:
             self._batch_taps[tap] = batch
         self._route_cache.clear()
         self._price_routes.clear()
+        self._market_routes.clear()
 
     def subscribe(
         self,
@@ -307,6 +313,7 @@ class Bus:
         self._subs.append(sub)
         self._route_cache.clear()
         self._price_routes.clear()
+        self._market_routes.clear()
         if self._started:
             sub.start()
         return sub
@@ -320,6 +327,7 @@ class Bus:
             if len(self._route_cache) > 200_000:
                 self._route_cache.clear()
                 self._price_routes.clear()
+                self._market_routes.clear()
             self._route_cache[topic] = route
         return route
 
@@ -396,9 +404,13 @@ class Bus:
         (its batch variant, else the tap per event). Taps see the whole batch before
         subscribers do, as they see each event before subscribers do.
         """
-        if (PRICE in self.conflating and PRICE not in self._muted
-                and all(type(e) is PriceEvent for e in events)):
-            groups, offers = self._group_prices(events)  # type: ignore[arg-type]
+        if PRICE in self.conflating and PRICE not in self._muted and events:
+            groups, offers = self._group_market_prices(events)
+            if groups is None:
+                if all(type(e) is PriceEvent for e in events):
+                    groups, offers = self._group_prices(events)  # type: ignore[arg-type]
+                else:
+                    groups, offers = self._group_events(events)
         else:
             groups, offers = self._group_events(events)
         batch_taps = self._batch_taps
@@ -416,6 +428,43 @@ class Bus:
         for subs, ev in offers:
             for sub in subs:
                 sub.offer_conflating(ev)
+
+    def _market_route(self, market: str
+                      ) -> tuple[tuple[Tap, ...], tuple[Subscription, ...]] | None:
+        """Return the route every price of ``market`` takes, or None if it depends on the asset."""
+        if market in self._market_routes:
+            return self._market_routes[market]
+        reach = {p: price_pattern_reach(p, market)
+                 for p in {p for p, _ in self._taps} | {p for s in self._subs for p in s.patterns}}
+        route = None
+        if "asset" not in reach.values():
+            route = (tuple(t for p, t in self._taps if reach[p] == "all"),
+                     tuple(s for s in self._subs if any(reach[p] == "all" for p in s.patterns)))
+        self._market_routes[market] = route
+        return route
+
+    def _group_market_prices(self, events: list[Event]
+                             ) -> tuple[dict[tuple[Tap, ...], list[Event]] | None,
+                                        list[tuple[tuple[Subscription, ...], Event]]]:
+        """Route a batch of valid plain prices of one market at once when its route does not
+        depend on the asset (one pass checks them); ``(None, [])`` sends it the general way."""
+        first = events[0]
+        market = getattr(first, "market", None)
+        if type(first) is not PriceEvent or market is None:
+            return None, []
+        route = self._market_route(market)
+        if route is None or not all(
+                type(e) is PriceEvent and e.market == market  # type: ignore[attr-defined]
+                and 0.0 <= e.price < _INF  # type: ignore[attr-defined]
+                and (e.bid is None or 0.0 <= e.bid < _INF)  # type: ignore[attr-defined]
+                and (e.ask is None or 0.0 <= e.ask < _INF)  # type: ignore[attr-defined]
+                for e in events):
+            return None, []
+        taps, subs = route
+        n = len(events)
+        self.published += n
+        self.published_by_class[PRICE] = self.published_by_class.get(PRICE, 0) + n
+        return ({taps: events} if taps else {}), ([(subs, e) for e in events] if subs else [])
 
     def _group_prices(self, events: list[PriceEvent]
                       ) -> tuple[dict[tuple[Tap, ...], list[Event]],

@@ -89,7 +89,7 @@ def read_spill(db_path: str) -> tuple[str, list[tuple[Any, ...]]] | None:
         except ValueError:
             bad += 1
             continue
-        if isinstance(row, list) and len(row) in (8, 10):
+        if isinstance(row, list) and len(row) in (7, 8, 10):
             rows.append(tuple(row))
         else:
             bad += 1

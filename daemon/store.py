@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import operator
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -201,6 +202,11 @@ OPEN_BUSY_TIMEOUT = 5.0
 
 #: Free space below which the store counts as full (readiness probe; trading halts).
 MIN_FREE_BYTES = 1 << 20
+
+#: A buffered live price row (no seq): ts, recv_ts, market, asset, price, bid, ask. A price row
+#: with a seq (a replay) has 8 fields, any other event 10.
+_LIVE_PRICE_ROW = operator.attrgetter("ts", "recv_ts", "market", "asset", "price", "bid", "ask")
+_LIVE_PRICE_FIELDS = 7
 
 
 @dataclass(slots=True)
@@ -483,8 +489,11 @@ class Store:
     def add_event(self, ev: Event, seq: int | None = None) -> None:
         """Buffer one market-data event for the next flush (hot path)."""
         if type(ev) is PriceEvent:
-            self._pending.append((seq, ev.ts, ev.recv_ts, ev.market, ev.asset, ev.price, ev.bid,
-                                  ev.ask))
+            if seq is None:
+                self._pending.append(_LIVE_PRICE_ROW(ev))
+            else:
+                self._pending.append((seq, ev.ts, ev.recv_ts, ev.market, ev.asset, ev.price,
+                                      ev.bid, ev.ask))
         elif isinstance(ev, PriceEvent):  # NonMarkingPrice: data with its asset, not a mark
             self._pending.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, ev.market, ev.asset,
                                   ev.price, ev.bid, ev.ask, encode_event(ev).decode()))
@@ -506,7 +515,11 @@ class Store:
     def add_prices(self, events: Sequence[Event], seq: int | None = None) -> None:
         """Buffer a batch of price events (one frame's) for the next flush, in order."""
         pending = self._pending
-        if all(type(ev) is PriceEvent for ev in events):  # a frame's prices: one comprehension
+        if not events:
+            return
+        if seq is None and type(events[0]) is PriceEvent and len(set(map(type, events))) == 1:
+            pending.extend(map(_LIVE_PRICE_ROW, events))  # a burst's live prices, in C
+        elif all(type(ev) is PriceEvent for ev in events):  # a frame's prices: one comprehension
             pending.extend([(seq, ev.ts, ev.recv_ts, ev.market, ev.asset,  # type: ignore[attr-defined]
                              ev.price, ev.bid, ev.ask) for ev in events])  # type: ignore[attr-defined]
         else:
@@ -636,20 +649,27 @@ class Store:
             await self._insert_events(self._pending[:n])
 
     async def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        # Price rows (8 fields) and other events (10 fields) keep their arrival order within
-        # each kind; ids order them within a batch only per kind, ts orders them across kinds.
-        prices = [r for r in rows if len(r) == 8]
-        others = [r for r in rows if len(r) != 8] if len(prices) != len(rows) else []
-        if prices and all(r[0] is None for r in prices):
+        # Live price rows (7 fields), price rows with a seq (8) and other events (10) keep their
+        # arrival order within each kind; ids order them within a batch only per kind, ts
+        # orders them across kinds.
+        if all(len(r) == _LIVE_PRICE_FIELDS for r in rows):
+            live, prices, others = rows, [], []
+        else:
+            live = [r for r in rows if len(r) == _LIVE_PRICE_FIELDS]
+            prices = [r for r in rows if len(r) == 8]
+            # Rows spilled before live price rows lost their seq: (None, ts, ...).
+            live += [r[1:] for r in prices if r[0] is None]
+            prices = [r for r in prices if r[0] is not None]
+            others = [r for r in rows if len(r) == 10]
+        if live:
             # Live rows have no seq: binding None goes through sqlite3's adapter lookup (about
             # 0.5 us a row on the writer thread, holding the GIL), a NULL literal costs nothing.
-            # The generator runs on the writer thread.
             await self.db.executemany(
                 "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price, bid, ask)"
                 " VALUES(NULL,?,?,'price',?,?,?,?,?)",
-                (r[1:] for r in prices),
+                live,
             )
-        elif prices:
+        if prices:
             await self.db.executemany(
                 "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price, bid, ask)"
                 " VALUES(?,?,?,'price',?,?,?,?,?)",

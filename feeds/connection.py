@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import operator
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from daemon.bus import Bus
 from daemon.events import Event, SourceStatus
 from feeds.backoff import Backoff, BackoffPolicy
+from feeds.frame_batch import FrameBatcher
 from feeds.health import failure_is_news, short_error
 
 __all__ = [
@@ -71,6 +73,8 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 #: Options passed to ``websockets.asyncio.client.connect`` unless overridden by ``ws_options``.
+_TOPIC_CLASS = operator.attrgetter("topic_class")
+
 DEFAULT_WS_OPTIONS: Mapping[str, Any] = {
     "max_size": 2**24,  # initial dumps of 200 order books exceed the 1 MiB default
     "close_timeout": 2.0,
@@ -572,6 +576,14 @@ class StreamingSource:
             self._request_close(sh, ws, f"{name} failed: {exc!r}")
 
     async def _read(self, sh: _Shard, ws: ClientConnection) -> None:
+        batcher = FrameBatcher(self._bus)
+        try:
+            await self._read_frames(sh, ws, batcher)
+        finally:
+            batcher.close()  # what a burst left waiting is published, in order
+
+    async def _read_frames(self, sh: _Shard, ws: ClientConnection, batcher: FrameBatcher
+                           ) -> None:
         adapter = self.adapter
         counters = self.counters
         bus = self._bus
@@ -621,20 +633,22 @@ class StreamingSource:
             if res.data_keys:
                 counters.data_messages += 1
                 counters.last_data_ts = now
-                for k in res.data_keys:
-                    last[k] = now
+                last.update(dict.fromkeys(res.data_keys, now))
                 sh.silent_since = now
                 sh.failures = 0
             evs = res.events
-            if len(evs) > 1 and all(ev.topic_class in conflating for ev in evs):
-                bus.publish_batch(evs)  # one frame's prices: each tap runs once
-            else:
-                for ev in evs:
-                    if ev.topic_class in conflating:
-                        bus.publish_nowait(ev)
-                    else:
-                        await bus.publish(ev)
+            if evs:
+                if all(map(conflating.__contains__, map(_TOPIC_CLASS, evs))):
+                    batcher.add(evs)  # a burst's prices: each tap runs once per burst
+                else:
+                    for ev in evs:
+                        if ev.topic_class in conflating:
+                            batcher.add([ev])
+                        else:
+                            batcher.flush()  # what came before is published before it
+                            await bus.publish(ev)
             if res.reset_keys:
+                batcher.flush()
                 await self._resync(sh, ws, [k for k in res.reset_keys if k in sh.active])
 
     async def _resync(self, sh: _Shard, ws: ClientConnection, keys: list[str]) -> None:

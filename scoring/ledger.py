@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from scoring.held import HeldEntries, held_entries, use_held, value_change
+
 __all__ = ["CASH", "Book", "CostModel", "Fill", "RebalanceRejected"]
 
 CASH = "CASH"
@@ -181,6 +183,8 @@ class Book:
         self.lazy_mark = lazy_mark
         self._dirty = False
         self._cols: list[np.ndarray] = []
+        self._held: HeldEntries | None = None
+        """The nonzero holdings for batch marks (``None``: rebuilt when next needed)."""
 
     # ------------------------------------------------------------------ universe
 
@@ -210,6 +214,7 @@ class Book:
         h = np.zeros((nca, ncx), dtype=np.float64, order="F")
         h[: self._na, : self._nx] = self._h[: self._na, : self._nx]
         self._h = h
+        self._held = None
         if nca != ca:
             for name in ("_cash", "_vals", "_peak"):
                 old = getattr(self, name)
@@ -239,6 +244,7 @@ class Book:
         i = self._na
         self._ensure(i + 1, self._nx)
         self._h[i, :] = 0.0
+        self._held = None
         self._cash[i] = c
         self._vals[i] = c
         self._peak[i] = c
@@ -432,8 +438,16 @@ class Book:
             self.mark()
             return
         v = self._vals[:na]
-        # Per-agent sums (einsum rounds each row on its own, whoever shares the book).
-        v += np.einsum("ij,j->i", self._h[:na, cols], d)
+        held = self._held
+        if held is None:
+            held = self._held = held_entries(self._h[:na, : self._nx])
+        if use_held(held, na, len(cols)):
+            v += value_change(held, na, self._nx, cols, d)
+        else:
+            # Each agent's terms in rising column order, as value_change sums them (einsum
+            # rounds each row on its own, whoever shares the book).
+            order = np.argsort(cols)
+            v += np.einsum("ij,j->i", self._h[:na, cols[order]], d[order])
         np.maximum(self._peak[:na], v, out=self._peak[:na])
 
     def peaks(self) -> np.ndarray:
@@ -608,6 +622,7 @@ class Book:
         v_new = cash_new + math.fsum(held)
 
         self._h[i, :nx] = q_new
+        self._held = None
         self._cash[i] = cash_new
         self._vals[i] = v_new
 
@@ -664,6 +679,7 @@ class Book:
         for j, x in pay:
             paid += self._h[:na, j] * x
             self._h[:na, j] = 0.0
+            self._held = None
             self._p[j] = x
             self._pz[j] = x
             self._pt[j] = ts
@@ -730,6 +746,7 @@ class Book:
         p = np.array([np.nan if x is None else x for x in state["prices"]], dtype=np.float64)
         pt = np.array([np.nan if x is None else x for x in state["price_times"]], dtype=np.float64)
         book._h[:na, :nx] = h
+        book._held = None
         book._p[:nx] = p
         book._pz[:nx] = np.nan_to_num(p, nan=0.0)
         book._pt[:nx] = pt

@@ -193,6 +193,7 @@ def _apply(book: Book, agents: list[str], rows: np.ndarray, a: np.ndarray, a_cas
     held = q_new * pz
     v_new = cash_new + held.sum(axis=1)
     book._h[rows, :nx] = q_new
+    book._held = None
     book._cash[rows] = cash_new
     book._vals[rows] = v_new
     dq.flags.writeable = False
