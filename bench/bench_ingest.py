@@ -1,6 +1,6 @@
 """End-to-end Polymarket ingest on the daemon's real path, beside decode-only of the same frames.
 
-    python bench/bench_ingest.py [--agents 1000] [--tokens 500] [--frames 4000] [--json]
+    python bench/bench_ingest.py [--agents 1000] [--tokens 500] [--frames 20000]
 
 The real path: frames read by :class:`~feeds.connection.StreamingSource` (its read loop, over a
 socket stand-in that hands out prepared frames) -> :class:`~feeds.polymarket_decode.
@@ -9,14 +9,17 @@ agent holds tokens) -> store buffer, with the drawdown alert monitor tapped and 
 every ``[store] flush_interval`` on its own thread as the daemon does. The limit beside it,
 measured in the same run: :meth:`PolymarketDecoder.decode` alone over the same frames (books and
 price events, nothing published). Events are the price events the frames produce (the same
-number on both paths). ``equity_current`` says whether every agent's equity and peak were
-current after each frame (checked against a full re-mark at the end).
+number on both paths). The real path's time runs until every event is stored: the daemon's
+flushes every ``flush_interval`` fall inside it and the last write of what is still buffered
+counts too (``store_tail_flush_s``). ``equity_current`` says whether every agent's equity and
+peak were current after each batch (checked against a full re-mark at the end).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import random
@@ -131,20 +134,23 @@ async def _real_path(n_agents: int, tokens: list[str], snapshots: list[str],
     c0 = time.process_time()
     t0 = time.perf_counter()
     await src.streaming._read(shard, _FrameSocket(frames))  # type: ignore[arg-type]
+    t1 = time.perf_counter()
+    ft.cancel()  # the flusher may be mid-write: its transaction completes (Store._atomic)
+    with contextlib.suppress(asyncio.CancelledError):
+        await ft
+    await store.flush()  # an event is ingested once it is stored: the last write counts
     dt = time.perf_counter() - t0
+    tail = time.perf_counter() - t1
     cpu = time.process_time() - c0  # every thread of the process: the store writer's included
     n = eng.bus.published - published0
     flusher_stop.set()
-    await ft
-    t1 = time.perf_counter()
-    await store.flush()
-    tail = time.perf_counter() - t1
     gc.unfreeze()
     current = _equity_current(book)
     await alerts.stop()
     await eng.bus.stop()
     await store.close()
     return {"events": n, "seconds": dt, "cpu_seconds": cpu, "store_tail_flush_s": tail,
+            "read_loop_seconds": t1 - t0,
             "equity_current": current}
 
 
@@ -164,7 +170,7 @@ def _equity_current(book: Any) -> bool:
     return bool(np.allclose(eq, full, rtol=1e-12, atol=1e-9) and (peaks >= full - 1e-9).all())
 
 
-def run(agents: int = 1000, n_tokens: int = 500, n_frames: int = 4000, repeats: int = 3
+def run(agents: int = 1000, n_tokens: int = 500, n_frames: int = 20_000, repeats: int = 3
         ) -> dict[str, Any]:
     """Measure the real path and decode-only of the same frames, best of ``repeats`` each."""
     from bench_polymarket_decode import build_frames
@@ -203,6 +209,10 @@ def run(agents: int = 1000, n_tokens: int = 500, n_frames: int = 4000, repeats: 
         "limit_decode_only_events_per_cpu_s": round(best_cpu_dec),
         "cpu_ratio_to_decode_only": round(sorted(cpu_ratios)[len(cpu_ratios) // 2], 3),
         "store_tail_flush_s": round(real.get("store_tail_flush_s", 0.0), 3),
+        # The same run until the read loop ended, before the last store write (what this
+        # benchmark measured before 2026-11-25; not the figure the targets are about).
+        "real_path_events_per_s_before_last_write": round(
+            real.get("events", 0) / real.get("read_loop_seconds", 1.0)),
         "equity_and_peak_current_after_every_batch": real.get("equity_current"),
         "target_events_per_s": TARGET_EVENTS_PER_S, "target_ratio": TARGET_RATIO,
         "meets_target": best_real >= TARGET_EVENTS_PER_S and ratio >= TARGET_RATIO,
@@ -214,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--agents", type=int, default=1000)
     ap.add_argument("--tokens", type=int, default=500)
-    ap.add_argument("--frames", type=int, default=4000)
+    ap.add_argument("--frames", type=int, default=20_000)
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args(argv)
     print(json.dumps(run(a.agents, a.tokens, a.frames, a.repeats), indent=2))
