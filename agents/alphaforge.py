@@ -39,7 +39,6 @@ import structlog
 from agents.base import CASH, AgentDecision, Observation
 from agents.llm import DecisionRun, audit_trail, render_failed
 from agents.llm_output import InvalidOutput, extract_json
-from agents.protocols import StepwiseAgent, flat, load_prompt_set
 from agents.sandbox import (
     InvalidStrategy,
     SandboxError,
@@ -50,6 +49,7 @@ from agents.sandbox import (
     network_isolation,
     validate_code,
 )
+from agents.stepwise import StepwiseAgent, flat, load_prompt_set
 
 log = structlog.get_logger(__name__)
 

@@ -278,6 +278,10 @@ class Agent(Protocol):
         """Return the target allocation for ``obs`` (validation happens outside)."""
         ...
 
+#: An agent call longer than this is abandoned and recorded as ``error`` (LLM agents have their
+#: own, shorter per-call timeouts inside).
+AGENT_DEADLINE = 600.0
+
 
 class LookAheadError(AssertionError):
     """An observation contains data timestamped after its decision time."""

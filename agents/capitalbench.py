@@ -34,8 +34,8 @@ import structlog
 from agents.base import AgentDecision, Observation
 from agents.llm import audit_trail
 from agents.llm_output import InvalidOutput, extract_json
-from agents.protocols import StepwiseAgent, flat
-from daemon.config import AgentConfig
+from agents.stepwise import StepwiseAgent, flat
+from daemon.config_agents import AgentConfig
 from daemon.logs import redact_text
 
 log = structlog.get_logger(__name__)

@@ -49,7 +49,8 @@ from agents.base import AgentDecision, Observation
 from agents.llm_output import InvalidOutput, check_response
 from agents.prompting import RenderedPrompt, load_prompt_file, render_prompt
 from agents.validation import SUM_TOLERANCE
-from daemon.config import AgentConfig, is_loopback_url
+from daemon.config_agents import AgentConfig
+from daemon.config_fields import is_loopback_url
 from daemon.logs import redact_text, register_secret
 
 log = structlog.get_logger(__name__)

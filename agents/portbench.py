@@ -38,8 +38,8 @@ from agents.llm import render_failed
 from agents.llm_output import InvalidOutput, extract_json
 from agents.portfolio_baselines import returns_panel
 from agents.prompting import _Ctx
-from agents.protocols import StepwiseAgent, flat, load_prompt_set
-from daemon.config import PROFILE_LIMITS, AgentConfig, AllocationLimits, class_role
+from agents.stepwise import StepwiseAgent, flat, load_prompt_set
+from daemon.config_agents import PROFILE_LIMITS, AgentConfig, AllocationLimits, class_role
 from daemon.logs import redact_text
 from scoring.benchmarks import RISK_PROFILES, _corr_matrix, historical_var
 

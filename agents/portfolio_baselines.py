@@ -28,7 +28,7 @@ import numpy as np
 
 from agents.base import CASH, AgentDecision, Observation
 from agents.baselines import _investable, equal_weights
-from daemon.config import class_role
+from daemon.config_agents import class_role
 
 _NY = ZoneInfo("America/New_York")
 #: Fewest daily returns in common for a covariance estimate; below it: equal weight.

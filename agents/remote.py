@@ -31,7 +31,7 @@ import aiohttp
 from agents.base import CASH, AgentDecision, Observation
 from agents.llm_output import InvalidOutput, parse_output
 from agents.validation import SUM_TOLERANCE
-from daemon.config import AgentConfig, HttpAgentSettings
+from daemon.config_agents import AgentConfig, HttpAgentSettings
 from daemon.logs import redact_text, register_secret
 
 #: Version of the request and answer messages (``version`` in the request).

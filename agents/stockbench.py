@@ -39,7 +39,7 @@ from agents.base import CASH, AgentDecision, Observation
 from agents.llm import DecisionRun, render_failed
 from agents.llm_output import InvalidOutput, extract_json
 from agents.prompting import _Ctx
-from agents.protocols import StepwiseAgent, flat, load_prompt_set
+from agents.stepwise import StepwiseAgent, flat, load_prompt_set
 from daemon.logs import redact_text
 
 log = structlog.get_logger(__name__)

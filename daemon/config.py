@@ -12,14 +12,12 @@ refused with one clear line per problem (:class:`ConfigError`).
 from __future__ import annotations
 
 import datetime as _dt
-import ipaddress
 import json
 import math
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
@@ -42,7 +40,14 @@ from daemon.config_agents import (
     default_agents,
     unknown_kind_problem,
 )
-from daemon.config_fields import _Frozen, check_hhmm, host_problem, positive_duration, url_problem
+from daemon.config_fields import (
+    _Frozen,
+    check_hhmm,
+    host_problem,
+    is_loopback_url,
+    positive_duration,
+    url_problem,
+)
 from daemon.config_markets import (
     DEFAULT_ASSET_CLASSES,
     DEFAULT_EQUITIES,
@@ -336,12 +341,3 @@ def missing_keys_line(missing: list[tuple[str, str]]) -> str:
             "run with these agents failing every decision")
 
 
-def is_loopback_url(url: str) -> bool:
-    """Return whether ``url``'s host is a loopback address (``localhost``, 127.0.0.0/8, ::1)."""
-    host = urlsplit(url).hostname or ""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -76,3 +76,13 @@ def _duration_field(default: float, description: str) -> Any:
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
+
+def is_loopback_url(url: str) -> bool:
+    """Return whether ``url``'s host is a loopback address (``localhost``, 127.0.0.0/8, ::1)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -36,7 +36,6 @@ import contextlib
 import ipaddress
 import json
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -55,6 +54,9 @@ from prometheus_client.exposition import choose_encoder
 from daemon.alerts import market_open, source_market, state_name
 from daemon.board_cache import BoardCache
 from daemon.config import ConfigError, HttpConfig
+from daemon.http_json import BadRequest
+from daemon.http_json import dumps as _dumps
+from daemon.http_json import json_response as _json
 from daemon.metrics import portfolio_rows
 from daemon.page import Page
 
@@ -68,34 +70,6 @@ log = structlog.get_logger(__name__)
 #: How long /readyz waits for the store write probe.
 PROBE_TIMEOUT = 2.0
 MAX_ROWS = 5000
-
-
-def _clean(x: Any) -> Any:
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    return x
-
-
-def _dumps(data: Any) -> str:
-    return json.dumps(_clean(data), sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.Response(text=_dumps(data), status=status, content_type="application/json")
-
-
-class BadRequest(Exception):
-    """A malformed request: answered with its status and one-line reason."""
-
-    def __init__(self, reason: str, status: int = 400) -> None:
-        """Keep the one-line ``reason`` and the HTTP ``status``."""
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
 
 
 #: The keys a resume body may carry.

@@ -30,9 +30,10 @@ import json
 import re
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 from aiohttp import web
@@ -42,8 +43,11 @@ from daemon.alerts import market_open, source_market, state_name
 from daemon.metrics import portfolio_rows
 
 if TYPE_CHECKING:
+    from daemon.alerts import AlertMonitor
+    from daemon.board_cache import BoardCache
+    from daemon.config import HttpConfig
+    from daemon.engine import Engine
     from daemon.events import Event
-    from daemon.http import HttpServer
 
 log = structlog.get_logger(__name__)
 
@@ -75,10 +79,25 @@ def _headers() -> dict[str, str]:
             "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
 
 
+class PageHost(Protocol):
+    """What the page needs of the daemon's HTTP server (:class:`daemon.http.HttpServer`)."""
+
+    engine: Engine
+    settings: HttpConfig
+    board_cache: BoardCache | None
+    monitor: AlertMonitor | None
+    feeds: Callable[[], list[Any]]
+    _queries: asyncio.Semaphore
+
+    async def _tables_of(self, agent: str) -> Callable[[str], str] | None:
+        """Return the table namer of ``agent``'s scope (``None``: unknown agent)."""
+        ...
+
+
 class LiveEvents:
     """Coalesce bus events into ``update`` messages fanned out to every open stream."""
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: PageHost) -> None:
         """Subscribe to the engine's bus (the flusher starts with :meth:`start`)."""
         self.server = server
         self.seq = 0
@@ -203,7 +222,7 @@ def _summary(cls: str, ev: Event) -> dict[str, Any]:
 
 
 def _dumps(data: Any) -> str:
-    from daemon.http import _dumps as dumps
+    from daemon.http_json import dumps
 
     return dumps(data)
 
@@ -211,7 +230,7 @@ def _dumps(data: Any) -> str:
 class Page:
     """The page's routes on an :class:`~daemon.http.HttpServer`."""
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: PageHost) -> None:
         """Prepare the routes and the event stream of ``server``."""
         self.server = server
         self.events = LiveEvents(server)
@@ -260,7 +279,7 @@ class Page:
 
     async def handle_status(self, request: web.Request) -> web.Response:
         """Return sources, rounds per market and agents' status in one JSON object."""
-        from daemon.http import _json
+        from daemon.http_json import json_response as _json
 
         return _json(await self.status())
 
@@ -330,7 +349,8 @@ class Page:
 
     async def handle_decisions(self, request: web.Request) -> web.Response:
         """Return one page of an agent's decisions with the full audit trail."""
-        from daemon.http import BadRequest, _json
+        from daemon.http_json import BadRequest
+        from daemon.http_json import json_response as _json
 
         srv = self.server
         agent = request.match_info["id"]

@@ -26,11 +26,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import structlog
 
 from agents.base import (
+    AGENT_DEADLINE,
     Agent,
     AgentDecision,
     LookAheadError,
@@ -43,7 +44,6 @@ from agents.stored_input import agent_row
 from agents.validation import InvalidAllocation, validate_allocation
 from daemon.bus import Bus
 from daemon.clock import Clock
-from daemon.config import Config
 from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
 from daemon.market_state import MarketState, PriceCoverage, format_age
@@ -53,11 +53,11 @@ from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store, encode_
 from scoring.ledger import Book, RebalanceRejected
 from scoring.ledger_batch import rebalance_many
 
+if TYPE_CHECKING:
+    from daemon.config import Config
+
 log = structlog.get_logger(__name__)
 
-#: An agent call longer than this is abandoned and recorded as ``error`` (LLM agents have their
-#: own, shorter per-call timeouts inside).
-AGENT_DEADLINE = 600.0
 
 #: A round yields to the event loop after this much work (seconds), so a round of many agents
 #: does not hold back prices on the bus.

@@ -36,7 +36,7 @@ from scoring.portbench_scores import (
 )
 
 if TYPE_CHECKING:
-    from daemon.engine import Engine
+    from daemon.rounds import RoundHost
     from daemon.store import Store
 
 log = structlog.get_logger(__name__)
@@ -113,7 +113,7 @@ def _number(x: float | None) -> float | None:
     return None if x is None or x != x else float(x)
 
 
-async def score_engine(engine: Engine, ts: float, *, final: bool = False) -> None:
+async def score_engine(engine: RoundHost, ts: float, *, final: bool = False) -> None:
     """Run :func:`score_due` for ``engine``'s agents after a mark (a failure is logged: the
     scores stay pending and the next mark retries them)."""
     store = engine.store

@@ -89,3 +89,17 @@ def test_leaderboard_parts_sit_below_the_leaderboard_entry() -> None:
                  "scoring.board_text"):
         assert _reaches("scoring.leaderboard", part) is not None
         assert _reaches(part, "scoring.leaderboard") is None, _reaches(part, "scoring.leaderboard")
+
+
+def test_no_module_of_the_four_packages_imports_itself_back() -> None:
+    """No circle anywhere in daemon, feeds, agents and scoring (every import counts)."""
+    modules = sorted(
+        (p.parent.name + "." + p.stem) for pkg in ("daemon", "feeds", "agents", "scoring")
+        for p in (ROOT / pkg).glob("*.py") if p.stem != "__init__")
+    circles = []
+    for m in modules:
+        back = next((path for n in sorted(_imports(m)) if n != m
+                     for path in [_reaches(n, m)] if path is not None), None)
+        if back is not None:
+            circles.append(" -> ".join([m, *back]))
+    assert circles == [], "\n".join(circles)
