@@ -46,7 +46,7 @@ from daemon.sparse_rows import dense_fill_weights, encode_allocation, fill_colum
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -184,9 +184,15 @@ CREATE TABLE IF NOT EXISTS asset_sets(sha256 TEXT PRIMARY KEY, assets_json TEXT 
 ALTER TABLE fills ADD COLUMN assets_sha256 TEXT;
 """
 # --- end v10 -----------------------------------------------------------------------------------
+# --- v11: decision inputs by asset index (issue 16, point 4) -----------------------------------
+# No table changes: a decision's per-agent part keeps its holdings and weights as [asset index,
+# value] pairs (holdings_ix, weights_ix; agents.stored_input). The version keeps an older
+# paperarena, which would misread such rows, from opening the store.
+_V11 = ""
+# --- end v11 -----------------------------------------------------------------------------------
 
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                               8: _V8, 9: _V9, 10: _V10}
+                               8: _V8, 9: _V9, 10: _V10, 11: _V11}
 
 
 class StoreWriteError(RuntimeError):
