@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from daemon.sparse_rows import FILLS, fill_json
+
 EXPORTS: dict[str, str] = {
     "decisions": (
         "SELECT agent, market, scheduled_ts, decided_ts, outcome, reason, allocation_json,"
@@ -37,6 +39,13 @@ EXPORTS: dict[str, str] = {
     ),
 }
 _TIME_COLUMNS = ("scheduled_ts", "decided_ts", "ts")
+
+#: Fills since v11 name assets by index into their asset list: exported keyed by asset id.
+_FILLS_BY_INDEX = (
+    "SELECT f.agent, f.market, f.scheduled_ts, f.ts, f.trades_json, f.traded_value, f.cost,"
+    f" f.value_before, f.value_after, f.weights_json, s.assets_json FROM {FILLS}"
+    " ORDER BY f.scheduled_ts, f.market, f.agent"
+)
 
 
 class BackupError(Exception):
@@ -74,6 +83,10 @@ def _give_back(db: str | os.PathLike[str]) -> None:
             side = os.stat(f"{db}{suffix}")
             if (side.st_uid, side.st_gid) != (st.st_uid, st.st_gid):
                 os.chown(f"{db}{suffix}", st.st_uid, st.st_gid)
+
+
+def _has_column(con: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(r[1] == column for r in con.execute(f"PRAGMA table_info({table})"))
 
 
 def _counts(con: sqlite3.Connection) -> dict[str, int]:
@@ -157,7 +170,14 @@ def export(db: str | os.PathLike[str], out_dir: str | os.PathLike[str], fmt: str
     try:
         con.execute("BEGIN")  # one snapshot for every table
         for name in dict.fromkeys(what):
-            df = pd.read_sql_query(EXPORTS[name], con)
+            if name == "fills" and _has_column(con, "fills", "assets_sha256"):
+                df = pd.read_sql_query(_FILLS_BY_INDEX, con)
+                for col in ("trades_json", "weights_json"):
+                    df[col] = [fill_json(v, a) for v, a in zip(df[col], df["assets_json"],
+                                                               strict=True)]
+                df = df.drop(columns="assets_json")
+            else:
+                df = pd.read_sql_query(EXPORTS[name], con)
             for col in _TIME_COLUMNS:
                 if col in df.columns:
                     df[col.removesuffix("_ts") + "_time" if col != "ts" else "time"] = (

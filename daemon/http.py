@@ -57,6 +57,7 @@ from daemon.board_cache import BoardCache
 from daemon.config import ConfigError, HttpConfig
 from daemon.metrics import portfolio_rows
 from daemon.page import Page
+from daemon.sparse_rows import fill_map
 
 if TYPE_CHECKING:
     from daemon.alerts import AlertMonitor
@@ -590,9 +591,10 @@ class HttpServer:
             f"SELECT market, ts, kind, value, cash FROM {t('equity')} WHERE agent=?" + kind_sql +
             " ORDER BY ts DESC LIMIT ?", params)
         fills = await store.fetchall(
-            "SELECT market, scheduled_ts, ts, weights_json, traded_value, cost, value_after"
-            f" FROM {t('fills')} WHERE agent=? ORDER BY scheduled_ts DESC LIMIT ?",
-            (agent, limit))
+            "SELECT f.market, f.scheduled_ts, f.ts, f.weights_json, f.traded_value, f.cost,"
+            f" f.value_after, s.assets_json FROM {t('fills')} f LEFT JOIN {t('asset_sets')} s"
+            " ON s.sha256 = f.assets_sha256 WHERE f.agent=? ORDER BY f.scheduled_ts DESC"
+            " LIMIT ?", (agent, limit))
         decisions = await store.fetchall(
             "SELECT market, scheduled_ts, decided_ts, outcome, reason, allocation_json,"
             f" attempts, duration_s FROM {t('decisions')} WHERE agent=?"
@@ -619,9 +621,9 @@ class HttpServer:
             "equity": [{"market": m, "ts": ts, "kind": k, "value": v, "cash": c}
                        for m, ts, k, v, c in reversed(equity)],
             "allocations": [{"market": m, "scheduled_ts": st, "ts": ts,
-                             "weights": json.loads(w), "traded_value": tv, "cost": cost,
+                             "weights": fill_map(w, a), "traded_value": tv, "cost": cost,
                              "value_after": va}
-                            for m, st, ts, w, tv, cost, va in reversed(fills)],
+                            for m, st, ts, w, tv, cost, va, a in reversed(fills)],
             "decisions": [{"market": m, "scheduled_ts": st, "decided_ts": dt, "outcome": o,
                            "reason": r, "allocation": json.loads(a) if a else None,
                            "attempts": n, "duration_s": d}

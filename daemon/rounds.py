@@ -49,7 +49,7 @@ from daemon.logs import redact_text
 from daemon.market_state import MarketState, PriceCoverage, format_age
 from daemon.open_fill import at_prices, missing_open_reason
 from daemon.sparse_rows import encode_allocation, fill_columns
-from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store, encode_json
+from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store
 from scoring.ledger import Book, RebalanceRejected
 from scoring.ledger_batch import rebalance_many
 
@@ -302,11 +302,12 @@ class DecisionRound:
                             trades = {a: q for a, q in zip(res.assets, res.trades.tolist(),
                                                            strict=True) if q != 0.0}
                             # Encoded here, between pauses, not all at once in the commit.
-                            wjson, wsha, wassets = fill_columns(res.weights_after)
+                            wjson, wsha, wassets, tjson = fill_columns(res.weights_after,
+                                                                       trades)
                             fill_rec = FillRecord(
                                 agent_id, market, scheduled_ts, now, trades,
                                 res.traded_value, res.cost, res.value_before, res.value_after,
-                                res.weights_after, trades_json=encode_json(trades),
+                                res.weights_after, trades_json=tjson,
                                 weights_json=wjson, assets_sha256=wsha, assets_json=wassets,
                             )
                 elif outcome == "ok":

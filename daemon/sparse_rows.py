@@ -40,33 +40,81 @@ def encode_allocation(allocation: Mapping[str, float] | None) -> str | None:
 # a round's fills share one). :func:`dense_fill_weights` gives back the dict as it was, zeros
 # included, key for key (the recent allocations shown to agents, and so input hashes, list
 # them). ``-0.0`` is kept: it encodes differently from ``0.0``.
+#
+# Since schema v11 a fill's weights and trades are JSON lists of ``[index, value]`` pairs, the
+# index into that asset list (a Polymarket asset id is a 77-digit token id); a key not in the
+# list stays a string. :func:`fill_map` reads either form: a JSON object is keyed by asset id.
 
-_SETS: dict[tuple[str, ...], tuple[str, str]] = {}
+#: Fills with the asset list their trades and weights index (``s.assets_json``; SQL).
+FILLS = "fills f LEFT JOIN asset_sets s ON s.sha256 = f.assets_sha256"
+
+#: Key fill weights and trades by asset index (off only to write v10 rows in tests).
+ASSET_INDEX = True
+
+_SETS: dict[tuple[str, ...], tuple[str, str, dict[str, int]]] = {}
 
 
 def _encode(obj: object) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def fill_columns(weights: Mapping[str, float]) -> tuple[str, str | None, str | None]:
-    """Return (sparse ``weights_json``, ``assets_sha256``, ``assets_json``) of a fill."""
+def _pairs(mapping: Mapping[str, float], index: Mapping[str, int]) -> str:
+    """Return ``mapping`` as ``[asset index or key, value]`` pairs, in key order."""
+    return json.dumps([[index.get(k, k), mapping[k]] for k in sorted(mapping)],
+                      separators=(",", ":"), allow_nan=False)
+
+
+def fill_columns(weights: Mapping[str, float], trades: Mapping[str, float] | None = None
+                 ) -> tuple[str, str | None, str | None, str | None]:
+    """Return (``weights_json``, ``assets_sha256``, ``assets_json``, ``trades_json``) of a fill.
+
+    ``trades_json`` is ``None`` without ``trades``.
+    """
     if not SPARSE:
-        return _encode(weights), None, None
+        return _encode(weights), None, None, None if trades is None else _encode(trades)
     keys = tuple(sorted(weights))
     got = _SETS.get(keys)
     if got is None:
         text = _encode(list(keys))
-        got = (hashlib.sha256(text.encode()).hexdigest(), text)
+        got = (hashlib.sha256(text.encode()).hexdigest(), text,
+               {k: i for i, k in enumerate(keys)})
         if len(_SETS) >= 256:
             _SETS.clear()
         _SETS[keys] = got
     kept = {k: v for k, v in weights.items() if v != 0.0 or math.copysign(1.0, v) < 0.0}
-    return _encode(kept), got[0], got[1]
+    if not ASSET_INDEX:
+        return _encode(kept), got[0], got[1], None if trades is None else _encode(trades)
+    return (_pairs(kept, got[2]), got[0], got[1],
+            None if trades is None else _pairs(trades, got[2]))
+
+
+def fill_map(text: str, assets_json: str | None) -> dict[str, float]:
+    """Return a stored fill's weights or trades keyed by asset id (as stored, zeros left out).
+
+    Raise ``ValueError`` for pairs that name an asset index outside ``assets_json``.
+    """
+    value = json.loads(text)
+    if not isinstance(value, list):
+        return dict(value)
+    assets = json.loads(assets_json) if assets_json is not None else []
+    out: dict[str, float] = {}
+    for key, v in value:
+        if isinstance(key, int):
+            if not 0 <= key < len(assets):
+                raise ValueError(f"stored fill names asset index {key} of {len(assets)}")
+            key = assets[key]
+        out[key] = v
+    return out
+
+
+def fill_json(text: str, assets_json: str | None) -> str:
+    """Return a stored fill's weights or trades as JSON keyed by asset id (v10 rows' text)."""
+    return text if not text.startswith("[") else _encode(fill_map(text, assets_json))
 
 
 def dense_fill_weights(weights_json: str, assets_json: str | None) -> dict[str, float]:
     """Return a stored fill's weights with every asset it had (dense rows: as stored)."""
-    weights: dict[str, float] = json.loads(weights_json)
+    weights = fill_map(weights_json, assets_json)
     if assets_json is None:
         return weights
     out = dict.fromkeys(json.loads(assets_json), 0.0)

@@ -279,12 +279,15 @@ def _fill_row(f: FillRecord) -> tuple[Any, ...]:
     """Return a fill's column values, then its asset list (sparse weights, issue 16 point 4)."""
     sha: str | None
     assets: str | None
+    trades = f.trades_json
     if f.weights_json is None:
-        weights, sha, assets = fill_columns(f.weights)
+        weights, sha, assets, tjson = fill_columns(
+            f.weights, f.trades if trades is None else None)
+        trades = trades or tjson
     else:
         weights, sha, assets = f.weights_json, f.assets_sha256, f.assets_json
     return (f.agent, f.market, f.scheduled_ts, f.ts,
-            _dumps(f.trades) if f.trades_json is None else f.trades_json, f.traded_value,
+            _dumps(f.trades) if trades is None else trades, f.traded_value,
             f.cost, f.value_before, f.value_after, weights, sha, assets)
 
 
