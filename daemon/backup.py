@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from daemon.sparse_rows import FILLS, fill_json
+from daemon.sparse_rows import DECISIONS, FILLS, fill_json
 
 EXPORTS: dict[str, str] = {
     "decisions": (
@@ -40,12 +40,22 @@ EXPORTS: dict[str, str] = {
 }
 _TIME_COLUMNS = ("scheduled_ts", "decided_ts", "ts")
 
-#: Fills since v11 name assets by index into their asset list: exported keyed by asset id.
-_FILLS_BY_INDEX = (
-    "SELECT f.agent, f.market, f.scheduled_ts, f.ts, f.trades_json, f.traded_value, f.cost,"
-    f" f.value_before, f.value_after, f.weights_json, s.assets_json FROM {FILLS}"
-    " ORDER BY f.scheduled_ts, f.market, f.agent"
-)
+#: Since v11 fills and allocations name assets by index into an asset list: the exports with
+#: that list (``assets_json``), the columns mapped back to asset ids, and the column that
+#: tells the store has it.
+_BY_INDEX: dict[str, tuple[str, tuple[str, ...], tuple[str, str]]] = {
+    "fills": (
+        "SELECT f.agent, f.market, f.scheduled_ts, f.ts, f.trades_json, f.traded_value, f.cost,"
+        f" f.value_before, f.value_after, f.weights_json, s.assets_json FROM {FILLS}"
+        " ORDER BY f.scheduled_ts, f.market, f.agent",
+        ("trades_json", "weights_json"), ("fills", "assets_sha256")),
+    "decisions": (
+        "SELECT d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,"
+        " d.allocation_json, d.raw_output, d.input_sha256, d.template_version, d.attempts,"
+        f" d.duration_s, d.run_id, s.assets_json FROM {DECISIONS}"
+        " ORDER BY d.scheduled_ts, d.market, d.agent",
+        ("allocation_json",), ("observations", "assets_sha256")),
+}
 
 
 class BackupError(Exception):
@@ -170,11 +180,13 @@ def export(db: str | os.PathLike[str], out_dir: str | os.PathLike[str], fmt: str
     try:
         con.execute("BEGIN")  # one snapshot for every table
         for name in dict.fromkeys(what):
-            if name == "fills" and _has_column(con, "fills", "assets_sha256"):
-                df = pd.read_sql_query(_FILLS_BY_INDEX, con)
-                for col in ("trades_json", "weights_json"):
-                    df[col] = [fill_json(v, a) for v, a in zip(df[col], df["assets_json"],
-                                                               strict=True)]
+            by_index = _BY_INDEX.get(name)
+            if by_index is not None and _has_column(con, *by_index[2]):
+                df = pd.read_sql_query(by_index[0], con)
+                for col in by_index[1]:
+                    df[col] = [fill_json(v, a if isinstance(a, str) else None)
+                               if isinstance(v, str) else v  # NULL: pandas gives NaN
+                               for v, a in zip(df[col], df["assets_json"], strict=True)]
                 df = df.drop(columns="assets_json")
             else:
                 df = pd.read_sql_query(EXPORTS[name], con)

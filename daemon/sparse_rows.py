@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 #: Store allocations without zero weights (off only to write the dense reference in tests).
 SPARSE = True
@@ -24,13 +24,27 @@ def sparse_weights(weights: Mapping[str, float]) -> dict[str, float]:
     return {k: v for k, v in weights.items() if v != 0.0} if SPARSE else dict(weights)
 
 
-def encode_allocation(allocation: Mapping[str, float] | None) -> str | None:
-    """Return the ``allocation_json`` of a decision row (``None``: no allocation)."""
+def encode_allocation(allocation: Mapping[str, float] | None,
+                      index: Mapping[str, int] | None = None) -> str | None:
+    """Return the ``allocation_json`` of a decision row (``None``: no allocation).
+
+    With ``index`` (asset -> its index in the round's asset list, :func:`asset_list`) the
+    weights are ``[index, weight]`` pairs (schema v11).
+    """
     if allocation is None:
         return None
+    if index is not None and SPARSE and ASSET_INDEX:
+        return _pairs(sparse_weights(allocation), index)
     # The store's JSON encoding (daemon.store.encode_json), not imported: the store uses this.
     return json.dumps(sparse_weights(allocation), sort_keys=True, separators=(",", ":"),
                       allow_nan=False)
+
+
+def asset_list(assets: Sequence[str]) -> tuple[str, str, dict[str, int]]:
+    """Return (``asset_sets`` key, JSON, index) of a round's asset list, in its order."""
+    text = _encode(list(assets))
+    return (hashlib.sha256(text.encode()).hexdigest(), text,
+            {a: i for i, a in enumerate(assets)})
 
 
 
@@ -47,6 +61,10 @@ def encode_allocation(allocation: Mapping[str, float] | None) -> str | None:
 
 #: Fills with the asset list their trades and weights index (``s.assets_json``; SQL).
 FILLS = "fills f LEFT JOIN asset_sets s ON s.sha256 = f.assets_sha256"
+
+#: Decisions (``d``) with their round's asset list (``s.assets_json``; SQL, schema v11).
+DECISIONS = ("decisions d LEFT JOIN observations o ON o.sha256 = d.observation_sha256"
+             " LEFT JOIN asset_sets s ON s.sha256 = o.assets_sha256")
 
 #: Key fill weights and trades by asset index (off only to write v10 rows in tests).
 ASSET_INDEX = True
@@ -89,7 +107,8 @@ def fill_columns(weights: Mapping[str, float], trades: Mapping[str, float] | Non
 
 
 def fill_map(text: str, assets_json: str | None) -> dict[str, float]:
-    """Return a stored fill's weights or trades keyed by asset id (as stored, zeros left out).
+    """Return a stored fill's weights or trades, or a decision's allocation, keyed by asset id
+    (as stored, zeros left out; ``assets_json``: the list the indexes point into).
 
     Raise ``ValueError`` for pairs that name an asset index outside ``assets_json``.
     """
@@ -108,7 +127,7 @@ def fill_map(text: str, assets_json: str | None) -> dict[str, float]:
 
 
 def fill_json(text: str, assets_json: str | None) -> str:
-    """Return a stored fill's weights or trades as JSON keyed by asset id (v10 rows' text)."""
+    """Return :func:`fill_map` as JSON keyed by asset id (the text a v10 row has)."""
     return text if not text.startswith("[") else _encode(fill_map(text, assets_json))
 
 

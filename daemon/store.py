@@ -184,11 +184,17 @@ CREATE TABLE IF NOT EXISTS asset_sets(sha256 TEXT PRIMARY KEY, assets_json TEXT 
 ALTER TABLE fills ADD COLUMN assets_sha256 TEXT;
 """
 # --- end v10 -----------------------------------------------------------------------------------
-# --- v11: decision inputs by asset index (issue 16, point 4) -----------------------------------
-# No table changes: a decision's per-agent part keeps its holdings and weights as [asset index,
-# value] pairs (holdings_ix, weights_ix; agents.stored_input). The version keeps an older
-# paperarena, which would misread such rows, from opening the store.
-_V11 = ""
+# --- v11: assets by index (issue 16, point 4) --------------------------------------------------
+# A decision's per-agent input keeps its holdings and weights as [asset index, value] pairs
+# (holdings_ix, weights_ix: indexes into the market part's assets; agents.stored_input), its
+# allocation_json likewise, indexing the round's asset list (observations.assets_sha256 ->
+# asset_sets), and a fill's trades_json and weights_json index its own asset list
+# (daemon.sparse_rows). Rows written before keep assets by id and read as before. fills_agent
+# went: the unique (agent, market, scheduled_ts) index serves every reader of fills.
+_V11 = """
+ALTER TABLE observations ADD COLUMN assets_sha256 TEXT;
+DROP INDEX IF EXISTS fills_agent;
+"""
 # --- end v11 -----------------------------------------------------------------------------------
 
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
@@ -273,6 +279,9 @@ class RoundCommit:
     """(question_id, market, ts, payouts, source) paid out since the last commit."""
     observations: dict[str, tuple[str, float, str]] = field(default_factory=dict)
     """sha256 -> (market, decision_ts, canonical JSON) of the round's market-wide inputs."""
+    observation_assets: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Observation sha256 -> (``asset_sets`` key, JSON) of the round's asset list, which the
+    round's allocations index (:func:`daemon.sparse_rows.asset_list`)."""
 
 
 def _fill_row(f: FillRecord) -> tuple[Any, ...]:
@@ -702,10 +711,16 @@ class Store:
         db = self.db
         await self._write_pending()
         if rc.observations:
+            lists = rc.observation_assets
+            if lists:
+                await db.executemany(
+                    "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
+                    " ON CONFLICT(sha256) DO NOTHING", sorted(set(lists.values())))
             await db.executemany(
-                "INSERT INTO observations(sha256, market, decision_ts, market_json)"
-                " VALUES(?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
-                [(sha, *row) for sha, row in rc.observations.items()],
+                "INSERT INTO observations(sha256, market, decision_ts, market_json,"
+                " assets_sha256) VALUES(?,?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
+                [(sha, *row, lists[sha][0] if sha in lists else None)
+                 for sha, row in rc.observations.items()],
             )
         await db.executemany(
             "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"

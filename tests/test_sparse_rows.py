@@ -22,6 +22,7 @@ from agents.stored_input import load_input
 from daemon.cli import main
 from daemon.config import load_config
 from daemon.replay import replay
+from daemon.sparse_rows import DECISIONS as WITH_ASSETS
 from daemon.sparse_rows import (
     dense_fill_weights,
     encode_allocation,
@@ -74,9 +75,9 @@ def _rows(db: Path, sql: str) -> list[tuple]:
         con.close()
 
 
-DECISIONS = ("SELECT agent, market, scheduled_ts, outcome, reason, input_json, input_sha256,"
-             " raw_output, allocation_json, observation_sha256 FROM decisions"
-             " ORDER BY agent, market, scheduled_ts")
+DECISIONS = ("SELECT d.agent, d.market, d.scheduled_ts, d.outcome, d.reason, d.input_json,"
+             " d.input_sha256, d.raw_output, d.allocation_json, d.observation_sha256,"
+             f" s.assets_json FROM {WITH_ASSETS} ORDER BY d.agent, d.market, d.scheduled_ts")
 
 
 def test_sparse_allocations_are_the_dense_ones_without_zeros(dbs: tuple[Path, Path, Path]) -> None:
@@ -88,7 +89,9 @@ def test_sparse_allocations_are_the_dense_ones_without_zeros(dbs: tuple[Path, Pa
         if d[8] is None:
             assert s[8] is None
             continue
-        full, kept = json.loads(d[8]), json.loads(s[8])
+        # Since v11 the allocation names assets by index into the round's asset list.
+        assert s[8].startswith("[") and s[10] is not None
+        full, kept = json.loads(d[8]), fill_map(s[8], s[10])
         assert 0.0 not in kept.values()
         zeros += sum(1 for v in full.values() if v == 0.0)
         # A reader that takes a missing asset as 0 gets every weight back.

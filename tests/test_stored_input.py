@@ -176,8 +176,10 @@ async def test_a_v10_store_migrates_and_reads_its_old_rows_beside_new_ones(
         await write("old", old=True)
     finally:
         await store.close()
-    con = sqlite3.connect(db)
+    con = sqlite3.connect(db)  # back to v10's tables
     con.execute("UPDATE meta SET value='10' WHERE key='schema_version'")
+    con.execute("ALTER TABLE observations DROP COLUMN assets_sha256")
+    con.execute("CREATE INDEX fills_agent ON fills(agent, market, ts)")
     con.commit()
     con.close()
     store = await Store.open(db)
@@ -190,6 +192,8 @@ async def test_a_v10_store_migrates_and_reads_its_old_rows_beside_new_ones(
     try:
         rows = dict(con.execute("SELECT agent, input_json FROM decisions").fetchall())
         assert TOKENS[0] in rows["old"] and TOKENS[0] not in rows["new"]
+        assert con.execute("SELECT name FROM sqlite_master WHERE name='fills_agent'"
+                           ).fetchone() is None
         for agent, whole in wholes.items():
             assert load_input(con, agent, "polymarket", v.decision_ts) == whole.decode()
     finally:
