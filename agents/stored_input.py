@@ -60,10 +60,11 @@ def agent_row(own: Mapping[str, bytes], obs: Observation) -> bytes:
     if _index[0] is not obs.assets:
         _index = (obs.assets, {a: i for i, a in enumerate(obs.assets)})
     index = _index[1]
-    for key, stored in BY_INDEX.items():
-        if key in parts:  # decoded from what was hashed: the values keep their exact text
-            mapping: dict[str, Any] = msgspec.json.decode(parts.pop(key))
-            parts[stored] = msgspec.json.encode([[index.get(k, k), v] for k, v in mapping.items()])
+    # The same value objects the hashed input encoded: the same text (join_input re-encodes).
+    for key, mapping in (("holdings", obs.holdings), ("weights", obs.weights)):
+        if parts.pop(key, None) is not None:
+            parts[BY_INDEX[key]] = msgspec.json.encode(
+                [[index.get(k, k), mapping[k]] for k in sorted(mapping)])
     return join_encoded(parts)
 
 
