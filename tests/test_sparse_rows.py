@@ -139,6 +139,14 @@ def test_trades_outside_the_asset_list_stay_keyed_and_bad_indexes_are_refused() 
     assert trades == '[[0,1.0],["Z",2.0]]' and fill_map(trades, assets) == {"A": 1.0, "Z": 2.0}
     with pytest.raises(ValueError, match="asset index 1 of 1"):
         fill_map("[[1,2.0]]", assets)
+    index = {"A": 0}
+    assert encode_allocation({"A": 1e-7, "CASH": 0.0, "Z": 0.5}, index) == '[[0,1e-7],["Z",0.5]]'
+    assert fill_map('[[0,1e-7],["Z",0.5]]', '["A"]') == {"A": 1e-7, "Z": 0.5}
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            encode_allocation({"A": bad}, index)
+        with pytest.raises(ValueError):
+            fill_columns({"A": 1.0}, {"A": bad})
 
 
 def test_export_writes_fills_keyed_by_asset_id_as_v10_did(dbs: tuple[Path, Path, Path],
