@@ -237,7 +237,8 @@ class DecisionRecord:
     observation_sha256: str | None = None
     """The round's market-wide part of the input (a key of ``observations``), if split."""
     allocation_json: str | None = None
-    """:attr:`allocation` already encoded by :func:`encode_json` (rounds do it as they go)."""
+    """:attr:`allocation` already encoded (:func:`daemon.sparse_rows.encode_allocation`; rounds
+    do it as they go, by index into the round's asset list)."""
 
 
 @dataclass(slots=True)
@@ -255,7 +256,8 @@ class FillRecord:
     value_after: float
     weights: dict[str, float]
     trades_json: str | None = None
-    """:attr:`trades` already encoded by :func:`encode_json` (rounds do it as they go)."""
+    """:attr:`trades` already encoded (:func:`daemon.sparse_rows.fill_columns`; rounds do it as
+    they go)."""
     weights_json: str | None = None
     """:attr:`weights` already encoded (:func:`daemon.sparse_rows.fill_columns`)."""
     assets_sha256: str | None = None
