@@ -10,6 +10,12 @@ fill's time, weights and value after, the return taken against the initial value
 :func:`join_input` / :func:`load_input` rebuild it byte for byte (probes check the hash).
 Older rows hold the whole observation in ``input_json`` and no ``observation_sha256``: they are
 returned as stored.
+
+Since schema v11 the per-agent part keeps ``holdings`` and ``weights`` as ``holdings_ix`` and
+``weights_ix``: lists of ``[key, value]`` pairs whose key is the asset's index in the market
+part's ``assets`` (a string for any other key, such as ``CASH``). A Polymarket asset id is a
+77-digit token id, so this is most of a row; rows from v8 to v10 keep the mappings by id and read
+as before.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 import msgspec
 
 from agents.base import Observation, join_encoded
+from daemon import sparse_rows
 from daemon.sparse_rows import dense_fill_weights
 
 #: The two columns a decision's input is rebuilt from (decision alias ``d``).
@@ -33,14 +40,31 @@ INPUT_JOIN = "LEFT JOIN observations o ON o.sha256 = d.observation_sha256"
 #: The key that replaces ``recent_allocations`` in a stored per-agent part.
 RECENT_FILLS = "recent_fills"
 
+#: Per-agent mappings keyed by asset, and the keys that store them by asset index instead.
+BY_INDEX = {"holdings": "holdings_ix", "weights": "weights_ix"}
+
+_index: tuple[Sequence[str], dict[str, int]] = ((), {})
+"""The last asset list seen by :func:`agent_row` and its index (a round's agents share it)."""
+
 FillRow = tuple[float, Any, float]
 """(ts, weights (JSON text or mapping), value after) of one stored fill."""
 
 
 def agent_row(own: Mapping[str, bytes], obs: Observation) -> bytes:
     """Return the per-agent part a decision row stores (``own``: encoded per-agent keys)."""
+    global _index
     parts = {k: v for k, v in own.items() if k != "recent_allocations"}
     parts[RECENT_FILLS] = msgspec.json.encode([p.ts for p in obs.recent_allocations])
+    if not sparse_rows.ASSET_INDEX:  # v10 rows, written only as a reference in tests
+        return join_encoded(parts)
+    if _index[0] is not obs.assets:
+        _index = (obs.assets, {a: i for i, a in enumerate(obs.assets)})
+    index = _index[1]
+    # The same value objects the hashed input encoded: the same text (join_input re-encodes).
+    for key, mapping in (("holdings", obs.holdings), ("weights", obs.weights)):
+        if parts.pop(key, None) is not None:
+            parts[BY_INDEX[key]] = msgspec.json.encode(
+                [[index.get(k, k), mapping[k]] for k in sorted(mapping)])
     return join_encoded(parts)
 
 
@@ -74,6 +98,9 @@ def join_input(agent_part: str | bytes | None, market_part: str | bytes | None,
         raise ValueError("stored input parts are not JSON objects")
     if agent.keys() & market.keys():
         raise ValueError(f"stored input parts share keys {sorted(agent.keys() & market.keys())}")
+    for key, stored in BY_INDEX.items():
+        if stored in agent:
+            agent[key] = _by_id(agent.pop(stored), market.get("assets"))
     if RECENT_FILLS in agent:
         by_ts = {float(ts): (w, v) for ts, w, v in fills}
         init = float(agent["initial_value"])
@@ -87,6 +114,23 @@ def join_input(agent_part: str | bytes | None, market_part: str | bytes | None,
         agent["recent_allocations"] = past
     # Canonical JSON re-encodes a decoded value to the same bytes (shortest float repr).
     return msgspec.json.encode({**market, **agent}, order="sorted").decode()
+
+
+def _by_id(pairs: Any, assets: Any) -> dict[str, Any]:
+    """Return a mapping stored as ``[asset index or key, value]`` pairs keyed by asset id."""
+    if not isinstance(pairs, list) or not isinstance(assets, list):
+        raise ValueError("stored input names an asset index without an asset list")
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError(f"stored input has a malformed asset entry {pair!r}")
+        k, v = pair
+        if isinstance(k, int):
+            if not 0 <= k < len(assets):
+                raise ValueError(f"stored input names asset index {k} of {len(assets)}")
+            k = assets[k]
+        out[str(k)] = v
+    return out
 
 
 def load_input(con: sqlite3.Connection, agent: str, market: str, scheduled_ts: float

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from daemon.sparse_rows import DECISIONS, FILLS, fill_json
+
 EXPORTS: dict[str, str] = {
     "decisions": (
         "SELECT agent, market, scheduled_ts, decided_ts, outcome, reason, allocation_json,"
@@ -37,6 +39,23 @@ EXPORTS: dict[str, str] = {
     ),
 }
 _TIME_COLUMNS = ("scheduled_ts", "decided_ts", "ts")
+
+#: Since v11 fills and allocations name assets by index into an asset list: the exports with
+#: that list (``assets_json``), the columns mapped back to asset ids, and the column that
+#: tells the store has it.
+_BY_INDEX: dict[str, tuple[str, tuple[str, ...], tuple[str, str]]] = {
+    "fills": (
+        "SELECT f.agent, f.market, f.scheduled_ts, f.ts, f.trades_json, f.traded_value, f.cost,"
+        f" f.value_before, f.value_after, f.weights_json, s.assets_json FROM {FILLS}"
+        " ORDER BY f.scheduled_ts, f.market, f.agent",
+        ("trades_json", "weights_json"), ("fills", "assets_sha256")),
+    "decisions": (
+        "SELECT d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,"
+        " d.allocation_json, d.raw_output, d.input_sha256, d.template_version, d.attempts,"
+        f" d.duration_s, d.run_id, s.assets_json FROM {DECISIONS}"
+        " ORDER BY d.scheduled_ts, d.market, d.agent",
+        ("allocation_json",), ("observations", "assets_sha256")),
+}
 
 
 class BackupError(Exception):
@@ -74,6 +93,10 @@ def _give_back(db: str | os.PathLike[str]) -> None:
             side = os.stat(f"{db}{suffix}")
             if (side.st_uid, side.st_gid) != (st.st_uid, st.st_gid):
                 os.chown(f"{db}{suffix}", st.st_uid, st.st_gid)
+
+
+def _has_column(con: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(r[1] == column for r in con.execute(f"PRAGMA table_info({table})"))
 
 
 def _counts(con: sqlite3.Connection) -> dict[str, int]:
@@ -157,7 +180,16 @@ def export(db: str | os.PathLike[str], out_dir: str | os.PathLike[str], fmt: str
     try:
         con.execute("BEGIN")  # one snapshot for every table
         for name in dict.fromkeys(what):
-            df = pd.read_sql_query(EXPORTS[name], con)
+            by_index = _BY_INDEX.get(name)
+            if by_index is not None and _has_column(con, *by_index[2]):
+                df = pd.read_sql_query(by_index[0], con)
+                for col in by_index[1]:
+                    df[col] = [fill_json(v, a if isinstance(a, str) else None)
+                               if isinstance(v, str) else v  # NULL: pandas gives NaN
+                               for v, a in zip(df[col], df["assets_json"], strict=True)]
+                df = df.drop(columns="assets_json")
+            else:
+                df = pd.read_sql_query(EXPORTS[name], con)
             for col in _TIME_COLUMNS:
                 if col in df.columns:
                     df[col.removesuffix("_ts") + "_time" if col != "ts" else "time"] = (

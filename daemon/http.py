@@ -59,6 +59,7 @@ from daemon.http_json import dumps as _dumps
 from daemon.http_json import json_response as _json
 from daemon.metrics import portfolio_rows
 from daemon.page import Page
+from daemon.sparse_rows import fill_map
 
 if TYPE_CHECKING:
     from daemon.alerts import AlertMonitor
@@ -564,13 +565,16 @@ class HttpServer:
             f"SELECT market, ts, kind, value, cash FROM {t('equity')} WHERE agent=?" + kind_sql +
             " ORDER BY ts DESC LIMIT ?", params)
         fills = await store.fetchall(
-            "SELECT market, scheduled_ts, ts, weights_json, traded_value, cost, value_after"
-            f" FROM {t('fills')} WHERE agent=? ORDER BY scheduled_ts DESC LIMIT ?",
-            (agent, limit))
+            "SELECT f.market, f.scheduled_ts, f.ts, f.weights_json, f.traded_value, f.cost,"
+            f" f.value_after, s.assets_json FROM {t('fills')} f LEFT JOIN {t('asset_sets')} s"
+            " ON s.sha256 = f.assets_sha256 WHERE f.agent=? ORDER BY f.scheduled_ts DESC"
+            " LIMIT ?", (agent, limit))
         decisions = await store.fetchall(
-            "SELECT market, scheduled_ts, decided_ts, outcome, reason, allocation_json,"
-            f" attempts, duration_s FROM {t('decisions')} WHERE agent=?"
-            " ORDER BY scheduled_ts DESC LIMIT ?", (agent, min(limit, 100)))
+            "SELECT d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,"
+            f" d.allocation_json, d.attempts, d.duration_s, s.assets_json FROM {t('decisions')} d"
+            f" LEFT JOIN {t('observations')} o ON o.sha256 = d.observation_sha256"
+            f" LEFT JOIN {t('asset_sets')} s ON s.sha256 = o.assets_sha256 WHERE d.agent=?"
+            " ORDER BY d.scheduled_ts DESC LIMIT ?", (agent, min(limit, 100)))
         alerts = await store.fetchall(
             f"SELECT ts, kind, severity, market, value, limit_value, message FROM {t('alerts')}"
             " WHERE agent=? ORDER BY id DESC LIMIT 50", (agent,))
@@ -593,13 +597,13 @@ class HttpServer:
             "equity": [{"market": m, "ts": ts, "kind": k, "value": v, "cash": c}
                        for m, ts, k, v, c in reversed(equity)],
             "allocations": [{"market": m, "scheduled_ts": st, "ts": ts,
-                             "weights": json.loads(w), "traded_value": tv, "cost": cost,
+                             "weights": fill_map(w, a), "traded_value": tv, "cost": cost,
                              "value_after": va}
-                            for m, st, ts, w, tv, cost, va in reversed(fills)],
+                            for m, st, ts, w, tv, cost, va, a in reversed(fills)],
             "decisions": [{"market": m, "scheduled_ts": st, "decided_ts": dt, "outcome": o,
-                           "reason": r, "allocation": json.loads(a) if a else None,
+                           "reason": r, "allocation": fill_map(a, assets) if a else None,
                            "attempts": n, "duration_s": d}
-                          for m, st, dt, o, r, a, n, d in decisions],
+                          for m, st, dt, o, r, a, n, d, assets in decisions],
             "alerts": [{"ts": ts, "kind": k, "severity": s, "market": m, "value": v,
                         "limit": lim, "message": msg}
                        for ts, k, s, m, v, lim, msg in alerts],

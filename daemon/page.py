@@ -41,6 +41,7 @@ from aiohttp import web
 from agents.stored_input import INPUT_COLUMNS
 from daemon.alerts import market_open, source_market, state_name
 from daemon.metrics import portfolio_rows
+from daemon.sparse_rows import fill_map
 
 if TYPE_CHECKING:
     from daemon.alerts import AlertMonitor
@@ -373,8 +374,10 @@ class Page:
             rows = await store.fetchall(
                 "SELECT d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,"
                 f" {INPUT_COLUMNS}, d.input_sha256, d.raw_output, d.allocation_json,"
-                f" d.template_version, d.attempts, d.duration_s FROM {t('decisions')} d"
+                f" d.template_version, d.attempts, d.duration_s, s.assets_json"
+                f" FROM {t('decisions')} d"
                 f" LEFT JOIN {t('observations')} o ON o.sha256 = d.observation_sha256"
+                f" LEFT JOIN {t('asset_sets')} s ON s.sha256 = o.assets_sha256"
                 f" WHERE d.{where.replace(' AND ', ' AND d.')}"
                 " ORDER BY d.scheduled_ts DESC, d.market LIMIT ? OFFSET ?",
                 (*params, limit, offset))
@@ -397,11 +400,11 @@ class Page:
                         "parsed": _loads(parsed)})
         decisions = []
         for (m, st, dt, outcome, reason, input_json, market_json, sha, raw, alloc, template,
-             attempts, duration) in rows:
+             attempts, duration, assets) in rows:
             decisions.append({
                 "market": m, "scheduled_ts": st, "decided_ts": dt, "outcome": outcome,
                 "reason": reason, "input_sha256": sha, "raw_output": raw,
-                "allocation": _loads(alloc), "template_version": template,
+                "allocation": _allocation(alloc, assets), "template_version": template,
                 "attempts": attempts, "duration_s": duration,
                 "headlines": _headlines(market_json or input_json),
                 "calls": calls.get((m, st), [])})
@@ -425,6 +428,16 @@ def _loads(text: str | None) -> Any:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def _allocation(text: str | None, assets_json: str | None) -> Any:
+    """Return a stored allocation keyed by asset id (v11 rows index the round's assets)."""
+    if text is not None and text.startswith("["):
+        try:
+            return fill_map(text, assets_json)
+        except (ValueError, TypeError):
+            return None
+    return _loads(text)
 
 
 def _headlines(input_json: str | None) -> list[dict[str, Any]]:

@@ -48,8 +48,8 @@ from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
 from daemon.market_state import MarketState, PriceCoverage, format_age
 from daemon.open_fill import at_prices, missing_open_reason
-from daemon.sparse_rows import encode_allocation, fill_columns
-from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store, encode_json
+from daemon.sparse_rows import asset_list, encode_allocation, fill_columns
+from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store
 from scoring.ledger import Book, RebalanceRejected
 from scoring.ledger_batch import rebalance_many
 
@@ -218,6 +218,8 @@ class DecisionRound:
         inputs: dict[str, tuple[str, bytes, str]] = {}
         """agent -> (SHA-256 of its whole input, its own part, the market-wide part's hash)"""
         market_shas: dict[int, str] = {}
+        asset_index: dict[str, dict[str, int]] = {}
+        """market-wide part's hash -> asset -> its index in the round's asset list"""
         calls: list[tuple[str, asyncio.Future[AgentDecision] | AgentDecision]] = []
         recents = await self._recent(todo, slots)
         # The market-wide part once per (news window, news per key), every agent's position
@@ -251,6 +253,9 @@ class DecisionRound:
                 mjson = view.market_json()
                 msha = market_shas[id(view)] = hashlib.sha256(mjson).hexdigest()
                 rc.observations[msha] = (market, now, mjson.decode())
+                # Allocations name assets by index into the round's asset list (v11).
+                asha, ajson, asset_index[msha] = asset_list(view.assets)
+                rc.observation_assets[msha] = (asha, ajson)
             inputs[agent_id] = (hashlib.sha256(whole).hexdigest(), agent_row(own, obs), msha)
             await pause()
             if slot.status != "active":
@@ -302,11 +307,12 @@ class DecisionRound:
                             trades = {a: q for a, q in zip(res.assets, res.trades.tolist(),
                                                            strict=True) if q != 0.0}
                             # Encoded here, between pauses, not all at once in the commit.
-                            wjson, wsha, wassets = fill_columns(res.weights_after)
+                            wjson, wsha, wassets, tjson = fill_columns(res.weights_after,
+                                                                       trades)
                             fill_rec = FillRecord(
                                 agent_id, market, scheduled_ts, now, trades,
                                 res.traded_value, res.cost, res.value_before, res.value_after,
-                                res.weights_after, trades_json=encode_json(trades),
+                                res.weights_after, trades_json=tjson,
                                 weights_json=wjson, assets_sha256=wsha, assets_json=wassets,
                             )
                 elif outcome == "ok":
@@ -331,7 +337,7 @@ class DecisionRound:
                     agent_id, market, scheduled_ts, now, outcome, reason=reason,
                     input_json=row.decode(), input_sha256=sha, observation_sha256=msha,
                     raw_output=raw, allocation=allocation, template_version=dec.template_version,
-                    allocation_json=encode_allocation(allocation),
+                    allocation_json=encode_allocation(allocation, asset_index.get(msha)),
                     attempts=dec.attempts, duration_s=duration,
                     calls=[_redacted_call(c) for c in dec.calls],
                 ))

@@ -47,7 +47,7 @@ from daemon.sparse_rows import dense_fill_weights, encode_allocation, fill_colum
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -185,9 +185,21 @@ CREATE TABLE IF NOT EXISTS asset_sets(sha256 TEXT PRIMARY KEY, assets_json TEXT 
 ALTER TABLE fills ADD COLUMN assets_sha256 TEXT;
 """
 # --- end v10 -----------------------------------------------------------------------------------
+# --- v11: assets by index (issue 16, point 4) --------------------------------------------------
+# A decision's per-agent input keeps its holdings and weights as [asset index, value] pairs
+# (holdings_ix, weights_ix: indexes into the market part's assets; agents.stored_input), its
+# allocation_json likewise, indexing the round's asset list (observations.assets_sha256 ->
+# asset_sets), and a fill's trades_json and weights_json index its own asset list
+# (daemon.sparse_rows). Rows written before keep assets by id and read as before. fills_agent
+# went: the unique (agent, market, scheduled_ts) index serves every reader of fills.
+_V11 = """
+ALTER TABLE observations ADD COLUMN assets_sha256 TEXT;
+DROP INDEX IF EXISTS fills_agent;
+"""
+# --- end v11 -----------------------------------------------------------------------------------
 
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                               8: _V8, 9: _V9, 10: _V10}
+                               8: _V8, 9: _V9, 10: _V10, 11: _V11}
 
 
 class StoreWriteError(RuntimeError):
@@ -231,7 +243,8 @@ class DecisionRecord:
     observation_sha256: str | None = None
     """The round's market-wide part of the input (a key of ``observations``), if split."""
     allocation_json: str | None = None
-    """:attr:`allocation` already encoded by :func:`encode_json` (rounds do it as they go)."""
+    """:attr:`allocation` already encoded (:func:`daemon.sparse_rows.encode_allocation`; rounds
+    do it as they go, by index into the round's asset list)."""
 
 
 @dataclass(slots=True)
@@ -249,7 +262,8 @@ class FillRecord:
     value_after: float
     weights: dict[str, float]
     trades_json: str | None = None
-    """:attr:`trades` already encoded by :func:`encode_json` (rounds do it as they go)."""
+    """:attr:`trades` already encoded (:func:`daemon.sparse_rows.fill_columns`; rounds do it as
+    they go)."""
     weights_json: str | None = None
     """:attr:`weights` already encoded (:func:`daemon.sparse_rows.fill_columns`)."""
     assets_sha256: str | None = None
@@ -273,18 +287,24 @@ class RoundCommit:
     """(question_id, market, ts, payouts, source) paid out since the last commit."""
     observations: dict[str, tuple[str, float, str]] = field(default_factory=dict)
     """sha256 -> (market, decision_ts, canonical JSON) of the round's market-wide inputs."""
+    observation_assets: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Observation sha256 -> (``asset_sets`` key, JSON) of the round's asset list, which the
+    round's allocations index (:func:`daemon.sparse_rows.asset_list`)."""
 
 
 def _fill_row(f: FillRecord) -> tuple[Any, ...]:
     """Return a fill's column values, then its asset list (sparse weights, issue 16 point 4)."""
     sha: str | None
     assets: str | None
+    trades = f.trades_json
     if f.weights_json is None:
-        weights, sha, assets = fill_columns(f.weights)
+        weights, sha, assets, tjson = fill_columns(
+            f.weights, f.trades if trades is None else None)
+        trades = trades or tjson
     else:
         weights, sha, assets = f.weights_json, f.assets_sha256, f.assets_json
     return (f.agent, f.market, f.scheduled_ts, f.ts,
-            _dumps(f.trades) if f.trades_json is None else f.trades_json, f.traded_value,
+            _dumps(f.trades) if trades is None else trades, f.traded_value,
             f.cost, f.value_before, f.value_after, weights, sha, assets)
 
 
@@ -713,10 +733,16 @@ class Store:
         db = self.db
         await self._write_pending()
         if rc.observations:
+            lists = rc.observation_assets
+            if lists:
+                await db.executemany(
+                    "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
+                    " ON CONFLICT(sha256) DO NOTHING", sorted(set(lists.values())))
             await db.executemany(
-                "INSERT INTO observations(sha256, market, decision_ts, market_json)"
-                " VALUES(?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
-                [(sha, *row) for sha, row in rc.observations.items()],
+                "INSERT INTO observations(sha256, market, decision_ts, market_json,"
+                " assets_sha256) VALUES(?,?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
+                [(sha, *row, lists[sha][0] if sha in lists else None)
+                 for sha, row in rc.observations.items()],
             )
         await db.executemany(
             "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"

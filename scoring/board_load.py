@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from daemon.sparse_rows import FILLS, fill_map
 from scoring.metrics import drawdown_series
 
 _NAN = float("nan")
@@ -125,12 +126,15 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
     ):
         series[(agent, market)].append((ts, value, cash))
     fills: dict[Key, list[_Fill]] = defaultdict(list)
-    for agent, market, ts, trades, w, cost, traded in con.execute(
-        "SELECT agent, market, ts, trades_json, weights_json, cost, traded_value FROM fills"
-        " ORDER BY agent, market, scheduled_ts"
+    # Since v11 a fill's trades and weights name assets by index into its asset list.
+    sets = (f"s.assets_json FROM {FILLS}" if "assets_sha256" in _table_columns(con, "fills")
+            else "NULL FROM fills f")
+    for agent, market, ts, trades, w, cost, traded, assets in con.execute(
+        "SELECT f.agent, f.market, f.ts, f.trades_json, f.weights_json, f.cost,"
+        f" f.traded_value, {sets} ORDER BY f.agent, f.market, f.scheduled_ts"
     ):
-        fills[(agent, market)].append(_Fill(ts, json.loads(trades), json.loads(w), cost,
-                                            float(traded or 0.0)))
+        fills[(agent, market)].append(_Fill(ts, fill_map(trades, assets), fill_map(w, assets),
+                                            cost, float(traded or 0.0)))
     resolutions: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
     for market, ts, payouts in con.execute(
         "SELECT market, ts, payouts_json FROM resolutions ORDER BY ts, question_id"

@@ -27,6 +27,7 @@ from daemon.clock import SimClock
 from daemon.config import parse_config
 from daemon.engine import Engine
 from daemon.events import PriceEvent
+from daemon.sparse_rows import FILLS, fill_map
 from daemon.store import Store, StoreLockedError, StoreWriteError
 from tests.recordings import TINY_CONFIG, make_recording
 
@@ -137,8 +138,9 @@ def assert_books_match_store(eng: Engine, db: Path) -> None:
     try:
         stored = json.loads(con.execute(
             "SELECT state_json FROM books WHERE market='equity'").fetchone()[0])
-        fills = con.execute("SELECT agent, trades_json FROM fills WHERE market='equity'"
-                            ).fetchall()
+        fills = [(agent, fill_map(t, a)) for agent, t, a in con.execute(
+            f"SELECT f.agent, f.trades_json, s.assets_json FROM {FILLS}"
+            " WHERE f.market='equity'").fetchall()]
     finally:
         con.close()
     book = eng.books["equity"]
@@ -146,7 +148,7 @@ def assert_books_match_store(eng: Engine, db: Path) -> None:
     assert mine["cash"] == stored["cash"] and mine["holdings"] == stored["holdings"]
     held: dict[tuple[str, str], float] = {}
     for agent, trades in fills:
-        for asset, qty in json.loads(trades).items():
+        for asset, qty in trades.items():
             held[(agent, asset)] = held.get((agent, asset), 0.0) + qty
     for i, agent in enumerate(book.agents):
         for j, asset in enumerate(book.assets):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
@@ -15,6 +14,7 @@ import pytest
 from daemon.cli import main
 from daemon.events import ClockEvent, PriceEvent
 from daemon.schedule import get_nyse_calendar
+from daemon.sparse_rows import FILLS, fill_map
 from feeds.recording import iter_events, read_header
 from tests.fakes.yahoo_server import FakeYahoo, chart_payload
 
@@ -101,10 +101,11 @@ async def test_build_and_replay_daily_marks_match_bars(yahoo: FakeYahoo, tmp_pat
     assert stored == [(e.ts, e.asset, e.price) for e in prices]
     marks = con.execute("SELECT ts, value FROM equity WHERE agent = 'buy_and_hold' "
                         "AND market = 'equity' AND kind = 'daily' ORDER BY ts").fetchall()
-    fills = con.execute("SELECT trades_json FROM fills WHERE agent = 'buy_and_hold'").fetchall()
+    fills = con.execute(f"SELECT f.trades_json, s.assets_json FROM {FILLS}"
+                        " WHERE f.agent = 'buy_and_hold'").fetchall()
     con.close()
     assert len(fills) == 1  # buy and hold: one purchase, then held
-    qty: dict[str, float] = json.loads(fills[0][0])
+    qty: dict[str, float] = fill_map(*fills[0])
     assert set(qty) == {"AAPL", "MSFT"}
     closes = {close: day for day, _, close in sessions}
     marked = [(closes[ts], v) for ts, v in marks if ts in closes]

@@ -65,6 +65,7 @@ from daemon.live import LiveDaemon
 from daemon.record import Recorder
 from daemon.replay import replay
 from daemon.schedule import get_nyse_calendar
+from daemon.sparse_rows import DECISIONS, fill_map
 from feeds.connection import SourceState
 from feeds.recording import iter_events, read_header
 from feeds.registry import build_sources
@@ -170,10 +171,11 @@ def rows(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ..
 
 def decisions(db: Path) -> dict[tuple[str, str, float], tuple[str, dict[str, float] | None]]:
     out = {}
-    for agent, market, ts, outcome, alloc in rows(
-        db, "SELECT agent, market, scheduled_ts, outcome, allocation_json FROM decisions"
+    for agent, market, ts, outcome, alloc, assets in rows(
+        db, "SELECT d.agent, d.market, d.scheduled_ts, d.outcome, d.allocation_json,"
+        f" s.assets_json FROM {DECISIONS}"
     ):
-        out[agent, market, ts] = (outcome, None if alloc is None else json.loads(alloc))
+        out[agent, market, ts] = (outcome, None if alloc is None else fill_map(alloc, assets))
     return out
 
 

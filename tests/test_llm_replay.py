@@ -18,6 +18,7 @@ from daemon.engine import Engine
 from daemon.events import PriceEvent
 from daemon.logs import register_secret
 from daemon.replay import replay
+from daemon.sparse_rows import FILLS, fill_map
 from daemon.store import Store
 from tests.llm_server import Behaviour, FakeLlmServer, ok
 
@@ -83,8 +84,8 @@ async def test_sample_replay_with_two_llm_agents(tmp_path: Path, monkeypatch: An
     assert rows and all(tv.startswith(("equity-v", "polymarket-v")) and len(h) == 64
                         for tv, h in rows)
     # No invalid allocation was ever applied: every fill's weights sum to 1.
-    for (w,) in q("SELECT weights_json FROM fills").fetchall():
-        assert abs(sum(json.loads(w).values()) - 1.0) < 1e-9
+    for w, a in q(f"SELECT f.weights_json, s.assets_json FROM {FILLS}").fetchall():
+        assert abs(sum(fill_map(w, a).values()) - 1.0) < 1e-9
     # Baselines ran beside them.
     assert q("SELECT COUNT(*) FROM decisions WHERE agent IN ('bh','ew')").fetchone()[0] > 10
 

@@ -14,6 +14,7 @@ from daemon.clock import SimClock
 from daemon.config import ConfigError, parse_config
 from daemon.engine import Engine
 from daemon.events import PriceEvent
+from daemon.sparse_rows import FILLS, fill_map
 from daemon.store import Store
 
 FRI_CLOSE = 1_792_785_600.0  # 2026-10-23 16:00 ET, a Friday close
@@ -86,8 +87,9 @@ async def test_round_at_the_open_fills_at_the_opening_prices(tmp_path: Path) -> 
     # 09:31: both opened (110, 190) and moved since (120, 180): the opening prices count.
     await feed(eng, MON_OPEN + 60)
     assert (await eng.rounds["equity"].run(MON_OPEN + 60)).outcomes == {"ew": "ok"}
-    (trades, value_after), = rows(tmp_path / "r.db", "SELECT trades_json, value_after FROM fills")
-    units = json.loads(trades)
+    (trades, value_after, assets), = rows(tmp_path / "r.db", "SELECT f.trades_json,"
+                                          f" f.value_after, s.assets_json FROM {FILLS}")
+    units = fill_map(trades, assets)
     assert units["AAPL"] == pytest.approx(500.0 / 110.0)
     assert units["MSFT"] == pytest.approx(500.0 / 190.0)
     assert value_after == pytest.approx(1000.0)
@@ -108,8 +110,9 @@ async def test_default_fills_at_the_latest_price(tmp_path: Path) -> None:
     assert (await eng.rounds["equity"].run(MON_OPEN)).outcomes == {"ew": "ok"}  # Friday's close
     await feed(eng, MON_OPEN + 60)
     assert (await eng.rounds["equity"].run(MON_OPEN + 60)).outcomes == {"ew": "ok"}
-    fills = rows(tmp_path / "r.db", "SELECT trades_json FROM fills ORDER BY ts")
-    assert json.loads(fills[0][0])["AAPL"] == pytest.approx(500.0 / 100.0)
+    fills = rows(tmp_path / "r.db", f"SELECT f.trades_json, s.assets_json FROM {FILLS}"
+                 " ORDER BY f.ts")
+    assert fill_map(*fills[0])["AAPL"] == pytest.approx(500.0 / 100.0)
     await eng.bus.stop()
     await eng.store.close()
 
@@ -169,9 +172,9 @@ async def test_replayed_recording_fills_at_each_sessions_first_print(tmp_path: P
             closes = {a: max((t, q) for t, q in prices[a] if t < at_open[0])[1] for a in shown}
             assert any(shown[a][1] != closes[a] for a in shown)
     # The fill used the opening prices: units x opening price = the traded weights' value.
-    (trades, value_before, cost), = rows(db, "SELECT trades_json, value_before, cost FROM fills"
-                                             " WHERE agent='ew' AND market='equity'"
-                                             " ORDER BY ts LIMIT 1")
+    (trades, value_before, cost, assets), = rows(
+        db, f"SELECT f.trades_json, f.value_before, f.cost, s.assets_json FROM {FILLS}"
+        " WHERE f.agent='ew' AND f.market='equity' ORDER BY f.ts LIMIT 1")
     opening = shown_input(db, "ew", decided[1][0])["prices"]
-    bought = sum(u * opening[a][1] for a, u in json.loads(trades).items())
+    bought = sum(u * opening[a][1] for a, u in fill_map(trades, assets).items())
     assert bought + cost == pytest.approx(value_before, rel=1e-9)

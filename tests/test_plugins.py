@@ -25,6 +25,7 @@ from agents.stored_input import load_input
 from agents.validation import validate_allocation
 from daemon.config import AgentConfig, ConfigError, load_config, parse_config
 from daemon.replay import replay
+from daemon.sparse_rows import FILLS, fill_map
 from tests.plugin_install import EXAMPLE_PLUGIN, install_example_plugin, pythonpath, write_dist
 from tests.test_remote_agent import SERVICE, serve
 
@@ -263,5 +264,5 @@ async def test_a_plugin_and_a_remote_agent_replay_the_sample_beside_the_baseline
               " AND raw_response LIKE '{%'").fetchone()[0]
     assert calls == len(app[SERVICE.REQUESTS]) >= len(rows)
     # No invalid allocation was ever applied: every fill's weights sum to 1.
-    for (w,) in q("SELECT weights_json FROM fills").fetchall():
-        assert abs(sum(json.loads(w).values()) - 1.0) < 1e-9
+    for w, a in q(f"SELECT f.weights_json, s.assets_json FROM {FILLS}").fetchall():
+        assert abs(sum(fill_map(w, a).values()) - 1.0) < 1e-9

@@ -13,6 +13,7 @@ from agents.base import CASH, NewsItem, Observation, PricePoint
 from agents.portbench import PortBenchAgent, Profile, execution, signal_of
 from agents.protocols import build_llm_agent
 from daemon.config import AgentConfig
+from daemon.sparse_rows import FILLS, fill_map
 from tests.llm_server import Behaviour, FakeLlmServer, ok
 
 KEY_ENV = "PAPERARENA_TEST_LLM_KEY"
@@ -276,9 +277,8 @@ async def test_example_config_replays_the_sample(
     agents = {a for (a,) in q("SELECT DISTINCT agent FROM decisions WHERE outcome='ok'")}
     assert {"sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance"} <= agents
     # The multi-asset universe's classes reach the prompt and the class-aware baseline.
-    (w,) = q("SELECT weights_json FROM fills WHERE agent='sixty_forty' ORDER BY ts LIMIT 1"
-             ).fetchone()
-    w = json.loads(w)
+    w = fill_map(*q(f"SELECT f.weights_json, s.assets_json FROM {FILLS}"
+                    " WHERE f.agent='sixty_forty' ORDER BY f.ts LIMIT 1").fetchone())
     assert w["TLT"] + w["IEF"] == pytest.approx(0.4, abs=0.01)  # 40 % over the bond class
     assert w["SPY"] + w["QQQ"] + w["EFA"] == pytest.approx(0.6, abs=0.01)
     assert w.get("GLD", 0.0) == 0.0 and w.get("BTC-USD", 0.0) == 0.0

@@ -135,8 +135,8 @@ async def test_market_wide_part_is_stored_once_per_round_and_rows_keep_their_own
     assert len(dec) == 8
     for agent, t, own, msha in dec:
         assert msha == by_ts[t]
-        assert set(json.loads(own)) == {"agent", "holdings", "cash", "value", "initial_value",
-                                        "weights", "recent_fills"}
+        assert set(json.loads(own)) == {"agent", "holdings_ix", "cash", "value",
+                                        "initial_value", "weights_ix", "recent_fills"}
         assert json.loads(own)["agent"] == agent
     # Rebuilt inputs are what each agent saw, byte for byte, and hash to the stored digest.
     rows = stored(tmp_path / "o.db")

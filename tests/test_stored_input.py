@@ -14,6 +14,7 @@ from agents.base import (
     PastAllocation,
     PricePoint,
     Question,
+    join_encoded,
 )
 from agents.stored_input import agent_row, join_input
 
@@ -39,6 +40,8 @@ def test_split_parts_rebuild_the_whole_input_byte_for_byte() -> None:
     row = agent_row(own, obs)
     # The past allocation is stored as the time of its fill; the fill gives back the rest.
     assert b'"recent_fills":[1.5]' in row and b"-0.125" not in row
+    # Holdings and weights name assets by their index in the market part's asset list.
+    assert b'"holdings_ix":[["CASH",3],[0,12.5]]' in row and b'"Y1"' not in row
     fills = [(1.5, '{"Y1":1.0}', 500.0 * 0.875), (9.0, '{"N1":1.0}', 1.0)]
     rebuilt = join_input(row.decode(), v.market_json().decode(), fills)
     assert rebuilt is not None and rebuilt.encode() == whole
@@ -46,6 +49,52 @@ def test_split_parts_rebuild_the_whole_input_byte_for_byte() -> None:
     assert b'"news"' not in row and b'"holdings"' not in v.market_json()
     with pytest.raises(ValueError, match=r"fill at 1\.5 that is not stored"):
         join_input(row.decode(), v.market_json().decode(), fills[1:])
+
+
+TOKENS = ("11309400161584271476731373876890335319956127217674170329942510146471253024043",
+          "23831697880848678699000781412460139409040777827883175410811092711070340723414",
+          "48576218174064817816433895201673965780987823719872431465096930041587965100217")
+
+
+def test_token_ids_are_stored_as_indexes_and_rebuild_byte_for_byte() -> None:
+    """Issue 16, point 4: a Polymarket row keeps no 77-digit token id of its own."""
+    v = MarketView.build("polymarket", 1_700_000_000.0, TOKENS,
+                         {t: PricePoint(1.0, 0.5) for t in TOKENS}, {}, {}, (), {})
+    obs = v.observation(
+        "a1", holdings={TOKENS[2]: 272.66300189105425, TOKENS[0]: -0.0}, cash=0.0,
+        value=313.47300338648824, initial_value=500.0,
+        weights={TOKENS[2]: 0.3479253383167821, TOKENS[0]: 0.0, "CASH": 0.6520746616832179})
+    whole, own = v.encode_parts(obs)
+    row = agent_row(own, obs)
+    assert not any(t.encode() in row for t in TOKENS)
+    assert len(row) < 250 < len(b"".join(own.values()))
+    rebuilt = join_input(row.decode(), v.market_json().decode())
+    assert rebuilt is not None and rebuilt.encode() == whole == obs.canonical_json()
+    assert hashlib.sha256(rebuilt.encode()).hexdigest() == obs.sha256()
+
+
+def test_rows_keyed_by_asset_id_from_schema_v8_to_v10_still_read() -> None:
+    """A per-agent part written before the indexes (holdings and weights by asset id)."""
+    v = MarketView.build("polymarket", 1_700_000_000.0, TOKENS,
+                         {t: PricePoint(1.0, 0.5) for t in TOKENS}, {}, {}, (), {})
+    obs = v.observation("a1", holdings={TOKENS[1]: 2.5}, cash=1.0, value=2.25,
+                        initial_value=2.0, weights={TOKENS[1]: 0.5555, "CASH": 0.4445})
+    whole, own = v.encode_parts(obs)
+    old = {k: b for k, b in own.items() if k != "recent_allocations"}
+    old["recent_fills"] = b"[]"
+    old_row = join_encoded(old)
+    assert TOKENS[1].encode() in old_row
+    assert join_input(old_row.decode(), v.market_json().decode()) == whole.decode()
+
+
+def test_an_asset_index_outside_the_market_part_is_refused() -> None:
+    market = '{"assets":["A","B"],"market":"m"}'
+    assert join_input('{"agent":"a","holdings_ix":[[1,2.0]],"weights_ix":[]}', market) == (
+        '{"agent":"a","assets":["A","B"],"holdings":{"B":2.0},"market":"m","weights":{}}')
+    with pytest.raises(ValueError, match="asset index 2"):
+        join_input('{"agent":"a","holdings_ix":[[2,2.0]]}', market)
+    with pytest.raises(ValueError, match="asset index"):
+        join_input('{"agent":"a","holdings_ix":[[1,2.0]]}', '{"market":"m"}')
 
 
 def test_rows_from_before_the_split_are_returned_as_stored() -> None:
@@ -87,3 +136,65 @@ async def test_probe_rebuilds_a_split_input_from_a_v6_store(tmp_path: Path) -> N
         await store.close()
     frozen = load_frozen_input(str(tmp_path / "s.db"), "a1")
     assert frozen == obs and frozen.canonical_json() == whole
+
+
+async def test_a_v10_store_migrates_and_reads_its_old_rows_beside_new_ones(
+        tmp_path: Path) -> None:
+    """Rows keyed by asset id (v10) and by asset index (v11) read back in one store."""
+    import sqlite3
+
+    from agents.stored_input import load_input
+    from daemon.store import SCHEMA_VERSION, DecisionRecord, RoundCommit, Store
+
+    v = MarketView.build("polymarket", 1_700_000_000.0, TOKENS,
+                         {t: PricePoint(1.0, 0.5) for t in TOKENS}, {}, {}, (), {})
+    v.encode(v.observation("x", holdings={}, cash=0.0, value=0.0, initial_value=0.0,
+                           weights={}))  # encodes the market-wide part once
+    msha = hashlib.sha256(v.market_json()).hexdigest()
+    wholes: dict[str, bytes] = {}
+
+    async def write(agent: str, old: bool) -> None:
+        obs = v.observation(agent, holdings={TOKENS[0]: 3.25}, cash=0.5, value=2.125,
+                            initial_value=2.0, weights={TOKENS[0]: 0.7647, "CASH": 0.2353})
+        whole, own = v.encode_parts(obs)
+        if old:
+            parts = {k: b for k, b in own.items() if k != "recent_allocations"}
+            row = join_encoded({**parts, "recent_fills": b"[]"})
+        else:
+            row = agent_row(own, obs)
+        wholes[agent] = whole
+        rc = RoundCommit()
+        rc.observations[msha] = ("polymarket", v.decision_ts, v.market_json().decode())
+        rc.decisions.append(DecisionRecord(
+            agent, "polymarket", v.decision_ts, v.decision_ts, "hold", input_json=row.decode(),
+            input_sha256=hashlib.sha256(whole).hexdigest(), observation_sha256=msha))
+        await store.commit_round(rc)
+
+    db = tmp_path / "s.db"
+    store = await Store.open(db)
+    try:
+        await write("old", old=True)
+    finally:
+        await store.close()
+    con = sqlite3.connect(db)  # back to v10's tables
+    con.execute("UPDATE meta SET value='10' WHERE key='schema_version'")
+    con.execute("ALTER TABLE observations DROP COLUMN assets_sha256")
+    con.execute("CREATE INDEX fills_agent ON fills(agent, market, ts)")
+    con.commit()
+    con.close()
+    store = await Store.open(db)
+    try:
+        assert await store.schema_version() == SCHEMA_VERSION == 11
+        await write("new", old=False)
+    finally:
+        await store.close()
+    con = sqlite3.connect(db)
+    try:
+        rows = dict(con.execute("SELECT agent, input_json FROM decisions").fetchall())
+        assert TOKENS[0] in rows["old"] and TOKENS[0] not in rows["new"]
+        assert con.execute("SELECT name FROM sqlite_master WHERE name='fills_agent'"
+                           ).fetchone() is None
+        for agent, whole in wholes.items():
+            assert load_input(con, agent, "polymarket", v.decision_ts) == whole.decode()
+    finally:
+        con.close()
