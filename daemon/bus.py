@@ -261,9 +261,6 @@ class Bus:
         """A tap's batch variant, run once per :meth:`publish_batch` with its events."""
         self._subs: list[Subscription] = []
         self._route_cache: dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]]] = {}
-        self._price_routes: dict[str, dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]]]]
-        self._price_routes = {}
-        """market -> asset -> route of ``price.<market>.<asset>`` (no topic string per event)."""
         self._market_routes: dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]] | None]
         self._market_routes = {}
         """market -> the route of all its prices when no pattern depends on the asset, else
@@ -286,7 +283,6 @@ class Bus:
         if batch is not None:
             self._batch_taps[tap] = batch
         self._route_cache.clear()
-        self._price_routes.clear()
         self._market_routes.clear()
 
     def subscribe(
@@ -312,7 +308,6 @@ class Bus:
         )
         self._subs.append(sub)
         self._route_cache.clear()
-        self._price_routes.clear()
         self._market_routes.clear()
         if self._started:
             sub.start()
@@ -326,7 +321,6 @@ class Bus:
             route = (taps, subs)
             if len(self._route_cache) > 200_000:
                 self._route_cache.clear()
-                self._price_routes.clear()
                 self._market_routes.clear()
             self._route_cache[topic] = route
         return route
@@ -397,34 +391,31 @@ class Bus:
             sub.offer_conflating(event)
 
     def publish_batch(self, events: list[Event]) -> None:
-        """Publish conflating-class events (one frame's prices) from synchronous code.
+        """Publish conflating-class events (a burst of prices) from synchronous code.
 
         Each event is guarded, counted and offered to its subscribers as by
         :meth:`publish_nowait`; each tap runs once, with the batch's events it matches in order
-        (its batch variant, else the tap per event). Taps see the whole batch before
-        subscribers do, as they see each event before subscribers do.
+        (its batch variant, else the tap per event), taps in the order they first match. Taps
+        see the whole batch before subscribers do, as they see each event before subscribers
+        do.
         """
         if PRICE in self.conflating and PRICE not in self._muted and events:
             groups, offers = self._group_market_prices(events)
-            if groups is None:
-                if all(type(e) is PriceEvent for e in events):
-                    groups, offers = self._group_prices(events)  # type: ignore[arg-type]
-                else:
-                    groups, offers = self._group_events(events)
+            if groups is None:  # asset-dependent routes, an invalid price, other events
+                groups, offers = self._group_events(events)
         else:
             groups, offers = self._group_events(events)
         batch_taps = self._batch_taps
-        for taps, evs in groups.items():
-            for tap in taps:
-                batch = batch_taps.get(tap)
-                if batch is None:
-                    for e in evs:
-                        self._run_taps((tap,), e)
-                    continue
-                try:
-                    batch(evs)
-                except Exception as exc:
-                    log.error("bus tap failed", topic=evs[0].topic, error=repr(exc))
+        for tap, evs in groups.items():
+            batch = batch_taps.get(tap)
+            if batch is None:
+                for e in evs:
+                    self._run_taps((tap,), e)
+                continue
+            try:
+                batch(evs)
+            except Exception as exc:
+                log.error("bus tap failed", topic=evs[0].topic, error=repr(exc))
         for subs, ev in offers:
             for sub in subs:
                 sub.offer_conflating(ev)
@@ -437,14 +428,15 @@ class Bus:
         reach = {p: price_pattern_reach(p, market)
                  for p in {p for p, _ in self._taps} | {p for s in self._subs for p in s.patterns}}
         route = None
-        if "asset" not in reach.values():
-            route = (tuple(t for p, t in self._taps if reach[p] == "all"),
+        taps = tuple(t for p, t in self._taps if reach[p] == "all")
+        if "asset" not in reach.values() and len(set(taps)) == len(taps):
+            route = (taps,
                      tuple(s for s in self._subs if any(reach[p] == "all" for p in s.patterns)))
         self._market_routes[market] = route
         return route
 
     def _group_market_prices(self, events: list[Event]
-                             ) -> tuple[dict[tuple[Tap, ...], list[Event]] | None,
+                             ) -> tuple[dict[Tap, list[Event]] | None,
                                         list[tuple[tuple[Subscription, ...], Event]]]:
         """Route a batch of valid plain prices of one market at once when its route does not
         depend on the asset (one pass checks them); ``(None, [])`` sends it the general way."""
@@ -464,64 +456,19 @@ class Bus:
         n = len(events)
         self.published += n
         self.published_by_class[PRICE] = self.published_by_class.get(PRICE, 0) + n
-        return ({taps: events} if taps else {}), ([(subs, e) for e in events] if subs else [])
-
-    def _group_prices(self, events: list[PriceEvent]
-                      ) -> tuple[dict[tuple[Tap, ...], list[Event]],
-                                 list[tuple[tuple[Subscription, ...], Event]]]:
-        """Guard, count and route a frame of plain price events (the hot path of
-        :meth:`publish_batch`): routes are cached per market and asset, counters bumped once."""
-        groups: dict[tuple[Tap, ...], list[Event]] = {}
-        offers: list[tuple[tuple[Subscription, ...], Event]] = []
-        routes = self._price_routes
-        last_market = ""
-        by_asset: dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]]] = {}
-        last_taps: tuple[Tap, ...] | None = None
-        last_group: list[Event] = []
-        n = 0
-        for event in events:
-            if not (0.0 <= event.price < _INF and (event.bid is None or 0.0 <= event.bid < _INF)
-                    and (event.ask is None or 0.0 <= event.ask < _INF)):
-                self._guard(event)  # counts and logs the invalid price
-                continue
-            market = event.market
-            if market != last_market:
-                by_asset = routes.get(market) or routes.setdefault(market, {})
-                last_market = market
-            r = by_asset.get(event.asset)
-            if r is None:
-                r = by_asset[event.asset] = self._route(event.topic)
-            taps, subs = r
-            n += 1
-            if taps:
-                if taps is last_taps:  # a frame's prices share their route's taps
-                    last_group.append(event)
-                else:
-                    group = groups.get(taps)
-                    if group is None:
-                        group = groups[taps] = [event]
-                    else:
-                        group.append(event)
-                    last_taps, last_group = taps, group
-            if subs:
-                offers.append((subs, event))
-        if n:
-            self.published += n
-            self.published_by_class[PRICE] = self.published_by_class.get(PRICE, 0) + n
-        return groups, offers
+        return dict.fromkeys(taps, events), ([(subs, e) for e in events] if subs else [])
 
     def _group_events(self, events: list[Event]
-                      ) -> tuple[dict[tuple[Tap, ...], list[Event]],
+                      ) -> tuple[dict[Tap, list[Event]],
                                  list[tuple[tuple[Subscription, ...], Event]]]:
-        """Guard, count and route any conflating events of :meth:`publish_batch`, in order."""
+        """Guard, count and route any conflating events of :meth:`publish_batch`: each tap's
+        events in order (a tap that matches an event twice gets it twice, as one by one)."""
         conflating = self.conflating
         muted = self._muted
         route = self._route
-        groups: dict[tuple[Tap, ...], list[Event]] = {}
+        groups: dict[Tap, list[Event]] = {}
         offers: list[tuple[tuple[Subscription, ...], Event]] = []
         by_class = self.published_by_class
-        last_taps: tuple[Tap, ...] | None = None
-        last_group: list[Event] = []
         for event in events:
             cls = event.topic_class
             if cls not in conflating:
@@ -535,16 +482,12 @@ class Bus:
             taps, subs = route(checked.topic)
             self.published += 1
             by_class[cls] = by_class.get(cls, 0) + 1
-            if taps:
-                if taps is last_taps:
-                    last_group.append(checked)
+            for tap in taps:
+                group = groups.get(tap)
+                if group is None:
+                    groups[tap] = [checked]
                 else:
-                    group = groups.get(taps)
-                    if group is None:
-                        group = groups[taps] = [checked]
-                    else:
-                        group.append(checked)
-                    last_taps, last_group = taps, group
+                    group.append(checked)
             if subs:
                 offers.append((subs, checked))
         return groups, offers

@@ -136,3 +136,33 @@ def test_a_burst_marks_the_book_like_a_full_re_mark_after_a_rebalance() -> None:
         full = b._cash[:50] + b._h[:50, :200] @ b._pz[:200]
         np.testing.assert_allclose(now, full, rtol=1e-12)
     assert b.weights("a3")["t0"] > 0.0  # the rebalance took: marks above used its holdings
+
+
+def test_pattern_reach_over_a_markets_prices() -> None:
+    from daemon.price_routes import price_pattern_reach as reach
+
+    assert [reach(p, "equity") for p in ("#", "price.#", "+.#", "price.equity.#", "price.+.#")
+            ] == ["all"] * 5
+    assert [reach(p, "equity") for p in ("news.#", "price.polymarket.#", "price", "price.equity",
+                                         "decision.+.#")] == ["none"] * 5
+    # the asset level named, or one level only: BRK.B has two
+    assert [reach(p, "equity") for p in ("price.equity.AAPL", "price.equity.+", "price.+.+.#")
+            ] == ["asset"] * 3
+
+
+async def test_a_batch_reaches_asset_specific_taps_and_subscribers_only_for_their_asset() -> None:
+    bus = Bus()
+    wide: list[list[str]] = []
+    aapl: list[str] = []
+    one_level: list[str] = []
+    bus.add_tap("price.#", lambda e: None,
+                batch=lambda evs: wide.append([e.asset for e in evs]))  # type: ignore[attr-defined]
+    bus.add_tap("price.equity.AAPL", lambda e: aapl.append(e.asset))  # type: ignore[attr-defined]
+    bus.add_tap("price.equity.+", lambda e: one_level.append(e.asset))  # type: ignore[attr-defined]
+    evs = [PriceEvent(ts=1.0, recv_ts=1.0, market="equity", asset=a, price=1.0)
+           for a in ("AAPL", "BRK.B", "MSFT", "AAPL")]
+    bus.publish_batch(evs)  # type: ignore[arg-type]
+    assert wide == [["AAPL", "BRK.B", "MSFT", "AAPL"]]
+    assert aapl == ["AAPL", "AAPL"]
+    assert one_level == ["AAPL", "MSFT", "AAPL"]  # BRK.B is two levels
+    assert bus.published == 4
