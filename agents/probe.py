@@ -204,6 +204,13 @@ async def run_probe_command(
         raise ProbeError(f"no agent {agent_id!r} in {config_path or 'the default config'}")
     if cfg.kind != "llm":
         raise ProbeError(f"agent {agent_id!r} is a {cfg.kind} agent, not an LLM agent")
+    if cfg.protocol == "capitalbench":
+        raise ProbeError(f"agent {agent_id!r} answers CapitalBench rounds, not decision rounds:"
+                         " its repeat consistency is [capitalbench] consistency_repeats (run"
+                         " 'consistency' in paperarena report)")
+    if cfg.protocol == "alphaforgebench":
+        raise ProbeError(f"agent {agent_id!r} writes AlphaForgeBench strategy code: measure its"
+                         " run-to-run instability with paperarena alphaforge-instability")
     frozen = load_frozen_row(db_path, agent_id)
     agent = build_llm_agent(cfg)  # the agent's own protocol
     result = await probe(agent, frozen.obs, repeats)

@@ -717,6 +717,17 @@ async def test_run_probe_command(
         await run_probe_command(str(cfg), str(db), "ghost", 2)
 
 
+async def test_probe_points_capitalbench_and_alphaforgebench_agents_to_their_own_measures(
+    tmp_path: Path,
+) -> None:
+    root = Path(__file__).resolve().parents[1] / "examples"
+    db = tmp_path / "absent.db"  # refused before any store is read
+    with pytest.raises(ProbeError, match=r"consistency_repeats"):
+        await run_probe_command(str(root / "capitalbench.toml"), str(db), "model_a", 2)
+    with pytest.raises(ProbeError, match=r"paperarena alphaforge-instability"):
+        await run_probe_command(str(root / "alphaforgebench.toml"), str(db), "alphaforge", 2)
+
+
 async def test_tiny_usd_budget_message_shows_enough_digits(
     server: FakeLlmServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
