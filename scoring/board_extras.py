@@ -85,18 +85,19 @@ def _plain(x: Any) -> str:
     return _cell(x, True).lstrip("+")
 
 
+def _section(kind: str, title: str, note: str, head: str, rows: list[str]) -> str:
+    """Return one extras section: its title, a note, and a table with ``head`` and ``rows``."""
+    return (f"<section class='{kind}'><h2>{title}</h2><p class='note'>{note}</p><table><tr>"
+            f"{head}</tr>{''.join(rows)}</table></section>")
+
+
 def extras_html(board: Mapping[str, Any]) -> str:
     """Return the HTML sections of the extras (``""`` when the board has none)."""
     esc = html.escape
     out: list[str] = []
     groups = board.get("run_groups") or []
     if groups:
-        out.append("<section class='run-groups'><h2>Runs of one model</h2><p class='note'>"
-                   "Agents with the same <code>run_group</code>: mean ± standard deviation "
-                   "[min, max] over the runs; each run keeps its own row and rank.</p><table>"
-                   "<tr><th class='l'>market</th><th class='l'>group</th><th>runs</th>"
-                   "<th>return</th><th>Sharpe</th><th>max drawdown</th><th>composite</th>"
-                   "<th>valid</th></tr>")
+        rows = []
         for g in groups:
             f = g["figures"]
             cells = "".join(
@@ -106,18 +107,18 @@ def extras_html(board: Mapping[str, Any]) -> str:
                 for s, pct in ((f["cumulative_return"], True), (f["sharpe"], False),
                                (f["max_drawdown"], True), (f["composite_score"], False),
                                (f["valid_decision_rate"], True)))
-            out.append(f"<tr><td class='l'>{esc(g['market'])}</td><td class='l'>"
-                       f"{esc(g['group'])}<div class='note'>{esc(', '.join(g['agents']))}"
-                       f"</div></td><td>{g['runs']}</td>{cells}</tr>")
-        out.append("</table></section>")
+            rows.append(f"<tr><td class='l'>{esc(g['market'])}</td><td class='l'>"
+                        f"{esc(g['group'])}<div class='note'>{esc(', '.join(g['agents']))}"
+                        f"</div></td><td>{g['runs']}</td>{cells}</tr>")
+        out.append(_section(
+            "run-groups", "Runs of one model",
+            "Agents with the same <code>run_group</code>: mean ± standard deviation [min, max]"
+            " over the runs; each run keeps its own row and rank.",
+            "<th class='l'>market</th><th class='l'>group</th><th>runs</th><th>return</th>"
+            "<th>Sharpe</th><th>max drawdown</th><th>composite</th><th>valid</th>", rows))
     portbench = board.get("portbench") or {}
     if portbench:
-        out.append("<section class='portbench'><h2>PortBench stage scores</h2><p class='note'>"
-                   "Mean S1..S5 and CEPS over the scored decisions (horizon 5 daily closes); "
-                   "pending: not scored yet, the horizon has not passed.</p><table><tr>"
-                   "<th class='l'>agent</th>"
-                   + "".join(f"<th>{s}</th>" for s in (*STAGES, "CEPS"))
-                   + "<th>decisions</th><th>pending</th><th>failed</th></tr>")
+        rows = []
         for agent, m in sorted(portbench.items()):
             cells = "".join(f"<td>{_cell(m.get(s))}</td>" if m.get(s) is not None else
                             f"<td class='note'>pending ({m.get(f'{s}_pending', 0)})</td>"
@@ -125,21 +126,28 @@ def extras_html(board: Mapping[str, Any]) -> str:
                             for s in STAGES)
             ceps = (_cell(m.get("CEPS")) if m.get("CEPS") is not None else
                     "pending" if m.get("pending") else "-")
-            out.append(f"<tr><td class='l'>{esc(agent)}</td>{cells}<td>{ceps}</td>"
-                       f"<td>{m['decisions']}</td><td>{m['pending']}</td>"
-                       f"<td>{m['failed']}</td></tr>")
-        out.append("</table></section>")
+            rows.append(f"<tr><td class='l'>{esc(agent)}</td>{cells}<td>{ceps}</td>"
+                        f"<td>{m['decisions']}</td><td>{m['pending']}</td>"
+                        f"<td>{m['failed']}</td></tr>")
+        out.append(_section(
+            "portbench", "PortBench stage scores",
+            "Mean S1..S5 and CEPS over the scored decisions (horizon 5 daily closes); pending:"
+            " not scored yet, the horizon has not passed.",
+            "<th class='l'>agent</th>" + "".join(f"<th>{s}</th>" for s in (*STAGES, "CEPS"))
+            + "<th>decisions</th><th>pending</th><th>failed</th>", rows))
     gate = board.get("stress_gate") or {}
     if gate:
-        out.append("<section class='stress-gate'><h2>Stress gate</h2><p class='note'>PortBench"
-                   "'s gate for this window: the maximum drawdown within the investor profile's"
-                   " tolerance.</p><table><tr><th class='l'>agent</th><th class='l'>profile</th>"
-                   "<th>max drawdown</th><th>tolerance</th><th>gate</th></tr>")
+        rows = []
         for agent, g in sorted(gate.items()):
             verdict = {True: "pass", False: "FAIL", None: "–"}[g["pass"]]
-            out.append(f"<tr><td class='l'>{esc(agent)}</td><td class='l'>"
-                       f"{esc(str(g['profile'] or '–'))}</td><td>{_plain(g['max_drawdown'])}"
-                       f"</td><td>{_plain(g['tolerance'])}</td><td>{verdict}</td></tr>")
-        out.append("</table></section>")
+            rows.append(f"<tr><td class='l'>{esc(agent)}</td><td class='l'>"
+                        f"{esc(str(g['profile'] or '–'))}</td><td>{_plain(g['max_drawdown'])}"
+                        f"</td><td>{_plain(g['tolerance'])}</td><td>{verdict}</td></tr>")
+        out.append(_section(
+            "stress-gate", "Stress gate",
+            "PortBench's gate for this window: the maximum drawdown within the investor"
+            " profile's tolerance.",
+            "<th class='l'>agent</th><th class='l'>profile</th><th>max drawdown</th>"
+            "<th>tolerance</th><th>gate</th>", rows))
     out.append(html_section(board.get("alphaforge")))
     return "".join(out)
