@@ -14,9 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from daemon.config_fields import _Frozen, positive_duration, url_problem
+from daemon.config_fields import Duration, PositiveDuration, _Frozen, url_problem
 from daemon.config_markets import DEFAULT_ASSET_CLASSES
-from daemon.durations import parse_duration
 
 #: Role of an asset class in PortBench's investor limits and the 60/40 baseline: "equity" and
 #: "crypto" count toward a profile's equity cap, "bond" and "cash" (and CASH itself) toward its
@@ -85,18 +84,14 @@ class HttpAgentSettings(_Frozen):
     token_env: str | None = Field(
         default=None, description="env var holding the bearer token sent; none = no token"
     )
-    timeout: float = Field(default=30.0, description="seconds per request, answer included (> 0)")
+    timeout: PositiveDuration = Field(
+        default=30.0, description="seconds per request, answer included (> 0)")
     max_attempts: Annotated[int, Field(ge=1, le=10)] = Field(
         default=3, description="requests per decision; only transport failures are retried"
     )
     max_body: Annotated[int, Field(ge=1024, le=1 << 26)] = Field(
         default=1 << 20, description="largest answer body read, in bytes (larger: invalid)"
     )
-
-    @field_validator("timeout", mode="before")
-    @classmethod
-    def _timeout(cls, v: Any) -> float:
-        return positive_duration(v)
 
     @field_validator("url")
     @classmethod
@@ -136,7 +131,7 @@ class StrategySettings(_Frozen):
         default=DEFAULT_STRATEGY_QUERY,
         description="the strategy request sent to the model (the paper's strategy query)",
     )
-    regenerate_every: float = Field(
+    regenerate_every: Duration = Field(
         default=604_800.0,
         description="ask the model for a new strategy version this often (default 7d);"
         " 0 keeps the first valid version",
@@ -144,8 +139,10 @@ class StrategySettings(_Frozen):
     lookback: Annotated[int, Field(ge=2, le=5000)] = Field(
         default=300, description="daily bars the strategy sees, the current one included"
     )
-    timeout: float = Field(default=10.0, description="wall-clock seconds per bar (all assets)")
-    cpu_seconds: float = Field(default=5.0, description="CPU seconds per bar (RLIMIT_CPU)")
+    timeout: PositiveDuration = Field(
+        default=10.0, description="wall-clock seconds per bar (all assets)")
+    cpu_seconds: PositiveDuration = Field(
+        default=5.0, description="CPU seconds per bar (RLIMIT_CPU)")
     memory_mb: Annotated[int, Field(ge=256, le=65_536)] = Field(
         default=1024, description="address space of the strategy process (RLIMIT_AS)"
     )
@@ -153,15 +150,6 @@ class StrategySettings(_Frozen):
         default=True, description="run the strategy under 'unshare --net' where that works"
     )
 
-    @field_validator("regenerate_every", mode="before")
-    @classmethod
-    def _every(cls, v: Any) -> float:
-        return parse_duration(v)
-
-    @field_validator("timeout", "cpu_seconds", mode="before")
-    @classmethod
-    def _positive(cls, v: Any) -> float:
-        return positive_duration(v)
 
 
 class AgentConfig(_Frozen):
@@ -205,7 +193,7 @@ class AgentConfig(_Frozen):
     api_key_env: str | None = Field(default=None, description="env var holding the provider key")
     temperature: Annotated[float, Field(ge=0, le=2)] = 0.3
     max_tokens: Annotated[int, Field(ge=16, le=200_000)] = 4000
-    timeout: float = Field(default=60.0, description="seconds per model call (> 0)")
+    timeout: PositiveDuration = Field(default=60.0, description="seconds per model call (> 0)")
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     max_concurrency: Annotated[int, Field(ge=1, le=256)] = 4
     daily_budget_usd: Annotated[float, Field(ge=0)] | None = None
@@ -213,9 +201,9 @@ class AgentConfig(_Frozen):
     memory: Annotated[int, Field(ge=0, le=100)] = Field(
         default=5, description="how many past allocations the prompt shows"
     )
-    news_window: float = Field(default=172800.0, description="news lookback (default 48h)")
+    news_window: Duration = Field(default=172800.0, description="news lookback (default 48h)")
     news_per_asset: Annotated[int, Field(ge=0, le=50)] = 5
-    retry_after_cap: Annotated[float, Field(le=3600)] = Field(
+    retry_after_cap: Annotated[Duration, Field(le=3600)] = Field(
         default=60.0, description="longest wait honoured from a 429's Retry-After (default 60s)"
     )
     protocol: Literal["livetradebench", "stockbench", "portbench", "capitalbench",
@@ -274,16 +262,6 @@ class AgentConfig(_Frozen):
         if problem:
             raise ValueError(problem)
         return v
-
-    @field_validator("timeout", mode="before")
-    @classmethod
-    def _timeout(cls, v: Any) -> float:
-        return positive_duration(v)
-
-    @field_validator("news_window", "retry_after_cap", mode="before")
-    @classmethod
-    def _durations(cls, v: Any) -> float:
-        return parse_duration(v)
 
     @field_validator("retry_feedback")
     @classmethod

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from daemon.durations import parse_duration
 
@@ -26,6 +26,12 @@ def positive_duration(value: Any, minimum: float = 0.0) -> float:
         floor = f"at least {minimum:g} s" if minimum else "greater than 0"
         raise ValueError(f"duration must be {floor}")
     return seconds
+
+
+#: A duration in seconds, given as a number or a string such as ``"90s"``, ``"5m"``, ``"48h"``.
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+#: A :data:`Duration` greater than 0.
+PositiveDuration = Annotated[float, BeforeValidator(positive_duration)]
 
 
 def check_hhmm(value: str) -> str:

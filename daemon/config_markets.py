@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from daemon.config_fields import _Frozen, _valid_hhmm, check_hhmm, positive_duration
+from daemon.config_fields import PositiveDuration, _Frozen, _valid_hhmm, check_hhmm
 from daemon.durations import parse_duration
 
 DEFAULT_EQUITIES: tuple[str, ...] = (
@@ -147,7 +147,7 @@ class EquityMarketConfig(_Frozen):
         "return, beta, tracking error, information ratio) also compare with, when it is in "
         "the universe; the market's equal-weight index is always used"
     )
-    stale_after: float = Field(
+    stale_after: PositiveDuration = Field(
         default=900.0,
         description="a price older than this, counted in NYSE open time, is stale (> 0)",
     )
@@ -160,11 +160,6 @@ class EquityMarketConfig(_Frozen):
         description="asset -> class (sector) for the leaderboard's diversification scores; an "
         "asset missing from the map is its own class",
     )
-
-    @field_validator("stale_after", mode="before")
-    @classmethod
-    def _stale(cls, v: Any) -> float:
-        return positive_duration(v)
 
     @field_validator("asset_classes")
     @classmethod
@@ -205,16 +200,13 @@ class PolymarketMarketConfig(_Frozen):
         "return, beta, tracking error, information ratio) also compare with, when it is in "
         "the universe (a token id; empty: none); the market's equal-weight index is always used"
     )
-    stale_after: float = Field(default=3600.0, description="a price older than this is stale (> 0)")
+    stale_after: PositiveDuration = Field(
+        default=3600.0, description="a price older than this is stale (> 0)")
     min_price_coverage: Annotated[float, Field(ge=0, le=1)] = Field(
         default=1.0, description="share of the tradable YES/NO tokens (unresolved questions) "
         "that need a fresh price for a round to run; below it the round is 'skipped'"
     )
 
-    @field_validator("stale_after", mode="before")
-    @classmethod
-    def _stale(cls, v: Any) -> float:
-        return positive_duration(v)
 
 
 class MarketsConfig(_Frozen):

@@ -8,8 +8,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from daemon.config_fields import _Frozen, host_problem, positive_duration
-from daemon.durations import parse_duration
+from daemon.config_fields import (
+    Duration,
+    PositiveDuration,
+    _Frozen,
+    host_problem,
+    positive_duration,
+)
 
 
 class LeaderboardConfig(_Frozen):
@@ -27,15 +32,10 @@ class LeaderboardConfig(_Frozen):
 class SchedulerConfig(_Frozen):
     """Scheduler behaviour shared by all schedules."""
 
-    misfire_grace: float = Field(
+    misfire_grace: PositiveDuration = Field(
         default=300.0,
         description="a decision later than this is recorded as missed, never run (> 0)",
     )
-
-    @field_validator("misfire_grace", mode="before")
-    @classmethod
-    def _grace(cls, v: Any) -> float:
-        return positive_duration(v)
 
 
 class StoreConfig(_Frozen):
@@ -89,12 +89,12 @@ class HttpConfig(_Frozen):
     replay: bool = Field(
         default=False, description="also serve HTTP (/metrics, API) during `paperarena replay`"
     )
-    header_timeout: Annotated[float, Field(gt=0, le=3600)] = Field(
+    header_timeout: Annotated[Duration, Field(gt=0, le=3600)] = Field(
         default=10.0,
         description="seconds a client gets to send a request's headers (also the keep-alive "
         "idle limit); slower connections are closed",
     )
-    body_timeout: Annotated[float, Field(gt=0, le=3600)] = Field(
+    body_timeout: Annotated[Duration, Field(gt=0, le=3600)] = Field(
         default=10.0, description="seconds a client gets to send a request body (else 408)"
     )
     max_body: Annotated[int, Field(ge=2, le=1 << 24)] = Field(
@@ -106,11 +106,6 @@ class HttpConfig(_Frozen):
     max_queries: Annotated[int, Field(ge=1, le=64)] = Field(
         default=4, description="API requests reading the database at once; more wait"
     )
-
-    @field_validator("header_timeout", "body_timeout", mode="before")
-    @classmethod
-    def _durations(cls, v: Any) -> float:
-        return parse_duration(v)
 
     @field_validator("host")
     @classmethod
@@ -134,13 +129,9 @@ class EvaluatorConfig(_Frozen):
     agents: tuple[str, ...] = Field(
         default=(), description="ids of the agents this evaluator runs; empty = every agent"
     )
-    publisher_timeout: Annotated[float, Field(gt=0)] = Field(
+    publisher_timeout: Annotated[Duration, Field(gt=0)] = Field(
         default=600.0,
         description="how long `replay-evaluate` waits for a running replay-publish to announce "
         "its stream before giving up with one line (default 10 min)",
     )
 
-    @field_validator("publisher_timeout", mode="before")
-    @classmethod
-    def _duration(cls, v: Any) -> float:
-        return parse_duration(v)
