@@ -385,8 +385,12 @@ class HttpServer:
 
     async def start(self) -> None:
         """Bind and serve; raise :class:`HttpBindError` (one line) if the address is taken."""
+        # lingering_time: after answering a request whose body was not read (408, 413), the
+        # rest of the body is read and dropped for at most body_timeout (aiohttp's own 10 s
+        # otherwise, whatever the configured limit) before the connection closes.
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                keepalive_timeout=self.settings.header_timeout,
+                               lingering_time=self.settings.body_timeout,
                                logger=_PROTOCOL_LOG)
         await runner.setup()
         site = BoundedSite(runner, self.host, self.port,

@@ -127,31 +127,43 @@ class LiveDaemon:
                  sources=[s.name for s in self.sources])
 
     async def abort_start(self) -> None:
-        """Close whatever a failed :meth:`start` opened, committing nothing; never raise."""
-        for comp in reversed(self._started_components):
-            with contextlib.suppress(Exception):
-                await comp.stop()
-        self._started_components.clear()
-        if self.scheduler is not None:
-            with contextlib.suppress(Exception):
-                await self.scheduler.shutdown(wait=False)
+        """Close whatever a failed :meth:`start` opened, committing nothing; never raise.
+
+        The store is closed whatever else fails: its SQLite thread would keep the process alive.
+        """
+        try:
+            for comp in reversed(self._started_components):
+                with contextlib.suppress(Exception):
+                    await comp.stop()
+            self._started_components.clear()
+            if self.scheduler is not None:
+                with contextlib.suppress(Exception):
+                    await self.scheduler.shutdown(wait=False)
+            await self._cancel_tasks()
+            if self.engine is not None:
+                with contextlib.suppress(Exception):
+                    await self.engine.bus.stop()
+                with contextlib.suppress(Exception):
+                    await self.engine.close_agents()
+        finally:
+            store, self._store, self.engine, self.scheduler = self._store, None, None, None
+            if store is not None:
+                try:
+                    if store.run_id is not None:
+                        with contextlib.suppress(Exception):
+                            await store.end_run(self.clock.now())
+                finally:
+                    with contextlib.suppress(Exception):
+                        await store.close()
+
+    async def _cancel_tasks(self) -> None:
+        """Cancel the background tasks (sources, health line, flusher) and wait for them."""
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
-        if self.engine is not None:
-            with contextlib.suppress(Exception):
-                await self.engine.bus.stop()
-            await self.engine.close_agents()
-        store, self._store, self.engine, self.scheduler = self._store, None, None, None
-        if store is not None:
-            if store.run_id is not None:
-                with contextlib.suppress(Exception):
-                    await store.end_run(self.clock.now())
-            with contextlib.suppress(Exception):
-                await store.close()
 
     async def _flusher(self) -> None:
         assert self.engine is not None
@@ -217,58 +229,98 @@ class LiveDaemon:
                 await asyncio.wait_for(self._stop.wait(), duration)
 
     async def stop(self) -> None:
-        """Stop scheduling, finish or abandon in-flight rounds, flush, close."""
+        """Stop scheduling, finish or abandon in-flight rounds, flush, close.
+
+        Every step runs even when an earlier one fails (a component, the bus, an agent, a log
+        write), the store is closed whatever happens (its SQLite thread would otherwise keep the
+        process alive forever), and the first error is raised again at the end. The final
+        commit is made only when every step before it succeeded.
+        """
         if self.engine is None and not self._tasks and not self._started_components:
             return  # never started (e.g. the store is locked by another daemon)
+        errors: list[BaseException] = []
+        try:
+            for step in (self._stop_ingesting, self._stop_scheduler, self._stop_components,
+                         self._cancel_tasks, self._stop_bus, self._close_agents):
+                try:
+                    await step()
+                except BaseException as exc:  # the rest still runs; raised below
+                    errors.append(exc)
+                    with contextlib.suppress(Exception):
+                        log.error("daemon stop step failed", step=step.__name__.strip("_"),
+                                  error=f"{type(exc).__name__}: {exc}")
+            if not errors:
+                await self._commit_end()
+        finally:
+            store, self._store = self._store, None
+            if store is not None:
+                await store.close()
+        if errors:
+            raise errors[0]
+        log.info("daemon stopped")
+
+    async def _stop_ingesting(self) -> None:
+        """Seal (components' ``on_stopping``), mute market data and cancel the sources."""
         log.info("daemon stopping")
         stopping_at = self.clock.now()
-        for comp in self._started_components:
-            on_stopping = getattr(comp, "on_stopping", None)
-            if on_stopping is not None:
-                on_stopping(stopping_at)  # e.g. seal the recording where scheduling ends
-        # Stop ingesting in the same step (no await in between): nothing received after the
-        # recording was sealed may reach the books while in-flight rounds finish, not even a
-        # frame a source's sub-task already holds when it is cancelled.
-        if self.engine is not None:
-            self.engine.bus.mute(MARKET_DATA_CLASSES)
-        source_tasks = [t for t in self._tasks if t.get_name().startswith("source-")]
-        for t in source_tasks:
-            t.cancel()
-        if self.scheduler is not None:
-            try:
-                await asyncio.wait_for(self.scheduler.shutdown(wait=True), STOP_GRACE)
-            except TimeoutError:
-                log.warning("in-flight rounds abandoned at shutdown", grace_s=STOP_GRACE)
-                await self.scheduler.shutdown(wait=False)
+        try:
+            for comp in self._started_components:
+                on_stopping = getattr(comp, "on_stopping", None)
+                if on_stopping is not None:
+                    on_stopping(stopping_at)  # e.g. seal the recording where scheduling ends
+        finally:
+            # Stop ingesting in the same step (no await in between): nothing received after the
+            # recording was sealed may reach the books while in-flight rounds finish, not even
+            # a frame a source's sub-task already holds when it is cancelled.
             if self.engine is not None:
-                from daemon.rounds import record_abandoned
+                self.engine.bus.mute(MARKET_DATA_CLASSES)
+            for t in self._tasks:
+                if t.get_name().startswith("source-"):
+                    t.cancel()
 
-                try:
-                    await record_abandoned(self.engine)
-                except Exception:
-                    log.exception("recording abandoned decisions failed")
+    async def _stop_scheduler(self) -> None:
+        """Stop scheduling; let in-flight rounds finish within the grace or record them
+        abandoned."""
+        if self.scheduler is None:
+            return
+        try:
+            await asyncio.wait_for(self.scheduler.shutdown(wait=True), STOP_GRACE)
+        except TimeoutError:
+            log.warning("in-flight rounds abandoned at shutdown", grace_s=STOP_GRACE)
+            await self.scheduler.shutdown(wait=False)
+        if self.engine is not None:
+            from daemon.rounds import record_abandoned
+
+            try:
+                await record_abandoned(self.engine)
+            except Exception:
+                log.exception("recording abandoned decisions failed")
+
+    async def _stop_components(self) -> None:
+        """Stop the components, last started first; one failing does not stop the others."""
         for comp in reversed(self._started_components):
             try:
                 await comp.stop()
             except Exception:
                 log.exception("component stop failed", component=comp.name)
         self._started_components.clear()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+
+    async def _stop_bus(self) -> None:
+        """Deliver what the bus holds and stop its consumers."""
         if self.engine is not None:
             await self.engine.bus.stop()
-            await self.engine.close_agents()
-            store = self.engine.store
-            # Commit books, resolutions paid since the last round and a checkpoint together
-            # with the last market events, so a restart loses nothing that was applied.
-            from daemon.store import RoundCommit
 
-            try:
-                await self.engine.commit(RoundCommit())
-                await store.end_run(self.clock.now())
-            finally:
-                await store.close()
-        log.info("daemon stopped")
+    async def _close_agents(self) -> None:
+        """Let agents holding processes release them."""
+        if self.engine is not None:
+            await self.engine.close_agents()
+
+    async def _commit_end(self) -> None:
+        """Commit books, resolutions paid since the last round and a checkpoint together with
+        the last market events, so a restart loses nothing that was applied; end the run."""
+        if self.engine is None:
+            return
+        from daemon.store import RoundCommit
+
+        await self.engine.commit(RoundCommit())
+        await self.engine.store.end_run(self.clock.now())

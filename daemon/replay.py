@@ -395,10 +395,13 @@ async def _drive(driver: ReplayDriver, rec: str, offset: int, header_end: float,
 
 
 async def engine_stop(engine: Engine | None) -> None:
-    """Stop the engine's bus if it was started, and the agents' own processes."""
+    """Stop the engine's bus if it was started, and the agents' own processes (even when
+    stopping the bus fails: its error is raised after)."""
     if engine is not None:
-        await engine.bus.stop()
-        await engine.close_agents()
+        try:
+            await engine.bus.stop()
+        finally:
+            await engine.close_agents()
 
 
 def _want_progress(progress: bool | None) -> bool:

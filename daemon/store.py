@@ -458,14 +458,18 @@ class Store:
 
     async def close(self) -> None:
         """Flush pending events and close the database and its lock."""
-        with contextlib.suppress(Exception):
-            await self.wait_flushed()
-            await self.flush()
-        spill_unwritten(self)  # still faulted: keep them beside the database, or count the loss
-        await self.db.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        try:
+            with contextlib.suppress(Exception):
+                await self.wait_flushed()
+                await self.flush()
+            spill_unwritten(self)  # still faulted: keep them beside the database, or count the loss
+        finally:  # whatever failed: the connection's thread would keep the process alive
+            try:
+                await self.db.close()
+            finally:
+                if self._lock_fd is not None:
+                    os.close(self._lock_fd)
+                    self._lock_fd = None
 
     # -- runs ---------------------------------------------------------------------------------
     async def begin_run(self, *, mode: str, version: str, config: dict[str, Any],

@@ -1,5 +1,6 @@
 """``python3 dev.py run``: an interrupt of the script (Ctrl-C, or SIGINT/SIGTERM sent to it
-alone) stops the daemon cleanly and exits with the daemon's code, without a traceback."""
+alone) stops the daemon cleanly and exits with the daemon's code, without a traceback.
+``python3 dev.py test``: the suite runs in parallel unless the arguments choose otherwise."""
 
 from __future__ import annotations
 
@@ -67,3 +68,24 @@ def test_a_daemon_whose_log_stream_has_gone_still_stops_cleanly(tmp_path: Path) 
     finally:
         con.close()
     assert not db.with_name(db.name + "-wal").exists()
+
+
+def _dev_module() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("paperarena_dev", ROOT / "dev.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_dev_test_runs_files_in_parallel_unless_told_otherwise() -> None:
+    args = _dev_module().pytest_args  # type: ignore[attr-defined]
+    parallel = ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile"]
+    assert args([]) == parallel
+    assert args(["tests/test_bus.py", "-k", "drain"]) == [*parallel, "tests/test_bus.py", "-k",
+                                                          "drain"]
+    for own in (["-n", "0"], ["-n3", "tests"], ["--numprocesses=2"], ["-p", "no:xdist"],
+                ["-x", "-pno:xdist"]):
+        assert args(own) == own

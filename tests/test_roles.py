@@ -38,7 +38,7 @@ from daemon.events import DecisionEvent, Event, MarketListed, PriceEvent
 from daemon.mqtt import MqttBridge, MqttSettings, default_client_id
 from daemon.replay import ReplayError, replay
 from daemon.replay_publish import PublishSummary, ReplayPublisher
-from daemon.replay_roles import EvaluateSummary, replay_evaluate
+from daemon.replay_roles import EvaluateSummary, ReplayStream, replay_evaluate
 from daemon.roles import OwnershipError, role_daemon
 from scoring.leaderboard import leaderboard, to_json
 from tests.mosquitto import HOST, PORT, PrivateBroker, listening, requires_broker, until
@@ -298,14 +298,31 @@ async def test_broker_restart_and_crash_mid_run_are_survived(rec: Rec, tmp_path:
 
 
 async def test_an_evaluator_restarted_mid_run_resumes_from_its_database(
-    rec: Rec, broker: Broker, tmp_path: Path
+    rec: Rec, broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     everyone = (tuple(a.id for a in rec.config.agents),)
+    # The evaluator dies (cancelled) as the stream hands it the event halfway: its last round
+    # commit is its checkpoint. Killing it from here on a polled ack instead raced it: on a
+    # busy machine it had applied the whole stream before the poll saw half of it acked.
+    killed = asyncio.Event()
+    next_event = ReplayStream.next_event
+
+    async def dies_halfway(stream: ReplayStream) -> tuple[int, Event] | None:
+        item = await next_event(stream)
+        if item is not None and item[0] >= rec.count // 2 and not killed.is_set():
+            killed.set()
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            await asyncio.sleep(0)  # raises CancelledError: the event is never applied
+        return item
+
+    monkeypatch.setattr(ReplayStream, "next_event", dies_halfway)
     async with split_run(rec, broker, tmp_path, everyone, window=100) as run:
-        await until(lambda: run.applied() >= rec.count // 2, what="half applied")
-        run.evaluators[0].cancel()  # the evaluator dies (its last round commit is its checkpoint)
         with contextlib.suppress(asyncio.CancelledError):
-            await run.evaluators[0]
+            async with asyncio.timeout(40):
+                await run.evaluators[0]
+        assert killed.is_set() and run.evaluators[0].cancelled()
         run.evaluators[0] = asyncio.get_running_loop().create_task(replay_evaluate(
             rec.config, run.dbs[0], agent_ids=list(everyone[0]), settings=broker.settings(),
             process_id="e0", stall_timeout=15.0))
