@@ -378,6 +378,9 @@ def _migrate(args: argparse.Namespace) -> int:
     problem = url_problem(args.target)
     if problem:
         return _fail(f"--to {redact(args.target)}: {problem}")
+    from daemon.logs import configure_logging
+
+    configure_logging("warning")  # stdout is the summary line; warnings go to stderr
     try:
         summary = asyncio.run(migrate(args.source, args.target, scope=args.scope,
                                       password_env=args.password_env))

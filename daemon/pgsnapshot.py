@@ -11,9 +11,10 @@ migrations, and the unchanged scoring code runs on it. Merge rules, per table:
 - ``checkpoint``: none (per-process restart state);
 - tables with an ``id INTEGER PRIMARY KEY``: every scope's rows, in scope then id order, with
   new ids (``runs`` in ``started_ts`` order, so later configs still override earlier ones);
-- every other table (decisions, fills, equity, agent_state, resolutions, books, meta, and the
-  tables of later migrations): ``INSERT OR IGNORE`` in scope order, so rows that several scopes
-  hold alike (resolutions, a book's listed questions) appear once.
+- every table, ``INSERT OR IGNORE`` in scope order: rows that several scopes hold alike
+  (resolutions, a book's listed questions, the decisions and fills of a run migrated twice or of
+  an agent moved to a new scope with its history) appear once, by the table's key or unique
+  index (``fills`` has an id and a unique (agent, market, scheduled_ts)).
 
 Cost: the copy is linear in the rows of the store (see ``docs/benchmarks.md``); the live
 readers recompute only after marks or rounds (``daemon/board_cache.py``).
@@ -46,8 +47,9 @@ def snapshot(url: str, *, password_env: str | None = None) -> sqlite3.Connection
     data = _in_thread(_fetch(url, tables, password_env))
     for table, rows in data:
         cols = tables[table]
-        verb = "INSERT" if _has_id(con, table) else "INSERT OR IGNORE"
-        con.executemany(f"{verb} INTO {table}({', '.join(cols)}) VALUES"
+        # Rows several scopes hold alike (a run migrated twice, an agent moved to a new scope
+        # with its history) are kept once: by the table's key, or its unique index.
+        con.executemany(f"INSERT OR IGNORE INTO {table}({', '.join(cols)}) VALUES"
                         f"({', '.join('?' * len(cols))})", rows)
     con.commit()
     return con
@@ -96,12 +98,6 @@ async def _stamp(url: str, password_env: str | None) -> tuple[int, int]:
         return int(row[0]), int(row[1])
     finally:
         await con.close()
-
-
-def _has_id(con: sqlite3.Connection, table: str) -> bool:
-    """Return whether ``table`` has an ``INTEGER PRIMARY KEY`` id (a rowid alias)."""
-    info = list(con.execute(f"PRAGMA table_info({table})"))
-    return any(r[1] == "id" and r[5] == 1 and str(r[2]).upper() == "INTEGER" for r in info)
 
 
 def _in_thread(coro: Any) -> Any:

@@ -52,6 +52,7 @@ def test_migrate_copies_a_run_and_its_report_is_unchanged(replayed: Path) -> Non
         r = cli("migrate", "--from", str(replayed), "--to", url)
         assert r.returncode == 0, r.stderr
         assert "counts verified" in r.stdout and "decisions" in r.stdout
+        assert len(r.stdout.strip().splitlines()) == 1, r.stdout  # logs go to stderr
         src = sqlite3.connect(replayed)
         for table in ("decisions", "fills", "equity", "market_events", "runs", "llm_calls"):
             want = src.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
@@ -68,6 +69,19 @@ def test_migrate_copies_a_run_and_its_report_is_unchanged(replayed: Path) -> Non
         again = cli("migrate", "--from", str(replayed), "--to", url)
         assert again.returncode == 2 and "already holds" in again.stderr
         assert len(again.stderr.strip().splitlines()) == 1
+
+
+@requires_pg
+def test_two_scopes_holding_the_same_run_read_as_one(replayed: Path) -> None:
+    """The same decisions and fills in two scopes (a run migrated twice, an agent moved to a
+    new scope with its history) appear once in the merged read, not as a UNIQUE failure."""
+    with pg_database() as url:
+        for scope in ("first", "second"):
+            r = cli("migrate", "--from", str(replayed), "--to", url, "--scope", scope)
+            assert r.returncode == 0, r.stderr
+        assert to_json(leaderboard(url)) == to_json(leaderboard(replayed))
+        r = cli("report", "--db", url)
+        assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [
