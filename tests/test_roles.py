@@ -273,21 +273,42 @@ async def test_two_evaluators_split_the_agents_and_match_the_single_process(
 
 
 @pytest.mark.skipif(shutil.which("mosquitto") is None, reason="mosquitto binary not installed")
-async def test_broker_restart_and_crash_mid_run_are_survived(rec: Rec, tmp_path: Path) -> None:
+async def test_broker_restart_and_crash_mid_run_are_survived(
+    rec: Rec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The evaluator waits at a quarter and at half of the stream while the broker restarts, so
+    # both happen mid-run however fast the machine applies events (polling for progress raced:
+    # on a busy machine the whole stream could be applied before the poll saw a quarter).
+    gates = {rec.count // 4: (asyncio.Event(), asyncio.Event()),
+             rec.count // 2: (asyncio.Event(), asyncio.Event())}
+    next_event = ReplayStream.next_event
+
+    async def waits_at_gates(stream: ReplayStream) -> tuple[int, Event] | None:
+        item = await next_event(stream)
+        if item is not None and item[0] in gates:
+            reached, go_on = gates[item[0]]
+            reached.set()
+            await go_on.wait()
+        return item
+
+    monkeypatch.setattr(ReplayStream, "next_event", waits_at_gates)
     private = PrivateBroker(tmp_path)
     await private.start()
     try:
         b = Broker(namespace="restart", port=private.port)
         everyone = (tuple(a.id for a in rec.config.agents),)
+        (q_reached, q_go), (h_reached, h_go) = gates[rec.count // 4], gates[rec.count // 2]
         async with split_run(rec, b, tmp_path, everyone, window=100) as run:
             # Graceful restart: sessions, queued QoS 1 messages and retained state are saved.
-            await until(lambda: run.applied() >= rec.count // 4, what="a quarter applied")
+            await asyncio.wait_for(q_reached.wait(), 40)
             await private.stop()
             await private.start()
+            q_go.set()
             # Crash: what the broker held since its last save is gone; the publisher re-sends.
-            await until(lambda: run.applied() >= rec.count // 2, what="half applied")
+            await asyncio.wait_for(h_reached.wait(), 40)
             private.kill()
             await private.start()
+            h_go.set()
             published, (evaluated,) = await run.results()
         assert published.bridge["reconnects"] == 2 and published.bridge["lost"] == 0
         assert evaluated.bridge["reconnects"] >= 2
