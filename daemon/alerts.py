@@ -8,7 +8,9 @@ Drawdown
     ``equity`` table on start. A bus tap on ``price.#`` compares timestamps only; when the engine
     clock has moved ``check_interval`` past a market's last check, that market is evaluated inline
     (a vector read of the book), so a replay raises the same alerts at the same (engine clock)
-    times on every run. A breach raises one ``drawdown_breach`` alert and disarms; the alert is
+    times on every run. Live, prices that came inside the interval and were followed by none are
+    evaluated once the interval has passed (within a second), so a breach at the end of a burst
+    or in a quiet market is not left waiting for the next price. A breach raises one ``drawdown_breach`` alert and disarms; the alert is
     re-armed (with a ``drawdown_recovered`` notice) once the drawdown is back at or below
     ``limit - hysteresis``. With ``halt_on_breach`` the agent is halted in that market (the
     decision round records ``halted`` and holds) and the halt is persisted in ``agent_state`` until
@@ -46,6 +48,7 @@ import aiohttp
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from daemon.clock import LiveClock
 from daemon.config import AgentConfig, ConfigError, parse_duration
 from daemon.events import AlertEvent
 from daemon.store import RoundCommit
@@ -74,6 +77,10 @@ STOP_GRACE = 5.0
 
 # ----------------------------------------------------------------------------------- config
 
+
+#: How often (seconds, at most) a live monitor looks for markets left unchecked by the rate
+#: limit (:meth:`AlertMonitor._trailing_loop`).
+TRAILING_POLL = 1.0
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -533,6 +540,8 @@ class AlertMonitor:
         self.tracks: dict[tuple[str, str], DrawdownTrack] = {}
         self._feeds: dict[str, _FeedTrack] = {}
         self._last_check: dict[str, float] = {}
+        self._unchecked: set[str] = set()
+        """Markets with prices that arrived within ``check_interval`` of their last check."""
         self._outbox: deque[_Work] = deque()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -561,6 +570,8 @@ class AlertMonitor:
         self._tasks.append(asyncio.create_task(self._worker(), name="alerts-worker"))
         if self.sources:
             self._tasks.append(asyncio.create_task(self._feed_loop(), name="alerts-feeds"))
+        if isinstance(self.engine.clock, LiveClock):
+            self._tasks.append(asyncio.create_task(self._trailing_loop(), name="alerts-trailing"))
         log.info("alert monitor started", agents=len(self.tracks),
                  notifiers=[n.name for n in self.notifiers],
                  check_interval_s=self.config.check_interval)
@@ -649,9 +660,30 @@ class AlertMonitor:
         now = self.engine.clock.now()
         last = self._last_check.get(market)
         if last is not None and now - last < self.config.check_interval:
+            self._unchecked.add(market)
             return
         self._last_check[market] = now
+        self._unchecked.discard(market)
         self.check_market(market, now)
+
+    async def _trailing_loop(self) -> None:
+        """Live only: evaluate a market whose last prices came within ``check_interval`` of its
+        last check once the interval has passed, even if no price follows them (a breach at the
+        end of a burst was not raised until the next price). A replay is left as it was: its
+        checks stay on the prices' engine times, the same on every run."""
+        while True:
+            await asyncio.sleep(min(self.config.check_interval, TRAILING_POLL))
+            if not self._active or not self._unchecked:
+                continue
+            now = self.engine.clock.now()
+            for market in sorted(self._unchecked):
+                if now - self._last_check.get(market, now) >= self.config.check_interval:
+                    self._last_check[market] = now
+                    self._unchecked.discard(market)
+                    try:
+                        self.check_market(market, now)
+                    except Exception:
+                        log.exception("drawdown check failed", market=market)
 
     def on_prices(self, events: list[Any]) -> None:
         """Batch bus tap: :meth:`on_price` once per market of the batch."""

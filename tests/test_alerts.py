@@ -31,7 +31,7 @@ from daemon.alerts import (
     parse_alerts_config,
     safe_url,
 )
-from daemon.clock import SimClock
+from daemon.clock import LiveClock, SimClock
 from daemon.components import default_components
 from daemon.config import AgentConfig, Config, ConfigError, parse_config
 from daemon.engine import Engine
@@ -278,6 +278,46 @@ async def test_drawdown_alerts_with_hysteresis_halt_and_persistence(engine: Engi
     result = await engine.rounds["equity"].run(T0 + 3600)
     assert result.outcomes["ew"] == "halted" and result.outcomes["bh"] in ("ok", "hold")
     await monitor.stop()
+
+
+async def test_a_live_breach_inside_the_interval_is_raised_without_another_price(
+    tmp_path: Path,
+) -> None:
+    """The crash comes right after a check and no price follows (the end of a burst, a quiet
+    market): the live monitor still evaluates it once ``check_interval`` has passed."""
+    import time
+
+    store = await Store.open(tmp_path / "live.db")
+    engine = Engine(make_config(), clock=LiveClock(), store=store)
+    engine.add_equity_universe(ASSETS)
+    engine.build_agents()
+    await engine.restore()
+    await engine.bus.start()
+    monitor = AlertMonitor(engine, AlertsConfig(check_interval=0.3))
+    await monitor.start()
+
+    async def prices(factor: float) -> None:
+        now = time.time()
+        for a in ASSETS:
+            await engine.bus.publish(PriceEvent(ts=now, recv_ts=now, market="equity", asset=a,
+                                                price=100.0 * factor))
+
+    try:
+        await prices(1.0)
+        await engine.rounds["equity"].run(time.time())  # ew and bh invest everything
+        await asyncio.sleep(0.35)
+        await prices(1.0)  # past the interval: checked, no breach
+        assert monitor.raised == []
+        await prices(0.5)  # a crash inside the interval, and then nothing
+        for _ in range(40):
+            if {a.agent for a in monitor.raised} >= {"ew", "bh"}:
+                break
+            await asyncio.sleep(0.1)
+        assert {(a.kind, a.agent) for a in monitor.raised} == {
+            (DRAWDOWN_BREACH, "ew"), (DRAWDOWN_BREACH, "bh")}
+    finally:
+        await monitor.stop()
+        await close_engine(engine)
 
 
 async def test_drawdown_is_checked_deterministically_on_engine_time(tmp_path: Path) -> None:
