@@ -7,14 +7,14 @@ Drawdown
     prices, unrealised P&L included) from the running peak, which is restored from the store's
     ``equity`` table on start. A bus tap on ``price.#`` compares timestamps only; when the engine
     clock has moved ``check_interval`` past a market's last check, that market is evaluated inline
-    (a vector read of the book), so a replay raises the same alerts at the same (engine clock)
-    times on every run. Live, prices that came inside the interval and were followed by none are
-    evaluated once the interval has passed (within a second), so a breach at the end of a burst
-    or in a quiet market is not left waiting for the next price. A breach raises one ``drawdown_breach`` alert and disarms; the alert is
-    re-armed (with a ``drawdown_recovered`` notice) once the drawdown is back at or below
-    ``limit - hysteresis``. With ``halt_on_breach`` the agent is halted in that market (the
-    decision round records ``halted`` and holds) and the halt is persisted in ``agent_state`` until
-    an operator resumes it (``POST /api/agents/{id}/resume``).
+    (a vector read of the book), so a replay raises the same alerts at the same (engine clock) times
+    on every run. Live, prices that came inside the interval and were followed by none are evaluated
+    once the interval has passed (within a second), so a breach at the end of a burst or in a quiet
+    market is not left waiting for the next price. A breach raises one ``drawdown_breach`` alert and
+    disarms; the alert is re-armed (with a ``drawdown_recovered`` notice) once the drawdown is back
+    at or below ``limit - hysteresis``. With ``halt_on_breach`` the agent is halted in that market
+    (the decision round records ``halted`` and holds) and the halt is persisted in ``agent_state``
+    until an operator resumes it (``POST /api/agents/{id}/resume``).
 
 Stale feeds
     A source whose state is not ``live`` for ``feed_stale_after`` while its market is open raises

@@ -23,6 +23,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -673,38 +674,30 @@ class Store:
             await self._insert_events(self._pending[:n])
 
     async def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        # Live price rows (7 fields), price rows with a seq (8) and other events (10) keep their
-        # arrival order within each kind; ids order them within a batch only per kind, ts
-        # orders them across kinds.
+        # Live price rows (7 fields), price rows with a seq (8) and other events (10): each run of
+        # one kind in one statement, runs in arrival order, so ids follow arrival across kinds.
         if all(len(r) == _LIVE_PRICE_FIELDS for r in rows):
-            live, prices, others = rows, [], []
+            runs: Iterable[tuple[int, Iterable[tuple[Any, ...]]]] = ((_LIVE_PRICE_FIELDS, rows),)
         else:
-            live = [r for r in rows if len(r) == _LIVE_PRICE_FIELDS]
-            prices = [r for r in rows if len(r) == 8]
             # Rows spilled before live price rows lost their seq: (None, ts, ...).
-            live += [r[1:] for r in prices if r[0] is None]
-            prices = [r for r in prices if r[0] is not None]
-            others = [r for r in rows if len(r) == 10]
-        if live:
-            # Live rows have no seq: binding None goes through sqlite3's adapter lookup (about
-            # 0.5 us a row on the writer thread, holding the GIL), a NULL literal costs nothing.
-            await self.db.executemany(
-                "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price, bid, ask)"
-                " VALUES(NULL,?,?,'price',?,?,?,?,?)",
-                live,
-            )
-        if prices:
-            await self.db.executemany(
-                "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price, bid, ask)"
-                " VALUES(?,?,?,'price',?,?,?,?,?)",
-                prices,
-            )
-        if others:
-            await self.db.executemany(
-                "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price, bid,"
-                " ask, payload) VALUES(?,?,?,?,?,?,?,?,?,?)",
-                others,
-            )
+            rows = [r[1:] if len(r) == 8 and r[0] is None else r for r in rows]
+            runs = groupby(rows, key=len)
+        for fields, run in runs:
+            if fields == _LIVE_PRICE_FIELDS:
+                # Live rows have no seq: binding None goes through sqlite3's adapter lookup
+                # (about 0.5 us a row on the writer thread, holding the GIL), a NULL literal
+                # costs nothing.
+                await self.db.executemany(
+                    "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price,"
+                    " bid, ask) VALUES(NULL,?,?,'price',?,?,?,?,?)", list(run))
+            elif fields == 8:
+                await self.db.executemany(
+                    "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price,"
+                    " bid, ask) VALUES(?,?,?,'price',?,?,?,?,?)", list(run))
+            else:
+                await self.db.executemany(
+                    "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price,"
+                    " bid, ask, payload) VALUES(?,?,?,?,?,?,?,?,?,?)", list(run))
 
     async def flush(self, checkpoint: tuple[int, float, dict[str, Any]] | None = None) -> None:
         """Write buffered events (and optionally a checkpoint) in one transaction."""

@@ -145,3 +145,37 @@ def test_stored_price_rows_are_the_same_with_and_without_seq(tmp_path: object) -
         (None, 11.0, 11.5, "price", "polymarket", "B", 0.25, 0.2, None, None),
         (7, 12.0, 13.0, "price", "polymarket", "C", 0.75, None, None, None),
     ]
+
+
+def test_stored_market_events_keep_their_arrival_order_across_kinds(tmp_path: object) -> None:
+    """A resolution between two bursts of prices is stored between them (ids follow arrival),
+    live or with a seq, and a spilled row of the older format still lands in its place."""
+    from pathlib import Path
+
+    from daemon.events import ResolutionEvent
+    from daemon.store import Store
+
+    def resolution(ts: float) -> ResolutionEvent:
+        return ResolutionEvent(ts=ts, recv_ts=ts, market="polymarket", question_id="q1",
+                               payouts={"A": 1.0, "B": 0.0})
+
+    async def main() -> list[tuple[object, ...]]:
+        store = await Store.open(Path(str(tmp_path)) / "o.db")
+        store.add_prices([price("A", 0.5, 10.0), price("B", 0.5, 10.0)])
+        store.add_event(resolution(11.0))
+        store.add_prices([price("C", 0.25, 12.0)])
+        store._pending.append((None, 13.0, 13.5, "polymarket", "D", 0.1, None, None))  # old spill
+        store.add_event(resolution(14.0), seq=3)
+        store.add_prices([price("E", 0.75, 15.0)], seq=4)
+        await store.flush()
+        rows = await store.fetchall("SELECT seq, ts, kind, asset FROM market_events ORDER BY id")
+        await store.close()
+        return [tuple(r) for r in rows]
+
+    assert asyncio.run(main()) == [
+        (None, 10.0, "price", "A"), (None, 10.0, "price", "B"),
+        (None, 11.0, "ResolutionEvent", "q1"),
+        (None, 12.0, "price", "C"), (None, 13.0, "price", "D"),
+        (3, 14.0, "ResolutionEvent", "q1"),
+        (4, 15.0, "price", "E"),
+    ]
