@@ -278,7 +278,9 @@ def to_text(sec: Mapping[str, Any]) -> str:
     for r in sec["rounds"]:
         head = (f"  {r['round_id']} [{r['status']}] {r['start_day']} -> {r['end_day']}")
         if r["status"] == "resolved":
-            head += (f"  S&P 500 ({r['benchmark']}) {_p(r.get('sp500_return'))}"
+            sp = r.get("sp500_return")
+            bench = _p(sp) if sp is not None else f"n/a (no {r['benchmark']} closes stored)"
+            head += (f"  S&P 500 ({r['benchmark']}) {bench}"
                      f"  max possible {_p(r.get('max_possible_return'))}"
                      f" ({r.get('best_option') or 'n/a'})")
         lines.append(head)

@@ -399,6 +399,8 @@ async def test_example_config_replays_the_sample(tmp_path: Path, monkeypatch: py
     assert main(["report", "--db", str(tmp_path / "cb.db")]) == 0
     text = capsys.readouterr().out
     assert "comparison set, weekly: roster model_a, model_b; 2 shared resolved round(s)" in text
+    # The missing benchmark is named, not a bare n/a.
+    assert "S&P 500 (SPY) n/a (no SPY closes stored)" in text
 
 
 async def test_api_serves_the_rounds(tmp_path: Path) -> None:
