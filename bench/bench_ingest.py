@@ -79,7 +79,8 @@ async def _real_path(n_agents: int, tokens: list[str], snapshots: list[str],
                      frames: list[bytes], db: Path) -> dict[str, Any]:
     import structlog
 
-    from daemon.alerts import AlertMonitor, parse_alerts_config
+    from daemon.alert_config import parse_alerts_config
+    from daemon.alerts import AlertMonitor
     from daemon.clock import SimClock
     from daemon.config import parse_config
     from daemon.engine import Engine

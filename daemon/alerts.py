@@ -34,25 +34,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
-import random
-import re
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from daemon.alert_config import DEFAULT_LIMIT as DEFAULT_LIMIT  # re-exported
+from daemon.alert_config import AlertsConfig as AlertsConfig  # re-exported
+from daemon.alert_config import WebhookConfig as WebhookConfig  # re-exported
+from daemon.alert_config import drawdown_limit as drawdown_limit  # re-exported
+from daemon.alert_config import parse_alerts_config as parse_alerts_config  # re-exported
+from daemon.alert_delivery import STOP_GRACE as STOP_GRACE  # re-exported
+from daemon.alert_delivery import ResultHook as ResultHook  # re-exported
+from daemon.alert_delivery import WebhookNotifier as WebhookNotifier  # re-exported
+from daemon.alert_delivery import build_notifiers as build_notifiers  # re-exported
+from daemon.alert_delivery import safe_url as safe_url  # re-exported
+from daemon.alert_kinds import AGENT_RESUMED as AGENT_RESUMED  # re-exported
+from daemon.alert_kinds import ALERT_KINDS as ALERT_KINDS  # re-exported
+from daemon.alert_kinds import DRAWDOWN_BREACH as DRAWDOWN_BREACH  # re-exported
+from daemon.alert_kinds import DRAWDOWN_RECOVERED as DRAWDOWN_RECOVERED  # re-exported
+from daemon.alert_kinds import FEED_RECOVERED as FEED_RECOVERED  # re-exported
+from daemon.alert_kinds import FEED_STALE as FEED_STALE  # re-exported
+from daemon.alert_kinds import SEVERITIES as SEVERITIES  # re-exported
+from daemon.alert_kinds import Alert as Alert  # re-exported
 from daemon.clock import LiveClock
-from daemon.config import AgentConfig, ConfigError, parse_duration
-from daemon.events import AlertEvent
+from daemon.config import AgentConfig
 from daemon.store import RoundCommit
-from scoring.benchmarks import RISK_PROFILES
 from scoring.metrics import drawdown_series
 
 if TYPE_CHECKING:
@@ -60,204 +70,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-DRAWDOWN_BREACH = "drawdown_breach"
-DRAWDOWN_RECOVERED = "drawdown_recovered"
-FEED_STALE = "feed_stale"
-FEED_RECOVERED = "feed_recovered"
-AGENT_RESUMED = "agent_resumed"
-#: Every alert kind this module raises (metrics pre-create a counter per kind).
-ALERT_KINDS: tuple[str, ...] = (DRAWDOWN_BREACH, DRAWDOWN_RECOVERED, FEED_STALE, FEED_RECOVERED,
-                                AGENT_RESUMED)
-SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
-#: Limit used for an agent that runs but is no longer in the config.
-DEFAULT_LIMIT = RISK_PROFILES["balanced"].max_drawdown
-#: Seconds ``stop`` waits for queued alerts and deliveries before giving up on them.
-STOP_GRACE = 5.0
-
-
-# ----------------------------------------------------------------------------------- config
-
-
 #: How often (seconds, at most) a live monitor looks for markets left unchecked by the rate
 #: limit (:meth:`AlertMonitor._trailing_loop`).
 TRAILING_POLL = 1.0
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-
-class WebhookConfig(_Frozen):
-    """One alert notifier (``[[alerts.webhooks]]``)."""
-
-    url: str = Field(description="http(s) URL the alert is POSTed to")
-    kind: Literal["json", "slack", "discord"] = Field(
-        default="json",
-        description="json = the alert as JSON; slack = {'text': ...}; discord = {'content': ...}",
-    )
-    name: str | None = Field(default=None, description="label in logs and metrics")
-    token_env: str | None = Field(
-        default=None, description="environment variable holding a bearer token (never logged)"
-    )
-    kinds: tuple[str, ...] | None = Field(
-        default=None, description="only these alert kinds (default: all)"
-    )
-    min_severity: Literal["info", "warning", "critical"] = "info"
-    timeout: float = Field(default=10.0, description="per-attempt HTTP timeout")
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host")
-        return v
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z0-9_.\-]{1,64}$", v):
-            raise ValueError("use 1-64 letters, digits, '_', '.' or '-'")
-        return v
-
-    @field_validator("token_env")
-    @classmethod
-    def _env(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", v):
-            raise ValueError("must be an environment variable name")
-        return v
-
-    @field_validator("kinds")
-    @classmethod
-    def _kinds(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if v is not None:
-            unknown = sorted(set(v) - set(ALERT_KINDS))
-            if unknown:
-                raise ValueError(f"unknown alert kind(s) {', '.join(unknown)} "
-                                 f"(known: {', '.join(ALERT_KINDS)})")
-        return v
-
-    @field_validator("timeout", mode="before")
-    @classmethod
-    def _timeout(cls, v: Any) -> float:
-        seconds = parse_duration(v)
-        if seconds <= 0:
-            raise ValueError("must be > 0")
-        return seconds
-
-
-class AlertsConfig(_Frozen):
-    """The ``[alerts]`` table: drawdown/feed alert tuning and notifiers."""
-
-    webhooks: tuple[WebhookConfig, ...] = ()
-    hysteresis: float = Field(
-        default=0.02, ge=0.0, lt=1.0,
-        description="re-arm a drawdown alert once drawdown <= limit - hysteresis",
-    )
-    check_interval: float = Field(
-        default=60.0, description="evaluate drawdowns at most this often (engine clock)"
-    )
-    feed_stale_after: float = Field(
-        default=300.0, description="a source not live this long while its market is open alerts"
-    )
-    feed_recovered_after: float = Field(
-        default=60.0, description="live again this long re-arms the stale-feed alert"
-    )
-    feed_check_interval: float = Field(default=5.0, description="how often feeds are checked")
-    notify_recovery: bool = Field(
-        default=True, description="also notify recoveries and operator resumes (info)"
-    )
-    max_attempts: int = Field(default=5, ge=1, le=20, description="delivery attempts per alert")
-    backoff_initial: float = Field(default=1.0, description="first retry delay")
-    backoff_max: float = Field(default=60.0, description="longest retry delay")
-    queue_size: int = Field(default=1000, ge=1, le=100_000,
-                            description="alerts queued per webhook (oldest dropped beyond)")
-
-    @field_validator("check_interval", "feed_stale_after", "feed_recovered_after",
-                     "feed_check_interval", "backoff_initial", "backoff_max", mode="before")
-    @classmethod
-    def _durations(cls, v: Any) -> float:
-        return parse_duration(v)
-
-    @field_validator("check_interval", "feed_check_interval", "backoff_initial")
-    @classmethod
-    def _positive(cls, v: float) -> float:
-        if v <= 0:
-            raise ValueError("must be > 0")
-        return v
-
-
-def parse_alerts_config(data: Mapping[str, Any] | None, source: str = "config") -> AlertsConfig:
-    """Validate the ``[alerts]`` mapping or raise :class:`ConfigError` (one line per problem)."""
-    try:
-        return AlertsConfig.model_validate(dict(data or {}))
-    except ValidationError as exc:
-        lines = []
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in ("alerts", *err["loc"]))
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key"
-            elif err["type"] == "missing":
-                msg = "required key is missing"
-            elif msg.startswith("Value error, "):
-                msg = msg[len("Value error, "):]
-            lines.append(f"{loc}: {msg}")
-        raise ConfigError(source, lines) from None
-
-
-def drawdown_limit(cfg: AgentConfig | None) -> float:
-    """Return an agent's drawdown limit: explicit ``max_drawdown``, else its risk profile's."""
-    if cfg is None:
-        return DEFAULT_LIMIT
-    if cfg.max_drawdown is not None:
-        return float(cfg.max_drawdown)
-    return RISK_PROFILES[cfg.risk_profile].max_drawdown
-
-
-# ----------------------------------------------------------------------------------- alerts
-
-
-@dataclass(frozen=True, slots=True)
-class Alert:
-    """One alert as raised, persisted and delivered."""
-
-    ts: float
-    kind: str
-    severity: str
-    message: str
-    agent: str = ""
-    market: str = ""
-    source: str = ""
-    value: float = 0.0
-    limit: float = 0.0
-
-    def to_event(self) -> AlertEvent:
-        """Return the bus event of this alert."""
-        return AlertEvent(ts=self.ts, recv_ts=self.ts, kind=self.kind, severity=self.severity,
-                          agent=self.agent, market=self.market, value=self.value,
-                          limit=self.limit, message=self.message)
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the generic JSON webhook payload."""
-        return {
-            "app": "paperarena",
-            "kind": self.kind,
-            "severity": self.severity,
-            "ts": self.ts,
-            "time": datetime.fromtimestamp(self.ts, UTC).isoformat().replace("+00:00", "Z"),
-            "agent": self.agent or None,
-            "market": self.market or None,
-            "source": self.source or None,
-            "value": self.value if math.isfinite(self.value) else None,
-            "limit": self.limit if math.isfinite(self.limit) else None,
-            "message": self.message,
-        }
-
-    def text(self) -> str:
-        """Return a one-line human text (Slack/Discord)."""
-        icon = {"critical": ":rotating_light:", "warning": ":warning:"}.get(self.severity,
-                                                                             ":information_source:")
-        return f"{icon} [paperarena {self.severity}] {self.message}"
+# ----------------------------------------------------------------------------------- feeds
 
 
 def source_market(src: Any) -> str | None:
@@ -287,214 +105,6 @@ def state_name(src: Any) -> str:
     st = getattr(src, "state", "live")
     return str(getattr(st, "value", st))
 
-
-# ----------------------------------------------------------------------------------- notifiers
-
-
-def safe_url(url: str) -> str:
-    """Return ``url`` reduced to scheme://host[:port] (webhook paths often hold secrets)."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname}{port}"
-
-
-ResultHook = Callable[[str, str], None]
-
-
-class WebhookNotifier:
-    """Deliver alerts to one webhook from a bounded queue, with retries and backoff."""
-
-    def __init__(self, cfg: WebhookConfig, *, index: int = 0, max_attempts: int = 5,
-                 backoff_initial: float = 1.0, backoff_max: float = 60.0,
-                 queue_size: int = 1000, on_result: ResultHook | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 rng: random.Random | None = None) -> None:
-        """Prepare the notifier; nothing is sent before :meth:`start`."""
-        self.cfg = cfg
-        self.name = cfg.name or f"{cfg.kind}-{index}"
-        self.max_attempts = max_attempts
-        self.backoff_initial = backoff_initial
-        self.backoff_max = max(backoff_max, backoff_initial)
-        self._queue: deque[Alert] = deque()
-        self._maxlen = queue_size
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._on_result = on_result
-        self._sleep = sleep
-        self._rng = rng or random.Random()
-        self._session: aiohttp.ClientSession | None = None
-        self._task: asyncio.Task[None] | None = None
-        self.delivered = 0
-        self.failed = 0
-        self.dropped = 0
-        self.attempts = 0
-
-    def wants(self, alert: Alert) -> bool:
-        """Return whether this notifier takes ``alert`` (kind filter and minimum severity)."""
-        if self.cfg.kinds is not None and alert.kind not in self.cfg.kinds:
-            return False
-        rank = {s: i for i, s in enumerate(SEVERITIES)}
-        return rank.get(alert.severity, 0) >= rank[self.cfg.min_severity]
-
-    def offer(self, alert: Alert) -> bool:
-        """Queue ``alert`` without waiting; drop the oldest queued one when full."""
-        if not self.wants(alert):
-            return False
-        if len(self._queue) >= self._maxlen:
-            old = self._queue.popleft()
-            self.dropped += 1
-            self._result("dropped")
-            log.warning("alert notification dropped (queue full)", notifier=self.name,
-                        kind=old.kind, agent=old.agent, market=old.market)
-        self._queue.append(alert)
-        self._idle.clear()
-        self._wake.set()
-        return True
-
-    def payload(self, alert: Alert) -> dict[str, Any]:
-        """Return the body posted for ``alert`` in this webhook's format."""
-        if self.cfg.kind == "slack":
-            return {"text": alert.text()}
-        if self.cfg.kind == "discord":
-            return {"content": alert.text()[:2000]}
-        return alert.to_json()
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "User-Agent": "paperarena-alerts"}
-        if self.cfg.token_env:
-            token = os.environ.get(self.cfg.token_env)
-            if token:
-                headers["Authorization"] = f"Bearer {token}"
-        return headers
-
-    async def start(self) -> None:
-        """Open the HTTP session and start the delivery task."""
-        if self.cfg.token_env:
-            from daemon.logs import register_secret
-
-            token = os.environ.get(self.cfg.token_env)
-            register_secret(token)
-            if not token:
-                log.warning("alert webhook token variable is not set", notifier=self.name,
-                            token_env=self.cfg.token_env)
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"alerts-{self.name}")
-
-    async def wait_idle(self) -> None:
-        """Wait until every queued alert was delivered or given up."""
-        await self._idle.wait()
-
-    async def stop(self, grace: float = STOP_GRACE) -> None:
-        """Let queued deliveries finish within ``grace`` seconds, then stop."""
-        if self._task is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wait_idle(), grace)
-            if self._queue:
-                log.warning("alert notifications abandoned at shutdown", notifier=self.name,
-                            pending=len(self._queue))
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def _run(self) -> None:
-        while True:
-            if not self._queue:
-                self._idle.set()
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            alert = self._queue[0]
-            try:
-                ok = await self.deliver(alert)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # never let one alert kill the notifier
-                ok = False
-                log.error("alert delivery crashed", notifier=self.name, error=repr(exc))
-            if self._queue and self._queue[0] is alert:
-                self._queue.popleft()
-            if ok:
-                self.delivered += 1
-                self._result("delivered")
-            else:
-                self.failed += 1
-                self._result("failed")
-
-    def backoff(self, attempt: int) -> float:
-        """Return the wait after failed attempt ``attempt`` (exponential, jittered, capped)."""
-        base = min(self.backoff_max, self.backoff_initial * 2.0 ** (attempt - 1))
-        return base * (0.5 + 0.5 * self._rng.random())
-
-    async def deliver(self, alert: Alert) -> bool:
-        """POST ``alert`` with retries; return whether the webhook accepted it."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        body = self.payload(alert)
-        timeout = aiohttp.ClientTimeout(total=self.cfg.timeout)
-        where = safe_url(self.cfg.url)
-        for attempt in range(1, self.max_attempts + 1):
-            self.attempts += 1
-            retry_after: float | None = None
-            try:
-                async with self._session.post(self.cfg.url, json=body, headers=self._headers(),
-                                              timeout=timeout) as resp:
-                    status = resp.status
-                    if 200 <= status < 300:
-                        log.info("alert delivered", notifier=self.name, kind=alert.kind,
-                                 agent=alert.agent, market=alert.market, attempt=attempt)
-                        return True
-                    if status not in (408, 425, 429) and status < 500:
-                        log.error("alert refused by webhook", notifier=self.name, host=where,
-                                  status=status, kind=alert.kind)
-                        return False
-                    retry_after = _retry_after(resp.headers.get("Retry-After"))
-                    problem = f"HTTP {status}"
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                problem = type(exc).__name__
-            if attempt == self.max_attempts:
-                log.error("alert delivery failed", notifier=self.name, host=where,
-                          kind=alert.kind, attempts=attempt, error=problem)
-                return False
-            delay = self.backoff(attempt)
-            if retry_after is not None:
-                delay = min(self.backoff_max, max(delay, retry_after))
-            self._result("retried")
-            log.warning("alert delivery retry", notifier=self.name, host=where, kind=alert.kind,
-                        attempt=attempt, error=problem, retry_in_s=round(delay, 3))
-            await self._sleep(delay)
-        return False
-
-    def _result(self, result: str) -> None:
-        if self._on_result is not None:
-            self._on_result(self.name, result)
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
-
-
-def build_notifiers(cfg: AlertsConfig, on_result: ResultHook | None = None
-                    ) -> list[WebhookNotifier]:
-    """Return one notifier per configured webhook."""
-    return [
-        WebhookNotifier(w, index=i, max_attempts=cfg.max_attempts,
-                        backoff_initial=cfg.backoff_initial, backoff_max=cfg.backoff_max,
-                        queue_size=cfg.queue_size, on_result=on_result)
-        for i, w in enumerate(cfg.webhooks)
-    ]
 
 
 # ----------------------------------------------------------------------------------- monitor

@@ -280,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "check-config":
             cfg = _load(args.file, rounds=True)
-            from daemon.alerts import parse_alerts_config
+            from daemon.alert_config import parse_alerts_config
 
             parse_alerts_config(cfg.alerts, source=args.file)
             problem = _keys_problem(cfg, args)

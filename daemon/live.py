@@ -198,7 +198,7 @@ class LiveDaemon:
             new = load_config(path)
             if self.config_filter is not None:
                 new = self.config_filter(new)
-            from daemon.alerts import parse_alerts_config
+            from daemon.alert_config import parse_alerts_config
 
             parse_alerts_config(new.alerts, source=path)  # validate all before applying any
             register_config_secrets(new)

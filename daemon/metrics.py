@@ -28,7 +28,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from daemon.alerts import ALERT_KINDS, market_open, source_market, state_name
+from daemon.alert_kinds import ALERT_KINDS
+from daemon.alerts import market_open, source_market, state_name
 from daemon.events import ALERT, DECISION, FILL, MARKET, NEWS, PRICE, RESOLUTION, STATUS
 from scoring.metrics import PerformanceSummary, periods_per_year, summarise
 
@@ -388,7 +389,7 @@ class PortfolioRow:
 
 def portfolio_rows(engine: Engine, monitor: AlertMonitor | None) -> list[PortfolioRow]:
     """Return the live figures of every running agent in every market (sorted)."""
-    from daemon.alerts import drawdown_limit
+    from daemon.alert_config import drawdown_limit
 
     cfgs = {a.id: a for a in engine.config.agents}
     out = []

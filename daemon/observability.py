@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 
-from daemon.alerts import AlertMonitor, AlertsConfig, build_notifiers, parse_alerts_config
+from daemon.alert_config import AlertsConfig, parse_alerts_config
+from daemon.alert_delivery import build_notifiers
+from daemon.alerts import AlertMonitor
 from daemon.http import HttpServer, LoopLagMonitor
 from daemon.metrics import EngineCollector, LeaderboardFigures, LlmUsage, Metrics, PerformanceCache
 
