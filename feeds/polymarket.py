@@ -13,9 +13,11 @@
 - Resolutions: the ``market_resolved`` WS event AND a Gamma poll (``closed=true`` +
   ``outcomePrices``, the source of truth); exactly one ResolutionEvent per question whichever
   comes first. ``["0","0"]`` (legacy) and non-final prices are "not resolved yet"; ``endDate`` is
-  never used. Resolved questions' tokens are unsubscribed.
+  never used. Resolved questions' tokens are unsubscribed (tracking in
+  :mod:`feeds.polymarket_resolution`).
 - History: :func:`backfill_history` (``/prices-history``) for the daemon's observation history
-  (never published as live prices); :func:`fetch_midpoint` (``/midpoint``).
+  (never published as live prices); :func:`fetch_midpoint` (``/midpoint``). These and the Gamma
+  market decoding live in :mod:`feeds.polymarket_gamma` (re-exported here).
 """
 
 from __future__ import annotations
@@ -25,12 +27,9 @@ import inspect
 import json
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 import aiohttp
-import msgspec
 import structlog
 from pydantic import ConfigDict, Field, model_validator
 from websockets.asyncio.client import ClientConnection
@@ -48,6 +47,18 @@ from feeds.connection import (
 )
 from feeds.health import failure_is_news, short_error
 from feeds.polymarket_decode import PolymarketDecoder, WsEvent
+from feeds.polymarket_gamma import (
+    GammaMarket,
+    History,
+    HttpStatusError,
+    _get_json,
+    _Session,
+    backfill_history,
+    fetch_midpoint,
+    gamma_payout,
+    parse_gamma_market,
+)
+from feeds.polymarket_resolution import Question, ResolutionTracker
 
 __all__ = [
     "GammaMarket",
@@ -66,7 +77,6 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-History = dict[str, list[tuple[float, float]]]
 HistorySink = Callable[[History], Awaitable[None] | None]
 
 
@@ -103,368 +113,6 @@ class PolymarketSettings(StreamSettings):
         if self.dead_after is not None and 0 < self.dead_after <= self.ping_interval:
             raise ValueError("dead_after must exceed ping_interval")
         return self
-
-
-class HttpStatusError(Exception):
-    """A REST call answered with a non-2xx status."""
-
-    def __init__(self, url: str, status: int) -> None:
-        """Record the URL and status."""
-        super().__init__(f"HTTP {status} from {url}")
-        self.url = url
-        self.status = status
-
-
-# --------------------------------------------------------------------------------- Gamma parsing
-
-
-def _json_list(value: Any) -> list[Any]:
-    """Return a list from a Gamma field that is a JSON-encoded string (or already a list)."""
-    if isinstance(value, list):
-        return value
-    if isinstance(value, str) and value.strip():
-        try:
-            out = json.loads(value)
-        except ValueError:
-            return []
-        return out if isinstance(out, list) else []
-    return []
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _epoch(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        return None
-    return dt.timestamp()
-
-
-@dataclass(frozen=True)
-class GammaMarket:
-    """The fields of a Gamma market we use, decoded (JSON-string fields parsed)."""
-
-    id: str
-    question: str
-    slug: str
-    condition_id: str
-    outcomes: tuple[str, ...]
-    outcome_prices: tuple[float | None, ...]
-    token_ids: tuple[str, ...]
-    yes_index: int | None
-    closed: bool
-    active: bool
-    enable_order_book: bool
-    accepting_orders: bool
-    volume_24h: float
-    end_ts: float | None
-    uma_statuses: tuple[str, ...]
-
-    @property
-    def is_binary(self) -> bool:
-        """Return whether it has two outcomes with two CLOB tokens."""
-        return len(self.outcomes) == 2 and len(self.token_ids) == 2
-
-    @property
-    def is_yes_no(self) -> bool:
-        """Return whether the outcomes are Yes and No (in any order)."""
-        return self.is_binary and {o.lower() for o in self.outcomes} == {"yes", "no"}
-
-    @property
-    def yes_token(self) -> str:
-        """Return the YES token (the first outcome's when outcomes are not Yes/No)."""
-        return self.token_ids[self.yes_index or 0]
-
-    @property
-    def no_token(self) -> str:
-        """Return the NO token."""
-        return self.token_ids[1 - (self.yes_index or 0)]
-
-
-def parse_gamma_market(m: Mapping[str, Any]) -> GammaMarket | None:
-    """Decode one Gamma market object; return None if it has no usable id."""
-    mid = m.get("id")
-    if mid is None or mid == "":
-        return None
-    outcomes = tuple(str(o) for o in _json_list(m.get("outcomes")))
-    prices = tuple(_float(p) for p in _json_list(m.get("outcomePrices")))
-    tokens = tuple(str(t) for t in _json_list(m.get("clobTokenIds")))
-    yes_index: int | None = None
-    for i, o in enumerate(outcomes):
-        if o.strip().lower() == "yes":
-            yes_index = i
-            break
-    vol = _float(m.get("volume24hr"))
-    if vol is None:
-        vol = _float(m.get("volume24hrClob")) or 0.0
-    return GammaMarket(
-        id=str(mid),
-        question=str(m.get("question") or ""),
-        slug=str(m.get("slug") or ""),
-        condition_id=str(m.get("conditionId") or ""),
-        outcomes=outcomes,
-        outcome_prices=prices,
-        token_ids=tokens,
-        yes_index=yes_index,
-        closed=bool(m.get("closed", False)),
-        active=bool(m.get("active", True)),
-        enable_order_book=bool(m.get("enableOrderBook", False)),
-        accepting_orders=bool(m.get("acceptingOrders", False)),
-        volume_24h=vol,
-        end_ts=_epoch(m.get("endDate")),
-        uma_statuses=tuple(str(s) for s in _json_list(m.get("umaResolutionStatuses"))),
-    )
-
-
-def gamma_payout(market: GammaMarket) -> float | None:
-    """Return what YES pays if ``market`` is resolved (1, 0 or 0.5), else None.
-
-    Resolved means ``closed`` with final ``outcomePrices`` (["1","0"], ["0","1"] or 0.5/0.5).
-    Legacy ["0","0"] and any other prices mean "not resolved yet"; ``endDate`` is ignored.
-    """
-    if not market.closed or not market.is_binary or len(market.outcome_prices) != 2:
-        return None
-    yi = market.yes_index if market.yes_index is not None else 0
-    py, pn = market.outcome_prices[yi], market.outcome_prices[1 - yi]
-    if py is None or pn is None:
-        return None
-    for p in (1.0, 0.0, 0.5):
-        if abs(py - p) < 1e-6 and abs(pn - (1.0 - p)) < 1e-6:
-            return p
-    return None
-
-
-@dataclass(frozen=True)
-class Question:
-    """A binary question we track: Gamma id, text and its YES / NO tokens."""
-
-    id: str
-    question: str
-    yes: str
-    no: str
-    end_ts: float | None = None
-    closed: bool = False
-
-    @classmethod
-    def from_market(cls, m: GammaMarket) -> Question:
-        """Build from a decoded Gamma market (annotating non Yes/No outcomes in the text)."""
-        text = m.question
-        if not m.is_yes_no:
-            text = f"{text} [yes = {m.outcomes[0]}, no = {m.outcomes[1]}]"
-        return cls(m.id, text, m.yes_token, m.no_token, m.end_ts, m.closed)
-
-    @classmethod
-    def from_config(cls, q: Mapping[str, Any] | Any) -> Question:
-        """Build from a config entry ({"id","question","yes","no"} mapping or object)."""
-
-        def get(key: str) -> Any:
-            return q.get(key) if isinstance(q, Mapping) else getattr(q, key, None)
-
-        return cls(str(get("id")), str(get("question") or ""), str(get("yes")), str(get("no")))
-
-
-# --------------------------------------------------------------------------------- resolutions
-
-
-class ResolutionTracker:
-    """Known questions and which are resolved; guarantees one ResolutionEvent per question."""
-
-    def __init__(self, on_resolved: Callable[[Question], None] | None = None) -> None:
-        """Create an empty tracker; ``on_resolved`` is called once per resolved question."""
-        self.questions: dict[str, Question] = {}
-        self.by_token: dict[str, str] = {}
-        self.by_condition: dict[str, str] = {}
-        self.resolved: set[str] = set()
-        self.on_resolved = on_resolved
-
-    def add(self, q: Question, condition_id: str = "") -> bool:
-        """Track ``q``; return False if it was already known."""
-        if q.id in self.questions:
-            return False
-        self.questions[q.id] = q
-        self.by_token[q.yes] = q.id
-        self.by_token[q.no] = q.id
-        if condition_id:
-            self.by_condition[condition_id] = q.id
-        return True
-
-    def unresolved(self) -> list[Question]:
-        """Return the known questions not resolved yet."""
-        return [q for qid, q in self.questions.items() if qid not in self.resolved]
-
-    def resolve(
-        self, qid: str, p_yes: float, ts: float, recv_ts: float, source: str
-    ) -> ResolutionEvent | None:
-        """Mark ``qid`` resolved and return its event, or None if unknown or already resolved."""
-        q = self.questions.get(qid)
-        if q is None or qid in self.resolved:
-            return None
-        self.resolved.add(qid)
-        log.info("polymarket question resolved", question_id=qid, yes=p_yes, source=source)
-        if self.on_resolved is not None:
-            self.on_resolved(q)
-        return ResolutionEvent(
-            ts=ts,
-            recv_ts=recv_ts,
-            question_id=qid,
-            payouts={q.yes: p_yes, q.no: 1.0 - p_yes},
-            source=source,
-        )
-
-    def from_ws(self, ev: WsEvent, ts: float, now: float) -> ResolutionEvent | None:
-        """Handle a ``market_resolved`` event (custom feature)."""
-        qid: str | None = ev.id if ev.id in self.questions else None
-        for tok in (ev.winning_asset_id, *(ev.assets_ids or ())):
-            if qid is not None:
-                break
-            qid = self.by_token.get(tok)
-        if qid is None:
-            qid = self.by_condition.get(ev.market)
-        if qid is None:
-            return None
-        q = self.questions[qid]
-        win = ev.winning_asset_id
-        outcome = ev.winning_outcome.strip().lower()
-        if win == q.yes or (not win and outcome == "yes"):
-            p_yes = 1.0
-        elif win == q.no or (not win and outcome == "no"):
-            p_yes = 0.0
-        elif outcome in ("50-50", "50/50", "split"):
-            p_yes = 0.5
-        else:
-            log.warning(
-                "polymarket market_resolved not understood",
-                question_id=qid,
-                winning_asset_id=win,
-                winning_outcome=ev.winning_outcome,
-            )
-            return None
-        return self.resolve(qid, p_yes, ts, now, "polymarket.ws")
-
-    def from_gamma(self, m: GammaMarket, now: float) -> ResolutionEvent | None:
-        """Handle a polled Gamma market (the source of truth)."""
-        if m.id not in self.questions or m.id in self.resolved or not m.closed:
-            return None
-        p = gamma_payout(m)
-        if p is None:
-            log.info(
-                "polymarket market closed without final prices",
-                question_id=m.id,
-                outcome_prices=list(m.outcome_prices),
-                uma=list(m.uma_statuses),
-            )
-            return None
-        return self.resolve(m.id, p, now, now, "polymarket.gamma")
-
-
-# --------------------------------------------------------------------------------- REST helpers
-
-
-async def _get_json(
-    session: aiohttp.ClientSession, url: str, params: Sequence[tuple[str, str]] | None = None
-) -> Any:
-    async with session.get(url, params=params) as resp:
-        if resp.status >= 300:
-            raise HttpStatusError(url, resp.status)
-        body = await resp.read()
-    return msgspec.json.decode(body)
-
-
-class _Session:
-    """Use the given aiohttp session or a temporary one."""
-
-    def __init__(self, session: aiohttp.ClientSession | None, timeout: float) -> None:
-        self._given = session
-        self._own: aiohttp.ClientSession | None = None
-        self._timeout = timeout
-
-    async def __aenter__(self) -> aiohttp.ClientSession:
-        if self._given is not None:
-            return self._given
-        self._own = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout))
-        return self._own
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._own is not None:
-            await self._own.close()
-
-
-def _parse_history(raw: Any) -> list[tuple[float, float]]:
-    items = raw.get("history") if isinstance(raw, dict) else None
-    out: list[tuple[float, float]] = []
-    for it in items or ():
-        if not isinstance(it, dict):
-            continue
-        t, p = _float(it.get("t")), _float(it.get("p"))
-        if t is not None and p is not None:
-            out.append((t, p))
-    out.sort()
-    return out
-
-
-async def backfill_history(
-    tokens: Iterable[str],
-    *,
-    clob_url: str = "https://clob.polymarket.com",
-    interval: str = "1w",
-    fidelity: int = 60,
-    session: aiohttp.ClientSession | None = None,
-    concurrency: int = 8,
-    timeout: float = 15.0,
-) -> History:
-    """Fetch ``/prices-history`` for each token: {token: [(t seconds, price), ...] ascending}.
-
-    A token whose fetch fails maps to an empty list (logged). Not live prices: feed these into
-    the observation history, never publish them as PriceEvents.
-    """
-    toks = list(dict.fromkeys(tokens))
-    out: History = {t: [] for t in toks}
-    sem = asyncio.Semaphore(max(1, concurrency))
-    url = clob_url.rstrip("/") + "/prices-history"
-    async with _Session(session, timeout) as s:
-
-        async def one(tok: str) -> None:
-            params = [("market", tok), ("interval", interval), ("fidelity", str(fidelity))]
-            async with sem:
-                try:
-                    out[tok] = _parse_history(await _get_json(s, url, params))
-                except (aiohttp.ClientError, TimeoutError, HttpStatusError, ValueError) as exc:
-                    log.warning("polymarket history failed", token=tok, error=short_error(exc))
-
-        await asyncio.gather(*(one(t) for t in toks))
-    return out
-
-
-async def fetch_midpoint(
-    token: str,
-    *,
-    clob_url: str = "https://clob.polymarket.com",
-    session: aiohttp.ClientSession | None = None,
-    timeout: float = 15.0,
-) -> float | None:
-    """Return the CLOB midpoint of ``token`` (``{"mid": ..}`` or ``{"mid_price": ..}``) or None."""
-    url = clob_url.rstrip("/") + "/midpoint"
-    async with _Session(session, timeout) as s:
-        try:
-            raw = await _get_json(s, url, [("token_id", token)])
-        except (aiohttp.ClientError, TimeoutError, HttpStatusError, ValueError) as exc:
-            log.warning("polymarket midpoint failed", token=token, error=short_error(exc))
-            return None
-    if not isinstance(raw, dict):
-        return None
-    return _float(raw.get("mid", raw.get("mid_price")))
 
 
 # --------------------------------------------------------------------------------- WS adapter
