@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from daemon.clock import LiveClock
 from daemon.config import AgentConfig, ConfigError, parse_duration
 from daemon.events import AlertEvent
-from daemon.store import RoundCommit
+from daemon.store_records import RoundCommit
 from scoring.benchmarks import RISK_PROFILES
 from scoring.metrics import drawdown_series
 
