@@ -62,7 +62,7 @@ from daemon.alert_kinds import SEVERITIES as SEVERITIES  # re-exported
 from daemon.alert_kinds import Alert as Alert  # re-exported
 from daemon.clock import LiveClock
 from daemon.config import AgentConfig
-from daemon.store import RoundCommit
+from daemon.store_records import RoundCommit
 from scoring.metrics import drawdown_series
 
 if TYPE_CHECKING:

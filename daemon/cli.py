@@ -394,7 +394,7 @@ def _report(args: argparse.Namespace) -> int:
     import sqlite3
 
     from daemon.dbfile import StoreOpenError, describe_sqlite_error, inspect_database
-    from daemon.store import SCHEMA_VERSION
+    from daemon.store_schema import SCHEMA_VERSION
     from scoring.leaderboard import load_report, to_json, to_table
 
     problem = _window_problem(args)

@@ -35,7 +35,8 @@ from daemon.market_state import HISTORY_DAYS, MarketState
 from daemon.rounds import AgentSlot, DecisionRound
 from daemon.schedule import ScheduleSpec, make_trigger
 from daemon.stage_scoring import score_engine
-from daemon.store import DecisionRecord, RoundCommit, Store, StoreWriteError
+from daemon.store import Store, StoreWriteError
+from daemon.store_records import DecisionRecord, RoundCommit
 from scoring.ledger import Book, CostModel
 
 if TYPE_CHECKING:

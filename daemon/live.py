@@ -320,7 +320,7 @@ class LiveDaemon:
         the last market events, so a restart loses nothing that was applied; end the run."""
         if self.engine is None:
             return
-        from daemon.store import RoundCommit
+        from daemon.store_records import RoundCommit
 
         await self.engine.commit(RoundCommit())
         await self.engine.store.end_run(self.clock.now())

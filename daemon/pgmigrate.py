@@ -47,7 +47,8 @@ class MigrateSummary:
 async def migrate(source: str | Path, url: str, *, scope: str | None = None,
                   password_env: str | None = None) -> MigrateSummary:
     """Copy the SQLite store ``source`` into ``scope`` of the PostgreSQL store at ``url``."""
-    from daemon.store import SCHEMA_VERSION, Store
+    from daemon.store import Store
+    from daemon.store_schema import SCHEMA_VERSION
 
     src = Path(source)
     if not src.is_file():

@@ -34,7 +34,7 @@ SKIP = frozenset({"checkpoint"})
 
 def snapshot(url: str, *, password_env: str | None = None) -> sqlite3.Connection:
     """Return an in-memory SQLite database holding the merged scopes of ``url`` (one cut)."""
-    from daemon.store import MIGRATIONS, SCHEMA_VERSION, _statements
+    from daemon.store_schema import MIGRATIONS, SCHEMA_VERSION, _statements
 
     con = sqlite3.connect(":memory:", check_same_thread=False)
     for version in range(1, SCHEMA_VERSION + 1):
@@ -185,7 +185,7 @@ async def _refuse_newer(con: Any, url: str, scopes: list[tuple[str, str]]) -> No
     """Raise :class:`StoreOpenError` (one line) if a scope has a schema newer than this
     paperarena's: its tables may mean what this version cannot read (as a newer SQLite file)."""
     from daemon.dbfile import StoreOpenError
-    from daemon.store import SCHEMA_VERSION
+    from daemon.store_schema import SCHEMA_VERSION
 
     for scope, schema in scopes:
         raw = await con.fetchval(

@@ -43,7 +43,8 @@ from daemon.engine import Engine, freeze_heap
 from daemon.events import Event
 from daemon.schedule import SimScheduler
 from daemon.stage_scoring import score_engine
-from daemon.store import RoundCommit, Store, StoreWriteError
+from daemon.store import Store, StoreWriteError
+from daemon.store_records import RoundCommit
 from feeds.recording import RecordingDamaged, count_events, iter_events, read_header
 
 log = structlog.get_logger(__name__)

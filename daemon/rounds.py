@@ -49,7 +49,8 @@ from daemon.logs import redact_text
 from daemon.market_state import MarketState, PriceCoverage, format_age
 from daemon.open_fill import at_prices, missing_open_reason
 from daemon.sparse_rows import asset_list, encode_allocation, fill_columns
-from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store
+from daemon.store import Store
+from daemon.store_records import DecisionRecord, FillRecord, RoundCommit
 from scoring.ledger import Book, RebalanceRejected
 from scoring.ledger_batch import rebalance_many
 

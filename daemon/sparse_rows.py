@@ -37,7 +37,8 @@ def encode_allocation(allocation: Mapping[str, float] | None,
         return None
     if index is not None and SPARSE and ASSET_INDEX:
         return _pairs(sparse_weights(allocation), index)
-    # The store's JSON encoding (daemon.store.encode_json), not imported: the store uses this.
+    # The store's JSON encoding (daemon.store_records.encode_json), not imported: the
+    # store's records use this module.
     return json.dumps(sparse_weights(allocation), sort_keys=True, separators=(",", ":"),
                       allow_nan=False)
 

@@ -22,13 +22,11 @@ import operator
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
-import msgspec
 import structlog
 
 from daemon.dbfile import StoreLockedError as StoreLockedError  # re-exported
@@ -44,163 +42,18 @@ from daemon.event_spill import (
     spill_unwritten,
 )
 from daemon.events import Event, NewsEvent, PriceEvent, encode_event
-from daemon.sparse_rows import dense_fill_weights, encode_allocation, fill_columns
+from daemon.sparse_rows import dense_fill_weights, encode_allocation
+from daemon.store_records import DecisionRecord as DecisionRecord  # re-exported
+from daemon.store_records import FillRecord as FillRecord  # re-exported
+from daemon.store_records import RoundCommit as RoundCommit  # re-exported
+from daemon.store_records import _dumps, _encode_book, _fill_row, _now_of
+from daemon.store_records import encode_json as encode_json  # re-exported
+from daemon.store_schema import _V1 as _V1  # re-exported
+from daemon.store_schema import MIGRATIONS as MIGRATIONS  # re-exported
+from daemon.store_schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported
+from daemon.store_schema import _statements as _statements  # re-exported
 
 log = structlog.get_logger(__name__)
-
-SCHEMA_VERSION = 11
-
-_V1 = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs(
-  id INTEGER PRIMARY KEY, started_ts REAL NOT NULL, stopped_ts REAL, mode TEXT NOT NULL,
-  version TEXT NOT NULL, config_json TEXT NOT NULL, recording TEXT);
-CREATE TABLE IF NOT EXISTS market_events(
-  id INTEGER PRIMARY KEY, seq INTEGER, ts REAL NOT NULL, recv_ts REAL NOT NULL, kind TEXT NOT NULL,
-  market TEXT, asset TEXT, price REAL, bid REAL, ask REAL, payload TEXT);
-CREATE TABLE IF NOT EXISTS decisions(
-  agent TEXT NOT NULL, market TEXT NOT NULL, scheduled_ts REAL NOT NULL, decided_ts REAL NOT NULL,
-  outcome TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', input_json TEXT,
-  input_sha256 TEXT, raw_output TEXT, allocation_json TEXT, template_version TEXT,
-  attempts INTEGER NOT NULL DEFAULT 0, duration_s REAL NOT NULL DEFAULT 0, run_id INTEGER,
-  PRIMARY KEY(agent, market, scheduled_ts));
-CREATE TABLE IF NOT EXISTS llm_calls(
-  id INTEGER PRIMARY KEY, agent TEXT NOT NULL, market TEXT NOT NULL, scheduled_ts REAL NOT NULL,
-  attempt INTEGER NOT NULL, ts REAL NOT NULL, model TEXT, raw_response TEXT, error TEXT,
-  finish_reason TEXT, tokens_in INTEGER, tokens_out INTEGER, latency_s REAL, cost_usd REAL);
-CREATE TABLE IF NOT EXISTS fills(
-  id INTEGER PRIMARY KEY, agent TEXT NOT NULL, market TEXT NOT NULL, scheduled_ts REAL NOT NULL,
-  ts REAL NOT NULL, trades_json TEXT NOT NULL, traded_value REAL NOT NULL, cost REAL NOT NULL,
-  value_before REAL NOT NULL, value_after REAL NOT NULL, weights_json TEXT NOT NULL,
-  UNIQUE(agent, market, scheduled_ts));
-CREATE TABLE IF NOT EXISTS books(market TEXT PRIMARY KEY, state_json TEXT NOT NULL,
-  updated_ts REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS equity(
-  agent TEXT NOT NULL, market TEXT NOT NULL, ts REAL NOT NULL, kind TEXT NOT NULL,
-  value REAL NOT NULL, cash REAL NOT NULL, PRIMARY KEY(agent, market, kind, ts));
-CREATE TABLE IF NOT EXISTS alerts(
-  id INTEGER PRIMARY KEY, ts REAL NOT NULL, kind TEXT NOT NULL, severity TEXT NOT NULL,
-  agent TEXT, market TEXT, value REAL, limit_value REAL, message TEXT, payload TEXT);
-CREATE TABLE IF NOT EXISTS resolutions(
-  question_id TEXT PRIMARY KEY, market TEXT NOT NULL, ts REAL NOT NULL, payouts_json TEXT NOT NULL,
-  source TEXT);
-CREATE TABLE IF NOT EXISTS checkpoint(
-  id INTEGER PRIMARY KEY CHECK (id = 1), offset INTEGER NOT NULL, clock REAL NOT NULL,
-  state_json TEXT NOT NULL);
-"""
-
-# v2: indexes for the report and API, and per-agent operational state (halted / paused).
-_V2 = """
-CREATE INDEX IF NOT EXISTS market_events_asset_ts ON market_events(market, asset, ts);
-CREATE INDEX IF NOT EXISTS market_events_seq ON market_events(seq);
-CREATE INDEX IF NOT EXISTS fills_agent ON fills(agent, market, ts);
-CREATE INDEX IF NOT EXISTS llm_calls_agent ON llm_calls(agent, ts);
-CREATE TABLE IF NOT EXISTS agent_state(
-  agent TEXT NOT NULL, market TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
-  ts REAL NOT NULL, PRIMARY KEY(agent, market));
-"""
-
-# v3: market_events is append-only and hot; its secondary indexes halved insert throughput and
-# nothing hot reads them (a restart reads the tail by rowid, recorded with each checkpoint).
-_V3 = """
-DROP INDEX IF EXISTS market_events_asset_ts;
-DROP INDEX IF EXISTS market_events_seq;
-ALTER TABLE checkpoint ADD COLUMN events_id INTEGER NOT NULL DEFAULT 0;
-"""
-
-# v4: consistency probes of LLM agents (paperarena probe), shown beside their rank.
-_V4 = """
-CREATE TABLE IF NOT EXISTS probes(
-  id INTEGER PRIMARY KEY, agent TEXT NOT NULL, market TEXT NOT NULL,
-  scheduled_ts REAL NOT NULL, ts REAL NOT NULL, repeats INTEGER NOT NULL,
-  valid INTEGER NOT NULL, mean_l1 REAL, std_l1 REAL, min_l1 REAL, max_l1 REAL,
-  input_sha256 TEXT, result_json TEXT);
-CREATE INDEX IF NOT EXISTS probes_agent_ts ON probes(agent, ts);
-"""
-
-# v5: multi-step protocols; each model call names its step, the SHA-256 of the prompt it sent,
-# its outcome (ok / invalid / error / fatal) and the value its answer was parsed into (JSON).
-_V5 = """
-ALTER TABLE llm_calls ADD COLUMN step TEXT;
-ALTER TABLE llm_calls ADD COLUMN input_sha256 TEXT;
-ALTER TABLE llm_calls ADD COLUMN outcome TEXT;
-ALTER TABLE llm_calls ADD COLUMN parsed_json TEXT;
-"""
-
-# ---- v6: CapitalBench rounds (issue 14, docs/protocol-capitalbench.md) -----------------------
-# One row per frozen round (its dates, the SHA-256 of its hashes.json, the start and end closes
-# once stored) and one per model submission (official or consistency run), every call kept.
-_V6 = """
-CREATE TABLE IF NOT EXISTS capital_rounds(
-  round_id TEXT PRIMARY KEY, track TEXT NOT NULL, frozen_ts REAL NOT NULL,
-  deadline_ts REAL NOT NULL, start_day TEXT NOT NULL, start_ts REAL NOT NULL,
-  end_day TEXT NOT NULL, end_ts REAL NOT NULL, dir TEXT NOT NULL, manifest_json TEXT NOT NULL,
-  hashes_sha256 TEXT NOT NULL, status TEXT NOT NULL, start_prices_json TEXT,
-  end_prices_json TEXT);
-CREATE TABLE IF NOT EXISTS capital_submissions(
-  round_id TEXT NOT NULL, run_id TEXT NOT NULL, agent TEXT NOT NULL, replicate INTEGER NOT NULL,
-  official INTEGER NOT NULL, ts REAL NOT NULL, model TEXT, outcome TEXT NOT NULL,
-  reason TEXT NOT NULL, holdings_json TEXT, submission_json TEXT, raw_responses_json TEXT NOT NULL,
-  calls_json TEXT NOT NULL, tokens_in INTEGER NOT NULL, tokens_out INTEGER NOT NULL,
-  cost_usd REAL NOT NULL, template_version TEXT,
-  PRIMARY KEY(round_id, run_id, agent, replicate));
-"""
-# ---- end v6 -------------------------------------------------------------------------------------
-# ---- v7: AlphaForgeBench instability runs (issue 14, point 7; paperarena alphaforge-instability)
-# One row per run: repeated strategy generations of every configured alphaforgebench model on one
-# frozen input, at each temperature, with their agreement / Jaccard / SNR figures (result_json).
-_V7 = """
-CREATE TABLE IF NOT EXISTS instability_runs(
-  id INTEGER PRIMARY KEY, ts REAL NOT NULL, input_sha256 TEXT NOT NULL,
-  prompt_sha256 TEXT NOT NULL, repeats INTEGER NOT NULL, result_json TEXT NOT NULL);
-"""
-# ---- end v7
-# --- v8: compact decision inputs (issue 16, point 4) -------------------------------------------
-# The market-wide part of a round's observation is stored once in ``observations`` (keyed by
-# the SHA-256 of its canonical JSON); each decision keeps only its own part in input_json and
-# names the round's part in observation_sha256 (agents.stored_input.join_input rebuilds it).
-# Rows older than v8 keep the whole observation in input_json and no observation_sha256.
-_V8 = """
-CREATE TABLE IF NOT EXISTS observations(
-  sha256 TEXT PRIMARY KEY, market TEXT NOT NULL, decision_ts REAL NOT NULL,
-  market_json TEXT NOT NULL);
-ALTER TABLE decisions ADD COLUMN observation_sha256 TEXT;
-"""
-# --- end v8 ------------------------------------------------------------------------------------
-# --- v9: PortBench stage scores, delayed scoring (issue 13, point 6) ---------------------------
-# S1..S5 and CEPS of a portbench decision, written by the process owning its agent once the
-# decision's horizon has passed (daemon/stage_scoring.py); score NULL: not a number.
-_V9 = """
-CREATE TABLE IF NOT EXISTS stage_scores(
-  agent TEXT NOT NULL, market TEXT NOT NULL, scheduled_ts REAL NOT NULL, stage TEXT NOT NULL,
-  horizon INTEGER NOT NULL, score REAL, scored_ts REAL NOT NULL,
-  PRIMARY KEY(agent, market, scheduled_ts, stage));
-"""
-# --- end v9 ------------------------------------------------------------------------------------
-# --- v10: sparse fill weights (issue 16, point 4) ------------------------------------------------
-# fills.weights_json keeps only non-zero weights; assets_sha256 names the sorted list of every
-# asset the weights had (asset_sets, once per distinct list; daemon.sparse_rows rebuilds them).
-# Rows older than v10 hold every weight and no assets_sha256.
-_V10 = """
-CREATE TABLE IF NOT EXISTS asset_sets(sha256 TEXT PRIMARY KEY, assets_json TEXT NOT NULL);
-ALTER TABLE fills ADD COLUMN assets_sha256 TEXT;
-"""
-# --- end v10 -----------------------------------------------------------------------------------
-# --- v11: assets by index (issue 16, point 4) --------------------------------------------------
-# A decision's per-agent input keeps its holdings and weights as [asset index, value] pairs
-# (holdings_ix, weights_ix: indexes into the market part's assets; agents.stored_input), its
-# allocation_json likewise, indexing the round's asset list (observations.assets_sha256 ->
-# asset_sets), and a fill's trades_json and weights_json index its own asset list
-# (daemon.sparse_rows). Rows written before keep assets by id and read as before. fills_agent
-# went: the unique (agent, market, scheduled_ts) index serves every reader of fills.
-_V11 = """
-ALTER TABLE observations ADD COLUMN assets_sha256 TEXT;
-DROP INDEX IF EXISTS fills_agent;
-"""
-# --- end v11 -----------------------------------------------------------------------------------
-
-MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                               8: _V8, 9: _V9, 10: _V10, 11: _V11}
 
 
 class StoreWriteError(RuntimeError):
@@ -220,111 +73,6 @@ MIN_FREE_BYTES = 1 << 20
 #: with a seq (a replay) has 8 fields, any other event 10.
 _LIVE_PRICE_ROW = operator.attrgetter("ts", "recv_ts", "market", "asset", "price", "bid", "ask")
 _LIVE_PRICE_FIELDS = 7
-
-
-@dataclass(slots=True)
-class DecisionRecord:
-    """One stored decision with its audit trail."""
-
-    agent: str
-    market: str
-    scheduled_ts: float
-    decided_ts: float
-    outcome: str
-    reason: str = ""
-    input_json: str | None = None
-    """The observation's per-agent part when :attr:`observation_sha256` is set, else all of it."""
-    input_sha256: str | None = None
-    raw_output: str | None = None
-    allocation: dict[str, float] | None = None
-    template_version: str = ""
-    attempts: int = 0
-    duration_s: float = 0.0
-    calls: Sequence[dict[str, Any]] = ()
-    observation_sha256: str | None = None
-    """The round's market-wide part of the input (a key of ``observations``), if split."""
-    allocation_json: str | None = None
-    """:attr:`allocation` already encoded (:func:`daemon.sparse_rows.encode_allocation`; rounds
-    do it as they go, by index into the round's asset list)."""
-
-
-@dataclass(slots=True)
-class FillRecord:
-    """One applied rebalance."""
-
-    agent: str
-    market: str
-    scheduled_ts: float
-    ts: float
-    trades: dict[str, float]
-    traded_value: float
-    cost: float
-    value_before: float
-    value_after: float
-    weights: dict[str, float]
-    trades_json: str | None = None
-    """:attr:`trades` already encoded (:func:`daemon.sparse_rows.fill_columns`; rounds do it as
-    they go)."""
-    weights_json: str | None = None
-    """:attr:`weights` already encoded (:func:`daemon.sparse_rows.fill_columns`)."""
-    assets_sha256: str | None = None
-    """With a sparse :attr:`weights_json`: the key of every asset the weights had."""
-    assets_json: str | None = None
-    """The sorted asset list :attr:`assets_sha256` names."""
-
-
-@dataclass(slots=True)
-class RoundCommit:
-    """Everything one decision round (or one daily mark) writes, in one transaction."""
-
-    decisions: list[DecisionRecord] = field(default_factory=list)
-    fills: list[FillRecord] = field(default_factory=list)
-    books: dict[str, dict[str, Any]] = field(default_factory=dict)
-    equity: list[tuple[str, str, float, str, float, float]] = field(default_factory=list)
-    """(agent, market, ts, kind, value, cash)"""
-    agent_states: list[tuple[str, str, str, str, float]] = field(default_factory=list)
-    checkpoint: tuple[int, float, dict[str, Any]] | None = None
-    resolutions: list[tuple[str, str, float, dict[str, float], str]] = field(default_factory=list)
-    """(question_id, market, ts, payouts, source) paid out since the last commit."""
-    observations: dict[str, tuple[str, float, str]] = field(default_factory=dict)
-    """sha256 -> (market, decision_ts, canonical JSON) of the round's market-wide inputs."""
-    observation_assets: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Observation sha256 -> (``asset_sets`` key, JSON) of the round's asset list, which the
-    round's allocations index (:func:`daemon.sparse_rows.asset_list`)."""
-
-
-def _fill_row(f: FillRecord) -> tuple[Any, ...]:
-    """Return a fill's column values, then its asset list (sparse weights, issue 16 point 4)."""
-    sha: str | None
-    assets: str | None
-    trades = f.trades_json
-    if f.weights_json is None:
-        weights, sha, assets, tjson = fill_columns(
-            f.weights, f.trades if trades is None else None)
-        trades = trades or tjson
-    else:
-        weights, sha, assets = f.weights_json, f.assets_sha256, f.assets_json
-    return (f.agent, f.market, f.scheduled_ts, f.ts,
-            _dumps(f.trades) if trades is None else trades, f.traded_value,
-            f.cost, f.value_before, f.value_after, weights, sha, assets)
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-#: The store's JSON encoding (sorted keys, compact), for callers that encode rows ahead.
-encode_json = _dumps
-
-
-def _encode_book(state: dict[str, Any]) -> str:
-    """Encode a book's state (finite numbers, None for missing prices) as sorted JSON.
-
-    msgspec writes the same values as :func:`_dumps` (shortest round-trip floats, read back
-    identically) about ten times faster, which matters at 1,000 agents: the commit holds the
-    event loop while it encodes.
-    """
-    return msgspec.json.encode(state, order="sorted").decode()
 
 
 class Store:
@@ -933,16 +681,6 @@ def record_probe(db_path: str, result: dict[str, Any], ts: float) -> None:
         con.close()
 
 
-def _now_of(rc: RoundCommit) -> float:
-    if rc.checkpoint is not None:
-        return rc.checkpoint[1]
-    if rc.decisions:
-        return rc.decisions[0].decided_ts
-    if rc.equity:
-        return rc.equity[0][2]
-    return 0.0
-
-
 def _free_bytes(path: str) -> int | None:
     """Return the bytes available to us on the file system of ``path`` (None: unknown)."""
     if path == ":memory:":
@@ -952,7 +690,3 @@ def _free_bytes(path: str) -> int | None:
     except OSError:
         return None
     return st.f_bavail * st.f_frsize
-
-
-def _statements(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
