@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from daemon.config_fields import Duration, PositiveDuration, _Frozen, url_problem
+from daemon.config_fields import PositiveDuration, _Frozen, url_problem
 from daemon.config_markets import DEFAULT_ASSET_CLASSES
+from daemon.durations import Duration
 
 #: Role of an asset class in PortBench's investor limits and the 60/40 baseline: "equity" and
 #: "crypto" count toward a profile's equity cap, "bond" and "cash" (and CASH itself) toward its

@@ -28,9 +28,7 @@ def positive_duration(value: Any, minimum: float = 0.0) -> float:
     return seconds
 
 
-#: A duration in seconds, given as a number or a string such as ``"90s"``, ``"5m"``, ``"48h"``.
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-#: A :data:`Duration` greater than 0.
+#: A :data:`daemon.durations.Duration` greater than 0.
 PositiveDuration = Annotated[float, BeforeValidator(positive_duration)]
 
 

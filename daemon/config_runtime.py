@@ -8,13 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from daemon.config_fields import (
-    Duration,
-    PositiveDuration,
-    _Frozen,
-    host_problem,
-    positive_duration,
-)
+from daemon.config_fields import PositiveDuration, _Frozen, host_problem, positive_duration
+from daemon.durations import Duration
 
 
 class LeaderboardConfig(_Frozen):
