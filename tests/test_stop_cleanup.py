@@ -53,6 +53,16 @@ async def _stop_fails(d: LiveDaemon, match: str, before: set[threading.Thread]) 
         await store.close()  # idempotent; a failing test must not hang the run at exit
 
 
+async def _started(tmp_path: Path, **kw: Any) -> tuple[LiveDaemon, Path, set[threading.Thread]]:
+    """Start a daemon on ``tmp_path/d.db``; return it, its database and the threads before."""
+    db = tmp_path / "d.db"
+    before = _live_threads()
+    d = LiveDaemon(_config(), db=str(db), **kw)
+    await d.start()
+    assert d.engine is not None
+    return d, db, before
+
+
 async def _assert_db_free(db: Path) -> None:
     """The daemon's lock on ``db`` is released: another store opens it."""
     again = await Store.open(str(db))
@@ -80,10 +90,7 @@ async def _boom() -> None:
 async def test_stop_closes_the_store_when_closing_agents_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "d.db"
-    before = _live_threads()
-    d = LiveDaemon(_config(), db=str(db))
-    await d.start()
+    d, db, before = await _started(tmp_path)
     assert d.engine is not None
     monkeypatch.setattr(d.engine, "close_agents", _boom)
     await _stop_fails(d, "close exploded", before)
@@ -93,10 +100,7 @@ async def test_stop_closes_the_store_when_closing_agents_fails(
 async def test_stop_closes_agents_and_store_when_the_bus_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "d.db"
-    before = _live_threads()
-    d = LiveDaemon(_config(), db=str(db))
-    await d.start()
+    d, db, before = await _started(tmp_path)
     assert d.engine is not None
     slot = d.engine.slots["equity"]["bh"]
     agent = slot.agent = _ClosingAgent(slot.agent)  # type: ignore[assignment]
@@ -119,10 +123,7 @@ async def test_stop_closes_the_store_when_a_stopping_hook_fails(tmp_path: Path) 
         async def stop(self) -> None:
             pass
 
-    db = tmp_path / "d.db"
-    before = _live_threads()
-    d = LiveDaemon(_config(), db=str(db), components=[Sealer()])  # type: ignore[list-item]
-    await d.start()
+    d, db, before = await _started(tmp_path, components=[Sealer()])
     await _stop_fails(d, "seal exploded", before)
     await _assert_db_free(db)
 
@@ -130,10 +131,7 @@ async def test_stop_closes_the_store_when_a_stopping_hook_fails(tmp_path: Path) 
 async def test_abort_start_closes_the_store_when_closing_agents_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "d.db"
-    before = _live_threads()
-    d = LiveDaemon(_config(), db=str(db))
-    await d.start()
+    d, db, before = await _started(tmp_path)
     assert d.engine is not None
     monkeypatch.setattr(d.engine, "close_agents", _boom)
     store = d.engine.store
