@@ -33,7 +33,8 @@ from daemon.bus import Bus
 from daemon.durations import Duration
 from daemon.events import NonMarkingPrice, PriceEvent
 from feeds.backoff import EquityStreamSettings
-from feeds.connection import DecodeResult, SourceState, StreamingSource, http_status_of
+from feeds.connection import StreamingSource
+from feeds.source_contract import DecodeResult, SourceState, http_status_of
 
 __all__ = [
     "AlpacaAuthError",

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict
 
 from daemon.bus import Bus
 from feeds.alpaca import AlpacaSettings, build_alpaca_source
-from feeds.connection import Source, StreamingSource
+from feeds.connection import StreamingSource
 from feeds.finnhub import FinnhubSettings, build_finnhub_source
+from feeds.source_contract import Source
 from feeds.yahoo import YahooRestFallback, YahooSettings, YahooStreamAdapter
 
 __all__ = ["EquitySourcesSettings", "build_equity_sources", "build_yahoo_source"]

@@ -26,7 +26,8 @@ from daemon.durations import Duration
 from daemon.events import NonMarkingPrice, PriceEvent
 from feeds.alpaca import secret_from_env
 from feeds.backoff import EquityStreamSettings
-from feeds.connection import DecodeResult, StreamingSource, http_status_of
+from feeds.connection import StreamingSource
+from feeds.source_contract import DecodeResult, http_status_of
 
 __all__ = [
     "FinnhubSettings",

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from daemon.durations import Duration
 from daemon.events import FundamentalsEvent
-from feeds.connection import SourceCounters, SourceState
+from feeds.source_contract import SourceCounters, SourceState
 
 log = structlog.get_logger(__name__)
 
@@ -157,7 +157,7 @@ class FundamentalsSettings(BaseModel):
 class FundamentalsSource:
     """Poll a provider for the universe's fundamentals and publish one event per stock.
 
-    A :class:`~feeds.connection.Source`: ``connecting`` until the first poll, then ``live``
+    A :class:`~feeds.source_contract.Source`: ``connecting`` until the first poll, then ``live``
     while the last poll brought figures (it stays live through the long wait between polls, so a
     6 h interval raises no stale-feed alert) and ``down`` with ``last_error`` when it brought
     none (retried after ``retry_interval``).

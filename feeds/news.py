@@ -48,9 +48,9 @@ from daemon.durations import Duration
 from daemon.events import NewsEvent, SourceStatus
 from feeds.alpaca import parse_rfc3339, secret_from_env
 from feeds.backoff import Backoff, BackoffSettings
-from feeds.connection import SourceCounters, SourceState
 from feeds.finnhub import redact_text
 from feeds.health import failure_is_news, short_error
+from feeds.source_contract import SourceCounters, SourceState
 from feeds.yahoo import (
     BROWSER_USER_AGENT,
     PayloadTooLarge,
@@ -560,7 +560,7 @@ class AlpacaNewsFetcher:
 
 
 class NewsPoller:
-    """A polling news :class:`~feeds.connection.Source` for one provider."""
+    """A polling news :class:`~feeds.source_contract.Source` for one provider."""
 
     def __init__(
         self,

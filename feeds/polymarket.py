@@ -38,13 +38,7 @@ from daemon.bus import Bus
 from daemon.durations import Duration
 from daemon.events import Event, MarketListed, ResolutionEvent, SourceStatus
 from feeds.backoff import Backoff, StreamSettings
-from feeds.connection import (
-    DecodeResult,
-    SourceCounters,
-    SourceState,
-    StreamingSource,
-    http_status_of,
-)
+from feeds.connection import StreamingSource
 from feeds.health import failure_is_news, short_error
 from feeds.polymarket_decode import PolymarketDecoder, WsEvent
 from feeds.polymarket_gamma import (
@@ -59,6 +53,7 @@ from feeds.polymarket_gamma import (
     parse_gamma_market,
 )
 from feeds.polymarket_resolution import Question, ResolutionTracker
+from feeds.source_contract import DecodeResult, SourceCounters, SourceState, http_status_of
 
 __all__ = [
     "GammaMarket",

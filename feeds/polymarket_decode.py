@@ -40,7 +40,7 @@ from typing import Any, Literal
 import msgspec
 
 from daemon.events import Event, PriceEvent
-from feeds.connection import DecodeResult
+from feeds.source_contract import DecodeResult
 
 __all__ = [
     "IGNORED_TEXT",

@@ -13,12 +13,12 @@ from daemon.config import Config
 from daemon.events import HistoryEvent, MarketListed
 from daemon.schedule import get_nyse_calendar
 from feeds.alpaca import MissingCredentialError, secret_from_env
-from feeds.connection import SourceCounters, SourceState
 from feeds.equities import build_equity_sources
 from feeds.fundamentals import FundamentalsSource
 from feeds.health import short_error
 from feeds.news import build_news_sources, equity_news_queries, question_query
 from feeds.polymarket import build_polymarket_source
+from feeds.source_contract import SourceCounters, SourceState
 from feeds.yahoo import backfill_daily_closes
 
 if TYPE_CHECKING:

@@ -31,8 +31,8 @@ from daemon.bus import Bus
 from daemon.durations import Duration
 from daemon.events import NonMarkingPrice, PriceEvent, SourceStatus
 from feeds.backoff import Backoff, EquityStreamSettings
-from feeds.connection import DecodeResult, SourceCounters, SourceState, http_status_of
 from feeds.health import short_error
+from feeds.source_contract import DecodeResult, SourceCounters, SourceState, http_status_of
 from feeds.yahoo_proto import ProtoDecodeError, clean_float32, decode_pricing_b64
 
 __all__ = [
