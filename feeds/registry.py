@@ -17,7 +17,8 @@ from feeds.connection import SourceCounters, SourceState
 from feeds.equities import build_equity_sources
 from feeds.fundamentals import FundamentalsSource
 from feeds.health import short_error
-from feeds.news import build_news_sources, equity_news_queries, question_query
+from feeds.news import build_news_sources
+from feeds.news_parse import equity_news_queries, question_query
 from feeds.polymarket import build_polymarket_source
 from feeds.yahoo import backfill_daily_closes
 
