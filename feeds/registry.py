@@ -16,7 +16,8 @@ from feeds.alpaca import MissingCredentialError, secret_from_env
 from feeds.equities import build_equity_sources
 from feeds.fundamentals import FundamentalsSource
 from feeds.health import short_error
-from feeds.news import build_news_sources, equity_news_queries, question_query
+from feeds.news import build_news_sources
+from feeds.news_parse import equity_news_queries, question_query
 from feeds.polymarket import build_polymarket_source
 from feeds.source_contract import SourceCounters, SourceState
 from feeds.yahoo import backfill_daily_closes
