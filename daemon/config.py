@@ -67,7 +67,7 @@ from daemon.config_runtime import (
     StoreConfig,
 )
 from daemon.durations import parse_duration
-from daemon.mqtt import MqttSettings
+from daemon.mqtt_settings import MqttSettings
 from feeds.settings import SourcesSettings
 
 __all__ = [

@@ -39,17 +39,18 @@ Sessions
     our subscriptions and queues QoS 1 messages while we are away; they are delivered (and
     deduplicated) after reconnecting. Reconnection uses exponential backoff with jitter and always
     re-subscribes.
+
+The wire format's names, envelope and ids live in ``daemon/mqtt_wire.py``, the settings in
+``daemon/mqtt_settings.py``; both are re-exported here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import math
 import os
 import random
-import re
 import socket
 import ssl
 import time
@@ -61,42 +62,35 @@ from typing import NamedTuple
 import aiomqtt
 import msgspec
 import structlog
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from daemon.bus import Bus, topic_matches
 from daemon.events import Event, decode_event, encode_event
+from daemon.mqtt_settings import MqttSettings
+from daemon.mqtt_wire import _LEVEL_UNSAFE as _LEVEL_UNSAFE  # re-exported
+from daemon.mqtt_wire import (
+    _NAME_UNSAFE,
+    CONTROL_SUBTREES,
+    ENVELOPE_VERSION,
+    OFFLINE,
+    ONLINE,
+    ROOT,
+    Envelope,
+    _envelope_decoder,
+    _envelope_encoder,
+    default_client_id,
+    event_id,
+    mqtt_filter,
+    mqtt_topic,
+    status_topic,
+)
+from daemon.mqtt_wire import _escape_level as _escape_level  # re-exported
 
 log = structlog.get_logger(__name__)
 
-ROOT = "paperarena"
-ENVELOPE_VERSION = 1
-ONLINE = b"online"
-OFFLINE = b"offline"
 #: Concurrent publishes per connection (and the client's in-flight QoS 1 window).
 PUBLISH_WINDOW = 64
 #: Seconds between repeated warnings about the same condition.
 WARN_INTERVAL = 10.0
-#: Topic subtrees (second level under the namespace) that carry control messages, not events.
-CONTROL_SUBTREES: frozenset[str] = frozenset({"owners", "replay"})
-
-_LEVEL_UNSAFE = re.compile(r"[%/+#\x00]")
-_NAME_UNSAFE = re.compile(r"[/+#\x00]")
-
-
-class Envelope(msgspec.Struct, frozen=True, omit_defaults=True):
-    """The versioned MQTT payload around one encoded event (``run``/``seq``: replay streams)."""
-
-    v: int
-    id: str
-    origin: str
-    event: msgspec.Raw
-    run: str | None = None
-    seq: int | None = None
-
-    @property
-    def dedupe_key(self) -> str:
-        """Return the identity used to drop duplicates: ``run:seq`` if sequenced, else the id."""
-        return self.id if self.seq is None else f"{self.run}:{self.seq}"
 
 
 #: Receives every new remote event instead of the local bus (see ``MqttBridge(sink=...)``).
@@ -105,121 +99,12 @@ Sink = Callable[[Envelope, Event], None]
 ControlHandler = Callable[[str, bytes, bool], None]
 
 
-_envelope_encoder = msgspec.json.Encoder()
-_envelope_decoder = msgspec.json.Decoder(Envelope)
-
-
-class MqttSettings(BaseModel):
-    """Broker connection, topic selection, buffer bounds and reconnect backoff of the bridge."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    host: str = "127.0.0.1"
-    port: int = Field(default=1883, ge=1, le=65535)
-    namespace: str = Field(default="default", min_length=1)
-    client_id: str | None = Field(
-        default=None, description="stable MQTT client id; default: namespace + hostname + process"
-    )
-    username: str | None = None
-    password_env: str | None = Field(
-        default=None, description="name of the environment variable holding the password"
-    )
-    tls: bool = False
-    ca_file: str | None = None
-    keepalive: int = Field(default=30, ge=1, le=65535)
-    publish_patterns: tuple[str, ...] = Field(
-        default=("#",), description="local bus topics sent to the broker (bus pattern syntax)"
-    )
-    subscribe_patterns: tuple[str, ...] = Field(
-        default=("#",), description="remote topics received from the broker (bus pattern syntax)"
-    )
-    egress_queue: int = Field(default=100_000, ge=1)
-    dedupe_window: int = Field(default=100_000, ge=1)
-    reconnect_initial: float = Field(default=0.5, gt=0)
-    reconnect_max: float = Field(default=30.0, gt=0)
-    process_id: str | None = Field(
-        default=None,
-        description="this process's stable id (status topic, envelope origin); default: derived"
-        " from the role, the hostname and the database (daemon/roles.py)",
-    )
-
-    @field_validator("process_id")
-    @classmethod
-    def _check_process_id(cls, value: str | None) -> str | None:
-        if value is not None and (not value or _NAME_UNSAFE.search(value)):
-            raise ValueError("process_id must be non-empty without '/', '+', '#' or NUL")
-        return value
-
-    @field_validator("namespace")
-    @classmethod
-    def _check_namespace(cls, value: str) -> str:
-        if _NAME_UNSAFE.search(value):
-            raise ValueError("namespace must not contain '/', '+', '#' or NUL")
-        return value
-
-    @field_validator("publish_patterns", "subscribe_patterns")
-    @classmethod
-    def _check_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for pattern in value:
-            levels = pattern.split(".")
-            if not pattern or "/" in pattern or "#" in levels[:-1]:
-                raise ValueError(f"invalid bus pattern {pattern!r} ('#' only last, no '/')")
-            if any(("+" in lv or "#" in lv) and lv not in ("+", "#") for lv in levels):
-                raise ValueError(f"invalid bus pattern {pattern!r} (wildcards fill a level)")
-        return value
-
-    @model_validator(mode="after")
-    def _check_backoff(self) -> MqttSettings:
-        if self.reconnect_max < self.reconnect_initial:
-            raise ValueError("reconnect_max must be >= reconnect_initial")
-        return self
-
-
-def _escape_level(level: str) -> str:
-    """Percent-encode characters that are not allowed (or not wanted) inside one MQTT level."""
-    if not _LEVEL_UNSAFE.search(level):
-        return level
-    return (
-        level.replace("%", "%25")
-        .replace("/", "%2F")
-        .replace("+", "%2B")
-        .replace("#", "%23")
-        .replace("\x00", "%00")
-    )
-
-
-def mqtt_topic(namespace: str, topic: str) -> str:
-    """Return the MQTT topic of a bus topic (``price.equity.AAPL`` → ``.../price/equity/AAPL``)."""
-    return f"{ROOT}/{namespace}/" + "/".join(_escape_level(lv) for lv in topic.split("."))
-
-
-def mqtt_filter(namespace: str, pattern: str) -> str:
-    """Return the MQTT subscription filter of a bus pattern (``price.#`` → ``.../price/#``)."""
-    levels = (lv if lv in ("+", "#") else _escape_level(lv) for lv in pattern.split("."))
-    return f"{ROOT}/{namespace}/" + "/".join(levels)
-
-
-def status_topic(namespace: str, process_id: str) -> str:
-    """Return the retained liveness topic of one process."""
-    return f"{ROOT}/{namespace}/status/{process_id}"
-
-
-def default_client_id(namespace: str, process_id: str) -> str:
-    """Return the stable default client id: namespace, hostname and process id."""
-    return f"{ROOT}-{namespace}-{socket.gethostname()}-{process_id}"
-
-
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     """Wait up to ``timeout`` s for ``event``; never swallow a cancellation (unlike wait_for)."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout):
             await event.wait()
     return event.is_set()
-
-
-def event_id(data: bytes) -> str:
-    """Return the stable id of an encoded event (identical events share it)."""
-    return hashlib.sha1(data, usedforsecurity=False).hexdigest()
 
 
 class _Out(NamedTuple):

@@ -24,7 +24,8 @@ import structlog
 from daemon.bus import Bus
 from daemon.config import Config
 from daemon.events import Event
-from daemon.mqtt import MqttBridge, MqttSettings, wait_event
+from daemon.mqtt import MqttBridge, wait_event
+from daemon.mqtt_settings import MqttSettings
 from daemon.replay import ReplayError
 from daemon.replay_roles import (
     ACK,

@@ -37,7 +37,9 @@ import structlog
 from daemon.bus import Bus
 from daemon.config import Config
 from daemon.events import Event
-from daemon.mqtt import Envelope, MqttBridge, MqttSettings, wait_event
+from daemon.mqtt import MqttBridge, wait_event
+from daemon.mqtt_settings import MqttSettings
+from daemon.mqtt_wire import Envelope
 from daemon.replay import ReplayDriver, ReplayError, replay_session
 from daemon.roles import (
     Ownership,

@@ -41,7 +41,8 @@ import structlog
 from daemon.bus import topic_matches
 from daemon.config import Config, ConfigError
 from daemon.events import MarketListed
-from daemon.mqtt import MqttBridge, MqttSettings, wait_event
+from daemon.mqtt import MqttBridge, wait_event
+from daemon.mqtt_settings import MqttSettings
 
 if TYPE_CHECKING:
     from daemon.components import Component
