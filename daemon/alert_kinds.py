@@ -14,7 +14,7 @@ DRAWDOWN_RECOVERED = "drawdown_recovered"
 FEED_STALE = "feed_stale"
 FEED_RECOVERED = "feed_recovered"
 AGENT_RESUMED = "agent_resumed"
-#: Every alert kind this module raises (metrics pre-create a counter per kind).
+#: Every alert kind the alert monitor raises (metrics pre-create a counter per kind).
 ALERT_KINDS: tuple[str, ...] = (DRAWDOWN_BREACH, DRAWDOWN_RECOVERED, FEED_STALE, FEED_RECOVERED,
                                 AGENT_RESUMED)
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")

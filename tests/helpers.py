@@ -1,10 +1,12 @@
-"""Small helpers shared by the feed tests."""
+"""Small helpers shared by the tests."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import time
+import urllib.request
 from collections.abc import Callable
 
 from daemon.bus import Bus
@@ -33,3 +35,24 @@ def collecting_bus() -> tuple[Bus, list[Event]]:
     seen: list[Event] = []
     bus.add_tap("#", seen.append)
     return bus, seen
+
+
+def free_port() -> int:
+    """Return a TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(base: str, timeout: float = 30.0) -> None:
+    """Poll ``base``/readyz until it answers 200 (a daemon started in a subprocess)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/readyz", timeout=5) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:  # refused, or an HTTP error status (not ready yet)
+            pass
+        assert time.monotonic() < deadline, "daemon not ready"
+        time.sleep(0.2)

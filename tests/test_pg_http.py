@@ -7,28 +7,21 @@ daemon on the same database serves one leaderboard of every agent and its other 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port, wait_ready
 from tests.mosquitto import requires_broker
 from tests.pg import pg_database, requires_pg
 from tests.recordings import TINY_CONFIG, make_recording
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = requires_pg
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -38,9 +31,9 @@ def _get(url: str) -> tuple[int, bytes]:
 
 def test_api_page_and_metrics_read_one_leaderboard_from_postgresql(tmp_path: Path) -> None:
     make_recording(tmp_path / "rec.jsonl.gz", days=3)
-    port = _free_port()
+    port = free_port()
     (tmp_path / "replay.toml").write_text(
-        TINY_CONFIG + f"\n[http]\nenabled = true\nport = {_free_port()}\nreplay = true\n")
+        TINY_CONFIG + f"\n[http]\nenabled = true\nport = {free_port()}\nreplay = true\n")
     (tmp_path / "live.toml").write_text(
         TINY_CONFIG + f"\n[sources]\nenabled = false\n[http]\nenabled = true\nport = {port}\n")
     with pg_database() as url:
@@ -55,15 +48,7 @@ def test_api_page_and_metrics_read_one_leaderboard_from_postgresql(tmp_path: Pat
                                   text=True)
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if _get(base + "/readyz")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                assert time.monotonic() < deadline, "daemon not ready"
-                time.sleep(0.2)
+            wait_ready(base)
             status, body = _get(base + "/api/leaderboard")
             board = json.loads(body)
             assert status == 200
@@ -83,7 +68,7 @@ def test_an_agents_page_is_served_by_any_process_of_the_shared_store(tmp_path: P
     """The leaderboard of an evaluator lists every agent of the store; the agent pages it links
     to (``/api/agents/{id}``, its decisions) work for agents another process owns too."""
     make_recording(tmp_path / "rec.jsonl.gz", days=3)
-    port = _free_port()
+    port = free_port()
     (tmp_path / "live.toml").write_text(
         TINY_CONFIG + f"\n[sources]\nenabled = false\n[http]\nenabled = true\nport = {port}\n"
         f'[mqtt]\nhost = "127.0.0.1"\nport = 1883\nnamespace = "pg-http-{port}"\n')
@@ -101,7 +86,7 @@ def test_an_agents_page_is_served_by_any_process_of_the_shared_store(tmp_path: P
                                   text=True)
         base = f"http://127.0.0.1:{port}"
         try:
-            _wait_ready(base)
+            wait_ready(base)
             board = json.loads(_get(base + "/api/leaderboard")[1])
             assert {r["agent"] for r in board["rows"]} == {"bh", "ew", "mom", "cash"}
             status, body = _get(base + "/api/agents/bh")
@@ -120,14 +105,3 @@ def test_an_agents_page_is_served_by_any_process_of_the_shared_store(tmp_path: P
             _, errs = daemon.communicate(timeout=60)
         assert daemon.returncode == 0, errs[-2000:]
 
-
-def _wait_ready(base: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if _get(base + "/readyz")[0] == 200:
-                return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "daemon not ready"
-        time.sleep(0.2)

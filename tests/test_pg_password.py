@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
+from tests.helpers import free_port, wait_ready
 from tests.pg import pg_database, requires_pg
 from tests.pgproxy import password_proxy
 from tests.recordings import TINY_CONFIG, make_recording
@@ -37,12 +36,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(url: str) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=30) as resp:
@@ -55,7 +48,7 @@ def test_report_and_a_live_daemons_readers_use_the_password_env(tmp_path: Path) 
     make_recording(tmp_path / "rec.jsonl.gz", days=3)
     store = f'\n[store]\npassword_env = "{ENV}"\n'
     (tmp_path / "replay.toml").write_text(TINY_CONFIG + store)
-    port = _free_port()
+    port = free_port()
     (tmp_path / "live.toml").write_text(
         TINY_CONFIG + store + f"\n[sources]\nenabled = false\n[http]\nenabled = true\n"
         f"port = {port}\n")
@@ -81,15 +74,7 @@ def test_report_and_a_live_daemons_readers_use_the_password_env(tmp_path: Path) 
                                   stderr=subprocess.PIPE, text=True)
         base = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if _get(base + "/readyz")[0] == 200:
-                        break
-                except OSError:
-                    pass
-                assert time.monotonic() < deadline, "daemon not ready"
-                time.sleep(0.2)
+            wait_ready(base)
             status, body = _get(base + "/api/leaderboard")
             assert status == 200, body[:500]
             assert {r["agent"] for r in json.loads(body)["rows"]} == {"bh", "ew", "mom", "cash"}
