@@ -28,6 +28,17 @@ def cli(*args: str, timeout: float = 20, **kw: object) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=timeout, **kw)  # type: ignore[call-overload]
 
 
+def quiet_run_db(d: Path) -> Path:
+    """Return a database in ``d`` written by a short, quiet ``run`` (schema, a run row, books;
+    WAL mode, closed cleanly, so no -wal or -shm)."""
+    cfg = d / "quiet.toml"
+    cfg.write_text(QUIET)
+    db = d / "made.db"
+    r = cli("run", "--config", str(cfg), "--db", str(db), "--duration", "0.3")
+    assert r.returncode == 0, r.stderr[-2000:]
+    return db
+
+
 def one_line(r: subprocess.CompletedProcess[str]) -> str:
     """Assert exit 2 with exactly one stderr line and no traceback; return the line."""
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])

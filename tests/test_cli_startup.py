@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_database import QUIET, ROOT, SAMPLE, cli, one_line
+from tests.test_cli_database import QUIET, ROOT, SAMPLE, cli, one_line, quiet_run_db
 
 NOBODY = 65534
 
@@ -28,13 +28,7 @@ NOBODY = 65534
 @pytest.fixture(scope="module")
 def made_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A database written by a short ``run`` (schema, a run row, books)."""
-    d = tmp_path_factory.mktemp("made")
-    cfg = d / "quiet.toml"
-    cfg.write_text(QUIET)
-    db = d / "made.db"
-    r = cli("run", "--config", str(cfg), "--db", str(db), "--duration", "0.3")
-    assert r.returncode == 0, r.stderr[-2000:]
-    return db
+    return quiet_run_db(tmp_path_factory.mktemp("made"))
 
 
 def _copy(db: Path, where: Path) -> Path:

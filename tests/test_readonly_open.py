@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_database import QUIET, ROOT, SAMPLE, cli, one_line
+from tests.test_cli_database import QUIET, ROOT, SAMPLE, cli, one_line, quiet_run_db
 
 NOBODY = 65534
 
@@ -36,13 +36,7 @@ def snapshot(d: Path) -> dict[str, tuple[int, int, int, str]]:
 @pytest.fixture(scope="module")
 def made_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A database written by a short ``run`` (WAL mode; closed cleanly, so no -wal or -shm)."""
-    d = tmp_path_factory.mktemp("made")
-    cfg = d / "quiet.toml"
-    cfg.write_text(QUIET)
-    db = d / "made.db"
-    r = cli("run", "--config", str(cfg), "--db", str(db), "--duration", "0.3")
-    assert r.returncode == 0, r.stderr[-2000:]
-    return db
+    return quiet_run_db(tmp_path_factory.mktemp("made"))
 
 
 @pytest.fixture
