@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import random
 from collections import deque
@@ -17,6 +16,7 @@ import structlog
 
 from daemon.alert_config import AlertsConfig, WebhookConfig
 from daemon.alert_kinds import SEVERITIES, Alert
+from daemon.durations import retry_after_seconds
 
 log = structlog.get_logger(__name__)
 
@@ -187,7 +187,7 @@ class WebhookNotifier:
                         log.error("alert refused by webhook", notifier=self.name, host=where,
                                   status=status, kind=alert.kind)
                         return False
-                    retry_after = _retry_after(resp.headers.get("Retry-After"))
+                    retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
                     problem = f"HTTP {status}"
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 problem = type(exc).__name__
@@ -207,16 +207,6 @@ class WebhookNotifier:
     def _result(self, result: str) -> None:
         if self._on_result is not None:
             self._on_result(self.name, result)
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def build_notifiers(cfg: AlertsConfig, on_result: ResultHook | None = None

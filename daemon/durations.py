@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-__all__ = ["MAX_DURATION", "Duration", "parse_duration"]
+__all__ = ["MAX_DURATION", "Duration", "parse_duration", "retry_after_seconds"]
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -43,3 +43,14 @@ def parse_duration(value: Any) -> float:
 
 #: A float field of seconds that also accepts duration strings (``"20s"``, ``"5m"``).
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Return a ``Retry-After`` header's delay in seconds (``None`` unless a finite number >= 0)."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None

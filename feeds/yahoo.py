@@ -28,7 +28,7 @@ from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
 from daemon.bus import Bus
-from daemon.durations import Duration
+from daemon.durations import Duration, retry_after_seconds
 from daemon.events import NonMarkingPrice, PriceEvent, SourceStatus
 from feeds.backoff import Backoff, EquityStreamSettings
 from feeds.health import short_error
@@ -233,14 +233,7 @@ async def read_limited(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
 
 def retry_after_of(resp: aiohttp.ClientResponse) -> float | None:
     """Return the Retry-After header in seconds, if it is a number."""
-    value = resp.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    return retry_after_seconds(resp.headers.get("Retry-After"))
 
 
 @dataclass(frozen=True)
