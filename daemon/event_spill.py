@@ -25,6 +25,8 @@ from typing import Any
 
 import structlog
 
+from daemon.price_bursts import BURST_FIELDS
+
 log = structlog.get_logger(__name__)
 
 #: Default cap on buffered market events (about 100 bytes each: ~100 MB).
@@ -36,16 +38,25 @@ def spill_path(db_path: str) -> Path:
     return Path(f"{os.path.realpath(db_path)}.spill.jsonl")
 
 
-def drop_oldest(pending: list[tuple[Any, ...]], writing: int, cap: int) -> int:
+def row_events(row: tuple[Any, ...]) -> int:
+    """Return how many events a buffered row holds (a burst of prices holds its count)."""
+    return int(row[0]) if len(row) == BURST_FIELDS else 1
+
+
+def drop_oldest(pending: list[tuple[Any, ...]], writing: int, cap: int, events: int) -> int:
     """Drop the oldest rows of ``pending`` after its first ``writing`` ones (being written)
-    once it holds more than ``cap``, down to 90 % of ``cap``; return how many were dropped."""
-    if len(pending) <= cap:
+    once its ``events`` are more than ``cap``, down to 90 % of ``cap`` (a burst of prices goes
+    whole); return how many events were dropped."""
+    if events <= cap:
         return 0
-    n = min(len(pending) - (cap - cap // 10), len(pending) - writing)
-    if n <= 0:
-        return 0
-    del pending[writing: writing + n]
-    return n
+    excess = events - (cap - cap // 10)
+    dropped = 0
+    end = writing
+    while end < len(pending) and dropped < excess:
+        dropped += row_events(pending[end])
+        end += 1
+    del pending[writing:end]
+    return dropped
 
 
 def write_spill(db_path: str, rows: list[tuple[Any, ...]]) -> Path:
@@ -89,7 +100,7 @@ def read_spill(db_path: str) -> tuple[str, list[tuple[Any, ...]]] | None:
         except ValueError:
             bad += 1
             continue
-        if isinstance(row, list) and len(row) in (7, 8, 10):
+        if isinstance(row, list) and len(row) in (BURST_FIELDS, 7, 8, 10):
             rows.append(tuple(row))
         else:
             bad += 1
@@ -121,13 +132,14 @@ async def ingest_spill(store: Any) -> int:
             if store.db.in_transaction:
                 await store.db.execute("ROLLBACK")
             raise
-        store.events_written += len(rows)
+        n = sum(map(row_events, rows))
+        store.events_written += n
         log.warning("stored market events spilled by the last stop", path=str(spill_path(
-            store.path)), events=len(rows))
+            store.path)), events=n)
     else:
-        rows = []
+        n = 0
     spill_path(store.path).unlink(missing_ok=True)
-    return len(rows)
+    return n
 
 
 def spill_unwritten(store: Any) -> None:
@@ -135,7 +147,7 @@ def spill_unwritten(store: Any) -> None:
     rows = store._pending
     if not rows:
         return
-    n = len(rows)
+    n = sum(map(row_events, rows))
     if store.path == ":memory:" or "://" in store.path:
         store.events_lost += n
         log.error("store closed with market events not written: market events lost",
@@ -150,6 +162,7 @@ def spill_unwritten(store: Any) -> None:
                   error=exc.strerror or str(exc), reason=store.fault)
         return
     rows.clear()
+    store._buffered = 0
     log.warning("store closed with market events not written: spilled; the next start "
                 "stores them", path=str(path), events=n, reason=store.fault)
 

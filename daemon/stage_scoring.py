@@ -32,6 +32,7 @@ from scoring.portbench_scores import (
     closes_from_rows,
     parse_decisions,
     portbench_agents,
+    price_points,
     score_rows,
 )
 
@@ -73,7 +74,7 @@ async def score_due(store: Store, agents: Iterable[str] | None, ts: float, *,
     prices = await store.fetchall(CLOSES_SQL, ("equity",))
 
     def compute() -> list[tuple[Any, ...]]:
-        closes = closes_from_rows(prices, None if final else ts)  # type: ignore[arg-type]
+        closes = closes_from_rows(price_points(prices), None if final else ts)
         out: list[tuple[Any, ...]] = []
         for agent, scores in sorted(score_rows(decisions, closes, own).items()):
             for s in scores:

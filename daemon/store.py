@@ -42,6 +42,7 @@ from daemon.event_spill import (
     spill_unwritten,
 )
 from daemon.events import Event, NewsEvent, PriceEvent, encode_event
+from daemon.price_bursts import BURST_FIELDS, BURST_KIND, PRICE_KINDS, burst_row, expand_price_rows
 from daemon.sparse_rows import dense_fill_weights, encode_allocation
 from daemon.store_records import DecisionRecord as DecisionRecord  # re-exported
 from daemon.store_records import FillRecord as FillRecord  # re-exported
@@ -86,8 +87,14 @@ class Store:
         self.busy_timeout = busy_timeout
         self._lock_fd = lock_fd
         self._pending: list[tuple[Any, ...]] = []
+        """Buffered rows: a live price (7 fields), a replayed one (8), any other event (10) or a
+        live burst of prices (:data:`~daemon.price_bursts.BURST_FIELDS`, its count first)."""
+        self._buffered = 0
+        """How many events :attr:`_pending` holds (a burst row holds many)."""
         self._writing = 0
-        """How many of the first buffered events the open transaction writes."""
+        """How many of the first buffered rows the open transaction writes."""
+        self._writing_events = 0
+        """How many events those rows hold."""
         self.run_id: int | None = None
         self.events_written = 0
         self.fault: str | None = None
@@ -276,33 +283,38 @@ class Store:
                      else getattr(ev, "asset", None) or getattr(ev, "question_id", None))
             self._pending.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, market, asset, None,
                                   None, None, encode_event(ev).decode()))
-        if len(self._pending) > self.max_buffered_events:
+        self._buffered += 1
+        if self._buffered > self.max_buffered_events:
             self._cap_buffer()
 
     def _cap_buffer(self) -> None:
         """Drop the oldest buffered events beyond ``max_buffered_events`` (counted, logged)."""
-        n = drop_oldest(self._pending, self._writing, self.max_buffered_events)
+        n = drop_oldest(self._pending, self._writing, self.max_buffered_events, self._buffered)
         if n:
+            self._buffered -= n
             note_dropped(self, n)
 
     def add_prices(self, events: Sequence[Event], seq: int | None = None) -> None:
-        """Buffer a batch of price events (one frame's) for the next flush, in order."""
-        pending = self._pending
+        """Buffer a batch of price events (a burst's) for the next flush, in order: live plain
+        prices of one market as one burst row (:mod:`daemon.price_bursts`), replayed ones (with
+        ``seq``) a row each."""
         if not events:
             return
-        if seq is None and type(events[0]) is PriceEvent and len(set(map(type, events))) == 1:
-            pending.extend(map(_LIVE_PRICE_ROW, events))  # a burst's live prices, in C
+        first = events[0]
+        if seq is None and type(first) is PriceEvent and all(
+                type(ev) is PriceEvent and ev.market == first.market  # type: ignore[attr-defined]
+                for ev in events):
+            self._pending.append(burst_row(first.market, events))  # type: ignore[attr-defined]
+            self._buffered += len(events)
         elif all(type(ev) is PriceEvent for ev in events):  # a frame's prices: one comprehension
-            pending.extend([(seq, ev.ts, ev.recv_ts, ev.market, ev.asset,  # type: ignore[attr-defined]
-                             ev.price, ev.bid, ev.ask) for ev in events])  # type: ignore[attr-defined]
+            self._pending.extend([(seq, ev.ts, ev.recv_ts, ev.market, ev.asset,  # type: ignore[attr-defined]
+                                   ev.price, ev.bid, ev.ask) for ev in events])  # type: ignore[attr-defined]
+            self._buffered += len(events)
         else:
             for ev in events:
-                if type(ev) is PriceEvent:
-                    pending.append((seq, ev.ts, ev.recv_ts, ev.market, ev.asset, ev.price,
-                                    ev.bid, ev.ask))
-                else:
-                    self.add_event(ev, seq)
-        if len(pending) > self.max_buffered_events:
+                self.add_event(ev, seq)
+            return
+        if self._buffered > self.max_buffered_events:
             self._cap_buffer()
 
     def flush_soon(self) -> None:
@@ -350,7 +362,8 @@ class Store:
                         raise self._failed(exc) from None
                     raise
                 if self._writing:
-                    self.events_written += self._writing
+                    self.events_written += self._writing_events
+                    self._buffered -= self._writing_events
                     del self._pending[: self._writing]
                     self._writing = 0
                 if self.fault is not None:
@@ -372,7 +385,7 @@ class Store:
         msg = f"{self.path}: store write failed: {text}"
         if self.fault is None:
             log.error("store write failed; trading halts until the store is writable again",
-                      error=msg, buffered_events=len(self._pending))
+                      error=msg, buffered_events=self._buffered)
         self.fault = msg
         return StoreWriteError(msg)
 
@@ -411,7 +424,7 @@ class Store:
     @property
     def pending_events(self) -> int:
         """Return the number of buffered, unwritten market events."""
-        return len(self._pending)
+        return self._buffered
 
     async def _write_pending(self) -> None:
         """Insert the buffered events; they leave the buffer only when the transaction commits."""
@@ -419,19 +432,25 @@ class Store:
         n = len(self._pending)
         if n:
             self._writing = n  # set before the await: a cap drop meanwhile keeps these rows
+            self._writing_events = self._buffered
             await self._insert_events(self._pending[:n])
 
     async def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        # Live price rows (7 fields), price rows with a seq (8) and other events (10): each run of
-        # one kind in one statement, runs in arrival order, so ids follow arrival across kinds.
-        if all(len(r) == _LIVE_PRICE_FIELDS for r in rows):
-            runs: Iterable[tuple[int, Iterable[tuple[Any, ...]]]] = ((_LIVE_PRICE_FIELDS, rows),)
+        # Live price rows (7 fields), bursts of them (5), price rows with a seq (8) and other
+        # events (10): each run of one kind in one statement, runs in arrival order, so ids
+        # follow arrival across kinds.
+        if all(len(r) == BURST_FIELDS for r in rows):
+            runs: Iterable[tuple[int, Iterable[tuple[Any, ...]]]] = ((BURST_FIELDS, rows),)
         else:
             # Rows spilled before live price rows lost their seq: (None, ts, ...).
             rows = [r[1:] if len(r) == 8 and r[0] is None else r for r in rows]
             runs = groupby(rows, key=len)
         for fields, run in runs:
-            if fields == _LIVE_PRICE_FIELDS:
+            if fields == BURST_FIELDS:
+                await self.db.executemany(
+                    "INSERT INTO market_events(seq, ts, recv_ts, kind, market, payload)"
+                    f" VALUES(NULL,?,?,'{BURST_KIND}',?,?)", [r[1:] for r in run])
+            elif fields == _LIVE_PRICE_FIELDS:
                 # Live rows have no seq: binding None goes through sqlite3's adapter lookup
                 # (about 0.5 us a row on the writer thread, holding the GIL), a NULL literal
                 # costs nothing.
@@ -642,16 +661,19 @@ class Store:
         return out
 
     async def latest_prices_after_checkpoint(self) -> list[tuple[str, str, float, float]]:
-        """Return the last (market, asset, ts, price) per asset stored after the checkpoint."""
+        """Return the last (market, asset, ts, price) per asset stored after the checkpoint
+        (the latest time; among equal times the first stored), by market and asset."""
         rows = await self.fetchall("SELECT events_id FROM checkpoint WHERE id=1")
         after = int(rows[0][0]) if rows else 0
-        return await self.fetchall(  # portable: no bare column beside MAX()
-            "SELECT market, asset, ts, price FROM (SELECT market, asset, ts, price,"
-            " ROW_NUMBER() OVER (PARTITION BY market, asset ORDER BY ts DESC, id) AS n"
-            " FROM market_events WHERE id > ? AND kind='price') AS t WHERE n = 1"
-            " ORDER BY market, asset",
-            (after,),
-        )
+        last: dict[tuple[str, str], tuple[float, float]] = {}
+        for market, asset, ts, _, price, _, _ in expand_price_rows(await self.fetchall(
+                "SELECT kind, market, asset, ts, recv_ts, price, bid, ask, payload"
+                f" FROM market_events WHERE id > ? AND kind IN {PRICE_KINDS} ORDER BY id",
+                (after,))):
+            got = last.get((market, asset))
+            if got is None or ts > got[0]:
+                last[(market, asset)] = (ts, price)
+        return [(m, a, t, p) for (m, a), (t, p) in sorted(last.items())]
 
     async def delete_events_from(self, seq: int) -> None:
         """Delete replayed market events at or after recording offset ``seq`` (resume)."""

@@ -8,6 +8,7 @@ board is built from and returned in (``AgentCurves``, ``Report``) live here too.
 
 from __future__ import annotations
 
+import bisect
 import json
 import sqlite3
 from collections import defaultdict
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from daemon.price_bursts import BURST_KIND, expand_price_rows
 from daemon.sparse_rows import FILLS, fill_map
 from scoring.metrics import drawdown_series
 
@@ -190,6 +192,28 @@ def _load_outcomes(con: sqlite3.Connection) -> dict[Key, dict[str, list[float]]]
     return out
 
 
+def _with_bursts(con: sqlite3.Connection, market: str, marks: list[float],
+                 rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Return ``rows`` ((asset, mark, ts, price): the latest price of each asset up to each
+    mark) with the prices of live bursts (:mod:`daemon.price_bursts`) merged in."""
+    bursts = con.execute(
+        "SELECT kind, market, asset, ts, recv_ts, price, bid, ask, payload FROM market_events"
+        f" WHERE kind='{BURST_KIND}' AND market=? AND ts <= ? ORDER BY id",
+        (market, marks[-1])).fetchall()
+    if not bursts:
+        return rows
+    best: dict[tuple[Any, Any], tuple[Any, ...]] = {(r[0], r[1]): r for r in rows}
+    hi = marks[-1]
+    for _, asset, ts, _, price, _, _ in expand_price_rows(bursts):
+        if ts > hi:
+            continue
+        upto = marks[bisect.bisect_left(marks, ts)]
+        got = best.get((asset, upto))
+        if got is None or ts > got[2]:
+            best[(asset, upto)] = (asset, upto, ts, price)
+    return list(best.values())
+
+
 def _load_panel(con: sqlite3.Connection, market: str, marks: list[float],
                 resolutions: list[tuple[float, dict[str, float]]]) -> _Panel:
     """Return the last price of every asset at each mark (one grouped scan of market_events)."""
@@ -209,6 +233,7 @@ def _load_panel(con: sqlite3.Connection, market: str, marks: list[float],
     finally:
         con.execute("DROP TABLE panel_marks")
         con.commit()
+    rows = _with_bursts(con, market, marks, rows)
     rows.sort(key=lambda r: (r[2], r[0]))
     assets = sorted({r[0] for r in rows} | {a for _, p in resolutions for a in p})
     col = {a: j for j, a in enumerate(assets)}

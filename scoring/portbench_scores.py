@@ -34,12 +34,13 @@ import argparse
 import json
 import math
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from daemon.price_bursts import PRICE_KINDS, expand_price_rows
 from scoring.benchmarks import ceps, diversification_from_returns
 
 CASH = "CASH"
@@ -234,9 +235,10 @@ def score_decision(
     return StageScores(ts, scores, ceps([float(v) for v in done if v is not None]))
 
 
-#: The price rows :func:`closes_from_rows` reads (every process reads them alike).
-CLOSES_SQL = ("SELECT asset, ts, price FROM market_events WHERE kind='price' AND market=?"
-              " ORDER BY asset, ts, id")
+#: The price rows :func:`price_points` turns into :func:`closes_from_rows`' input (every
+#: process reads them alike): a row per price and live bursts (:mod:`daemon.price_bursts`).
+CLOSES_SQL = ("SELECT kind, market, asset, ts, recv_ts, price, bid, ask, payload FROM market_events"
+              f" WHERE kind IN {PRICE_KINDS} AND market=? ORDER BY id")
 #: The decisions :func:`score_rows` reads, after ``AND agent IN (...)``.
 DECISIONS_SQL = ("SELECT agent, scheduled_ts, raw_output FROM decisions WHERE market='equity'"
                  " AND agent IN ({marks})")
@@ -244,6 +246,14 @@ DECISIONS_SQL = ("SELECT agent, scheduled_ts, raw_output FROM decisions WHERE ma
 STORED_SQL = ("SELECT agent, scheduled_ts, stage, score FROM stage_scores"
               " WHERE market='equity' AND horizon=?")
 DAY = 86_400.0
+
+
+def price_points(rows: Iterable[Sequence[Any]]) -> list[tuple[str, float, float]]:
+    """Return (asset, ts, price) of every price of :data:`CLOSES_SQL`'s ``rows``, ordered by
+    asset, time and then as stored."""
+    points = [(a, t, p) for _, a, t, _, p, _, _ in expand_price_rows(rows)]
+    points.sort(key=lambda r: (r[0], r[1]))  # stable: stored order among equal times
+    return points
 
 
 def closes_from_rows(
@@ -268,7 +278,7 @@ def daily_closes(
     con: sqlite3.Connection, market: str = "equity"
 ) -> dict[str, list[tuple[float, float]]]:
     """Return the daily closes of ``market`` read through ``con`` (:func:`closes_from_rows`)."""
-    return closes_from_rows(con.execute(CLOSES_SQL, (market,)).fetchall())
+    return closes_from_rows(price_points(con.execute(CLOSES_SQL, (market,))))
 
 
 def portbench_agents(

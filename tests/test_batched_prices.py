@@ -12,6 +12,7 @@ import pytest
 from daemon.bus import Bus
 from daemon.events import Event, NewsEvent, PriceEvent
 from daemon.market_state import MarketState
+from daemon.price_bursts import expand_price_rows
 from scoring.ledger import Book
 
 
@@ -140,10 +141,14 @@ def test_stored_price_rows_are_the_same_with_and_without_seq(tmp_path: object) -
         await store.close()
         return [tuple(r) for r in rows]
 
-    assert asyncio.run(main()) == [
-        (None, 10.0, 11.0, "price", "polymarket", "A", 0.5, None, None, None),
-        (None, 11.0, 11.5, "price", "polymarket", "B", 0.25, 0.2, None, None),
-        (7, 12.0, 13.0, "price", "polymarket", "C", 0.75, None, None, None),
+    rows = asyncio.run(main())
+    # The live batch is one burst row (earliest ts, latest recv_ts); the replayed price a row.
+    assert [r[:6] for r in rows] == [(None, 10.0, 11.5, "prices", "polymarket", None),
+                                     (7, 12.0, 13.0, "price", "polymarket", "C")]
+    assert list(expand_price_rows([(*r[3:6], r[1], r[2], *r[6:]) for r in rows])) == [
+        ("polymarket", "A", 10.0, 11.0, 0.5, None, None),
+        ("polymarket", "B", 11.0, 11.5, 0.25, 0.2, None),
+        ("polymarket", "C", 12.0, 13.0, 0.75, None, None),
     ]
 
 
@@ -173,9 +178,9 @@ def test_stored_market_events_keep_their_arrival_order_across_kinds(tmp_path: ob
         return [tuple(r) for r in rows]
 
     assert asyncio.run(main()) == [
-        (None, 10.0, "price", "A"), (None, 10.0, "price", "B"),
+        (None, 10.0, "prices", None),  # the burst of A and B
         (None, 11.0, "ResolutionEvent", "q1"),
-        (None, 12.0, "price", "C"), (None, 13.0, "price", "D"),
+        (None, 12.0, "prices", None), (None, 13.0, "price", "D"),
         (3, 14.0, "ResolutionEvent", "q1"),
         (4, 15.0, "price", "E"),
     ]

@@ -191,10 +191,15 @@ async def test_a_daemon_stopped_while_faulted_loses_no_market_event(
 def test_dropping_keeps_the_rows_being_written_and_the_newest() -> None:
     from daemon.event_spill import drop_oldest
 
-    rows: list[tuple[int, ...]] = [(i,) for i in range(120)]
-    assert drop_oldest(rows, 0, 200) == 0 and len(rows) == 120
-    assert drop_oldest(rows, 30, 100) == 30  # down to 90 % of the cap
+    rows: list[tuple[object, ...]] = [(i,) for i in range(120)]
+    assert drop_oldest(rows, 0, 200, 120) == 0 and len(rows) == 120
+    assert drop_oldest(rows, 30, 100, 120) == 30  # down to 90 % of the cap
     assert rows == [(i,) for i in range(30)] + [(i,) for i in range(60, 120)]
     rows = [(i,) for i in range(120)]
-    assert drop_oldest(rows, 115, 100) == 5  # only rows after those being written can go
+    assert drop_oldest(rows, 115, 100, 120) == 5  # only rows after those being written can go
     assert rows == [(i,) for i in range(115)]
+    # A burst of prices (its count first) counts as its events and goes whole.
+    burst = (50, 1.0, 2.0, "polymarket", "{}")
+    rows = [(0,), burst, (1,), burst, (2,)]
+    assert drop_oldest(rows, 1, 100, 103) == 50  # 103 events: the first burst after row 0 goes
+    assert rows == [(0,), (1,), burst, (2,)]

@@ -108,6 +108,29 @@ async def test_a_round_is_one_transaction_and_a_decision_is_stored_once(backend:
     await store.close()
 
 
+async def test_live_bursts_are_stored_and_read_back_alike(backend: str) -> None:
+    """A burst of live prices is one row on both backends; a failed write keeps it buffered
+    (counted as its prices); the restart's last prices read it back."""
+    store = await _open(backend)
+    burst = [PriceEvent(ts=T0 + i, recv_ts=T0 + i + 0.5, market="polymarket", asset=f"t{i % 3}",
+                        price=0.1 * (i + 1), bid=None if i % 2 else 0.05) for i in range(5)]
+    store.add_prices(burst)
+    assert store.pending_events == 5
+    await store.commit_round(RoundCommit(decisions=[_decision("a", T0)]))
+    store.add_prices(burst[:2])
+    with pytest.raises(StoreWriteError):  # the same decision again: the whole write rolls back
+        await store.commit_round(RoundCommit(decisions=[_decision("a", T0)]))
+    assert store.pending_events == 2 and store.events_written == 5
+    await store.flush()
+    assert store.pending_events == 0 and store.events_written == 7
+    assert await store.fetchall("SELECT kind, COUNT(*) FROM market_events GROUP BY kind") == [
+        ("prices", 2)]
+    assert await store.latest_prices_after_checkpoint() == [
+        ("polymarket", "t0", T0 + 3, 0.1 * 4), ("polymarket", "t1", T0 + 4, 0.1 * 5),
+        ("polymarket", "t2", T0 + 2, 0.1 * 3)]
+    await store.close()
+
+
 async def test_upserts_replace_and_ignore_alike(backend: str) -> None:
     store = await _open(backend)
     await store.commit_round(RoundCommit(

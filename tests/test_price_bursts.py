@@ -1,0 +1,143 @@
+"""Live prices stored one row per burst: exact round trip, and every reader of prices sees the
+same prices whether they were stored a row each or a burst at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+
+from daemon.event_spill import read_spill, spill_unwritten
+from daemon.events import PriceEvent, ResolutionEvent
+from daemon.price_bursts import burst_row, burst_ticks, expand_price_rows
+from daemon.store import Store
+from scoring.board_load import _load_panel
+from scoring.portbench_scores import daily_closes
+
+DAY = 86_400.0
+T0 = 1_793_000_000.0
+
+
+def _events(n: int, market: str = "polymarket", seed: int = 3) -> list[PriceEvent]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        ts = T0 + i * 977.3 + rng.random()  # spans days: closes and panel marks differ
+        bid = None if rng.random() < 0.3 else rng.random() * 0.5
+        ask = None if rng.random() < 0.3 else 0.5 + rng.random() * 0.5
+        out.append(PriceEvent(ts=ts, recv_ts=ts + rng.random(), market=market,
+                              asset=f"tok{rng.randrange(7)}", price=rng.random() or 0.5,
+                              bid=bid, ask=ask))
+    return out
+
+
+def test_a_burst_keeps_every_field_of_every_price_exactly_in_order() -> None:
+    evs = _events(300)
+    n, ts, recv, market, payload = burst_row("polymarket", evs)
+    assert (n, market) == (300, "polymarket")
+    assert ts == min(e.ts for e in evs) and recv == max(e.recv_ts for e in evs)
+    assert list(burst_ticks(payload)) == [(e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask)
+                                          for e in evs]
+
+
+async def _store(db: Path, evs: list[PriceEvent], *, bursts: bool) -> None:
+    store = await Store.open(db)
+    res = ResolutionEvent(ts=evs[len(evs) // 2].ts, recv_ts=evs[len(evs) // 2].ts,
+                          market="polymarket", question_id="q", payouts={"tok1": 1.0})
+    half = len(evs) // 2
+    for first, part in ((True, evs[:half]), (False, evs[half:])):
+        if bursts:
+            for i in range(0, len(part), 37):
+                store.add_prices(part[i:i + 37])  # live bursts
+        else:
+            for ev in part:
+                store.add_event(ev)  # a row per price
+        if first:
+            store.add_event(res)
+            await store.flush((1, evs[half - 1].ts, {}))  # a checkpoint after the first half
+    await store.flush()
+    assert store.events_written == len(evs) + 1 and store.pending_events == 0
+    await store.close()
+
+
+def test_every_reader_sees_the_same_prices_stored_per_row_or_per_burst(tmp_path: Path) -> None:
+    evs = _events(900)
+    rows_db, bursts_db = tmp_path / "rows.db", tmp_path / "bursts.db"
+    asyncio.run(_store(rows_db, evs, bursts=False))
+    asyncio.run(_store(bursts_db, evs, bursts=True))
+    read = {}
+    for name, db in (("rows", rows_db), ("bursts", bursts_db)):
+        con = sqlite3.connect(db)
+        kinds = {k for (k,) in con.execute("SELECT DISTINCT kind FROM market_events")}
+        marks = [T0 + k * DAY / 3 for k in range(1, 30)]
+        panel = _load_panel(con, "polymarket", marks, [])
+        closes = daily_closes(con, "polymarket")
+        ticks = list(expand_price_rows(con.execute(
+            "SELECT kind, market, asset, ts, recv_ts, price, bid, ask, payload FROM market_events"
+            " WHERE kind IN ('price', 'prices') ORDER BY id")))
+        con.close()
+
+        async def latest(db: Path = db) -> list[tuple[str, str, float, float]]:
+            store = await Store.open(db)
+            try:
+                return await store.latest_prices_after_checkpoint()
+            finally:
+                await store.close()
+
+        read[name] = (kinds, panel, closes, ticks, asyncio.run(latest()))
+    (k_rows, p_rows, c_rows, t_rows, l_rows) = read["rows"]
+    (k_bursts, p_bursts, c_bursts, t_bursts, l_bursts) = read["bursts"]
+    assert "prices" in k_bursts and "prices" not in k_rows  # the two layouts really differ
+    assert t_rows == t_bursts == [(e.market, e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask)
+                                  for e in evs]
+    assert p_rows.assets == p_bursts.assets and len(p_rows.assets) == 7
+    assert np.array_equal(p_rows.prices, p_bursts.prices, equal_nan=True)
+    assert c_rows == c_bursts and sum(map(len, c_rows.values())) > 7
+    # After the checkpoint: the last price per asset of the second half only.
+    expect: dict[tuple[str, str], tuple[float, float]] = {}
+    for e in evs[len(evs) // 2:]:
+        if (e.market, e.asset) not in expect or e.ts > expect[(e.market, e.asset)][0]:
+            expect[(e.market, e.asset)] = (e.ts, e.price)
+    assert l_rows == l_bursts == [(m, a, t, p) for (m, a), (t, p) in sorted(expect.items())]
+
+
+def test_bursts_count_as_their_events_when_capped_spilled_and_stored_again(
+        tmp_path: Path) -> None:
+    evs = _events(200)
+    db = tmp_path / "s.db"
+
+    async def fill() -> tuple[int, int, int]:
+        store = await Store.open(db)
+        store.max_buffered_events = 120
+        for i in range(0, 200, 40):
+            store.add_prices(evs[i:i + 40])
+        buffered, dropped = store.pending_events, store.events_dropped
+        spill_unwritten(store)  # as a stop while the store is faulted does
+        lost = store.events_lost
+        store._pending.clear()
+        await store.close()
+        return buffered, dropped, lost
+
+    buffered, dropped, lost = asyncio.run(fill())
+    # 5 bursts of 40 over a cap of 120: at 160 the two oldest go (down to <= 108), the fifth
+    # fills it up to the cap again.
+    assert (buffered, dropped, lost) == (120, 80, 0)
+    spilled = read_spill(str(db))
+    assert spilled is not None and [r[0] for r in spilled[1]] == [40, 40, 40]
+
+    async def reopen() -> tuple[int, list[tuple[object, ...]]]:
+        store = await Store.open(db)
+        rows = await store.fetchall(
+            "SELECT kind, market, asset, ts, recv_ts, price, bid, ask, payload"
+            " FROM market_events ORDER BY id")
+        written = store.events_written
+        await store.close()
+        return written, rows
+
+    written, rows = asyncio.run(reopen())
+    assert written == 120
+    assert list(expand_price_rows(rows)) == [
+        (e.market, e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask) for e in evs[80:]]
