@@ -7,12 +7,13 @@ socket stand-in that hands out prepared frames) -> :class:`~feeds.polymarket_dec
 PolymarketDecoder` -> bus -> market state (price cache, history) -> the engine's book (every
 agent holds tokens) -> store buffer, with the drawdown alert monitor tapped and the store flushed
 every ``[store] flush_interval`` on its own thread as the daemon does. The limit beside it,
-measured in the same run: :meth:`PolymarketDecoder.decode` alone over the same frames (books and
-price events, nothing published). Events are the price events the frames produce (the same
-number on both paths). The real path's time runs until every event is stored: the daemon's
-flushes every ``flush_interval`` fall inside it and the last write of what is still buffered
-counts too (``store_tail_flush_s``). ``equity_current`` says whether every agent's equity and
-peak were current after each batch (checked against a full re-mark at the end).
+measured in the same run: the decoder alone over the same frames, as the read loop calls it
+(:meth:`PolymarketDecoder.decode_columns`: books and prices into columns, nothing published).
+Events are the price events the frames produce (the same number on both paths). The real
+path's time runs until every event is stored: the daemon's flushes every ``flush_interval``
+fall inside it and the last write of what is still buffered counts too
+(``store_tail_flush_s``). ``equity_current`` says whether every agent's equity and peak were
+current after each batch (checked against a full re-mark at the end).
 """
 
 from __future__ import annotations
@@ -61,17 +62,23 @@ class _FrameSocket:
 
 def _decode_only(tokens: list[str], snapshots: list[str], frames: list[bytes]
                  ) -> tuple[int, float, float]:
+    """Decode the frames as the read loop does (prices into columns, taken every burst)."""
+    from feeds.frame_batch import MAX_BATCH_FRAMES
     from feeds.polymarket_decode import PolymarketDecoder
 
     dec = PolymarketDecoder()
     dec.reset(tokens)
     for s in snapshots:
         dec.decode(s, 0.0)
+    prices = dec.price_columns()
     n = 0
     c0 = time.process_time()
     t0 = time.perf_counter()
-    for f in frames:
-        n += len(dec.decode(f, 1.0).events)
+    for i, f in enumerate(frames):
+        dec.decode_columns(f, 1.0, prices)
+        if i % MAX_BATCH_FRAMES == MAX_BATCH_FRAMES - 1:
+            n += len(prices.take())
+    n += len(prices.take())
     return n, time.perf_counter() - t0, time.process_time() - c0
 
 

@@ -62,6 +62,7 @@ from daemon.alert_kinds import SEVERITIES as SEVERITIES  # re-exported
 from daemon.alert_kinds import Alert as Alert  # re-exported
 from daemon.clock import LiveClock
 from daemon.config import AgentConfig
+from daemon.price_columns import PriceColumns
 from daemon.store_records import RoundCommit
 from scoring.metrics import drawdown_series
 
@@ -173,7 +174,7 @@ class AlertMonitor:
         self._active = True
         if not self._tapped:
             self.engine.bus.add_tap("price.#", self.on_price,  # type: ignore[arg-type]
-                                    batch=self.on_prices)
+                                    batch=self.on_prices, columns=self.on_price_columns)
             self._tapped = True
         for n in self.notifiers:
             await n.start()
@@ -264,9 +265,15 @@ class AlertMonitor:
     # -- drawdown -----------------------------------------------------------------------------
     def on_price(self, ev: Any) -> None:
         """Bus tap: evaluate the event's market when ``check_interval`` has elapsed (cheap)."""
-        if not self._active:
-            return
-        market = ev.market
+        if self._active:
+            self._on_market(ev.market)
+
+    def on_price_columns(self, prices: PriceColumns) -> None:
+        """Columns tap: :meth:`on_price` once for the batch's market."""
+        if self._active and len(prices):
+            self._on_market(prices.market)
+
+    def _on_market(self, market: str) -> None:
         now = self.engine.clock.now()
         last = self._last_check.get(market)
         if last is not None and now - last < self.config.check_interval:

@@ -32,6 +32,7 @@ import msgspec
 import structlog
 
 from daemon.events import PRICE, Event, HistoryEvent, PriceEvent
+from daemon.price_columns import PriceColumns
 from daemon.price_routes import price_pattern_reach
 
 log = structlog.get_logger(__name__)
@@ -39,6 +40,7 @@ log = structlog.get_logger(__name__)
 Handler = Callable[[Any], Awaitable[None] | None]
 Tap = Callable[[Event], None]
 BatchTap = Callable[[list[Event]], None]
+ColumnsTap = Callable[[PriceColumns], None]
 
 _INF = math.inf
 DEFAULT_QUEUE_SIZE = 10_000
@@ -259,6 +261,8 @@ class Bus:
         self._taps: list[tuple[str, Tap]] = []
         self._batch_taps: dict[Tap, BatchTap] = {}
         """A tap's batch variant, run once per :meth:`publish_batch` with its events."""
+        self._columns_taps: dict[Tap, ColumnsTap] = {}
+        """A tap's columns variant, run once per :meth:`publish_columns` with the columns."""
         self._subs: list[Subscription] = []
         self._route_cache: dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]]] = {}
         self._market_routes: dict[str, tuple[tuple[Tap, ...], tuple[Subscription, ...]] | None]
@@ -273,15 +277,20 @@ class Bus:
         #: Price events dropped (or histories cleaned) by the guard: NaN, inf, negative.
         self.invalid_prices = 0
 
-    def add_tap(self, pattern: str, tap: Tap, *, batch: BatchTap | None = None) -> None:
+    def add_tap(self, pattern: str, tap: Tap, *, batch: BatchTap | None = None,
+                columns: ColumnsTap | None = None) -> None:
         """Register a synchronous callable run inline, before subscribers, for matching events.
 
         ``batch`` (optional) does what ``tap`` does for a list of events, in order: a
-        :meth:`publish_batch` runs it once instead of ``tap`` once per event.
+        :meth:`publish_batch` runs it once instead of ``tap`` once per event. ``columns``
+        (optional) does it for a :class:`~daemon.price_columns.PriceColumns` batch of prices
+        (:meth:`publish_columns`).
         """
         self._taps.append((pattern, tap))
         if batch is not None:
             self._batch_taps[tap] = batch
+        if columns is not None:
+            self._columns_taps[tap] = columns
         self._route_cache.clear()
         self._market_routes.clear()
 
@@ -419,6 +428,54 @@ class Bus:
         for subs, ev in offers:
             for sub in subs:
                 sub.offer_conflating(ev)
+
+    def publish_columns(self, prices: PriceColumns) -> None:
+        """Publish a batch of one market's prices given as columns, from synchronous code.
+
+        The same as :meth:`publish_batch` of ``prices.events()``: guarded, counted, each tap
+        once with the batch's prices in order, then offered to subscribers. A tap with a
+        columns variant reads the columns; the events are made only if another tap or a
+        subscriber needs them. A batch with an invalid price, or a market whose routes depend on
+        the asset, goes as its events through :meth:`publish_batch` (dropped prices counted).
+        """
+        n = len(prices)
+        if not n:
+            return
+        if PRICE in self._muted:
+            self.muted_events += n
+            return
+        route = self._market_route(prices.market) if PRICE in self.conflating else None
+        if route is None or not prices.valid():
+            self.publish_batch(prices.events())  # type: ignore[arg-type]
+            return
+        taps, subs = route
+        self.published += n
+        self.published_by_class[PRICE] = self.published_by_class.get(PRICE, 0) + n
+        events: list[Event] | None = None
+        columns_taps = self._columns_taps
+        for tap in taps:
+            fn = columns_taps.get(tap)
+            try:
+                if fn is not None:
+                    fn(prices)
+                    continue
+                if events is None:
+                    events = prices.events()  # type: ignore[assignment]
+                batch = self._batch_taps.get(tap)
+                if batch is not None:
+                    batch(events)  # type: ignore[arg-type]
+                    continue
+            except Exception as exc:
+                log.error("bus tap failed", topic=f"price.{prices.market}", error=repr(exc))
+                continue
+            for e in events:  # type: ignore[union-attr]
+                self._run_taps((tap,), e)
+        if subs:
+            if events is None:
+                events = prices.events()  # type: ignore[assignment]
+            for e in events:  # type: ignore[union-attr]
+                for sub in subs:
+                    sub.offer_conflating(e)
 
     def _market_route(self, market: str
                       ) -> tuple[tuple[Tap, ...], tuple[Subscription, ...]] | None:

@@ -32,6 +32,7 @@ from daemon.clock import Clock
 from daemon.config import Config, CostConfig, ScheduleConfig
 from daemon.events import DecisionEvent, Event, ResolutionEvent
 from daemon.market_state import HISTORY_DAYS, MarketState
+from daemon.price_columns import PriceColumns
 from daemon.rounds import AgentSlot, DecisionRound
 from daemon.schedule import ScheduleSpec, make_trigger
 from daemon.stage_scoring import score_engine
@@ -134,13 +135,15 @@ class Engine:
     # -- setup ----------------------------------------------------------------------------------
     def _wire_taps(self) -> None:
         st = self.state
-        self.bus.add_tap("price.#", st.on_price, batch=st.on_prices)  # type: ignore[arg-type]
+        self.bus.add_tap("price.#", st.on_price, batch=st.on_prices,  # type: ignore[arg-type]
+                         columns=st.on_price_columns)
         self.bus.add_tap("news.#", st.on_news)  # type: ignore[arg-type]
         self.bus.add_tap("market.#", st.on_listed)  # type: ignore[arg-type]
         self.bus.add_tap("resolution.#", st.on_resolution)  # type: ignore[arg-type]
         self.bus.add_tap("history.#", st.on_history)  # type: ignore[arg-type]
         self.bus.add_tap("fundamentals.#", st.on_fundamentals)  # type: ignore[arg-type]
-        self.bus.add_tap("price.#", self._store_tap, batch=self._store_batch)
+        self.bus.add_tap("price.#", self._store_tap, batch=self._store_batch,
+                         columns=self._store_columns)
         for pattern in ("news.#", "market.#", "resolution.#", "history.#", "fundamentals.#"):
             self.bus.add_tap(pattern, self._store_tap)
 
@@ -149,6 +152,12 @@ class Engine:
 
     def _store_batch(self, events: list[Event]) -> None:
         self.store.add_prices(events, self.seq)
+
+    def _store_columns(self, prices: PriceColumns) -> None:
+        if self.seq is None:
+            self.store.add_price_columns(prices)
+        else:  # a replay stores a row per price with its recording offset
+            self.store.add_prices(prices.events(), self.seq)
 
     def build_agents(self, agent_ids: Iterable[str] | None = None) -> None:
         """Create the configured agents (optionally only ``agent_ids``) in their markets."""

@@ -60,10 +60,18 @@ def drop_oldest(pending: list[tuple[Any, ...]], writing: int, cap: int, events: 
 
 
 def write_spill(db_path: str, rows: list[tuple[Any, ...]]) -> Path:
-    """Append ``rows`` to the spill file of ``db_path`` and fsync it; raise OSError if not."""
+    """Append ``rows`` to the spill file of ``db_path`` and fsync it; raise OSError if not.
+    A burst of prices carries its asset list's JSON on the first line naming it only."""
     path = spill_path(db_path)
-    data = "".join(json.dumps(list(r), separators=(",", ":"), allow_nan=False) + "\n"
-                   for r in rows).encode()
+    seen: set[str] = set()
+    lines = []
+    for r in rows:
+        if len(r) == BURST_FIELDS:
+            key, text = r[5]
+            r = (*r[:5], [key, None if key in seen else text])
+            seen.add(key)
+        lines.append(json.dumps(list(r), separators=(",", ":"), allow_nan=False) + "\n")
+    data = "".join(lines).encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         size = os.fstat(fd).st_size
@@ -94,13 +102,21 @@ def read_spill(db_path: str) -> tuple[str, list[tuple[Any, ...]]] | None:
         return None
     rows: list[tuple[Any, ...]] = []
     bad = 0
+    sets: dict[str, str] = {}
     for line in data.splitlines():
         try:
             row = json.loads(line)
         except ValueError:
             bad += 1
             continue
-        if isinstance(row, list) and len(row) in (BURST_FIELDS, 7, 8, 10):
+        if isinstance(row, list) and len(row) == BURST_FIELDS:
+            key, text = row[5] if isinstance(row[5], list) and len(row[5]) == 2 else ("", None)
+            text = sets.setdefault(key, text) if text is not None else sets.get(key)
+            if text is None:
+                bad += 1  # its asset list was on a line cut short
+                continue
+            rows.append((*row[:5], (key, text)))
+        elif isinstance(row, list) and len(row) in (7, 8, 10):
             rows.append(tuple(row))
         else:
             bad += 1

@@ -35,6 +35,8 @@ from daemon.events import (
     PriceEvent,
     ResolutionEvent,
 )
+from daemon.pending_lasts import PendingLasts, book_columns
+from daemon.price_columns import AssetTable, PriceColumns
 from scoring.ledger import Book, BookSnapshot
 
 log = structlog.get_logger(__name__)
@@ -164,7 +166,12 @@ class MarketState:
         self.books = books
         self.history_days = history_days
         self._days = {"equity": _DayClock(NY), "polymarket": _DayClock(ZoneInfo("UTC"))}
-        self.history: dict[str, dict[str, _AssetHistory]] = {m: {} for m in books}
+        self._history: dict[str, dict[str, _AssetHistory]] = {m: {} for m in books}
+        self._pending: dict[str, PendingLasts] = {}
+        """Per market: the latest prices of columnar bursts not yet in :attr:`history`."""
+        self._columns: dict[str, tuple[Book, AssetTable, np.ndarray]] = {}
+        """Per market: its book, the last asset table seen and the book column of each of its
+        indices (cached)."""
         self.news: dict[str, deque[NewsEvent]] = {}
         self._news_ids: set[str] = set()
         self.questions: dict[str, Question] = {}
@@ -176,6 +183,22 @@ class MarketState:
         self.clock = 0.0
         self._opens: dict[str, float | None] = {}
         """NY day -> epoch seconds of that NYSE session's open (``None``: no session)."""
+
+    @property
+    def history(self) -> dict[str, dict[str, _AssetHistory]]:
+        """Return market -> asset -> daily closes and latest prices (settled: current)."""
+        if self._pending:
+            for market in list(self._pending):
+                self._settle(market)
+        return self._history
+
+    def _settle(self, market: str) -> None:
+        """Move the latest prices columnar bursts left pending into ``market``'s history."""
+        pending = self._pending.pop(market, None)
+        if pending is not None:
+            days = self.history_days
+            pending.settle(self._history[market], lambda: _AssetHistory(days),
+                           lambda last: PricePoint(*last))
 
     def _session_open(self, day: str) -> float | None:
         """Return the epoch seconds of the NYSE open on ``day`` (cached; ``None`` if closed)."""
@@ -195,12 +218,14 @@ class MarketState:
         ts = ev.ts
         if ev.recv_ts and ts > ev.recv_ts:
             ts = ev.recv_ts  # never trust a source clock ahead of ours
+        if self._pending:
+            self._settle(ev.market)  # prices of earlier bursts come first
         known = book.has_asset(ev.asset)
-        hist = self.history[ev.market].get(ev.asset)
+        hist = self._history[ev.market].get(ev.asset)
         if hist is None:
             if ev.market == "equity" and not known:
                 return  # not in the configured universe
-            hist = self.history[ev.market][ev.asset] = _AssetHistory(self.history_days)
+            hist = self._history[ev.market][ev.asset] = _AssetHistory(self.history_days)
         day = self._days[ev.market].day(ts)
         if day != hist.day:
             if hist.last is not None:
@@ -224,7 +249,7 @@ class MarketState:
         # market -> (column -> position in the lists, columns, prices, times): the last price of
         # each column, in the order columns first appear (set_prices takes each column once).
         marks: dict[str, tuple[dict[int, int], list[int], list[float], list[float]]] = {}
-        books, history, days = self.books, self.history, self._days
+        books, history, days = self.books, self.history, self._days  # settled
         current = None  # the market of the previous event, and its lookups
         cols: Any = None
         hists: dict[str, _AssetHistory] = {}
@@ -286,6 +311,50 @@ class MarketState:
                 books[mk].set_prices(np.array(cl, dtype=np.intp),
                                      np.array(prl, dtype=np.float64),
                                      np.array(tsl, dtype=np.float64), checked=checked)
+
+    def on_price_columns(self, prices: PriceColumns) -> None:
+        """Columns tap: what :meth:`on_prices` does for ``prices.events()``, read from the
+        columns. When every price falls in the market's current day (the usual case) only each
+        asset's last price of the batch can change its history and mark, so only those are
+        visited; otherwise (a day boundary inside the batch, equities' opening prices) the
+        events go through :meth:`on_prices`."""
+        market = prices.market
+        book = self.books.get(market)
+        if book is None or not len(prices):
+            return
+        t = np.frombuffer(prices.ts, dtype=np.float64)
+        r = np.frombuffer(prices.recv_ts, dtype=np.float64)
+        late = (t > r) & (r != 0.0)
+        if late.any():
+            t = np.where(late, r, t)  # never trust a source clock ahead of ours
+        hi = float(t.max())
+        clock = self._days[market]
+        clock.day(float(t.min()))
+        if market == "equity" or not hi < clock._end:
+            self.on_prices(prices.events())
+            return
+        day = clock._key
+        table = prices.table
+        pending = self._pending.get(market)
+        if pending is None or pending.table is not table or pending.day != day:
+            self._settle(market)  # another day or another source's table: history first
+            pending = self._pending[market] = PendingLasts(table, day)
+        a = np.frombuffer(prices.a, dtype=np.int64)
+        idx, first = np.unique(a[::-1], return_index=True)  # each asset once, from the end
+        at = len(a) - 1 - first  # the position of each asset's last price
+        ts = t[at]
+        price = np.frombuffer(prices.price, dtype=np.float64)[at]
+        pending.record(idx, ts, price)
+        cached = self._columns.get(market)
+        cols = book_columns(table, book.asset_columns, cached[2] if cached is not None
+                            and cached[0] is book and cached[1] is table else None)
+        self._columns[market] = (book, table, cols)
+        j = cols[idx]
+        known = j >= 0
+        if known.all():
+            book.set_prices(j, price, ts, checked=True)
+        elif known.any():
+            book.set_prices(j[known], price[known], ts[known], checked=True)
 
     def on_fundamentals(self, ev: FundamentalsEvent) -> None:
         """Keep the last few fundamentals snapshots of a stock of the universe."""

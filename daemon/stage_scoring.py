@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from daemon.price_bursts import read_prices_async
 from scoring.portbench_scores import (
-    CLOSES_SQL,
+    CLOSES_WHERE,
     DAY,
     DECISIONS_SQL,
     HORIZON,
@@ -71,7 +72,7 @@ async def score_due(store: Store, agents: Iterable[str] | None, ts: float, *,
     decisions = parse_decisions(rows)  # type: ignore[arg-type]
     if not decisions:
         return 0
-    prices = await store.fetchall(CLOSES_SQL, ("equity",))
+    prices = await read_prices_async(store.fetchall, CLOSES_WHERE, ("equity",))
 
     def compute() -> list[tuple[Any, ...]]:
         closes = closes_from_rows(price_points(prices), None if final else ts)

@@ -42,7 +42,14 @@ from daemon.event_spill import (
     spill_unwritten,
 )
 from daemon.events import Event, NewsEvent, PriceEvent, encode_event
-from daemon.price_bursts import BURST_FIELDS, BURST_KIND, PRICE_KINDS, burst_row, expand_price_rows
+from daemon.price_bursts import (
+    BURST_FIELDS,
+    BURST_KIND,
+    burst_row,
+    columns_row,
+    read_prices_async,
+)
+from daemon.price_columns import PriceColumns
 from daemon.sparse_rows import dense_fill_weights, encode_allocation
 from daemon.store_records import DecisionRecord as DecisionRecord  # re-exported
 from daemon.store_records import FillRecord as FillRecord  # re-exported
@@ -317,6 +324,15 @@ class Store:
         if self._buffered > self.max_buffered_events:
             self._cap_buffer()
 
+    def add_price_columns(self, prices: PriceColumns) -> None:
+        """Buffer a batch of live prices given as columns as one burst row."""
+        if not len(prices):
+            return
+        self._pending.append(columns_row(prices))
+        self._buffered += len(prices)
+        if self._buffered > self.max_buffered_events:
+            self._cap_buffer()
+
     def flush_soon(self) -> None:
         """Start writing the buffered events in the background (ordered by the write lock).
 
@@ -447,9 +463,13 @@ class Store:
             runs = groupby(rows, key=len)
         for fields, run in runs:
             if fields == BURST_FIELDS:
+                bursts = list(run)
+                await self.db.executemany(  # the asset lists first: a burst names its list
+                    "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
+                    " ON CONFLICT(sha256) DO NOTHING", sorted({r[5] for r in bursts}))
                 await self.db.executemany(
                     "INSERT INTO market_events(seq, ts, recv_ts, kind, market, payload)"
-                    f" VALUES(NULL,?,?,'{BURST_KIND}',?,?)", [r[1:] for r in run])
+                    f" VALUES(NULL,?,?,'{BURST_KIND}',?,?)", [r[1:5] for r in bursts])
             elif fields == _LIVE_PRICE_FIELDS:
                 # Live rows have no seq: binding None goes through sqlite3's adapter lookup
                 # (about 0.5 us a row on the writer thread, holding the GIL), a NULL literal
@@ -666,10 +686,8 @@ class Store:
         rows = await self.fetchall("SELECT events_id FROM checkpoint WHERE id=1")
         after = int(rows[0][0]) if rows else 0
         last: dict[tuple[str, str], tuple[float, float]] = {}
-        for market, asset, ts, _, price, _, _ in expand_price_rows(await self.fetchall(
-                "SELECT kind, market, asset, ts, recv_ts, price, bid, ask, payload"
-                f" FROM market_events WHERE id > ? AND kind IN {PRICE_KINDS} ORDER BY id",
-                (after,))):
+        for market, asset, ts, _, price, _, _ in await read_prices_async(
+                self.fetchall, "id > ?", (after,)):
             got = last.get((market, asset))
             if got is None or ts > got[0]:
                 last[(market, asset)] = (ts, price)

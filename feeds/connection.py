@@ -421,7 +421,9 @@ class StreamingSource:
             self._request_close(sh, ws, f"{name} failed: {exc!r}")
 
     async def _read(self, sh: _Shard, ws: ClientConnection) -> None:
-        batcher = FrameBatcher(self._bus)
+        adapter = self.adapter  # a ColumnDecoder fills the batcher's price columns
+        batcher = FrameBatcher(self._bus, prices=adapter.price_columns()  # type: ignore[attr-defined]
+                               if hasattr(adapter, "decode_columns") else None)
         try:
             await self._read_frames(sh, ws, batcher)
         finally:
@@ -434,6 +436,9 @@ class StreamingSource:
         bus = self._bus
         conflating = bus.conflating
         last = self._last_data
+        prices = batcher.prices
+        decode_columns = adapter.decode_columns if prices is not None else None  # type: ignore[attr-defined]
+        before = 0
         while True:
             try:
                 frame = await ws.recv()
@@ -444,7 +449,11 @@ class StreamingSource:
             counters.messages += 1
             counters.last_message_ts = now
             try:
-                res = adapter.decode(frame, now)
+                if decode_columns is not None:
+                    before = len(prices)  # type: ignore[arg-type]
+                    res = decode_columns(frame, now, prices)
+                else:
+                    res = adapter.decode(frame, now)
             except Exception as exc:
                 counters.decode_errors += 1
                 if _should_log(counters.decode_errors):
@@ -482,7 +491,17 @@ class StreamingSource:
                 sh.silent_since = now
                 sh.failures = 0
             evs = res.events
-            if evs:
+            if decode_columns is not None:
+                if evs:  # prices of earlier frames, the frame's events, then its prices
+                    batcher.flush(before)
+                    for ev in evs:
+                        if ev.topic_class in conflating:
+                            bus.publish_batch([ev])
+                        else:
+                            await bus.publish(ev)
+                if len(prices) > before:  # type: ignore[arg-type]
+                    batcher.frame_done()
+            elif evs:
                 if all(map(conflating.__contains__, map(_TOPIC_CLASS, evs))):
                     batcher.add(evs)  # a burst's prices: each tap runs once per burst
                 else:

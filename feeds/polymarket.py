@@ -37,6 +37,7 @@ from websockets.asyncio.client import ClientConnection
 from daemon.bus import Bus
 from daemon.durations import Duration
 from daemon.events import Event, MarketListed, ResolutionEvent, SourceStatus
+from daemon.price_columns import PriceColumns
 from feeds.backoff import Backoff, StreamSettings
 from feeds.connection import StreamingSource
 from feeds.health import failure_is_news, short_error
@@ -150,6 +151,15 @@ class PolymarketAdapter:
     def decode(self, frame: str | bytes, now: float) -> DecodeResult:
         """Decode one frame."""
         return self.decoder.decode(frame, now)
+
+    def decode_columns(self, frame: str | bytes, now: float, prices: PriceColumns
+                       ) -> DecodeResult:
+        """Decode one frame, its prices appended to ``prices`` (the read loop's path)."""
+        return self.decoder.decode_columns(frame, now, prices)
+
+    def price_columns(self) -> PriceColumns:
+        """Return empty columns for this source's prices."""
+        return self.decoder.price_columns()
 
     async def periodic(self, ws: ClientConnection, keys: Sequence[str]) -> None:
         """No periodic duty on this channel."""

@@ -40,6 +40,7 @@ from typing import Any, Literal
 import msgspec
 
 from daemon.events import Event, PriceEvent
+from daemon.price_columns import AssetTable, PriceColumns
 from feeds.source_contract import DecodeResult
 
 __all__ = [
@@ -100,6 +101,7 @@ class WsEvent(msgspec.Struct, gc=False):
 
 
 _INF = math.inf
+_NAN = math.nan
 _FRAME = msgspec.json.Decoder(WsEvent | list[WsEvent])
 _ANY = msgspec.json.Decoder()
 
@@ -110,10 +112,11 @@ ResolvedHook = Callable[[WsEvent, float], Event | None]
 class TokenBook:
     """Order book of one token: price -> size per side, plus the last top of book published."""
 
-    __slots__ = ("ask", "asks", "bid", "bids", "hint_ask", "hint_bid", "published")
+    __slots__ = ("ask", "asks", "bid", "bids", "hint_ask", "hint_bid", "idx", "published")
 
-    def __init__(self) -> None:
-        """Create an empty book."""
+    def __init__(self, idx: int = 0) -> None:
+        """Create an empty book of the token at ``idx`` in the decoder's asset table."""
+        self.idx = idx
         self.bids: dict[float, float] = {}
         self.asks: dict[float, float] = {}
         self.bid: float | None = None
@@ -209,6 +212,8 @@ class PolymarketDecoder:
         self.source = source
         self.on_resolved = on_resolved
         self.books: dict[str, TokenBook] = {}
+        self.assets = AssetTable()
+        """Every token this decoder has priced, each with its index (columns name them so)."""
         self.subscribed: set[str] = set()
         self.last_trade: dict[str, float] = {}
         self.tick_size: dict[str, float] = {}
@@ -254,6 +259,17 @@ class PolymarketDecoder:
 
     def decode(self, frame: str | bytes, now: float) -> DecodeResult:
         """Decode one frame received at ``now`` into events and counts."""
+        return self.decode_columns(frame, now, None)
+
+    def price_columns(self) -> PriceColumns:
+        """Return empty columns for this decoder's prices."""
+        return PriceColumns("polymarket", self.source, self.assets)
+
+    def decode_columns(self, frame: str | bytes, now: float, prices: PriceColumns | None
+                       ) -> DecodeResult:
+        """Decode one frame received at ``now``: its prices appended to ``prices`` (as
+        :meth:`decode` would emit them, in the same order), everything else in the result
+        (``prices`` None: prices as events in the result, :meth:`decode`)."""
         res = DecodeResult()
         if not frame:
             res.decode_errors = 1
@@ -311,7 +327,10 @@ class PolymarketDecoder:
             else:
                 res.unknown += 1
         if touched:
-            self._emit(touched, fresh, now, res)
+            if prices is None:
+                self._emit(touched, fresh, now, res)
+            else:
+                self._emit_columns(touched, fresh, now, res, prices)
         if data:
             res.data_keys = list(data)
         return res
@@ -407,7 +426,7 @@ class PolymarketDecoder:
         if ts is None:
             res.decode_errors += 1
             return
-        book = TokenBook()
+        book = TokenBook(self.assets.add(tok))
         book.bids = _levels(ev.bids, res)
         book.asks = _levels(ev.asks, res)
         old = self.books.get(tok)
@@ -461,13 +480,13 @@ class PolymarketDecoder:
         touched[ev.asset_id] = ts
         data[ev.asset_id] = None
 
-    def _emit(
-        self, touched: dict[str, float], fresh: set[str], now: float, res: DecodeResult
-    ) -> None:
+    def _tops(self, touched: dict[str, float], fresh: set[str], res: DecodeResult
+              ) -> list[tuple[str, int, float, float, float | None, float | None]]:
+        """Return (token, its index, ts, mark, bid, ask) of each touched token whose top
+        changed."""
+        out = []
         books = self.books
         last_trade = self.last_trade
-        events = res.events
-        source = self.source
         for tok, ts in touched.items():
             book = books.get(tok)
             if book is None:
@@ -497,15 +516,27 @@ class PolymarketDecoder:
             if state == book.published and tok not in fresh:
                 continue
             book.published = state
-            events.append(
-                PriceEvent(
-                    ts=ts,
-                    recv_ts=now,
-                    market="polymarket",
-                    asset=tok,
-                    price=mark,
-                    bid=bid,
-                    ask=ask,
-                    source=source,
-                )
-            )
+            out.append((tok, book.idx, ts, mark, bid, ask))
+        return out
+
+    def _emit_columns(self, touched: dict[str, float], fresh: set[str], now: float,
+                      res: DecodeResult, prices: PriceColumns) -> None:
+        tops = self._tops(touched, fresh, res)
+        if not tops:
+            return
+        _, idx, tss, marks, bids, asks = zip(*tops, strict=True)
+        prices.a.extend(idx)
+        prices.ts.extend(tss)
+        prices.recv_ts.extend((now,) * len(tops))
+        prices.price.extend(marks)
+        prices.bid.extend([_NAN if b is None else b for b in bids])
+        prices.ask.extend([_NAN if k is None else k for k in asks])
+
+    def _emit(
+        self, touched: dict[str, float], fresh: set[str], now: float, res: DecodeResult
+    ) -> None:
+        source = self.source
+        res.events.extend(
+            PriceEvent(ts=ts, recv_ts=now, market="polymarket", asset=tok, price=mark, bid=bid,
+                       ask=ask, source=source)
+            for tok, _, ts, mark, bid, ask in self._tops(touched, fresh, res))

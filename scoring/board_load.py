@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from daemon.price_bursts import BURST_KIND, expand_price_rows
+from daemon.price_bursts import BURST_KIND, read_prices
 from daemon.sparse_rows import FILLS, fill_map
 from scoring.metrics import drawdown_series
 
@@ -196,15 +196,13 @@ def _with_bursts(con: sqlite3.Connection, market: str, marks: list[float],
                  rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Return ``rows`` ((asset, mark, ts, price): the latest price of each asset up to each
     mark) with the prices of live bursts (:mod:`daemon.price_bursts`) merged in."""
-    bursts = con.execute(
-        "SELECT kind, market, asset, ts, recv_ts, price, bid, ask, payload FROM market_events"
-        f" WHERE kind='{BURST_KIND}' AND market=? AND ts <= ? ORDER BY id",
-        (market, marks[-1])).fetchall()
+    bursts = read_prices(con, f"kind='{BURST_KIND}' AND market=? AND ts <= ?",
+                         (market, marks[-1]))
     if not bursts:
         return rows
     best: dict[tuple[Any, Any], tuple[Any, ...]] = {(r[0], r[1]): r for r in rows}
     hi = marks[-1]
-    for _, asset, ts, _, price, _, _ in expand_price_rows(bursts):
+    for _, asset, ts, _, price, _, _ in bursts:
         if ts > hi:
             continue
         upto = marks[bisect.bisect_left(marks, ts)]

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from daemon.price_bursts import PRICE_KINDS, expand_price_rows
+from daemon.price_bursts import read_prices
 from scoring.benchmarks import ceps, diversification_from_returns
 
 CASH = "CASH"
@@ -235,10 +235,9 @@ def score_decision(
     return StageScores(ts, scores, ceps([float(v) for v in done if v is not None]))
 
 
-#: The price rows :func:`price_points` turns into :func:`closes_from_rows`' input (every
-#: process reads them alike): a row per price and live bursts (:mod:`daemon.price_bursts`).
-CLOSES_SQL = ("SELECT kind, market, asset, ts, recv_ts, price, bid, ask, payload FROM market_events"
-              f" WHERE kind IN {PRICE_KINDS} AND market=? ORDER BY id")
+#: The condition on ``market_events`` of the prices closes are made of (every process reads them
+#: alike, :func:`daemon.price_bursts.read_prices`): a row per price and live bursts.
+CLOSES_WHERE = "market=?"
 #: The decisions :func:`score_rows` reads, after ``AND agent IN (...)``.
 DECISIONS_SQL = ("SELECT agent, scheduled_ts, raw_output FROM decisions WHERE market='equity'"
                  " AND agent IN ({marks})")
@@ -248,10 +247,11 @@ STORED_SQL = ("SELECT agent, scheduled_ts, stage, score FROM stage_scores"
 DAY = 86_400.0
 
 
-def price_points(rows: Iterable[Sequence[Any]]) -> list[tuple[str, float, float]]:
-    """Return (asset, ts, price) of every price of :data:`CLOSES_SQL`'s ``rows``, ordered by
-    asset, time and then as stored."""
-    points = [(a, t, p) for _, a, t, _, p, _, _ in expand_price_rows(rows)]
+def price_points(ticks: Iterable[Sequence[Any]]) -> list[tuple[str, float, float]]:
+    """Return (asset, ts, price) of every price of ``ticks`` (what
+    :func:`daemon.price_bursts.read_prices` returns), ordered by asset, time and then as
+    stored."""
+    points = [(a, t, p) for _, a, t, _, p, _, _ in ticks]
     points.sort(key=lambda r: (r[0], r[1]))  # stable: stored order among equal times
     return points
 
@@ -260,7 +260,7 @@ def closes_from_rows(
     rows: Sequence[tuple[str, float, float]], until: float | None = None
 ) -> dict[str, list[tuple[float, float]]]:
     """Return ``{asset: [(end of UTC day, close)]}`` from ``(asset, ts, price)`` rows in
-    :data:`CLOSES_SQL`'s order: the last price of each UTC day, stamped with the day's last
+    :func:`price_points`' order: the last price of each UTC day, stamped with the day's last
     second (so all assets' closes of a day share one stamp). ``until``: only the days that
     ended before it (complete days)."""
     last: dict[tuple[str, int], tuple[float, float]] = {}
@@ -278,7 +278,7 @@ def daily_closes(
     con: sqlite3.Connection, market: str = "equity"
 ) -> dict[str, list[tuple[float, float]]]:
     """Return the daily closes of ``market`` read through ``con`` (:func:`closes_from_rows`)."""
-    return closes_from_rows(price_points(con.execute(CLOSES_SQL, (market,))))
+    return closes_from_rows(price_points(read_prices(con, CLOSES_WHERE, (market,))))
 
 
 def portbench_agents(

@@ -5,6 +5,8 @@ point 1)."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +14,8 @@ import pytest
 from daemon.bus import Bus
 from daemon.events import Event, NewsEvent, PriceEvent
 from daemon.market_state import MarketState
-from daemon.price_bursts import expand_price_rows
+from daemon.price_bursts import read_prices
+from daemon.price_columns import AssetTable, PriceColumns
 from scoring.ledger import Book
 
 
@@ -96,6 +99,47 @@ def test_a_batch_leaves_the_same_state_as_its_events_one_by_one() -> None:
             h2[k].day, h2[k].last, list(h2[k].closes))
 
 
+def _histories(st: MarketState) -> dict[str, tuple[object, ...]]:
+    return {a: (h.day, h.last, h.first, list(h.closes))
+            for a, h in st.history["polymarket"].items()}
+
+
+def test_columns_leave_the_same_state_as_their_events_one_by_one() -> None:
+    """Within a day only each asset's last price is visited; a batch crossing midnight, a
+    price stamped ahead of its receipt and an unlisted token leave the same state too."""
+    rng = np.random.default_rng(5)
+    one, cols_book, events_book = _book(), _book(), _book()
+    s1, s2 = MarketState({"polymarket": one}), MarketState({"polymarket": cols_book})
+    s3 = MarketState({"polymarket": events_book})  # the same batches as events
+    t = 200.0
+    table = AssetTable()  # one source's table across its bursts (every 7th from another)
+    for batch in range(40):
+        cols = PriceColumns("polymarket", table=AssetTable() if batch % 7 == 6 else table)
+        for _ in range(int(rng.integers(1, 30))):
+            t += float(rng.uniform(0, 400 if batch % 10 else 9_000))  # some batches span days
+            ahead = float(rng.uniform(0, 50)) if rng.random() < 0.1 else 0.0
+            asset = ["t0", "t1", "t2", "t3", "t4", "t5", "zz"][int(rng.integers(0, 7))]
+            cols.append(asset, t + ahead, t, float(rng.uniform(0.01, 0.99)), None, None)
+        for ev in cols.events():
+            s1.on_price(ev)
+        s3.on_prices(cols.events())
+        s2.on_price_columns(cols)
+        np.testing.assert_allclose(cols_book._vals[:5], one.values(), rtol=1e-12)
+        assert not cols_book._dirty  # current after every batch, the same bits either way
+        np.testing.assert_array_equal(cols_book._vals[:5], events_book._vals[:5])
+        np.testing.assert_array_equal(cols_book._peak[:5], events_book._peak[:5])
+        if batch % 13 == 12:  # history read between bursts: their latest prices are in it
+            assert _histories(s2) == _histories(s1)
+    np.testing.assert_array_equal(cols_book.prices, one.prices)
+    np.testing.assert_array_equal(cols_book.price_times, one.price_times)
+    h1, h2 = s1.history["polymarket"], s2.history["polymarket"]
+    assert h1.keys() == h2.keys() and "zz" in h2
+    for k in h1:
+        assert (h1[k].day, h1[k].last, list(h1[k].closes)) == (
+            h2[k].day, h2[k].last, list(h2[k].closes))
+    assert sum(len(h.closes) for h in h2.values()) > 6  # days were crossed
+
+
 def test_a_batch_of_equity_prices_keeps_the_sessions_opening_price() -> None:
     from datetime import datetime
     from zoneinfo import ZoneInfo
@@ -125,7 +169,6 @@ def test_a_batch_of_equity_prices_keeps_the_sessions_opening_price() -> None:
 
 
 def test_stored_price_rows_are_the_same_with_and_without_seq(tmp_path: object) -> None:
-    from pathlib import Path
 
     from daemon.store import Store
 
@@ -145,7 +188,7 @@ def test_stored_price_rows_are_the_same_with_and_without_seq(tmp_path: object) -
     # The live batch is one burst row (earliest ts, latest recv_ts); the replayed price a row.
     assert [r[:6] for r in rows] == [(None, 10.0, 11.5, "prices", "polymarket", None),
                                      (7, 12.0, 13.0, "price", "polymarket", "C")]
-    assert list(expand_price_rows([(*r[3:6], r[1], r[2], *r[6:]) for r in rows])) == [
+    assert read_prices(sqlite3.connect(Path(str(tmp_path)) / "s.db"), "1") == [
         ("polymarket", "A", 10.0, 11.0, 0.5, None, None),
         ("polymarket", "B", 11.0, 11.5, 0.25, 0.2, None),
         ("polymarket", "C", 12.0, 13.0, 0.75, None, None),
@@ -155,7 +198,6 @@ def test_stored_price_rows_are_the_same_with_and_without_seq(tmp_path: object) -
 def test_stored_market_events_keep_their_arrival_order_across_kinds(tmp_path: object) -> None:
     """A resolution between two bursts of prices is stored between them (ids follow arrival),
     live or with a seq, and a spilled row of the older format still lands in its place."""
-    from pathlib import Path
 
     from daemon.events import ResolutionEvent
     from daemon.store import Store

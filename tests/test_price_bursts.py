@@ -4,6 +4,9 @@ same prices whether they were stored a row each or a burst at a time."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import math
 import random
 import sqlite3
 from pathlib import Path
@@ -12,7 +15,8 @@ import numpy as np
 
 from daemon.event_spill import read_spill, spill_unwritten
 from daemon.events import PriceEvent, ResolutionEvent
-from daemon.price_bursts import burst_row, burst_ticks, expand_price_rows
+from daemon.price_bursts import burst_row, burst_ticks, columns_row, read_prices
+from daemon.price_columns import PriceColumns
 from daemon.store import Store
 from scoring.board_load import _load_panel
 from scoring.portbench_scores import daily_closes
@@ -36,11 +40,38 @@ def _events(n: int, market: str = "polymarket", seed: int = 3) -> list[PriceEven
 
 def test_a_burst_keeps_every_field_of_every_price_exactly_in_order() -> None:
     evs = _events(300)
-    n, ts, recv, market, payload = burst_row("polymarket", evs)
+    n, ts, recv, market, payload, (key, text) = burst_row("polymarket", evs)
     assert (n, market) == (300, "polymarket")
     assert ts == min(e.ts for e in evs) and recv == max(e.recv_ts for e in evs)
-    assert list(burst_ticks(payload)) == [(e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask)
-                                          for e in evs]
+    assets = json.loads(text)
+    assert assets == list(dict.fromkeys(e.asset for e in evs))  # the burst's own list
+    assert key == hashlib.sha256(text.encode()).hexdigest()
+    assert list(burst_ticks(payload, assets)) == [
+        (e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask) for e in evs]
+    # The same prices as columns: indices into the source's table, the same ticks.
+    cols = PriceColumns("polymarket")
+    cols.append("unused", T0, T0, 0.5, None, None)
+    cols.take()  # the table keeps "unused" at 0: indices are the table's, not the burst's
+    for e in evs:
+        cols.append(e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask)
+    assert cols.events() == evs
+    row = columns_row(cols)
+    assert row[:4] == (n, ts, recv, market) and json.loads(row[5][1])[0] == "unused"
+    assert list(burst_ticks(row[4], json.loads(row[5][1]))) == list(burst_ticks(payload, assets))
+
+
+def test_a_price_that_is_not_a_number_fails_the_columns_guard() -> None:
+    cols = PriceColumns("polymarket")
+    cols.append("a", T0, T0, 0.5, 0.4, None)
+    assert cols.valid() and cols.ask[0] != cols.ask[0]  # a missing ask is NaN in the columns
+    assert cols.events()[0].ask is None and cols.events()[0].bid == 0.4
+    for bad in ({"price": math.nan}, {"price": -1.0}, {"price": math.inf},
+                {"price": -math.inf}, {"ask": math.inf}, {"bid": -0.1}, {"bid": -math.inf}):
+        c = PriceColumns("polymarket")
+        c.append("a", T0, T0, 0.5, 0.4, 0.6)
+        f = {"price": 0.5, "bid": 0.4, "ask": 0.6} | bad
+        c.append("b", T0, T0, f["price"], f["bid"], f["ask"])
+        assert not c.valid(), bad
 
 
 async def _store(db: Path, evs: list[PriceEvent], *, bursts: bool) -> None:
@@ -75,9 +106,7 @@ def test_every_reader_sees_the_same_prices_stored_per_row_or_per_burst(tmp_path:
         marks = [T0 + k * DAY / 3 for k in range(1, 30)]
         panel = _load_panel(con, "polymarket", marks, [])
         closes = daily_closes(con, "polymarket")
-        ticks = list(expand_price_rows(con.execute(
-            "SELECT kind, market, asset, ts, recv_ts, price, bid, ask, payload FROM market_events"
-            " WHERE kind IN ('price', 'prices') ORDER BY id")))
+        ticks = read_prices(con, "1")
         con.close()
 
         async def latest(db: Path = db) -> list[tuple[str, str, float, float]]:
@@ -128,16 +157,14 @@ def test_bursts_count_as_their_events_when_capped_spilled_and_stored_again(
     spilled = read_spill(str(db))
     assert spilled is not None and [r[0] for r in spilled[1]] == [40, 40, 40]
 
-    async def reopen() -> tuple[int, list[tuple[object, ...]]]:
+    async def reopen() -> int:
         store = await Store.open(db)
-        rows = await store.fetchall(
-            "SELECT kind, market, asset, ts, recv_ts, price, bid, ask, payload"
-            " FROM market_events ORDER BY id")
         written = store.events_written
         await store.close()
-        return written, rows
+        return written
 
-    written, rows = asyncio.run(reopen())
-    assert written == 120
-    assert list(expand_price_rows(rows)) == [
+    assert asyncio.run(reopen()) == 120
+    con = sqlite3.connect(db)
+    assert read_prices(con, "1") == [
         (e.market, e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask) for e in evs[80:]]
+    con.close()
