@@ -120,6 +120,10 @@ class _Pauser:
     async def __call__(self) -> None:
         now = self._clock()
         if now - self._last >= self._every:
+            # Two turns of the loop: a source's read loop publishes what arrived meanwhile in
+            # the first, the subscribers it woke take it in the second (with one turn they
+            # waited for the round's next stretch of work).
+            await asyncio.sleep(0)
             await asyncio.sleep(0)
             self._last = self._clock()
 
@@ -352,8 +356,9 @@ class DecisionRound:
                                 outcome=outcome, reason=reason)
             eng.add_equity_rows(rc, market, now, "decision")
             await eng.commit(rc, locked=True)
-        self._remember(rc.fills)
-        await self._publish(events)
+        pause = _Pauser(self._monotonic)  # from the commit's end: what follows yields too
+        await self._remember(rc.fills, pause)
+        await self._publish(events, pause)
         self._log(result)
         return result
 
@@ -377,9 +382,10 @@ class DecisionRound:
             out[a] = [e for _, e in self._recent_fills[a][-n:]]
         return out
 
-    def _remember(self, fills: list[FillRecord]) -> None:
+    async def _remember(self, fills: list[FillRecord], pause: _Pauser) -> None:
         """Add committed fills to the recent allocations kept (as the store returns them)."""
         for f in fills:
+            await pause()
             kept = self._recent_fills.get(f.agent)
             if kept is None or f.market != self.market:
                 continue
@@ -414,8 +420,9 @@ class DecisionRound:
         except Exception as exc:
             return AgentDecision(None, outcome="error", reason=f"agent raised {exc!r}"[:500])
 
-    async def _publish(self, events: list[DecisionEvent | FillEvent]) -> None:
-        pause = _Pauser(self._monotonic)
+    async def _publish(self, events: list[DecisionEvent | FillEvent],
+                       pause: _Pauser | None = None) -> None:
+        pause = pause or _Pauser(self._monotonic)
         for ev in events:
             await self.engine.bus.publish(ev)
             await pause()

@@ -195,3 +195,31 @@ async def test_a_round_yields_to_the_loop_after_each_slice_of_work() -> None:
     await pause()  # 3 ms of work: other tasks (bus subscribers, sources) run now
     assert ran
     await task
+
+
+async def test_a_pause_lets_a_price_reach_the_subscriber_it_wakes() -> None:
+    """A source publishing in the loop's first turn wakes a subscriber that takes the price in
+    the second: both happen within one pause, not after the round's next slice of work."""
+    import asyncio
+
+    from daemon.rounds import _Pauser
+
+    now = [0.0]
+    pause = _Pauser(lambda: now[0], every=0.002)
+    published = asyncio.Event()
+    got: list[str] = []
+
+    async def subscriber() -> None:
+        await published.wait()
+        got.append("price")
+
+    async def source() -> None:
+        published.set()  # wakes the subscriber: it runs in the next turn of the loop
+
+    sub = asyncio.create_task(subscriber())
+    await asyncio.sleep(0)  # the subscriber waits
+    src = asyncio.create_task(source())
+    now[0] = 0.003
+    await pause()
+    assert got == ["price"]
+    await asyncio.gather(sub, src)
