@@ -46,8 +46,9 @@ from daemon.bus import Bus
 from daemon.clock import Clock
 from daemon.events import DecisionEvent, FillEvent, Market
 from daemon.logs import redact_text
-from daemon.market_state import MarketState, PriceCoverage, format_age
+from daemon.market_state import MarketState
 from daemon.open_fill import at_prices, missing_open_reason
+from daemon.price_coverage import PriceCoverage, format_age
 from daemon.sparse_rows import asset_list, encode_allocation, fill_columns
 from daemon.store import Store
 from daemon.store_records import DecisionRecord, FillRecord, RoundCommit

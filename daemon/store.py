@@ -18,11 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import operator
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
-from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +39,12 @@ from daemon.event_spill import (
     note_dropped,
     spill_unwritten,
 )
-from daemon.events import Event, NewsEvent, PriceEvent, encode_event
-from daemon.price_bursts import (
-    BURST_FIELDS,
-    BURST_KIND,
-    burst_row,
-    columns_row,
-    read_prices_async,
-)
+from daemon.events import Event
+from daemon.price_bursts import columns_row
 from daemon.price_columns import PriceColumns
-from daemon.sparse_rows import dense_fill_weights, encode_allocation
+from daemon.sparse_rows import encode_allocation
+from daemon.store_events import event_row, insert_event_rows, price_rows
+from daemon.store_queries import StoreQueries
 from daemon.store_records import DecisionRecord as DecisionRecord  # re-exported
 from daemon.store_records import FillRecord as FillRecord  # re-exported
 from daemon.store_records import RoundCommit as RoundCommit  # re-exported
@@ -77,14 +71,8 @@ OPEN_BUSY_TIMEOUT = 5.0
 #: Free space below which the store counts as full (readiness probe; trading halts).
 MIN_FREE_BYTES = 1 << 20
 
-#: A buffered live price row (no seq): ts, recv_ts, market, asset, price, bid, ask. A price row
-#: with a seq (a replay) has 8 fields, any other event 10.
-_LIVE_PRICE_ROW = operator.attrgetter("ts", "recv_ts", "market", "asset", "price", "bid", "ask")
-_LIVE_PRICE_FIELDS = 7
-
-
-class Store:
-    """Async SQLite store with one writer connection."""
+class Store(StoreQueries):
+    """Async SQLite store with one writer connection (its read queries: :class:`StoreQueries`)."""
 
     def __init__(self, path: str, db: Any, lock_fd: int | None,
                  busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
@@ -275,21 +263,7 @@ class Store:
     # -- market events --------------------------------------------------------------------------
     def add_event(self, ev: Event, seq: int | None = None) -> None:
         """Buffer one market-data event for the next flush (hot path)."""
-        if type(ev) is PriceEvent:
-            if seq is None:
-                self._pending.append(_LIVE_PRICE_ROW(ev))
-            else:
-                self._pending.append((seq, ev.ts, ev.recv_ts, ev.market, ev.asset, ev.price,
-                                      ev.bid, ev.ask))
-        elif isinstance(ev, PriceEvent):  # NonMarkingPrice: data with its asset, not a mark
-            self._pending.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, ev.market, ev.asset,
-                                  ev.price, ev.bid, ev.ask, encode_event(ev).decode()))
-        else:
-            market = getattr(ev, "market", None)
-            asset = (ev.id if isinstance(ev, NewsEvent)
-                     else getattr(ev, "asset", None) or getattr(ev, "question_id", None))
-            self._pending.append((seq, ev.ts, ev.recv_ts, type(ev).__name__, market, asset, None,
-                                  None, None, encode_event(ev).decode()))
+        self._pending.append(event_row(ev, seq))
         self._buffered += 1
         if self._buffered > self.max_buffered_events:
             self._cap_buffer()
@@ -307,20 +281,13 @@ class Store:
         ``seq``) a row each."""
         if not events:
             return
-        first = events[0]
-        if seq is None and type(first) is PriceEvent and all(
-                type(ev) is PriceEvent and ev.market == first.market  # type: ignore[attr-defined]
-                for ev in events):
-            self._pending.append(burst_row(first.market, events))  # type: ignore[attr-defined]
-            self._buffered += len(events)
-        elif all(type(ev) is PriceEvent for ev in events):  # a frame's prices: one comprehension
-            self._pending.extend([(seq, ev.ts, ev.recv_ts, ev.market, ev.asset,  # type: ignore[attr-defined]
-                                   ev.price, ev.bid, ev.ask) for ev in events])  # type: ignore[attr-defined]
-            self._buffered += len(events)
-        else:
+        rows = price_rows(events, seq)
+        if rows is None:
             for ev in events:
                 self.add_event(ev, seq)
             return
+        self._pending.extend(rows)
+        self._buffered += len(events)
         if self._buffered > self.max_buffered_events:
             self._cap_buffer()
 
@@ -452,39 +419,7 @@ class Store:
             await self._insert_events(self._pending[:n])
 
     async def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        # Live price rows (7 fields), bursts of them (5), price rows with a seq (8) and other
-        # events (10): each run of one kind in one statement, runs in arrival order, so ids
-        # follow arrival across kinds.
-        if all(len(r) == BURST_FIELDS for r in rows):
-            runs: Iterable[tuple[int, Iterable[tuple[Any, ...]]]] = ((BURST_FIELDS, rows),)
-        else:
-            # Rows spilled before live price rows lost their seq: (None, ts, ...).
-            rows = [r[1:] if len(r) == 8 and r[0] is None else r for r in rows]
-            runs = groupby(rows, key=len)
-        for fields, run in runs:
-            if fields == BURST_FIELDS:
-                bursts = list(run)
-                await self.db.executemany(  # the asset lists first: a burst names its list
-                    "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
-                    " ON CONFLICT(sha256) DO NOTHING", sorted({r[5] for r in bursts}))
-                await self.db.executemany(
-                    "INSERT INTO market_events(seq, ts, recv_ts, kind, market, payload)"
-                    f" VALUES(NULL,?,?,'{BURST_KIND}',?,?)", [r[1:5] for r in bursts])
-            elif fields == _LIVE_PRICE_FIELDS:
-                # Live rows have no seq: binding None goes through sqlite3's adapter lookup
-                # (about 0.5 us a row on the writer thread, holding the GIL), a NULL literal
-                # costs nothing.
-                await self.db.executemany(
-                    "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price,"
-                    " bid, ask) VALUES(NULL,?,?,'price',?,?,?,?,?)", list(run))
-            elif fields == 8:
-                await self.db.executemany(
-                    "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price,"
-                    " bid, ask) VALUES(?,?,?,'price',?,?,?,?,?)", list(run))
-            else:
-                await self.db.executemany(
-                    "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price,"
-                    " bid, ask, payload) VALUES(?,?,?,?,?,?,?,?,?,?)", list(run))
+        await insert_event_rows(self.db, rows)
 
     async def flush(self, checkpoint: tuple[int, float, dict[str, Any]] | None = None) -> None:
         """Write buffered events (and optionally a checkpoint) in one transaction."""
@@ -617,82 +552,6 @@ class Store:
         )
 
     # -- reads ----------------------------------------------------------------------------------
-    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run a read query and return every row."""
-        async with self.db.execute(sql, params) as cur:
-            return [tuple(row) for row in await cur.fetchall()]
-
-    async def decided(self, market: str, scheduled_ts: float) -> set[str]:
-        """Return the agents that already have a decision for this market and time."""
-        rows = await self.fetchall(
-            "SELECT agent FROM decisions WHERE market=? AND scheduled_ts=?", (market, scheduled_ts)
-        )
-        return {r[0] for r in rows}
-
-    async def last_decision_ts(self, market: str) -> float | None:
-        """Return the latest scheduled time with a decision in ``market``."""
-        rows = await self.fetchall(
-            "SELECT MAX(scheduled_ts) FROM decisions WHERE market=?", (market,)
-        )
-        return rows[0][0] if rows and rows[0][0] is not None else None
-
-    async def load_books(self) -> dict[str, dict[str, Any]]:
-        """Return the last committed state of every book."""
-        rows = await self.fetchall("SELECT market, state_json FROM books")
-        return {m: json.loads(s) for m, s in rows}
-
-    async def load_checkpoint(self) -> tuple[int, float, dict[str, Any]] | None:
-        """Return the last (offset, clock, state) checkpoint, if any."""
-        rows = await self.fetchall("SELECT offset, clock, state_json FROM checkpoint WHERE id=1")
-        if not rows:
-            return None
-        offset, clock, state = rows[0]
-        return int(offset), float(clock), json.loads(state)
-
-    async def recent_allocations(self, agent: str, market: str, limit: int
-                                 ) -> list[tuple[float, dict[str, float], float]]:
-        """Return the agent's last ``limit`` fills as (ts, weights, value_after), oldest first."""
-        rows = await self.fetchall(
-            "SELECT f.ts, f.weights_json, f.value_after, s.assets_json FROM fills f"
-            " LEFT JOIN asset_sets s ON s.sha256 = f.assets_sha256"
-            " WHERE f.agent=? AND f.market=? ORDER BY f.scheduled_ts DESC LIMIT ?",
-            (agent, market, limit),
-        )
-        return [(ts, dense_fill_weights(w, a), v) for ts, w, v, a in reversed(rows)]
-
-    async def recent_allocations_of(self, market: str, agents: list[str], limit: int
-                                    ) -> dict[str, list[tuple[float, dict[str, float], float]]]:
-        """Return :meth:`recent_allocations` of many agents in one query (every agent a key)."""
-        out: dict[str, list[tuple[float, dict[str, float], float]]] = {a: [] for a in agents}
-        for k in range(0, len(agents), 500):
-            chunk = agents[k:k + 500]
-            rows = await self.fetchall(
-                "SELECT t.agent, t.ts, t.weights_json, t.value_after, s.assets_json FROM"
-                " (SELECT agent, ts, weights_json, value_after, assets_sha256, scheduled_ts,"
-                " ROW_NUMBER() OVER (PARTITION BY agent ORDER BY scheduled_ts DESC) AS n"
-                " FROM fills WHERE market=? AND agent IN"
-                f" ({','.join('?' * len(chunk))})) AS t"
-                " LEFT JOIN asset_sets s ON s.sha256 = t.assets_sha256"
-                " WHERE t.n <= ? ORDER BY t.agent, t.scheduled_ts",
-                (market, *chunk, limit),
-            )
-            for agent, ts, w, v, a in rows:
-                out[agent].append((ts, dense_fill_weights(w, a), v))
-        return out
-
-    async def latest_prices_after_checkpoint(self) -> list[tuple[str, str, float, float]]:
-        """Return the last (market, asset, ts, price) per asset stored after the checkpoint
-        (the latest time; among equal times the first stored), by market and asset."""
-        rows = await self.fetchall("SELECT events_id FROM checkpoint WHERE id=1")
-        after = int(rows[0][0]) if rows else 0
-        last: dict[tuple[str, str], tuple[float, float]] = {}
-        for market, asset, ts, _, price, _, _ in await read_prices_async(
-                self.fetchall, "id > ?", (after,)):
-            got = last.get((market, asset))
-            if got is None or ts > got[0]:
-                last[(market, asset)] = (ts, price)
-        return [(m, a, t, p) for (m, a), (t, p) in sorted(last.items())]
-
     async def delete_events_from(self, seq: int) -> None:
         """Delete replayed market events at or after recording offset ``seq`` (resume)."""
         await self._atomic(self.db.execute, "DELETE FROM market_events WHERE seq >= ?", (seq,))

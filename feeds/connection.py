@@ -52,6 +52,7 @@ from daemon.bus import Bus
 from daemon.events import SourceStatus
 from feeds.backoff import Backoff, BackoffPolicy
 from feeds.frame_batch import FrameBatcher
+from feeds.frame_counts import count_failure, count_refusals
 from feeds.health import failure_is_news, short_error
 from feeds.source_contract import (
     DEFAULT_WS_OPTIONS,
@@ -85,10 +86,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 _TOPIC_CLASS = operator.attrgetter("topic_class")
-
-
-def _should_log(n: int) -> bool:
-    return n <= 10 or n & (n - 1) == 0
 
 
 class _Shard:
@@ -455,35 +452,10 @@ class StreamingSource:
                 else:
                     res = adapter.decode(frame, now)
             except Exception as exc:
-                counters.decode_errors += 1
-                if _should_log(counters.decode_errors):
-                    log.warning(
-                        "feed decode failed",
-                        source=self.name,
-                        error=repr(exc),
-                        count=counters.decode_errors,
-                    )
+                count_failure(counters, self.name, exc)
                 continue
-            if res.decode_errors:
-                counters.decode_errors += res.decode_errors
-                if _should_log(counters.decode_errors):
-                    log.warning(
-                        "feed frame undecodable",
-                        source=self.name,
-                        count=counters.decode_errors,
-                        sample=str(frame)[:120],
-                    )
-            if res.unknown:
-                counters.unknown += res.unknown
-            if res.rejected:
-                counters.rejected += res.rejected
-                if _should_log(counters.rejected):
-                    log.warning(
-                        "feed frame rejected",
-                        source=self.name,
-                        count=counters.rejected,
-                        sample=str(frame)[:120],
-                    )
+            if res.decode_errors or res.unknown or res.rejected:
+                count_refusals(counters, self.name, res, frame)
             if res.data_keys:
                 counters.data_messages += 1
                 counters.last_data_ts = now
