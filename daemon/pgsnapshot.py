@@ -6,7 +6,8 @@ process scope (:mod:`daemon.pgstore`) in ONE ``REPEATABLE READ, READ ONLY`` tran
 consistent cut across all writers) into an in-memory SQLite database with the schema of the
 migrations, and the unchanged scoring code runs on it. Merge rules, per table:
 
-- ``market_events``: the scope holding the most events (the feeds process in a live deployment;
+- ``market_events``: the scope holding the most events, a burst of prices counting as its
+  prices (the feeds process in a live deployment;
   in a replay every evaluator holds the whole recording), ids kept;
 - ``checkpoint``: none (per-process restart state);
 - tables with an ``id INTEGER PRIMARY KEY``: every scope's rows, in scope then id order, with
@@ -26,6 +27,8 @@ import asyncio
 import sqlite3
 import threading
 from typing import Any
+
+from daemon.price_bursts import BURST_KIND
 
 Rows = list[tuple[Any, ...]]
 #: Tables never merged into the snapshot (per-process restart state).
@@ -164,8 +167,10 @@ async def _read(con: Any, url: str, tables: dict[str, list[str]],
             "SELECT table_schema, table_name, column_name FROM information_schema.columns"
             " WHERE table_schema = ANY($1::text[])", schemas)}
         events = {s: 0 for s in schemas if (s, "market_events") in present}
-        for s in events:
-            events[s] = int(await con.fetchval(f'SELECT COUNT(*) FROM "{s}".market_events'))
+        for s in events:  # a burst of live prices counts as its prices (its payload's n)
+            events[s] = int(await con.fetchval(
+                "SELECT COALESCE(SUM(CASE WHEN kind = $1 THEN (payload::json->>'n')::bigint"
+                f' ELSE 1 END), 0) FROM "{s}".market_events', BURST_KIND))
         richest = max(events, key=lambda s: (events[s], s)) if events else None
         for table in sorted(tables):
             if table in SKIP or table == "meta":

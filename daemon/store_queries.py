@@ -82,14 +82,12 @@ class StoreQueries:
         return out
 
     async def latest_prices_after_checkpoint(self) -> list[tuple[str, str, float, float]]:
-        """Return the last (market, asset, ts, price) per asset stored after the checkpoint
-        (the latest time; among equal times the first stored), by market and asset."""
+        """Return the last (market, asset, ts, price) per asset stored after the checkpoint,
+        by market and asset: the last one received, the price the live book held."""
         rows = await self.fetchall("SELECT events_id FROM checkpoint WHERE id=1")
         after = int(rows[0][0]) if rows else 0
         last: dict[tuple[str, str], tuple[float, float]] = {}
         for market, asset, ts, _, price, _, _ in await read_prices_async(
                 self.fetchall, "id > ?", (after,)):
-            got = last.get((market, asset))
-            if got is None or ts > got[0]:
-                last[(market, asset)] = (ts, price)
+            last[(market, asset)] = (ts, price)  # stored order: a later one replaces it
         return [(m, a, t, p) for (m, a), (t, p) in sorted(last.items())]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from daemon.price_bursts import BURST_KIND, read_prices
+from daemon.price_bursts import BURST_KIND, PRICE_COLUMNS, burst_key, expand_price_rows
 from daemon.sparse_rows import FILLS, fill_map
 from scoring.metrics import drawdown_series
 
@@ -194,21 +194,30 @@ def _load_outcomes(con: sqlite3.Connection) -> dict[Key, dict[str, list[float]]]
 
 def _with_bursts(con: sqlite3.Connection, market: str, marks: list[float],
                  rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Return ``rows`` ((asset, mark, ts, price): the latest price of each asset up to each
-    mark) with the prices of live bursts (:mod:`daemon.price_bursts`) merged in."""
-    bursts = read_prices(con, f"kind='{BURST_KIND}' AND market=? AND ts <= ?",
-                         (market, marks[-1]))
+    """Return ``rows`` ((asset, mark, ts, price, id): the latest price of each asset up to each
+    mark, the last stored among equal times) with the prices of live bursts
+    (:mod:`daemon.price_bursts`) merged in by the same rule."""
+    bursts = con.execute(
+        f"SELECT id, {PRICE_COLUMNS} FROM market_events WHERE kind='{BURST_KIND}'"
+        " AND market=? AND ts <= ? ORDER BY id", (market, marks[-1])).fetchall()
     if not bursts:
         return rows
-    best: dict[tuple[Any, Any], tuple[Any, ...]] = {(r[0], r[1]): r for r in rows}
+    keys = sorted({burst_key(r[9]) for r in bursts})
+    sets = {k: json.loads(t) for k, t in con.execute(
+        f"SELECT sha256, assets_json FROM asset_sets WHERE sha256 IN ({','.join('?' * len(keys))})",
+        keys)}
+    # Order among equal times: (row id, position in the burst); a row of its own is position 0.
+    best: dict[tuple[Any, Any], tuple[Any, ...]] = {(r[0], r[1]): (*r[:4], (r[4], 0))
+                                                    for r in rows}
     hi = marks[-1]
-    for _, asset, ts, _, price, _, _ in bursts:
-        if ts > hi:
-            continue
-        upto = marks[bisect.bisect_left(marks, ts)]
-        got = best.get((asset, upto))
-        if got is None or ts > got[2]:
-            best[(asset, upto)] = (asset, upto, ts, price)
+    for row in bursts:
+        for pos, (_, asset, ts, _, price, _, _) in enumerate(expand_price_rows([row[1:]], sets)):
+            if ts > hi:
+                continue
+            upto = marks[bisect.bisect_left(marks, ts)]
+            got = best.get((asset, upto))
+            if got is None or (ts, (row[0], pos)) >= (got[2], got[4]):
+                best[(asset, upto)] = (asset, upto, ts, price, (row[0], pos))
     return list(best.values())
 
 
@@ -223,9 +232,11 @@ def _load_panel(con: sqlite3.Connection, market: str, marks: list[float],
     con.execute("CREATE TEMP TABLE IF NOT EXISTS panel_marks(m REAL PRIMARY KEY)")
     try:
         con.executemany("INSERT OR IGNORE INTO panel_marks(m) VALUES(?)", [(m,) for m in marks])
-        rows = con.execute(
-            "SELECT asset, (SELECT MIN(m) FROM panel_marks WHERE m >= ts) AS upto, MAX(ts), price"
-            " FROM market_events WHERE kind='price' AND market=? AND ts <= ? GROUP BY asset, upto",
+        rows = con.execute(  # per asset and mark: the latest time, the last stored among ties
+            "SELECT asset, upto, ts, price, id FROM (SELECT asset, upto, ts, price, id,"
+            " ROW_NUMBER() OVER (PARTITION BY asset, upto ORDER BY ts DESC, id DESC) AS n FROM"
+            " (SELECT asset, (SELECT MIN(m) FROM panel_marks WHERE m >= ts) AS upto, ts, price,"
+            " id FROM market_events WHERE kind='price' AND market=? AND ts <= ?)) WHERE n = 1",
             (market, marks[-1]),
         ).fetchall()
     finally:

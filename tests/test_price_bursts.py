@@ -18,8 +18,10 @@ from daemon.events import PriceEvent, ResolutionEvent
 from daemon.price_bursts import burst_row, burst_ticks, columns_row, read_prices
 from daemon.price_columns import PriceColumns
 from daemon.store import Store
+from daemon.store_read import open_for_reading
 from scoring.board_load import _load_panel
 from scoring.portbench_scores import daily_closes
+from tests.pg import pg_database, requires_pg
 
 DAY = 86_400.0
 T0 = 1_793_000_000.0
@@ -168,3 +170,66 @@ def test_bursts_count_as_their_events_when_capped_spilled_and_stored_again(
     assert read_prices(con, "1") == [
         (e.market, e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask) for e in evs[80:]]
     con.close()
+
+
+def test_among_prices_of_one_time_the_last_received_wins_as_in_the_live_book(
+        tmp_path: Path) -> None:
+    """Several prices of a token often share a millisecond: the book keeps the last one
+    received, and so do the report's panel and the restart's last prices (rows or bursts)."""
+    t = T0 + 100.0
+
+    def p(asset: str, price: float, ts: float = t) -> PriceEvent:
+        return PriceEvent(ts=ts, recv_ts=ts + 1, market="polymarket", asset=asset, price=price)
+
+    evs = [p("a", 0.1), p("b", 0.5), p("a", 0.2), p("a", 0.3, t - 5), p("b", 0.6)]
+    # a: 0.2 is the last of the latest time (0.3 came later with an older time: the live book
+    # holds it, the panel at a mark after both uses the latest time); b: 0.6, the last of two.
+    for name, bursts in (("rows", False), ("bursts", True)):
+        db = tmp_path / f"{name}.db"
+
+        async def fill(db: Path = db, bursts: bool = bursts) -> list[tuple[str, str, float, float]]:
+            store = await Store.open(db)
+            if bursts:
+                store.add_prices(evs[:2])
+                store.add_prices(evs[2:])
+            else:
+                for ev in evs:
+                    store.add_event(ev)
+            await store.flush()
+            try:
+                return await store.latest_prices_after_checkpoint()
+            finally:
+                await store.close()
+
+        latest = asyncio.run(fill())
+        assert latest == [("polymarket", "a", t - 5, 0.3), ("polymarket", "b", t, 0.6)], name
+        con = sqlite3.connect(db)
+        panel = _load_panel(con, "polymarket", [t + 10], [])
+        con.close()
+        assert panel.assets == ["a", "b"] and panel.prices.tolist() == [[0.2, 0.6]], name
+
+
+@requires_pg
+async def test_a_shared_store_reads_its_prices_from_the_scope_holding_the_most_prices() -> None:
+    """The snapshot takes market events from the scope with the most events, a burst counting
+    as its prices: 2 bursts of 50 outweigh 10 single rows."""
+    evs = _events(100)
+    with pg_database() as url:
+        feeds = await Store.open(url, scope="feeds")
+        other = await Store.open(url, scope="other")
+        try:
+            feeds.add_prices(evs[:50])
+            feeds.add_prices(evs[50:])
+            for ev in _events(10, seed=9):
+                other.add_event(ev)
+            await feeds.flush()
+            await other.flush()
+        finally:
+            await feeds.close()
+            await other.close()
+        con = open_for_reading(url)
+        try:
+            assert read_prices(con, "1") == [
+                (e.market, e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask) for e in evs]
+        finally:
+            con.close()
