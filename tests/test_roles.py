@@ -482,6 +482,16 @@ async def test_live_feeds_and_evaluator_roles_share_market_data(
             book = eng.books["polymarket"]
             await until(lambda: book.prices[book.asset_index("y1")] == 0.4 + 49 / 1000,
                         what="the latest price")
+            # A burst decoded into columns (the Polymarket read loop's path) crosses the
+            # broker as its price events too.
+            from daemon.price_columns import PriceColumns
+
+            cols = PriceColumns("polymarket", "polymarket")
+            for i in range(50):
+                cols.append("y1", 100.0 + i, 100.0 + i, 0.5 + i / 1000, None, None)
+            feeds.engine.bus.publish_columns(cols)
+            await until(lambda: book.prices[book.asset_index("y1")] == 0.5 + 49 / 1000,
+                        what="the latest price of a columnar burst")
             await eng.rounds["polymarket"].run(eng.clock.now())
             await until(lambda: len(decisions) == 1, what="decision on the broker")
         assert decisions[0].agent == "bh"  # type: ignore[attr-defined]
