@@ -5,8 +5,9 @@
 The real path: frames read by :class:`~feeds.connection.StreamingSource` (its read loop, over a
 socket stand-in that hands out prepared frames) -> :class:`~feeds.polymarket_decode.
 PolymarketDecoder` -> bus -> market state (price cache, history) -> the engine's book (every
-agent holds tokens) -> store buffer, with the drawdown alert monitor tapped and the store flushed
-every ``[store] flush_interval`` on its own thread as the daemon does. The limit beside it,
+agent holds tokens) -> store buffer, with the drawdown alert monitor and the live page's event
+stream tapped and the store flushed every ``[store] flush_interval`` on its own thread as the
+daemon does. The limit beside it,
 measured in the same run: the decoder alone over the same frames, as the read loop calls it
 (:meth:`PolymarketDecoder.decode_columns`: books and prices into columns, nothing published).
 Events are the price events the frames produce (the same number on both paths). The real
@@ -126,6 +127,12 @@ async def _real_path(n_agents: int, tokens: list[str], snapshots: list[str],
     _say("agents")
     alerts = AlertMonitor(eng, parse_alerts_config(cfg.alerts))
     await alerts.start()
+    # The live page's event stream, as the daemon's HTTP server wires it (it counts prices).
+    from types import SimpleNamespace
+
+    from daemon.page import LiveEvents
+
+    LiveEvents(SimpleNamespace(engine=eng))  # type: ignore[arg-type]
     await eng.bus.start()
     await store.flush()
     flusher_stop = asyncio.Event()

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from daemon.board_cache import BoardCache
     from daemon.config import HttpConfig
     from daemon.engine import Engine
-    from daemon.events import Event
+    from daemon.events import Event, PriceEvent
+    from daemon.price_columns import PriceColumns
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +72,9 @@ RECENT = 20
 #: Largest page of decisions ``/api/agents/{id}/decisions`` returns.
 MAX_PAGE = 100
 #: Bus patterns the stream listens to (prices count as marks).
-PATTERNS = ("decision.#", "fill.#", "resolution.#", "alert.#", "status.#", "price.#")
+PATTERNS = ("decision.#", "fill.#", "resolution.#", "alert.#", "status.#")
+"""What the page's subscriber takes; prices are only counted, by a tap (``price.#``) that reads a
+burst's columns without making an event per price."""
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
@@ -109,7 +112,10 @@ class LiveEvents:
         self._clients: set[asyncio.Queue[str | None]] = set()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
-        server.engine.bus.subscribe(PATTERNS, self._on_events, name="page-events", batch=True)
+        bus = server.engine.bus
+        bus.subscribe(PATTERNS, self._on_events, name="page-events", batch=True)
+        bus.add_tap("price.#", self._on_price, batch=self._on_prices,  # type: ignore[arg-type]
+                    columns=self._on_price_columns)
 
     @property
     def clients(self) -> int:
@@ -139,6 +145,23 @@ class LiveEvents:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    def _count_marks(self, n: int, market: str) -> None:
+        if self._closed or not n:
+            return
+        self._counts["mark"] += n
+        self._markets.add(market)
+        self._dirty.set()
+
+    def _on_price(self, ev: PriceEvent) -> None:
+        self._count_marks(1, ev.market)
+
+    def _on_prices(self, events: list[PriceEvent]) -> None:
+        for market in {ev.market for ev in events}:
+            self._count_marks(sum(ev.market == market for ev in events), market)
+
+    def _on_price_columns(self, prices: PriceColumns) -> None:
+        self._count_marks(len(prices), prices.market)
 
     def _on_events(self, events: list[Event]) -> None:
         if self._closed:

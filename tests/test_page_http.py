@@ -102,6 +102,28 @@ async def test_event_stream_pushes_coalesced_updates(daemon: Daemon,
         assert daemon.obs.server.page.events.clients == 1
 
 
+async def test_the_stream_counts_every_price_of_a_columnar_burst(
+        daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prices are counted by a tap that reads a burst's columns (no event per price): every
+    price counts, none is lost to a subscriber's conflation."""
+    from daemon.price_columns import PriceColumns
+
+    monkeypatch.setattr(page_mod, "MIN_INTERVAL", 0.1)
+    async with daemon.session.get(f"{daemon.obs.url}/api/events") as resp:
+        await read_event(resp, "hello")
+        cols = PriceColumns("polymarket", "test")
+        for i in range(30):
+            cols.append(f"t{i % 3}", T0 + i, T0 + i, 0.5, None, None)
+        daemon.engine.bus.publish_columns(cols)
+        marks = 0
+        while marks < 30:
+            msg = await read_event(resp, "update")
+            marks += msg["counts"].get("mark", 0)
+            if marks:
+                assert "polymarket" in msg["markets"]
+        assert marks == 30
+
+
 async def test_event_streams_take_at_most_half_the_connections(tmp_path: Path) -> None:
     d = await start_daemon(tmp_path, config=make_config(max_connections=6))
     try:
