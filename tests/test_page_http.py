@@ -213,3 +213,14 @@ async def test_decisions_are_paged_with_their_audit_trail(daemon: Daemon) -> Non
         assert "\n" not in body["error"]
     status, body = await daemon.get("/api/agents/nobody/decisions")
     assert status == 404
+
+
+async def test_a_served_daemon_reads_a_polymarket_burst_as_columns_only(daemon: Daemon) -> None:
+    """Every tap a Polymarket price reaches in a daemon serving its page reads columns, and no
+    subscriber takes prices: a burst never becomes an event per price (the ingest path)."""
+    bus = daemon.engine.bus
+    route = bus._market_route("polymarket")
+    assert route is not None
+    taps, subs = route
+    assert taps and all(t in bus._columns_taps for t in taps), taps
+    assert subs == ()
