@@ -39,7 +39,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from types import ModuleType
 from typing import Any
 
@@ -51,6 +50,7 @@ from agents.prompting import RenderedPrompt, load_prompt_file, render_prompt
 from agents.validation import SUM_TOLERANCE
 from daemon.config_agents import AgentConfig
 from daemon.config_fields import is_loopback_url
+from daemon.durations import retry_after_seconds
 from daemon.logs import redact_text, register_secret
 
 log = structlog.get_logger(__name__)
@@ -593,22 +593,11 @@ def _retry_after(exc: BaseException) -> float | None:
     if headers is None:
         return None
     try:
-        ms = headers.get("retry-after-ms")
-        if ms is not None:
-            seconds = float(ms) / 1000.0
-        else:
-            value = headers.get("retry-after")
-            if value is None:
-                return None
-            try:
-                seconds = float(value)
-            except ValueError:
-                seconds = parsedate_to_datetime(str(value)).timestamp() - time.time()
-    except (TypeError, ValueError, OverflowError, AttributeError):
+        ms, value = headers.get("retry-after-ms"), headers.get("retry-after")
+    except (TypeError, AttributeError):
         return None
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
+    return retry_after_seconds(None if value is None else str(value),
+                               ms=None if ms is None else str(ms))
 
 
 def _redacted_record(record: Mapping[str, Any]) -> dict[str, Any]:

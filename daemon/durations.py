@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+import time
+from email.utils import parsedate_to_datetime
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -45,12 +47,25 @@ def parse_duration(value: Any) -> float:
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
-def retry_after_seconds(value: str | None) -> float | None:
-    """Return a ``Retry-After`` header's delay in seconds (``None`` unless a finite number >= 0)."""
-    if not value:
+def retry_after_seconds(value: str | None, *, ms: str | None = None,
+                        now: float | None = None) -> float | None:
+    """Return the delay a ``Retry-After`` header asks for, in seconds: a number of seconds or an
+    HTTP date (one already past: 0); ``ms``, a ``retry-after-ms`` header, comes first when
+    present. ``None`` unless it is a finite delay >= 0."""
+    if ms is not None:
+        try:
+            seconds = float(ms) / 1000.0
+        except ValueError:
+            return None
+    elif not value:
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
+    else:
+        try:
+            seconds = float(value)
+        except ValueError:
+            try:
+                when = parsedate_to_datetime(value).timestamp()
+            except (TypeError, ValueError, OverflowError, IndexError):
+                return None
+            return max(0.0, when - (time.time() if now is None else now))
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
