@@ -466,12 +466,16 @@ class StreamingSource:
             if decode_columns is not None:
                 if evs:  # prices of earlier frames, the frame's events, then its prices
                     batcher.flush(before)
+                    # The frame's own prices leave the batch until its events are out: a
+                    # publish may wait, and the batch's scheduled flush run meanwhile.
+                    own = prices.take()  # type: ignore[union-attr]
                     for ev in evs:
                         if ev.topic_class in conflating:
                             bus.publish_batch([ev])
                         else:
                             await bus.publish(ev)
-                if len(prices) > before:  # type: ignore[arg-type]
+                    bus.publish_columns(own)
+                elif len(prices) > before:  # type: ignore[arg-type]
                     batcher.frame_done()
             elif evs:
                 if all(map(conflating.__contains__, map(_TOPIC_CLASS, evs))):

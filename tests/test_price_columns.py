@@ -85,8 +85,9 @@ class ColumnKVAdapter(KVAdapter):
                        ) -> DecodeResult:
         obj = json.loads(frame)
         res = DecodeResult(data_keys=[obj["k"]])
-        if "news" in obj:  # decoded before the frame's prices, as Polymarket's resolutions
-            res.events.append(NewsEvent(ts=now, recv_ts=now, id=obj["news"], headline="h"))
+        news = obj.get("news", [])  # decoded before the frame's prices, as resolutions are
+        for n in [news] if isinstance(news, str) else news:
+            res.events.append(NewsEvent(ts=now, recv_ts=now, id=n, headline="h"))
         prices.append(obj["k"], now, now, obj["v"], None, None)
         return res
 
@@ -127,3 +128,45 @@ def test_columns_split_keeps_the_rest_in_order() -> None:
     assert head.assets() == ["A", "B"] and cols.assets() == ["C"]
     assert head.table is cols.table and len(head) == 2 and len(cols) == 1
     assert list(cols.take().price) == [0.3] and len(cols) == 0
+
+
+class _BurstSocket:
+    """Hands out prepared frames without suspending (one burst), then closes."""
+
+    def __init__(self, frames: list[str]) -> None:
+        self.frames = list(frames)
+
+    async def recv(self) -> str:
+        if not self.frames:
+            from websockets.exceptions import ConnectionClosed
+
+            raise ConnectionClosed(None, None)
+        return self.frames.pop(0)
+
+
+async def test_a_frames_prices_wait_for_all_its_events_even_under_backpressure() -> None:
+    """While a frame's second event waits for a full subscriber queue, the burst's scheduled
+    publication must not slip the frame's own prices in before its remaining events."""
+    import random
+    import time
+
+    from feeds.connection import StreamingSource, _Shard
+
+    bus = Bus()
+    seen: list[Any] = []
+    bus.add_tap("#", lambda e: seen.append(e.id if isinstance(e, NewsEvent) else e.price))
+
+    async def slow(ev: Event) -> None:
+        await asyncio.sleep(0.02)
+
+    bus.subscribe("news.#", slow, name="slow", maxsize=1)
+    await bus.start()
+    src = StreamingSource(ColumnKVAdapter("ws://unused"), ["K"], bus=bus, now=time.time,
+                          rng=random.Random(1), stale_after=30.0)
+    frames = [json.dumps({"k": "K", "v": 0.1}),
+              json.dumps({"k": "K", "v": 0.2, "news": ["n_a", "n_b", "n_c"]})]
+    await src._read(_Shard(0, ["K"], None), _BurstSocket(frames))  # type: ignore[arg-type]
+    assert bus._subs[0].stats.blocked >= 1  # the events really waited
+    assert seen == [0.1, "n_a", "n_b", "n_c", 0.2]
+    await bus.drain()
+    await bus.stop()
