@@ -66,10 +66,9 @@ def write_spill(db_path: str, rows: list[tuple[Any, ...]]) -> Path:
     seen: set[str] = set()
     lines = []
     for r in rows:
-        if len(r) == BURST_FIELDS:
-            key, text = r[5]
-            r = (*r[:5], [key, None if key in seen else text])
-            seen.add(key)
+        if len(r) == BURST_FIELDS:  # its asset list's versions: each text once per call
+            r = (*r[:5], [[key, None if key in seen else text] for key, text in r[5]])
+            seen.update(key for key, _ in r[5])
         lines.append(json.dumps(list(r), separators=(",", ":"), allow_nan=False) + "\n")
     data = "".join(lines).encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -110,12 +109,11 @@ def read_spill(db_path: str) -> tuple[str, list[tuple[Any, ...]]] | None:
             bad += 1
             continue
         if isinstance(row, list) and len(row) == BURST_FIELDS:
-            key, text = row[5] if isinstance(row[5], list) and len(row[5]) == 2 else ("", None)
-            text = sets.setdefault(key, text) if text is not None else sets.get(key)
-            if text is None:
+            chain = _chain(row[5], sets)
+            if chain is None:
                 bad += 1  # its asset list was on a line cut short
                 continue
-            rows.append((*row[:5], (key, text)))
+            rows.append((*row[:5], chain))
         elif isinstance(row, list) and len(row) in (7, 8, 10):
             rows.append(tuple(row))
         else:
@@ -124,6 +122,24 @@ def read_spill(db_path: str) -> tuple[str, list[tuple[Any, ...]]] | None:
         log.warning("spilled market events: lines skipped (not an event row)", path=str(path),
                     skipped=bad)
     return hashlib.sha256(data).hexdigest(), rows
+
+
+def _chain(value: Any, sets: dict[str, str]) -> tuple[tuple[str, str], ...] | None:
+    """Return a spilled burst's asset-list versions, texts filled in from earlier lines."""
+    if not isinstance(value, list) or not value:
+        return None
+    out = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            return None
+        key, text = item
+        if isinstance(text, str):
+            sets.setdefault(key, text)
+        text = sets.get(key)
+        if text is None:
+            return None
+        out.append((key, text))
+    return tuple(out)
 
 
 async def ingest_spill(store: Any) -> int:

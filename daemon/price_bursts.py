@@ -6,12 +6,14 @@ per-row insert cost SQLite more than decoding the frames did. The row's ``market
 market, ``ts`` its earliest price time and ``recv_ts`` its latest receive time (so a reader can
 skip bursts wholly after a mark by SQL), ``asset``, ``price``, ``bid`` and ``ask`` are NULL, and
 ``payload`` holds the ticks (:class:`Burst`): a JSON object naming the asset list its prices index
-into (``assets_sha256``, a key of ``asset_sets``: the source's asset table as it was, written
-with the burst), the number of prices (``n``) and ``ticks``, the base64 of six little-endian
-columns of ``n`` values each, in arrival order: the asset's index into that list (uint32), then
-``ts``, ``recv_ts``, ``price``, ``bid`` and ``ask`` (float64, exact; NaN for a missing bid or
-ask, which a stored price never has as a value). Binary columns and a shared asset list cost a
-fraction of what JSON numbers and names did to write (docs/benchmarks.md).
+into (``assets_sha256``, a key of ``asset_sets``: a version of the source's asset table, stored
+as the names it adds to the version before it, :class:`~daemon.price_columns.AssetTable`,
+written with the first burst that needs it), the number of prices (``n``) and ``ticks``, the
+base64 of six little-endian columns of ``n`` values each, in arrival order: the asset's index
+into that list (uint32), then ``ts``, ``recv_ts``, ``price``, ``bid`` and ``ask`` (float64,
+exact; NaN for a missing bid or ask, which a stored price never has as a value). Binary columns
+and a shared asset list cost a fraction of what JSON numbers and names did to write
+(docs/benchmarks.md).
 
 Replays keep a row per price (with its recording offset, ``seq``). Readers of prices use
 :func:`read_prices` (or :func:`read_prices_async`), which turns either kind into one row per
@@ -31,10 +33,13 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 import numpy as np
 
-from daemon.sparse_rows import asset_list
+from daemon.price_columns import AssetSet, AssetTable
 
 if TYPE_CHECKING:
     from daemon.price_columns import PriceColumns
+
+#: A buffered burst row (see :data:`BURST_FIELDS`).
+BurstRow = tuple[int, float, float, str, str, tuple[AssetSet, ...]]
 
 __all__ = [
     "BURST_FIELDS",
@@ -47,15 +52,18 @@ __all__ = [
     "burst_ticks",
     "columns_row",
     "expand_price_rows",
+    "read_asset_sets",
     "read_prices",
     "read_prices_async",
+    "resolve_asset_sets",
 ]
 
 #: ``market_events.kind`` of a burst row.
 BURST_KIND: Final[str] = "prices"
 #: SQL list of the kinds that hold marking prices: a row per price, or a burst of them.
 PRICE_KINDS: Final[str] = "('price', 'prices')"
-#: Length of a buffered burst row: (events, ts, recv_ts, market, payload, (set key, set JSON)).
+#: Length of a buffered burst row: (events, ts, recv_ts, market, payload, the versions of the
+#: asset list it indexes into, the oldest first, as (``asset_sets`` key, JSON) pairs).
 BURST_FIELDS: Final[int] = 6
 #: The columns of ``market_events`` :func:`expand_price_rows` reads, in its order.
 PRICE_COLUMNS: Final[str] = "kind, market, asset, ts, recv_ts, price, bid, ask, payload"
@@ -90,37 +98,34 @@ def _f8(values: Sequence[float | None]) -> np.ndarray:
     return np.array(values, dtype=_F8)
 
 
-def _row(market: str, key: str, text: str, idx: Sequence[int], ts: Sequence[float],
+def _row(market: str, chain: tuple[AssetSet, ...], idx: Sequence[int], ts: Sequence[float],
          recv: Sequence[float], price: Sequence[float], bid: Sequence[float | None],
-         ask: Sequence[float | None]) -> tuple[int, float, float, str, str, tuple[str, str]]:
+         ask: Sequence[float | None]) -> BurstRow:
     n = len(idx)
     a = (np.frombuffer(idx, dtype=np.int64) if isinstance(idx, array)
          else np.array(idx, dtype=np.int64))
     t, r = _f8(ts), _f8(recv)
     ticks = b"".join((a.astype(_U4).tobytes(), t.tobytes(), r.tobytes(), _f8(price).tobytes(),
                       _f8(bid).tobytes(), _f8(ask).tobytes()))
-    payload = _ENCODE.encode(Burst(key, n, base64.b64encode(ticks).decode())).decode()
-    return (n, float(t.min()), float(r.max()), market, payload, (key, text))
+    payload = _ENCODE.encode(Burst(chain[-1][0], n, base64.b64encode(ticks).decode())).decode()
+    return (n, float(t.min()), float(r.max()), market, payload, chain)
 
 
-def burst_row(market: str, events: Sequence[Any]
-              ) -> tuple[int, float, float, str, str, tuple[str, str]]:
+def burst_row(market: str, events: Sequence[Any]) -> BurstRow:
     """Return the buffered row of live ``events`` (plain prices of ``market``, in order):
-    (events, earliest ts, latest recv_ts, market, payload, (asset set key, its JSON)); the
+    (events, earliest ts, latest recv_ts, market, payload, the asset list's versions); the
     asset list is the burst's distinct assets."""
     assets, ts, recv, price, bid, ask = zip(*map(_FIELDS, events), strict=True)
-    key, text, index = asset_list(list(dict.fromkeys(assets)))
-    return _row(market, key, text, list(map(index.__getitem__, assets)), ts, recv, price, bid,
-                ask)
+    table = AssetTable()
+    idx = list(map(table.add, assets))
+    return _row(market, table.versions(), idx, ts, recv, price, bid, ask)
 
 
-def columns_row(prices: PriceColumns
-                ) -> tuple[int, float, float, str, str, tuple[str, str]]:
+def columns_row(prices: PriceColumns) -> BurstRow:
     """Return the buffered row of a batch of live prices given as columns (as
     :func:`burst_row`; the asset list is the source's asset table as it is now)."""
-    key, text = prices.table.version()
-    return _row(prices.market, key, text, prices.a, prices.ts, prices.recv_ts, prices.price,
-                prices.bid, prices.ask)
+    return _row(prices.market, prices.table.versions(), prices.a, prices.ts, prices.recv_ts,
+                prices.price, prices.bid, prices.ask)
 
 
 def burst_key(payload: str | bytes) -> str:
@@ -161,12 +166,72 @@ def expand_price_rows(rows: Iterable[Sequence[Any]], sets: Mapping[str, Sequence
 
 
 def _sets_sql(n: int) -> str:
-    return ("SELECT sha256, assets_json FROM asset_sets WHERE sha256 IN"
-            f" ({','.join('?' * n)})")
+    """Return the query of the ``asset_sets`` rows :func:`resolve_asset_sets` needs for ``n``
+    keys: those keys and every table version (each names the one before it)."""
+    return ("SELECT sha256, assets_json FROM asset_sets WHERE assets_json LIKE '{\"after\":%'"
+            f" OR sha256 IN ({','.join('?' * n)})")
+
+
+def resolve_asset_sets(texts: Mapping[str, str]) -> dict[str, Sequence[str]]:
+    """Return every key's asset list from ``asset_sets`` texts: a JSON list as it is, a table
+    version (``{"after": key, "assets": [...]}``) as its parent's list and the names it adds.
+    Versions of one table share one list (a version's names are a prefix of its child's)."""
+    delta: dict[str, tuple[str | None, list[str]]] = {}
+    out: dict[str, Sequence[str]] = {}
+    for key, text in texts.items():
+        obj = json.loads(text)
+        if isinstance(obj, dict):
+            delta[key] = (obj.get("after"), list(obj.get("assets", ())))
+        else:
+            out[key] = obj
+    shared: dict[str, tuple[list[str], int]] = {}  # key -> (the list it shares, its length)
+    for key in delta:
+        path = []
+        k: str | None = key
+        while k is not None and k in delta and k not in shared:
+            path.append(k)
+            k = delta[k][0]
+        if k is not None and k not in shared:
+            continue  # a version whose chain is not stored: no list (its bursts fail to read)
+        names, n = shared[k] if k is not None else ([], 0)
+        for v in reversed(path):
+            if n != len(names):
+                names = names[:n]  # a second child of one version: its own list from here
+            names.extend(delta[v][1])
+            n = len(names)
+            shared[v] = (names, n)
+    for key, (names, n) in shared.items():
+        out[key] = names if n == len(names) else _Prefix(names, n)
+    return out
+
+
+class _Prefix(Sequence[str]):
+    """The first ``n`` names of a longer list (an older version of a table), without a copy."""
+
+    __slots__ = ("_n", "_names")
+
+    def __init__(self, names: list[str], n: int) -> None:
+        self._names, self._n = names, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return self._names[: self._n][i]
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self._names[i % self._n]
 
 
 def _keys(rows: Sequence[Sequence[Any]]) -> list[str]:
     return sorted({burst_key(r[8]) for r in rows if r[0] == BURST_KIND})
+
+
+def read_asset_sets(con: sqlite3.Connection, keys: Sequence[str]) -> dict[str, Sequence[str]]:
+    """Return the asset list of each of ``keys`` (``asset_sets``, table versions resolved)."""
+    keys = list(keys)
+    return resolve_asset_sets(dict(con.execute(_sets_sql(len(keys)), keys))) if keys else {}
 
 
 def read_prices(con: sqlite3.Connection, where: str, params: Sequence[Any] = ()
@@ -175,9 +240,7 @@ def read_prices(con: sqlite3.Connection, where: str, params: Sequence[Any] = ()
     on them, beside the price kinds), in stored order."""
     rows = con.execute(f"SELECT {PRICE_COLUMNS} FROM market_events WHERE kind IN"
                        f" {PRICE_KINDS} AND ({where}) ORDER BY id", params).fetchall()
-    keys = _keys(rows)
-    sets = {k: json.loads(t) for k, t in con.execute(_sets_sql(len(keys)), keys)} if keys else {}
-    return list(expand_price_rows(rows, sets))
+    return list(expand_price_rows(rows, read_asset_sets(con, _keys(rows))))
 
 
 async def read_prices_async(fetchall: Callable[..., Awaitable[list[tuple[Any, ...]]]],
@@ -186,6 +249,6 @@ async def read_prices_async(fetchall: Callable[..., Awaitable[list[tuple[Any, ..
     rows = await fetchall(f"SELECT {PRICE_COLUMNS} FROM market_events WHERE kind IN"
                           f" {PRICE_KINDS} AND ({where}) ORDER BY id", tuple(params))
     keys = _keys(rows)
-    sets = ({k: json.loads(t) for k, t in await fetchall(_sets_sql(len(keys)), tuple(keys))}
+    sets = (resolve_asset_sets(dict(await fetchall(_sets_sql(len(keys)), tuple(keys))))
             if keys else {})
     return list(expand_price_rows(rows, sets))

@@ -12,34 +12,46 @@ events the decoder would have emitted.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from array import array
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from daemon.events import Market, PriceEvent
-from daemon.sparse_rows import asset_list
 
 if TYPE_CHECKING:
     from feeds.source_contract import DecodeResult
 
-__all__ = ["AssetTable", "ColumnDecoder", "PriceColumns"]
+__all__ = ["AssetSet", "AssetTable", "ColumnDecoder", "PriceColumns"]
 
 _INF = float("inf")
 _NAN = float("nan")
 
 
+#: One stored version of an asset table: (``asset_sets`` key, JSON text).
+AssetSet = tuple[str, str]
+
+
 class AssetTable:
     """The assets one source prices, each given an index once (append-only): a price names
-    its asset by index, and a stored burst names the table's version (an ``asset_sets`` row)."""
+    its asset by index, and a stored burst names the table's version.
 
-    __slots__ = ("_version", "index", "names")
+    Versions form a chain: each is stored (an ``asset_sets`` row) as the names added since the
+    one before, ``{"after": <its key or null>, "assets": [...]}``, so a table that grows a
+    token at a time costs its names once, not once per version
+    (:func:`daemon.price_bursts.resolve_asset_sets` rebuilds a version's list).
+    """
+
+    __slots__ = ("_chain", "_covered", "index", "names")
 
     def __init__(self) -> None:
         """Create an empty table."""
         self.names: list[str] = []
         self.index: dict[str, int] = {}
-        self._version: tuple[int, str, str] = (-1, "", "")
+        self._chain: tuple[AssetSet, ...] = ()
+        self._covered = 0
 
     def add(self, asset: str) -> int:
         """Return the index of ``asset``, giving it the next one if it has none."""
@@ -49,13 +61,18 @@ class AssetTable:
             self.names.append(asset)
         return i
 
-    def version(self) -> tuple[str, str]:
-        """Return the ``asset_sets`` key and JSON of the table as it is now (cached)."""
-        n, key, text = self._version
-        if n != len(self.names):
-            key, text, _ = asset_list(self.names)
-            self._version = (len(self.names), key, text)
-        return key, text
+    def versions(self) -> tuple[AssetSet, ...]:
+        """Return the chain of versions up to the table as it is now, the oldest first (a
+        new version only when names were added since the last one)."""
+        n = len(self.names)
+        if n != self._covered or not self._chain:
+            parent = self._chain[-1][0] if self._chain else None
+            text = json.dumps({"after": parent, "assets": self.names[self._covered:n]},
+                              separators=(",", ":"), ensure_ascii=False)
+            key = hashlib.sha256(text.encode()).hexdigest()
+            self._chain = (*self._chain, (key, text))
+            self._covered = n
+        return self._chain
 
 
 class PriceColumns:

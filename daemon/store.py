@@ -90,6 +90,10 @@ class Store(StoreQueries):
         """How many of the first buffered rows the open transaction writes."""
         self._writing_events = 0
         """How many events those rows hold."""
+        self._sets_written: set[str] = set()
+        """Keys of the asset-list versions of bursts a committed transaction stored."""
+        self._sets_new: set[str] = set()
+        """Those the open transaction stores (written once it commits)."""
         self.run_id: int | None = None
         self.events_written = 0
         self.fault: str | None = None
@@ -338,12 +342,15 @@ class Store(StoreQueries):
                     await self.db.execute("COMMIT")
                 except BaseException as exc:
                     self._writing = 0
+                    self._sets_new.clear()
                     if self.db.in_transaction:
                         with contextlib.suppress(sqlite3.Error, ValueError):
                             await self.db.execute("ROLLBACK")
                     if isinstance(exc, sqlite3.Error | OSError):
                         raise self._failed(exc) from None
                     raise
+                self._sets_written |= self._sets_new
+                self._sets_new.clear()
                 if self._writing:
                     self.events_written += self._writing_events
                     self._buffered -= self._writing_events
@@ -419,7 +426,7 @@ class Store(StoreQueries):
             await self._insert_events(self._pending[:n])
 
     async def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        await insert_event_rows(self.db, rows)
+        self._sets_new |= await insert_event_rows(self.db, rows, self._sets_written)
 
     async def flush(self, checkpoint: tuple[int, float, dict[str, Any]] | None = None) -> None:
         """Write buffered events (and optionally a checkpoint) in one transaction."""

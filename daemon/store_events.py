@@ -10,7 +10,7 @@ order, so row ids follow arrival across kinds.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Set
 from itertools import groupby
 from typing import Any
 
@@ -54,9 +54,12 @@ def price_rows(events: Sequence[Event], seq: int | None) -> list[tuple[Any, ...]
     return None
 
 
-async def insert_event_rows(db: Any, rows: list[tuple[Any, ...]]) -> None:
+async def insert_event_rows(db: Any, rows: list[tuple[Any, ...]],
+                            written: Set[str] = frozenset()) -> set[str]:
     """Insert buffered rows in arrival order (inside the caller's transaction): each run of
-    one kind in one statement, so row ids follow arrival across kinds."""
+    one kind in one statement, so row ids follow arrival across kinds. A burst's asset-list
+    versions not in ``written`` (stored by an earlier commit) go first; return their keys."""
+    added: set[str] = set()
     if all(len(r) == BURST_FIELDS for r in rows):
         runs: Iterable[tuple[int, Iterable[tuple[Any, ...]]]] = ((BURST_FIELDS, rows),)
     else:
@@ -66,9 +69,17 @@ async def insert_event_rows(db: Any, rows: list[tuple[Any, ...]]) -> None:
     for fields, run in runs:
         if fields == BURST_FIELDS:
             bursts = list(run)
-            await db.executemany(  # the asset lists first: a burst names its list
-                "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
-                " ON CONFLICT(sha256) DO NOTHING", sorted({r[5] for r in bursts}))
+            versions: dict[str, str] = {}
+            for chain in {id(r[5]): r[5] for r in bursts}.values():
+                for key, text in reversed(chain):  # the newest first, down to a stored one
+                    if key in written or key in versions:
+                        break
+                    versions[key] = text
+            if versions:  # the asset lists first: a burst names its list
+                await db.executemany(
+                    "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
+                    " ON CONFLICT(sha256) DO NOTHING", sorted(versions.items()))
+                added.update(versions)
             await db.executemany(
                 "INSERT INTO market_events(seq, ts, recv_ts, kind, market, payload)"
                 f" VALUES(NULL,?,?,'{BURST_KIND}',?,?)", [r[1:5] for r in bursts])
@@ -87,3 +98,4 @@ async def insert_event_rows(db: Any, rows: list[tuple[Any, ...]]) -> None:
             await db.executemany(
                 "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price,"
                 " bid, ask, payload) VALUES(?,?,?,?,?,?,?,?,?,?)", list(run))
+    return added

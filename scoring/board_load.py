@@ -18,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from daemon.price_bursts import BURST_KIND, PRICE_COLUMNS, burst_key, expand_price_rows
+from daemon.price_bursts import (
+    BURST_KIND,
+    PRICE_COLUMNS,
+    burst_key,
+    expand_price_rows,
+    read_asset_sets,
+)
 from daemon.sparse_rows import FILLS, fill_map
 from scoring.metrics import drawdown_series
 
@@ -202,10 +208,7 @@ def _with_bursts(con: sqlite3.Connection, market: str, marks: list[float],
         " AND market=? AND ts <= ? ORDER BY id", (market, marks[-1])).fetchall()
     if not bursts:
         return rows
-    keys = sorted({burst_key(r[9]) for r in bursts})
-    sets = {k: json.loads(t) for k, t in con.execute(
-        f"SELECT sha256, assets_json FROM asset_sets WHERE sha256 IN ({','.join('?' * len(keys))})",
-        keys)}
+    sets = read_asset_sets(con, sorted({burst_key(r[9]) for r in bursts}))
     # Order among equal times: (row id, position in the burst); a row of its own is position 0.
     best: dict[tuple[Any, Any], tuple[Any, ...]] = {(r[0], r[1]): (*r[:4], (r[4], 0))
                                                     for r in rows}

@@ -199,7 +199,7 @@ def test_dropping_keeps_the_rows_being_written_and_the_newest() -> None:
     assert drop_oldest(rows, 115, 100, 120) == 5  # only rows after those being written can go
     assert rows == [(i,) for i in range(115)]
     # A burst of prices (its count first) counts as its events and goes whole.
-    burst = (50, 1.0, 2.0, "polymarket", "{}", ("key", "[]"))
+    burst = (50, 1.0, 2.0, "polymarket", "{}", (("key", "[]"),))
     rows = [(0,), burst, (1,), burst, (2,)]
     assert drop_oldest(rows, 1, 100, 103) == 50  # 103 events: the first burst after row 0 goes
     assert rows == [(0,), (1,), burst, (2,)]

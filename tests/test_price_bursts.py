@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import math
 import random
 import sqlite3
@@ -15,8 +14,14 @@ import numpy as np
 
 from daemon.event_spill import read_spill, spill_unwritten
 from daemon.events import PriceEvent, ResolutionEvent
-from daemon.price_bursts import burst_row, burst_ticks, columns_row, read_prices
-from daemon.price_columns import PriceColumns
+from daemon.price_bursts import (
+    burst_row,
+    burst_ticks,
+    columns_row,
+    read_prices,
+    resolve_asset_sets,
+)
+from daemon.price_columns import AssetTable, PriceColumns
 from daemon.store import Store
 from daemon.store_read import open_for_reading
 from scoring.board_load import _load_panel
@@ -42,12 +47,14 @@ def _events(n: int, market: str = "polymarket", seed: int = 3) -> list[PriceEven
 
 def test_a_burst_keeps_every_field_of_every_price_exactly_in_order() -> None:
     evs = _events(300)
-    n, ts, recv, market, payload, (key, text) = burst_row("polymarket", evs)
+    n, ts, recv, market, payload, chain = burst_row("polymarket", evs)
     assert (n, market) == (300, "polymarket")
     assert ts == min(e.ts for e in evs) and recv == max(e.recv_ts for e in evs)
-    assets = json.loads(text)
-    assert assets == list(dict.fromkeys(e.asset for e in evs))  # the burst's own list
+    assert len(chain) == 1
+    key, text = chain[0]
     assert key == hashlib.sha256(text.encode()).hexdigest()
+    assets = resolve_asset_sets(dict(chain))[key]
+    assert list(assets) == list(dict.fromkeys(e.asset for e in evs))  # the burst's own list
     assert list(burst_ticks(payload, assets)) == [
         (e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask) for e in evs]
     # The same prices as columns: indices into the source's table, the same ticks.
@@ -58,8 +65,57 @@ def test_a_burst_keeps_every_field_of_every_price_exactly_in_order() -> None:
         cols.append(e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask)
     assert cols.events() == evs
     row = columns_row(cols)
-    assert row[:4] == (n, ts, recv, market) and json.loads(row[5][1])[0] == "unused"
-    assert list(burst_ticks(row[4], json.loads(row[5][1]))) == list(burst_ticks(payload, assets))
+    table = resolve_asset_sets(dict(row[5]))[row[5][-1][0]]
+    assert row[:4] == (n, ts, recv, market) and table[0] == "unused"
+    assert list(burst_ticks(row[4], table)) == list(burst_ticks(payload, assets))
+
+
+def test_a_growing_table_stores_each_name_once_and_every_version_reads_back(
+        tmp_path: Path) -> None:
+    """A table growing a token at a time: each version holds only the names it adds (not
+    the whole table again), and bursts of every version read back their own assets."""
+    names = [f"{k:077d}" for k in range(300)]  # Polymarket token ids are ~77 digits
+    cols = PriceColumns("polymarket")
+    expect: list[tuple[object, ...]] = []
+
+    async def run() -> None:
+        store = await Store.open(tmp_path / "g.db")
+        for k, name in enumerate(names):  # one new token per burst, flushed every 50
+            cols.append(name, T0 + k, T0 + k, 0.5, None, None)
+            cols.append(names[k // 2], T0 + k, T0 + k, 0.25, 0.2, None)
+            expect.extend([("polymarket", name, T0 + k, T0 + k, 0.5, None, None),
+                           ("polymarket", names[k // 2], T0 + k, T0 + k, 0.25, 0.2, None)])
+            store.add_price_columns(cols.take())
+            if k % 50 == 49:
+                await store.flush()
+        await store.flush()
+        await store.close()
+
+    asyncio.run(run())
+    con = sqlite3.connect(tmp_path / "g.db")
+    stored = sum(len(t) for (t,) in con.execute("SELECT assets_json FROM asset_sets"))
+    n_sets = con.execute("SELECT COUNT(*) FROM asset_sets").fetchone()[0]
+    assert n_sets == 300 and stored < 300 * 200  # each name once (a full table: 300 x 40 KB)
+    assert read_prices(con, "1") == expect
+    con.close()
+
+
+def test_versions_that_branch_keep_their_own_lists() -> None:
+    """Two tables grown from one common version (restarted sources) share their prefix."""
+    a = AssetTable()
+    for x in ("p", "q"):
+        a.add(x)
+    base = a.versions()
+    b = AssetTable()
+    for x in ("p", "q"):
+        b.add(x)
+    assert b.versions() == base  # the same names: the same version
+    a.add("r")
+    b.add("s")
+    sets = resolve_asset_sets(dict(a.versions() + b.versions()))
+    assert list(sets[a.versions()[-1][0]]) == ["p", "q", "r"]
+    assert list(sets[b.versions()[-1][0]]) == ["p", "q", "s"]
+    assert list(sets[base[-1][0]]) == ["p", "q"]
 
 
 def test_a_price_that_is_not_a_number_fails_the_columns_guard() -> None:
