@@ -47,6 +47,7 @@ __all__ = [
     "PRICE_COLUMNS",
     "PRICE_KINDS",
     "Burst",
+    "DamagedBurstError",
     "burst_key",
     "burst_row",
     "burst_ticks",
@@ -129,8 +130,13 @@ def columns_row(prices: PriceColumns) -> BurstRow:
 
 
 def burst_key(payload: str | bytes) -> str:
-    """Return the ``asset_sets`` key a burst's payload names."""
-    return _DECODE.decode(payload).assets_sha256
+    """Return the ``asset_sets`` key a burst's payload names (:class:`DamagedBurstError` if
+    the payload is not a burst's)."""
+    try:
+        return _DECODE.decode(payload).assets_sha256
+    except (msgspec.MsgspecError, TypeError) as exc:
+        reason = " ".join(str(exc).split())[:120]
+        raise DamagedBurstError(f"a stored burst of prices cannot be read: {reason}") from None
 
 
 def burst_ticks(payload: str | bytes, assets: Sequence[str]
@@ -150,16 +156,34 @@ def burst_ticks(payload: str | bytes, assets: Sequence[str]
     return zip(map(assets.__getitem__, idx), ts, recv, price, bid, ask, strict=True)
 
 
+class DamagedBurstError(sqlite3.DatabaseError):
+    """A stored burst of prices cannot be read: its payload or its asset list is damaged or
+    missing (a damaged database: the readers' database-error handling reports it in one line)."""
+
+
 def expand_price_rows(rows: Iterable[Sequence[Any]], sets: Mapping[str, Sequence[str]]
                       ) -> Iterator[Tick]:
     """Yield (market, asset, ts, recv_ts, price, bid, ask) per price of ``rows``, in order.
 
     ``rows``: :data:`PRICE_COLUMNS` of ``market_events`` rows whose kind is in
-    :data:`PRICE_KINDS`; ``sets``: the asset lists their bursts name (``asset_sets``).
+    :data:`PRICE_KINDS`; ``sets``: the asset lists their bursts name (``asset_sets``). A burst
+    that cannot be read raises :class:`DamagedBurstError`.
     """
     for kind, market, asset, ts, recv_ts, price, bid, ask, payload in rows:
         if kind == BURST_KIND:
-            for tick in burst_ticks(payload, sets[burst_key(payload)]):
+            try:
+                key = burst_key(payload)
+                assets = sets.get(key)
+                if assets is None:
+                    raise DamagedBurstError(
+                        f"a stored burst of {market} prices names asset list {key[:16]}...,"
+                        " which is not stored (asset_sets)")
+                ticks = list(burst_ticks(payload, assets))
+            except (ValueError, TypeError, IndexError, msgspec.MsgspecError) as exc:
+                reason = " ".join(str(exc).split())[:120]
+                raise DamagedBurstError(f"a stored burst of {market} prices cannot be read:"
+                                        f" {reason}") from None
+            for tick in ticks:
                 yield (market, *tick)
         else:
             yield market, asset, ts, recv_ts, price, bid, ask

@@ -9,6 +9,7 @@ import math
 import random
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -289,3 +290,53 @@ async def test_a_shared_store_reads_its_prices_from_the_scope_holding_the_most_p
                 (e.market, e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask) for e in evs]
         finally:
             con.close()
+
+
+def test_a_damaged_burst_is_one_clear_line_not_a_traceback(tmp_path: Path,
+                                                            capsys: Any) -> None:
+    """A burst whose asset list is missing, or whose payload is cut short, fails the readers
+    (report, restart) with one line naming what is wrong."""
+    from daemon.cli import main as cli
+    from daemon.price_bursts import DamagedBurstError
+    from daemon.store import RoundCommit
+
+    db = tmp_path / "d.db"
+
+    async def fill() -> None:
+        store = await Store.open(db)
+        store.add_prices(_events(30))
+        await store.commit_round(RoundCommit(equity=[
+            ("a", "polymarket", T0 + DAY * k, "daily", 100.0 + k, 50.0) for k in range(3)]))
+        await store.close()
+
+    asyncio.run(fill())
+    for damage, says in (("DELETE FROM asset_sets", "names asset list"),
+                         ("UPDATE market_events SET payload = substr(payload, 1, 30)"
+                          " WHERE kind = 'prices'", "cannot be read")):
+        broken = tmp_path / f"broken{len(says)}.db"
+        broken.write_bytes(db.read_bytes())
+        con = sqlite3.connect(broken)
+        con.execute(damage)
+        con.commit()
+        try:
+            read_prices(con, "1")
+            raise AssertionError("a damaged burst was read")
+        except DamagedBurstError as exc:
+            assert says in str(exc) and "\n" not in str(exc)
+        con.close()
+
+        async def restart(path: Path = broken) -> str:
+            store = await Store.open(path)
+            try:
+                await store.latest_prices_after_checkpoint()
+            except sqlite3.DatabaseError as exc:  # the start-up's database-error handling
+                return str(exc)
+            finally:
+                await store.close()
+            return ""
+
+        assert says in asyncio.run(restart())
+        capsys.readouterr()
+        assert cli(["report", "--db", str(broken)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and "Traceback" not in err and len(err.splitlines()) == 1, err
