@@ -21,7 +21,8 @@ Control subtrees
 
 Egress (bus → broker)
     A synchronous bus tap copies matching local events into the bridge's own bounded buffers, so
-    publishing on the bus never waits for the network. Conflating classes (prices) go out at QoS 0
+    publishing on the bus never waits for the network (a burst of prices given as columns puts
+    each asset's latest price there, an event made for it alone). Conflating classes (prices) go out at QoS 0
     through a latest-per-key buffer: while the bridge is behind or disconnected, a newer price
     replaces the pending one (counted in ``dropped_prices``). Every other class goes out at QoS 1
     through a FIFO buffer of ``egress_queue`` events kept across reconnects; an event whose PUBACK
@@ -54,7 +55,7 @@ import random
 import socket
 import ssl
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from itertools import count
 from typing import NamedTuple
@@ -64,7 +65,7 @@ import msgspec
 import structlog
 
 from daemon.bus import Bus, topic_matches
-from daemon.events import Event, decode_event, encode_event
+from daemon.events import PRICE, Event, PriceEvent, decode_event, encode_event
 from daemon.mqtt_settings import MqttSettings
 from daemon.mqtt_wire import _LEVEL_UNSAFE as _LEVEL_UNSAFE  # re-exported
 from daemon.mqtt_wire import (
@@ -84,6 +85,7 @@ from daemon.mqtt_wire import (
     status_topic,
 )
 from daemon.mqtt_wire import _escape_level as _escape_level  # re-exported
+from daemon.price_columns import PriceColumns
 
 log = structlog.get_logger(__name__)
 
@@ -195,7 +197,7 @@ class MqttBridge:
         if self._runner is not None:
             return
         if not self._tap_added:
-            self.bus.add_tap("#", self._tap)
+            self.bus.add_tap("#", self._tap, columns=self._tap_columns)
             self._tap_added = True
         self._accepting = True
         self._stop_requested.clear()
@@ -374,6 +376,50 @@ class MqttBridge:
             self._queue_reliable(event)
             return
         self._wake_workers(1)
+
+    def _tap_columns(self, prices: PriceColumns) -> None:
+        """Columns tap: what :meth:`_tap` leaves buffered after each price of the burst (each
+        asset's latest, counted alike), an event made for those latest prices only."""
+        if not self._accepting:
+            return
+        if PRICE not in self._conflating:
+            for ev in prices.events():
+                self._tap(ev)
+            return
+        per_asset = Counter(prices.a)
+        last = dict(zip(prices.a, range(len(prices)), strict=True))  # first-seen order
+        names, market, source = prices.table.names, prices.market, prices.source
+        buffered = self._prices
+        woken = 0
+        for k, i in last.items():
+            bid, ask = prices.bid[i], prices.ask[i]
+            ev = PriceEvent(ts=prices.ts[i], recv_ts=prices.recv_ts[i], market=market,
+                            asset=names[k], price=prices.price[i],
+                            bid=None if bid != bid else bid, ask=None if ask != ask else ask,
+                            source=source)
+            topic = ev.topic
+            wanted = self._pub_match.get(topic)
+            if wanted is None:
+                wanted = any(topic_matches(p, topic) for p in self.settings.publish_patterns)
+                if len(self._pub_match) > 200_000:
+                    self._pub_match.clear()
+                self._pub_match[topic] = wanted
+            if not wanted:
+                continue
+            n = per_asset[k]
+            key = ev.key
+            if key in buffered:
+                buffered[key] = ev
+                self._dropped_prices += n  # each of its prices replaced the one before
+            else:
+                if len(buffered) >= self._cap:
+                    buffered.popitem(last=False)
+                    self._dropped_prices += 1
+                buffered[key] = ev
+                self._dropped_prices += n - 1
+            woken += n
+        if woken:
+            self._wake_workers(woken)
 
     def _wake_workers(self, n: int) -> None:
         """Wake up to ``n`` idle workers (one per new message, so they do not stampede)."""
