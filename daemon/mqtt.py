@@ -22,11 +22,12 @@ Control subtrees
 Egress (bus → broker)
     A synchronous bus tap copies matching local events into the bridge's own bounded buffers, so
     publishing on the bus never waits for the network (a burst of prices given as columns puts
-    each asset's latest price there, an event made for it alone). Conflating classes (prices) go out at QoS 0
-    through a latest-per-key buffer: while the bridge is behind or disconnected, a newer price
-    replaces the pending one (counted in ``dropped_prices``). Every other class goes out at QoS 1
-    through a FIFO buffer of ``egress_queue`` events kept across reconnects; an event whose PUBACK
-    has not arrived when the connection drops is re-sent after reconnecting (at-least-once).
+    each asset's latest price there, an event made for it alone). Conflating classes (prices) go
+    out at QoS 0 through a latest-per-key buffer: while the bridge is behind or disconnected, a
+    newer price replaces the pending one (counted in ``dropped_prices``). Every other class goes
+    out at QoS 1 through a FIFO buffer of ``egress_queue`` events kept across reconnects; an event
+    whose PUBACK has not arrived when the connection drops is re-sent after reconnecting
+    (at-least-once).
     Only when that buffer overflows is the oldest pending event discarded, counted in ``lost`` and
     logged.
 
@@ -352,30 +353,39 @@ class MqttBridge:
         """Buffer one local event for the broker; never block, never raise."""
         if not self._accepting or event is self._echo:
             return
-        topic = event.topic
+        if not self._wants(event.topic):
+            return
+        if event.topic_class in self._conflating:
+            self._buffer_price(event, 1)
+        else:
+            self._queue_reliable(event)
+            return
+        self._wake_workers(1)
+
+    def _wants(self, topic: str) -> bool:
+        """Return whether a bus topic is published to the broker (cached)."""
         wanted = self._pub_match.get(topic)
         if wanted is None:
             wanted = any(topic_matches(p, topic) for p in self.settings.publish_patterns)
             if len(self._pub_match) > 200_000:
                 self._pub_match.clear()
             self._pub_match[topic] = wanted
-        if not wanted:
-            return
-        if event.topic_class in self._conflating:
-            prices = self._prices
-            key = event.key
-            if key in prices:
-                prices[key] = event  # keeps its place in line: hot keys do not starve others
-                self._dropped_prices += 1
-            else:
-                if len(prices) >= self._cap:
-                    prices.popitem(last=False)
-                    self._dropped_prices += 1
-                prices[key] = event
+        return wanted
+
+    def _buffer_price(self, event: Event, n: int) -> None:
+        """Leave ``event`` in the latest-per-key buffer as the last of ``n`` prices of its key
+        (each replacing the one before it: counted in ``dropped_prices``)."""
+        prices = self._prices
+        key = event.key
+        if key in prices:
+            prices[key] = event  # keeps its place in line: hot keys do not starve others
+            self._dropped_prices += n
         else:
-            self._queue_reliable(event)
-            return
-        self._wake_workers(1)
+            if len(prices) >= self._cap:
+                prices.popitem(last=False)
+                self._dropped_prices += 1
+            prices[key] = event
+            self._dropped_prices += n - 1
 
     def _tap_columns(self, prices: PriceColumns) -> None:
         """Columns tap: what :meth:`_tap` leaves buffered after each price of the burst (each
@@ -389,7 +399,6 @@ class MqttBridge:
         per_asset = Counter(prices.a)
         last = dict(zip(prices.a, range(len(prices)), strict=True))  # first-seen order
         names, market, source = prices.table.names, prices.market, prices.source
-        buffered = self._prices
         woken = 0
         for k, i in last.items():
             bid, ask = prices.bid[i], prices.ask[i]
@@ -397,27 +406,9 @@ class MqttBridge:
                             asset=names[k], price=prices.price[i],
                             bid=None if bid != bid else bid, ask=None if ask != ask else ask,
                             source=source)
-            topic = ev.topic
-            wanted = self._pub_match.get(topic)
-            if wanted is None:
-                wanted = any(topic_matches(p, topic) for p in self.settings.publish_patterns)
-                if len(self._pub_match) > 200_000:
-                    self._pub_match.clear()
-                self._pub_match[topic] = wanted
-            if not wanted:
-                continue
-            n = per_asset[k]
-            key = ev.key
-            if key in buffered:
-                buffered[key] = ev
-                self._dropped_prices += n  # each of its prices replaced the one before
-            else:
-                if len(buffered) >= self._cap:
-                    buffered.popitem(last=False)
-                    self._dropped_prices += 1
-                buffered[key] = ev
-                self._dropped_prices += n - 1
-            woken += n
+            if self._wants(ev.topic):
+                self._buffer_price(ev, per_asset[k])  # its n prices: the last one stays
+                woken += per_asset[k]
         if woken:
             self._wake_workers(woken)
 
