@@ -4,8 +4,9 @@ A decoder that can (:class:`ColumnDecoder`) appends each price it would have pub
 :class:`~daemon.events.PriceEvent` to a :class:`PriceColumns` instead, its asset as an index
 into the source's :class:`AssetTable` (given when the asset is subscribed); the read loop publishes
 the columns with :meth:`~daemon.bus.Bus.publish_columns`. Taps with a columns variant (price
-cache and books, store, alert checks) read the columns directly: no event object per price.
-Anything else (a recorder, the MQTT bridge, a page subscriber) gets the same prices as
+cache and books, store, alert checks, the page's event stream, the MQTT bridge) read the columns
+directly: no event object per price. Anything else (a recorder, a subscriber) gets the same
+prices as
 :class:`PriceEvent` objects, made once per batch by :meth:`PriceColumns.events`, equal to the
 events the decoder would have emitted.
 """
