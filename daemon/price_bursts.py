@@ -129,21 +129,30 @@ def columns_row(prices: PriceColumns) -> BurstRow:
                 prices.price, prices.bid, prices.ask)
 
 
-def burst_key(payload: str | bytes) -> str:
-    """Return the ``asset_sets`` key a burst's payload names (:class:`DamagedBurstError` if
-    the payload is not a burst's)."""
+def _decoded(payload: str | bytes) -> Burst:
+    """Return a burst's payload decoded (:class:`DamagedBurstError` if it is not a burst's)."""
     try:
-        return _DECODE.decode(payload).assets_sha256
+        return _DECODE.decode(payload)
     except (msgspec.MsgspecError, TypeError) as exc:
         reason = " ".join(str(exc).split())[:120]
         raise DamagedBurstError(f"a stored burst of prices cannot be read: {reason}") from None
+
+
+def burst_key(payload: str | bytes) -> str:
+    """Return the ``asset_sets`` key a burst's payload names (:class:`DamagedBurstError` if
+    the payload is not a burst's)."""
+    return _decoded(payload).assets_sha256
 
 
 def burst_ticks(payload: str | bytes, assets: Sequence[str]
                 ) -> Iterator[tuple[str, float, float, float, float | None, float | None]]:
     """Yield (asset, ts, recv_ts, price, bid, ask) of each price of a burst, in order;
     ``assets``: the asset list its payload names."""
-    b = _DECODE.decode(payload)
+    return _ticks(_decoded(payload), assets)
+
+
+def _ticks(b: Burst, assets: Sequence[str]
+           ) -> Iterator[tuple[str, float, float, float, float | None, float | None]]:
     n = b.n
     raw = base64.b64decode(b.ticks, validate=True)
     if len(raw) != n * 44:
@@ -172,13 +181,13 @@ def expand_price_rows(rows: Iterable[Sequence[Any]], sets: Mapping[str, Sequence
     for kind, market, asset, ts, recv_ts, price, bid, ask, payload in rows:
         if kind == BURST_KIND:
             try:
-                key = burst_key(payload)
-                assets = sets.get(key)
+                burst = _decoded(payload)
+                assets = sets.get(burst.assets_sha256)
                 if assets is None:
                     raise DamagedBurstError(
-                        f"a stored burst of {market} prices names asset list {key[:16]}...,"
-                        " which is not stored (asset_sets)")
-                ticks = list(burst_ticks(payload, assets))
+                        f"a stored burst of {market} prices names asset list"
+                        f" {burst.assets_sha256[:16]}..., which is not stored (asset_sets)")
+                ticks = list(_ticks(burst, assets))
             except (ValueError, TypeError, IndexError, msgspec.MsgspecError) as exc:
                 reason = " ".join(str(exc).split())[:120]
                 raise DamagedBurstError(f"a stored burst of {market} prices cannot be read:"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from array import array
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -155,6 +155,7 @@ class PriceColumns:
         return True
 
 
+@runtime_checkable
 class ColumnDecoder(Protocol):
     """A protocol adapter that can decode a frame's prices into columns."""
 

@@ -50,6 +50,7 @@ from websockets.exceptions import ConnectionClosed
 
 from daemon.bus import Bus
 from daemon.events import SourceStatus
+from daemon.price_columns import ColumnDecoder
 from feeds.backoff import Backoff, BackoffPolicy
 from feeds.frame_batch import FrameBatcher
 from feeds.frame_counts import count_failure, count_refusals
@@ -419,8 +420,8 @@ class StreamingSource:
 
     async def _read(self, sh: _Shard, ws: ClientConnection) -> None:
         adapter = self.adapter  # a ColumnDecoder fills the batcher's price columns
-        batcher = FrameBatcher(self._bus, prices=adapter.price_columns()  # type: ignore[attr-defined]
-                               if hasattr(adapter, "decode_columns") else None)
+        batcher = FrameBatcher(self._bus, prices=adapter.price_columns()
+                               if isinstance(adapter, ColumnDecoder) else None)
         try:
             await self._read_frames(sh, ws, batcher)
         finally:
