@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from agents.base import Agent
 from agents.baselines import AllCash, BuyAndHold, EqualWeightRebalanced, Momentum
-from daemon.config_agents import BUILTIN_KINDS, AgentConfig
+from agents.config import BUILTIN_KINDS, AgentConfig
 
 
 def build_agent(cfg: AgentConfig, *, clock: Callable[[], float] | None = None) -> Agent:

@@ -45,13 +45,13 @@ from typing import Any
 import structlog
 
 from agents.base import AgentDecision, Observation
+from agents.config import AgentConfig
 from agents.llm_output import InvalidOutput, check_response
 from agents.prompting import RenderedPrompt, load_prompt_file, render_prompt
 from agents.validation import SUM_TOLERANCE
-from daemon.config_agents import AgentConfig
-from daemon.config_fields import is_loopback_url
-from daemon.durations import retry_after_seconds
-from daemon.logs import redact_text, register_secret
+from daemon.core.durations import retry_after_seconds
+from daemon.core.fields import is_loopback_url
+from daemon.core.logs import redact_text, register_secret
 
 log = structlog.get_logger(__name__)
 

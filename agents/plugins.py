@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agents.base import Agent, AgentDecision, Observation
-from daemon.config_agents import PLUGIN_GROUP, AgentConfig, unknown_kind_problem
+from agents.config import PLUGIN_GROUP, AgentConfig, unknown_kind_problem
 
 GROUP = PLUGIN_GROUP
 #: Longest reason text kept from a plugin's exception.

@@ -7,7 +7,7 @@ intraday price) and returns long-only weights summing to 1:
 
 - ``sixty_forty``: 60 % split equally over the equity-like assets, 40 % over the bond assets
   (in CASH when the universe has none; asset classes and their roles are config, see
-  :func:`daemon.config.class_role`);
+  :func:`daemon.config.settings.class_role`);
 - ``risk_parity``: ``w_i ∝ 1 / sigma_i`` (per-asset volatility, correlations ignored);
 - ``equal_risk_contribution``: every asset contributes the same share of portfolio variance,
   ``w_i (Σw)_i`` equal, solved by Spinu's cyclical coordinate descent on the full covariance;
@@ -28,7 +28,7 @@ import numpy as np
 
 from agents.base import CASH, AgentDecision, Observation
 from agents.baselines import _investable, equal_weights
-from daemon.config_agents import class_role
+from agents.config import class_role
 
 _NY = ZoneInfo("America/New_York")
 #: Fewest daily returns in common for a covariance estimate; below it: equal weight.

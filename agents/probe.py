@@ -26,9 +26,9 @@ from typing import Any
 import structlog
 
 from agents.base import Agent, AgentDecision, Observation
+from agents.config import AgentConfig
 from agents.protocols import build_llm_agent
 from agents.stored_input import load_input
-from daemon.config import load_config
 
 log = structlog.get_logger(__name__)
 
@@ -195,13 +195,13 @@ def load_frozen_input(
 
 
 async def run_probe_command(
-    config_path: str | None, db_path: str, agent_id: str, repeats: int
+    agents: Sequence[AgentConfig], config_name: str, db_path: str, agent_id: str, repeats: int
 ) -> dict[str, Any]:
-    """Run ``paperarena probe``: load the agent and its latest frozen input, probe, summarise."""
-    config = load_config(config_path)
-    cfg = next((a for a in config.agents if a.id == agent_id), None)
+    """Run ``paperarena probe``: find the agent among ``agents`` (the config named
+    ``config_name``), load its latest frozen input, probe, summarise."""
+    cfg = next((a for a in agents if a.id == agent_id), None)
     if cfg is None:
-        raise ProbeError(f"no agent {agent_id!r} in {config_path or 'the default config'}")
+        raise ProbeError(f"no agent {agent_id!r} in {config_name}")
     if cfg.kind != "llm":
         raise ProbeError(f"agent {agent_id!r} is a {cfg.kind} agent, not an LLM agent")
     if cfg.protocol == "capitalbench":

@@ -11,13 +11,13 @@ Protocols (``[[agents]] protocol = ...``):
 
 - ``livetradebench`` (default): one call returns the whole allocation (:mod:`agents.llm`);
 - ``stockbench``: overview -> stock selection -> fundamentals -> per-stock dollar orders ->
-  execution check with revisions (:mod:`agents.stockbench`);
+  execution check with revisions (:mod:`agents.stockbench.agent`);
 - ``portbench``: views -> signals -> target weights (investor limits enforced) -> execution ->
-  risk monitor (:mod:`agents.portbench`);
+  risk monitor (:mod:`agents.portbench.agent`);
 - ``capitalbench``: one submission per frozen CapitalBench round, not asked in decision rounds
-  (:mod:`agents.capitalbench`, :mod:`daemon.capital_runner`);
+  (:mod:`agents.capitalbench.agent`, :mod:`agents.capitalbench.runner`);
 - ``alphaforgebench``: the model writes a strategy function (renewed on a schedule) that the
-  daemon runs on every bar in a sandboxed process (:mod:`agents.alphaforge`).
+  daemon runs on every bar in a sandboxed process (:mod:`agents.alphaforgebench.agent`).
 
 Multi-step protocols derive from :class:`StepwiseAgent`, which ends a decision the same way for
 all of them (a failed step, a hold, the stored JSON summary of the workflow).
@@ -32,9 +32,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agents.config import AgentConfig
 from agents.llm import LlmAgent
 from agents.stepwise import PROMPT_SET_VERSIONS, StepwiseAgent, flat, load_prompt_set
-from daemon.config_agents import AgentConfig
 
 __all__ = ["PROMPT_SET_VERSIONS", "StepwiseAgent", "build_llm_agent", "flat", "load_prompt_set"]
 
@@ -45,19 +45,19 @@ def build_llm_agent(cfg: AgentConfig, *, clock: Callable[[], float] | None = Non
     if cfg.protocol == "livetradebench":
         return LlmAgent(cfg, **kw)
     if cfg.protocol == "stockbench":
-        from agents.stockbench import StockBenchAgent
+        from agents.stockbench.agent import StockBenchAgent
 
         return StockBenchAgent(cfg, **kw)
     if cfg.protocol == "portbench":
-        from agents.portbench import PortBenchAgent
+        from agents.portbench.agent import PortBenchAgent
 
         return PortBenchAgent(cfg, **kw)
     if cfg.protocol == "capitalbench":
-        from agents.capitalbench import CapitalBenchAgent
+        from agents.capitalbench.agent import CapitalBenchAgent
 
         return CapitalBenchAgent(cfg, **kw)
     if cfg.protocol == "alphaforgebench":
-        from agents.alphaforge import AlphaForgeAgent
+        from agents.alphaforgebench.agent import AlphaForgeAgent
 
         return AlphaForgeAgent(cfg, **kw)
     raise ValueError(f"agent {cfg.id}: unknown protocol {cfg.protocol!r}")

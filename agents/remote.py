@@ -29,10 +29,10 @@ from typing import Any
 import aiohttp
 
 from agents.base import CASH, AgentDecision, Observation
+from agents.config import AgentConfig, HttpAgentSettings
 from agents.llm_output import InvalidOutput, parse_output
 from agents.validation import SUM_TOLERANCE
-from daemon.config_agents import AgentConfig, HttpAgentSettings
-from daemon.logs import redact_text, register_secret
+from daemon.core.logs import redact_text, register_secret
 
 #: Version of the request and answer messages (``version`` in the request).
 PROTOCOL_VERSION = 1

@@ -15,7 +15,7 @@ import structlog
 from agents.base import AGENT_DEADLINE, AgentDecision, Observation
 from agents.llm import DecisionRun, LlmAgent, StepResult, audit_trail
 from agents.llm_output import split_think
-from daemon.logs import redact_text
+from daemon.core.logs import redact_text
 
 log = structlog.get_logger(__name__)
 

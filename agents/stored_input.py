@@ -28,8 +28,8 @@ from typing import Any
 import msgspec
 
 from agents.base import Observation, join_encoded
-from daemon import sparse_rows
-from daemon.sparse_rows import dense_fill_weights
+from daemon.core import sparse_rows
+from daemon.core.sparse_rows import dense_fill_weights
 
 #: The two columns a decision's input is rebuilt from (decision alias ``d``).
 INPUT_COLUMNS = "d.input_json, o.market_json"

@@ -87,13 +87,13 @@ async def _real_path(n_agents: int, tokens: list[str], snapshots: list[str],
                      frames: list[bytes], db: Path) -> dict[str, Any]:
     import structlog
 
-    from daemon.alert_config import parse_alerts_config
-    from daemon.alerts import AlertMonitor
-    from daemon.clock import SimClock
-    from daemon.config import parse_config
-    from daemon.engine import Engine
-    from daemon.events import MarketListed
-    from daemon.store import Store
+    from daemon.alerts.config import parse_alerts_config
+    from daemon.alerts.rules import AlertMonitor
+    from daemon.config.settings import parse_config
+    from daemon.core.events import MarketListed
+    from daemon.engine.engine import Engine
+    from daemon.store.store import Store
+    from daemon.timing.clock import SimClock
     from feeds.connection import _Shard
     from feeds.polymarket import PolymarketSettings, PolymarketSource
 
@@ -118,7 +118,8 @@ async def _real_path(n_agents: int, tokens: list[str], snapshots: list[str],
     for i in range(n_agents):
         a = f"a{i:04d}"
         book.add_agent(a)
-        eng.slots["polymarket"][a] = __import__("daemon.rounds", fromlist=["AgentSlot"]).AgentSlot(
+        eng.slots["polymarket"][a] = __import__(
+            "daemon.engine.rounds", fromlist=["AgentSlot"]).AgentSlot(
             agent=None)  # type: ignore[arg-type]
         picks = 2 * rng.choice(len(tokens) // 2, 8, replace=False) + rng.integers(0, 2, 8)
         w = rng.dirichlet(np.ones(9))
@@ -130,7 +131,7 @@ async def _real_path(n_agents: int, tokens: list[str], snapshots: list[str],
     # The live page's event stream, as the daemon's HTTP server wires it (it counts prices).
     from types import SimpleNamespace
 
-    from daemon.page import LiveEvents
+    from daemon.web.page import LiveEvents
 
     LiveEvents(SimpleNamespace(engine=eng))  # type: ignore[arg-type]
     await eng.bus.start()

@@ -1,4 +1,5 @@
-"""Benchmark scoring.ledger: incremental mark, rebalance, and a naive dict ledger on one sequence.
+"""Benchmark scoring.ledger.ledger: incremental mark, rebalance, and a naive dict ledger on one
+sequence.
 
 Run ``python bench/bench_ledger.py`` for a table or ``--json`` for machine-readable output;
 an aggregator can call :func:`run` directly. Per-op timings use ``time.perf_counter_ns`` around
@@ -22,8 +23,8 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scoring.ledger import CASH, Book, CostModel
-from scoring.ledger_batch import rebalance_many
+from scoring.ledger.batch import rebalance_many
+from scoring.ledger.ledger import CASH, Book, CostModel
 
 SEED = 20251103
 N_AGENTS = 1000

@@ -8,7 +8,7 @@ aggregator can call :func:`run` directly. Figures, all measured in the same run:
   events ahead of bus B for ``PHASE_SECONDS`` (so no price is conflated, the broker's per-client
   queue never overflows, and the figure is what the path sustains end to end);
 - end-to-end latency p50/p99 of single events (one in flight at a time, loopback broker);
-- the same two figures for one in-process :class:`~daemon.bus.Bus` (publish → subscriber);
+- the same two figures for one in-process :class:`~daemon.core.bus.Bus` (publish → subscriber);
 - for context, the same paced QoS 1 figure for two bare aiomqtt clients (the client library's
   ceiling on this machine with both ends on one event loop, as here).
 
@@ -39,9 +39,9 @@ if __package__ in (None, ""):
 import aiomqtt
 import structlog
 
-from daemon.bus import Bus
-from daemon.events import AlertEvent, DecisionEvent, Event, PriceEvent
-from daemon.mqtt import MqttBridge, MqttSettings, status_topic
+from daemon.core.bus import Bus
+from daemon.core.events import AlertEvent, DecisionEvent, Event, PriceEvent
+from daemon.mqtt.bridge import MqttBridge, MqttSettings, status_topic
 
 WINDOW = 500
 N_KEYS = 10_000

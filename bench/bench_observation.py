@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.events import MarketListed, NewsEvent, PriceEvent  # noqa: E402
-from daemon.market_state import MarketState  # noqa: E402
-from scoring.ledger import Book, CostModel  # noqa: E402
+from daemon.core.events import MarketListed, NewsEvent, PriceEvent  # noqa: E402
+from daemon.market.state import MarketState  # noqa: E402
+from scoring.ledger.ledger import Book, CostModel  # noqa: E402
 
 T = 1_793_000_000.0
 DAY = 86_400.0

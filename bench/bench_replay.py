@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.config import load_config  # noqa: E402
-from daemon.replay import replay  # noqa: E402
+from daemon.app.replay import replay  # noqa: E402
+from daemon.config.settings import load_config  # noqa: E402
 from feeds.recording import iter_events  # noqa: E402
 
 DEFAULT_RECORDING = ROOT / "examples" / "sample.jsonl.gz"

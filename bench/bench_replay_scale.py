@@ -33,8 +33,8 @@ import asyncio, json, os, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 import structlog
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-from daemon.config import load_config
-from daemon.replay import replay
+from daemon.config.settings import load_config
+from daemon.app.replay import replay
 from feeds.recording import iter_events
 rec, cfg_path, db = sys.argv[2], sys.argv[3], sys.argv[4]
 t0 = time.perf_counter()

@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.clock import SimClock  # noqa: E402
-from daemon.config import parse_config  # noqa: E402
-from daemon.engine import Engine, freeze_heap  # noqa: E402
-from daemon.events import PriceEvent  # noqa: E402
-from daemon.store import Store  # noqa: E402
+from daemon.config.settings import parse_config  # noqa: E402
+from daemon.core.events import PriceEvent  # noqa: E402
+from daemon.engine.engine import Engine, freeze_heap  # noqa: E402
+from daemon.store.store import Store  # noqa: E402
+from daemon.timing.clock import SimClock  # noqa: E402
 
 T = 1_793_023_200.0  # Monday 2026-10-26 10:00 ET (the NYSE is open)
 ASSETS = [f"S{j:02d}" for j in range(16)]

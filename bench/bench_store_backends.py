@@ -2,7 +2,7 @@
 
     python bench/bench_store_backends.py [--json] [--url postgresql://postgres@127.0.0.1/postgres]
 
-Through the real :class:`daemon.store.Store` on both backends (PostgreSQL: a fresh database on
+Through the real :class:`daemon.store.store.Store` on both backends (PostgreSQL: a fresh database on
 the server at ``--url``, dropped after):
 
 - market-event write throughput: 50,000 price events buffered and flushed in batches of 5,000
@@ -10,7 +10,8 @@ the server at ``--url``, dropped after):
 - round commit latency: one round of 1,000 agents (1,000 decisions with one model call each,
   1,000 fills, 1,000 equity marks, the book and the checkpoint) in one transaction, p50/p99 of
   30 rounds;
-- the merged read of the report (:mod:`daemon.pgsnapshot`) after those rounds (PostgreSQL only).
+- the merged read of the report (:mod:`daemon.store.pg_snapshot`) after those rounds (PostgreSQL
+only).
 
 The machine's limit beside them, measured in the same run: the same 50,000 rows inserted by
 the bare driver (``sqlite3.executemany`` into an in-memory database; ``asyncpg`` ``COPY``).
@@ -35,8 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.events import PriceEvent  # noqa: E402
-from daemon.store import DecisionRecord, FillRecord, RoundCommit, Store  # noqa: E402
+from daemon.core.events import PriceEvent  # noqa: E402
+from daemon.store.store import DecisionRecord, FillRecord, RoundCommit, Store  # noqa: E402
 
 AGENTS = [f"a{k:04d}" for k in range(1000)]
 ASSETS = [f"S{j:02d}" for j in range(16)]
@@ -136,7 +137,7 @@ async def main_async(url: str) -> dict[str, Any]:
         out["postgresql"] = await bench_store(db)
         out["postgresql"]["bare_driver_limit_rows_per_s"] = round(await pg_limit(db))
         out["postgresql"]["server"] = str(await admin.fetchval("SHOW server_version"))
-        from daemon.pgsnapshot import snapshot
+        from daemon.store.pg_snapshot import snapshot
 
         t = time.perf_counter()
         con = await asyncio.to_thread(snapshot, db)

@@ -5,7 +5,7 @@
 A deterministic synthetic recording is generated in a temporary directory: 15 equities every
 5 s during NYSE sessions, 10 Polymarket questions (YES and NO tokens) every 10 s around the
 clock, a headline every 10 minutes, and question churn (one resolves and a new one is listed
-every 6 h). It is replayed through the real replay path (:func:`daemon.replay.replay` with the
+every 6 h). It is replayed through the real replay path (:func:`daemon.app.replay.replay` with the
 default replay components) in a fresh subprocess, with decision rounds every 30 minutes of each
 NYSE session and every hour on Polymarket. A bus tap samples VmRSS (after a GC) at every hour
 of recorded time, with the number of live Python objects. The recording starts 30 minutes
@@ -35,8 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.config import DEFAULT_EQUITIES  # noqa: E402
-from daemon.events import MarketListed, NewsEvent, PriceEvent, ResolutionEvent  # noqa: E402
+from daemon.config.settings import DEFAULT_EQUITIES  # noqa: E402
+from daemon.core.events import MarketListed, NewsEvent, PriceEvent, ResolutionEvent  # noqa: E402
 from feeds.recording import RecordingHeader, RecordingWriter  # noqa: E402
 
 START = datetime(2026, 11, 2, 14, tzinfo=UTC)  # a Monday, 30 min before the NYSE open
@@ -88,7 +88,7 @@ top_k = 3
 
 
 def _sessions(start: float, end: float) -> list[tuple[float, float]]:
-    from daemon.schedule import get_nyse_calendar
+    from daemon.timing.schedule import get_nyse_calendar
 
     cal = get_nyse_calendar()
     out = []
@@ -222,9 +222,9 @@ class RssProbe:
 def _replay_child(rec: Path, db: Path, config: Path) -> dict[str, Any]:
     import structlog
 
-    from daemon.components import default_components
-    from daemon.config import load_config
-    from daemon.replay import replay
+    from daemon.app.components import default_components
+    from daemon.app.replay import replay
+    from daemon.config.settings import load_config
     from feeds.recording import read_header
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))

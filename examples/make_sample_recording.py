@@ -31,7 +31,7 @@ import numpy as np
 if __package__ in (None, ""):  # run as a script from anywhere: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from daemon.events import (
+from daemon.core.events import (
     Event,
     MarketListed,
     NewsEvent,

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from daemon.durations import Duration
+from daemon.core.durations import Duration
 
 __all__ = ["CLOSE_GRACE", "Backoff", "BackoffPolicy", "EquityStreamSettings", "StreamSettings"]
 

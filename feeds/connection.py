@@ -26,7 +26,8 @@ each, one task per shard):
 - ``DecodeResult.reset_keys`` names keys whose state the adapter discarded and that need a fresh
   snapshot: the machinery calls ``adapter.resubscribe(ws, keys)`` when the adapter has it,
   otherwise it reconnects the shard (through backoff).
-- The aggregate state is published as a :class:`~daemon.events.SourceStatus` whenever it changes:
+- The aggregate state is published as a :class:`~daemon.core.events.SourceStatus` whenever it
+changes:
   LIVE if every shard is live, DOWN if every shard is down, else the worst shard state, with a
   partial outage (some shards down, some not) reported as BACKING_OFF.
 
@@ -48,15 +49,15 @@ import structlog
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from daemon.bus import Bus
-from daemon.events import SourceStatus
-from daemon.price_columns import ColumnDecoder
+from daemon.core.bus import Bus
+from daemon.core.events import SourceStatus
 from feeds.backoff import Backoff, BackoffPolicy
 from feeds.frame_batch import FrameBatcher
 from feeds.frame_counts import count_failure, count_refusals
 from feeds.health import failure_is_news, short_error
 from feeds.source_contract import (
     DEFAULT_WS_OPTIONS,
+    ColumnDecoder,
     DecodeResult,
     LiveSubscription,
     ProtocolAdapter,

@@ -13,7 +13,7 @@ from typing import Literal
 import structlog
 from pydantic import BaseModel, ConfigDict
 
-from daemon.bus import Bus
+from daemon.core.bus import Bus
 from feeds.alpaca import AlpacaSettings, build_alpaca_source
 from feeds.connection import StreamingSource
 from feeds.finnhub import FinnhubSettings, build_finnhub_source

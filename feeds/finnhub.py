@@ -21,9 +21,9 @@ import structlog
 from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
-from daemon.bus import Bus
-from daemon.durations import Duration
-from daemon.events import NonMarkingPrice, PriceEvent
+from daemon.core.bus import Bus
+from daemon.core.durations import Duration
+from daemon.core.events import NonMarkingPrice, PriceEvent
 from feeds.alpaca import secret_from_env
 from feeds.backoff import EquityStreamSettings
 from feeds.connection import StreamingSource

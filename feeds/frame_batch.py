@@ -1,14 +1,14 @@
 """Publish the prices of frames that arrive together as one bus batch.
 
 A socket read hands the read loop every frame that arrived with it without suspending: those
-frames' conflating events (prices) wait here and go to :meth:`~daemon.bus.Bus.publish_batch` in
+frames' conflating events (prices) wait here and go to :meth:`~daemon.core.bus.Bus.publish_batch` in
 one call when the loop next suspends (a callback scheduled with ``call_soon``), when
 :data:`MAX_BATCH_FRAMES` frames wait, or before any other event, so every tap (price cache,
 books, store, alerts) runs once per burst and events keep their order. Books, equity and peaks
 are current after every batch.
 
-A columnar adapter (:class:`~daemon.price_columns.ColumnDecoder`) appends its prices to
-:attr:`FrameBatcher.prices` instead; they go to :meth:`~daemon.bus.Bus.publish_columns` at the
+A columnar adapter (:class:`~feeds.source_contract.ColumnDecoder`) appends its prices to
+:attr:`FrameBatcher.prices` instead; they go to :meth:`~daemon.core.bus.Bus.publish_columns` at the
 same moments (:meth:`FrameBatcher.frame_done` after each frame that added prices).
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
-from daemon.bus import Bus
-from daemon.events import Event
-from daemon.price_columns import PriceColumns
+from daemon.core.bus import Bus
+from daemon.core.events import Event
+from daemon.core.price_columns import PriceColumns
 
 __all__ = ["MAX_BATCH_FRAMES", "FrameBatcher"]
 

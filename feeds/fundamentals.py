@@ -1,4 +1,4 @@
-"""Stock fundamentals, polled and normalised into :class:`~daemon.events.FundamentalsEvent`.
+"""Stock fundamentals, polled and normalised into :class:`~daemon.core.events.FundamentalsEvent`.
 
 Two providers, one normalised shape (a figure a provider does not give is left out):
 
@@ -32,8 +32,8 @@ import aiohttp
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from daemon.durations import Duration
-from daemon.events import FundamentalsEvent
+from daemon.core.durations import Duration
+from daemon.core.events import FundamentalsEvent
 from feeds.source_contract import SourceCounters, SourceState
 
 log = structlog.get_logger(__name__)

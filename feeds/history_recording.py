@@ -1,8 +1,11 @@
 """Build a replayable recording from historical daily bars (Yahoo's keyless chart history).
 
-For each NYSE session in ``[start, end]`` and each ticker, one :class:`~daemon.events.PriceEvent`
-is written at the session's official close time (from :func:`daemon.schedule.get_nyse_calendar`)
-with the bar's close; the recording ends with a :class:`~daemon.events.ClockEvent` one hour after
+For each NYSE session in ``[start, end]`` and each ticker, one
+:class:`~daemon.core.events.PriceEvent`
+is written at the session's official close time (from
+:func:`daemon.timing.schedule.get_nyse_calendar`)
+with the bar's close; the recording ends with a :class:`~daemon.core.events.ClockEvent` one hour
+after
 the last close so a replay marks the last day. Bars on days the calendar does not list as
 sessions are skipped (crypto weekends), and a bar is dated by its own trading day
 (:data:`BAR_DAY_SHIFT`). Every problem (unknown ticker, no bars in the window, unreachable server,
@@ -20,8 +23,8 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
-from daemon.events import ClockEvent, PriceEvent
-from daemon.schedule import NY, get_nyse_calendar
+from daemon.core.events import ClockEvent, PriceEvent
+from daemon.timing.schedule import NY, get_nyse_calendar
 from feeds.health import short_error
 from feeds.recording import RecordingHeader, RecordingWriter
 from feeds.yahoo import ChartError, RateLimited, YahooSettings, parse_chart, read_limited

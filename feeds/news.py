@@ -38,9 +38,9 @@ import msgspec
 import structlog
 from pydantic import ConfigDict, Field
 
-from daemon.bus import Bus
-from daemon.durations import Duration
-from daemon.events import NewsEvent, SourceStatus
+from daemon.core.bus import Bus
+from daemon.core.durations import Duration
+from daemon.core.events import NewsEvent, SourceStatus
 from feeds.alpaca import secret_from_env
 from feeds.backoff import Backoff, BackoffSettings
 from feeds.finnhub import redact_text

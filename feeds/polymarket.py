@@ -2,7 +2,7 @@
 
 - Discovery (Gamma REST): explicit ``slugs`` / ``ids``, or the top ``top_n`` binary order-book
   markets by 24 h volume; questions fixed in the config skip discovery. One
-  :class:`~daemon.events.MarketListed` is published per question (``question_id`` = Gamma id;
+  :class:`~daemon.core.events.MarketListed` is published per question (``question_id`` = Gamma id;
   YES/NO tokens taken from ``clobTokenIds`` in the order of ``outcomes``). Rediscovery runs every
   ``discovery_interval``; new markets are added to the live connections (``operation:
   subscribe``, no reconnect).
@@ -34,10 +34,10 @@ import structlog
 from pydantic import ConfigDict, Field, model_validator
 from websockets.asyncio.client import ClientConnection
 
-from daemon.bus import Bus
-from daemon.durations import Duration
-from daemon.events import Event, MarketListed, ResolutionEvent, SourceStatus
-from daemon.price_columns import PriceColumns
+from daemon.core.bus import Bus
+from daemon.core.durations import Duration
+from daemon.core.events import Event, MarketListed, ResolutionEvent, SourceStatus
+from daemon.core.price_columns import PriceColumns
 from feeds.backoff import Backoff, StreamSettings
 from feeds.connection import StreamingSource
 from feeds.health import failure_is_news, short_error

@@ -16,7 +16,7 @@ side's best price; with both empty, the last trade price; none at all -> no pric
 ``mark="last"``: the last trade price, falling back to the mid rule before the first trade;
 ``mark="bid"``: the best bid, falling back to the mid rule when there is no bid.
 
-A :class:`~daemon.events.PriceEvent` is emitted per token at the end of a frame when its
+A :class:`~daemon.core.events.PriceEvent` is emitted per token at the end of a frame when its
 (mark, bid, ask) changed, and after every snapshot. ``ts`` is the event's ``timestamp`` (ms) in
 seconds, ``recv_ts`` the receive time.
 
@@ -39,8 +39,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from daemon.events import Event, PriceEvent
-from daemon.price_columns import AssetTable, PriceColumns
+from daemon.core.events import Event, PriceEvent
+from daemon.core.price_columns import AssetTable, PriceColumns
 from feeds.source_contract import DecodeResult
 
 __all__ = [

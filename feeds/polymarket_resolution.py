@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from daemon.events import ResolutionEvent
+from daemon.core.events import ResolutionEvent
 from feeds.polymarket_decode import WsEvent
 from feeds.polymarket_gamma import GammaMarket, gamma_payout
 

@@ -6,7 +6,7 @@ its magic bytes, whatever the name). Line 1 is the header object::
     {"paperarena_recording": 1, "start": <epoch s>, "end": <epoch s>, "description": "...",
      "equities": ["AAPL", ...], "questions": [{"id", "question", "yes", "no"}, ...], "meta": {...}}
 
-Every further line is exactly :func:`daemon.events.encode_event` of one market-data event
+Every further line is exactly :func:`daemon.core.events.encode_event` of one market-data event
 (:class:`PriceEvent`, :class:`NewsEvent`, :class:`MarketListed`, :class:`ResolutionEvent`), in
 non-decreasing ``ts`` order. An event's *offset* is its 0-based index after the header, so event
 ``k`` sits on file line ``k + 2``.
@@ -37,7 +37,7 @@ from typing import Any, Self
 
 import msgspec
 
-from daemon.events import (
+from daemon.core.events import (
     ClockEvent,
     Event,
     FundamentalsEvent,
@@ -54,7 +54,7 @@ RECORDING_VERSION = 1
 HEADER_KEY = "paperarena_recording"
 QUESTION_KEYS: tuple[str, ...] = ("id", "question", "yes", "no")
 
-#: Event types a recording may hold (the market-data union of :mod:`daemon.events`).
+#: Event types a recording may hold (the market-data union of :mod:`daemon.core.events`).
 RECORDED_TYPES: tuple[type, ...] = (
     PriceEvent, NewsEvent, MarketListed, ResolutionEvent, HistoryEvent, ClockEvent,
     FundamentalsEvent,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from daemon.durations import Duration
+from daemon.core.durations import Duration
 from feeds.equities import EquitySourcesSettings
 from feeds.fundamentals import FundamentalsSettings
 from feeds.news import NewsSettings

@@ -17,7 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from daemon.events import Event
+from daemon.core.events import Event
+from daemon.core.price_columns import PriceColumns
 
 __all__ = [
     "DEFAULT_WS_OPTIONS",
@@ -199,3 +200,17 @@ def close_code_of(exc: BaseException | None) -> int | None:
     if isinstance(exc, ConnectionClosed) and exc.rcvd is not None:
         return exc.rcvd.code
     return None
+
+
+@runtime_checkable
+class ColumnDecoder(Protocol):
+    """A protocol adapter that can decode a frame's prices into columns."""
+
+    def decode_columns(self, frame: str | bytes, now: float, prices: PriceColumns
+                       ) -> DecodeResult:
+        """Decode one frame: prices appended to ``prices``, anything else in the result."""
+        ...
+
+    def price_columns(self) -> PriceColumns:
+        """Return empty columns for this adapter's prices (its market and source)."""
+        ...

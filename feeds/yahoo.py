@@ -4,7 +4,7 @@
   ``{"subscribe": [...]}`` (at most ``max_per_connection`` symbols per connection, the server
   silently truncates beyond 100), re-send the full list every ``resubscribe_interval`` seconds,
   decode ``{"type":"pricing","message":"<base64 PricingData>"}`` frames into
-  :class:`~daemon.events.PriceEvent`. A snapshot only counts as DATA for the staleness watchdog
+  :class:`~daemon.core.events.PriceEvent`. A snapshot only counts as DATA for the staleness watchdog
   when its own time is recent (the first snapshot after subscribing can be days old).
 - :func:`fetch_chart` reads ``/v8/finance/chart/<symbol>`` (last price, its time, daily closes
   with nulls skipped); :func:`backfill_daily_closes` runs it for many symbols at start-up.
@@ -27,9 +27,9 @@ import structlog
 from pydantic import ConfigDict, Field
 from websockets.asyncio.client import ClientConnection
 
-from daemon.bus import Bus
-from daemon.durations import Duration, retry_after_seconds
-from daemon.events import NonMarkingPrice, PriceEvent, SourceStatus
+from daemon.core.bus import Bus
+from daemon.core.durations import Duration, retry_after_seconds
+from daemon.core.events import NonMarkingPrice, PriceEvent, SourceStatus
 from feeds.backoff import Backoff, EquityStreamSettings
 from feeds.health import short_error
 from feeds.source_contract import DecodeResult, SourceCounters, SourceState, http_status_of

@@ -9,8 +9,8 @@ import time
 import urllib.request
 from collections.abc import Callable
 
-from daemon.bus import Bus
-from daemon.events import Event
+from daemon.core.bus import Bus
+from daemon.core.events import Event
 
 
 async def wait_for(pred: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01) -> None:

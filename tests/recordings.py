@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from daemon.events import Event, MarketListed, NewsEvent, PriceEvent, ResolutionEvent
-from daemon.schedule import get_nyse_calendar
+from daemon.core.events import Event, MarketListed, NewsEvent, PriceEvent, ResolutionEvent
+from daemon.timing.schedule import get_nyse_calendar
 from feeds.recording import RecordingHeader, RecordingWriter
 
 TICKERS = ("AAPL", "MSFT", "NVDA", "JPM")

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from daemon.alerts import (
+from daemon.alerts.rules import (
     AGENT_RESUMED,
     DRAWDOWN_BREACH,
     DRAWDOWN_RECOVERED,
@@ -31,13 +31,13 @@ from daemon.alerts import (
     parse_alerts_config,
     safe_url,
 )
-from daemon.clock import LiveClock, SimClock
-from daemon.components import default_components
-from daemon.config import AgentConfig, Config, ConfigError, parse_config
-from daemon.engine import Engine
-from daemon.events import AlertEvent, PriceEvent
-from daemon.observability import Observability
-from daemon.store import Store
+from daemon.app.components import default_components
+from daemon.config.settings import AgentConfig, Config, ConfigError, parse_config
+from daemon.core.events import AlertEvent, PriceEvent
+from daemon.engine.engine import Engine
+from daemon.store.store import Store
+from daemon.timing.clock import LiveClock, SimClock
+from daemon.web.observability import Observability
 
 ASSETS = ("AAA", "BBB")
 #: Tuesday 2026-11-03 15:00 UTC: the NYSE is open.

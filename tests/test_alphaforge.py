@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from agents.alphaforge import AlphaForgeAgent, bars_of, check_strategy, target_weights
+from agents.alphaforgebench.agent import AlphaForgeAgent, bars_of, check_strategy, target_weights
+from agents.alphaforgebench.sandbox import code_sha256
 from agents.base import CASH, Observation
 from agents.llm_output import InvalidOutput
-from agents.sandbox import code_sha256
-from daemon.config import AgentConfig
+from daemon.config.settings import AgentConfig
 from tests.llm_server import Behaviour, FakeLlmServer, ok
 from tests.test_llm_agent import T, equity_obs
 
@@ -197,8 +197,8 @@ def test_the_prompt_lists_only_columns_the_frames_have() -> None:
 
     import pandas as pd  # type: ignore[import-untyped]
 
-    from agents.alphaforge import FACTORS
-    from agents.sandbox_worker import factors
+    from agents.alphaforgebench.agent import FACTORS
+    from agents.alphaforgebench.sandbox_worker import factors
 
     cols = set(factors(pd.Series([float(i + 1) for i in range(10)])).columns)
     for names, _ in FACTORS:
@@ -229,8 +229,8 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from daemon.config import parse_config
-    from daemon.replay import replay
+    from daemon.app.replay import replay
+    from daemon.config.settings import parse_config
 
     root = Path(__file__).resolve().parents[1]
     data = tomllib.loads((root / "examples" / "alphaforgebench.toml").read_text())
@@ -272,10 +272,11 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
     con.close()
 
     # The report and the API show the live figures of each version apart.
-    from daemon.store import Store
-    from scoring.alphaforge_report import load_async, load_db, text_section
+    from agents.alphaforgebench.report import load_async, text_section
+    from daemon.store.reports import load_alphaforge
+    from daemon.store.store import Store
 
-    data = load_db(str(tmp_path / "af.db"))
+    data = load_alphaforge(str(tmp_path / "af.db"))
     figures = {v["version"]: v for v in data["versions"]}
     loop = figures[code_sha256(LOOP)[:12]]
     assert loop["failed"] == loop["bars"] == len(by_version[code_sha256(LOOP)])
@@ -292,7 +293,7 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
     for v in data["versions"]:
         chained *= 1.0 + v["ret"]
     assert chained == pytest.approx(v_last / v_first)
-    section = text_section(str(tmp_path / "af.db"))
+    section = text_section(load_alphaforge(str(tmp_path / "af.db")))
     assert "AlphaForgeBench strategy versions" in section and code_sha256(LOOP)[:12] in section
     store = await Store.open(str(tmp_path / "af.db"), lock=False)
     try:
@@ -315,7 +316,7 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
     ({"strategy": {"lookback": 1}}, "strategy.lookback"),
 ])
 def test_bad_settings_are_one_line(tmp_path: Any, extra: dict[str, Any], error: str) -> None:
-    from daemon.config import ConfigError, parse_config
+    from daemon.config.settings import ConfigError, parse_config
 
     agent = {"id": "af", "kind": "llm", "model": "openai/m", "protocol": "alphaforgebench",
              "markets": ["equity"], **extra}
@@ -359,9 +360,9 @@ async def test_hostile_strategy_is_recorded_and_the_next_version_trades(
 
 
 def test_the_engine_keeps_the_closes_a_strategy_looks_back_on() -> None:
-    from daemon.config import parse_config
-    from daemon.engine import history_days
-    from daemon.market_state import HISTORY_DAYS
+    from daemon.config.settings import parse_config
+    from daemon.engine.engine import history_days
+    from daemon.market.state import HISTORY_DAYS
 
     agent = {"id": "af", "kind": "llm", "model": "openai/m", "protocol": "alphaforgebench",
              "markets": ["equity"]}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from daemon.cli import main
+from daemon.app.cli import main
 from tests.llm_server import FakeLlmServer, ok
 from tests.pg import pg_database, requires_pg
 
@@ -75,13 +75,13 @@ timeout = "5s"
 
 
 async def cli(*args: str) -> tuple[int, str, str]:
-    """Run ``python -m daemon.cli`` (it configures logging) while this loop serves the fake."""
+    """Run ``python -m daemon.app.cli`` (it configures logging) while this loop serves the fake."""
     import asyncio
     import os
     import sys
 
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "daemon.cli", *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "daemon.app.cli", *args, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "LOCAL_LLM_KEY": "sk-local"})
     out, err = await asyncio.wait_for(proc.communicate(), 300)
     assert proc.returncode is not None
@@ -129,7 +129,7 @@ async def test_repeated_generations_measure_instability(tmp_path: Path, monkeypa
         both = sum(1 for x, y in zip(act[0], act[1], strict=True) if x and y)
         either = sum(1 for x, y in zip(act[0], act[1], strict=True) if x or y)
         assert b["active_jaccard"] == pytest.approx(both / either if either else 1.0)
-        from agents.sandbox import code_sha256
+        from agents.alphaforgebench.sandbox import code_sha256
 
         assert sorted(b["codes"]) == sorted(set(b["versions"]))
         assert all(code_sha256(c) == v for v, c in b["codes"].items())
@@ -174,8 +174,8 @@ async def test_a_config_without_alphaforge_agents_is_refused(tmp_path: Path) -> 
 def test_a_result_is_stored_in_a_shared_store_and_read_back() -> None:
     """Issue 19: ``--db postgresql://...`` stores the result in the shared store (its own scope,
     so a daemon running on that store is not disturbed); the merged read finds it."""
-    from agents.alphaforge_instability import store_result
-    from daemon.store_read import open_for_reading
+    from daemon.app.cli_alphaforge import store_result
+    from daemon.store.read import open_for_reading
 
     result = {"input_sha256": "i" * 64, "prompt_sha256": "p" * 64, "repeats": 2, "bars": 6}
     with pg_database() as url:

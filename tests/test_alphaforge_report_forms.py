@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from daemon.cli import main
-from daemon.store import Store
+from daemon.app.cli import main
+from daemon.store.store import Store
 
 V1, V2 = "a" * 64, "b" * 64
 INSTABILITY = {

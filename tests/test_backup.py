@@ -15,11 +15,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from daemon.backup import BackupError, backup, export
-from daemon.cli import main
-from daemon.config import load_config
-from daemon.replay import replay
-from daemon.store import Store
+from daemon.app.cli import main
+from daemon.app.replay import replay
+from daemon.config.settings import load_config
+from daemon.store.backup import BackupError, backup, export
+from daemon.store.store import Store
 from tests.recordings import TINY_CONFIG, make_recording
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daemon.bus import Bus
-from daemon.events import Event, NewsEvent, PriceEvent
-from daemon.market_state import MarketState
-from daemon.price_bursts import read_prices
-from daemon.price_columns import AssetTable, PriceColumns
-from scoring.ledger import Book
+from daemon.core.bus import Bus
+from daemon.core.events import Event, NewsEvent, PriceEvent
+from daemon.core.price_bursts import read_prices
+from daemon.core.price_columns import AssetTable, PriceColumns
+from daemon.market.state import MarketState
+from scoring.ledger.ledger import Book
 
 
 def price(asset: str, p: float, ts: float = 10.0, market: str = "polymarket") -> PriceEvent:
@@ -170,7 +170,7 @@ def test_a_batch_of_equity_prices_keeps_the_sessions_opening_price() -> None:
 
 def test_stored_price_rows_are_the_same_with_and_without_seq(tmp_path: object) -> None:
 
-    from daemon.store import Store
+    from daemon.store.store import Store
 
     async def main() -> list[tuple[object, ...]]:
         store = await Store.open(Path(str(tmp_path)) / "s.db")
@@ -199,8 +199,8 @@ def test_stored_market_events_keep_their_arrival_order_across_kinds(tmp_path: ob
     """A resolution between two bursts of prices is stored between them (ids follow arrival),
     live or with a seq, and a spilled row of the older format still lands in its place."""
 
-    from daemon.events import ResolutionEvent
-    from daemon.store import Store
+    from daemon.core.events import ResolutionEvent
+    from daemon.store.store import Store
 
     def resolution(ts: float) -> ResolutionEvent:
         return ResolutionEvent(ts=ts, recv_ts=ts, market="polymarket", question_id="q1",

@@ -1,4 +1,4 @@
-"""Tests for scoring.benchmarks: reference vectors, hand-computed cases and properties."""
+"""Tests for scoring.stats.benchmarks: reference vectors, hand-computed cases and properties."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.benchmarks import (
+from scoring.stats.benchmarks import (
     RISK_PROFILES,
     RiskProfile,
     bootstrap_ci,
@@ -27,7 +27,7 @@ from scoring.benchmarks import (
     s_inter,
     s_intra,
 )
-from scoring.metrics import cumulative_return
+from scoring.stats.metrics import cumulative_return
 
 # ------------------------------------------------------------------ PortBench reference vector
 # equities w .6 rho .48, bonds w .4 rho .77, rho(eq, bond) = -.18

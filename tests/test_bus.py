@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from daemon.bus import Bus, topic_matches
-from daemon.events import AlertEvent, DecisionEvent, PriceEvent
+from daemon.core.bus import Bus, topic_matches
+from daemon.core.events import AlertEvent, DecisionEvent, PriceEvent
 
 
 def price(asset: str, p: float, ts: float = 0.0) -> PriceEvent:

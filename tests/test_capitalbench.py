@@ -13,20 +13,20 @@ from typing import Any
 
 import pytest
 
-from agents.capitalbench import Rules, check_submission
-from agents.llm_output import InvalidOutput
-from daemon.capital_rounds import (
+from agents.capitalbench.agent import Rules, check_submission
+from agents.capitalbench.rounds import (
     TrackTrigger,
     plan_round,
     trailing_returns,
     verify_command,
     verify_round,
 )
-from daemon.config import ConfigError, parse_config
-from daemon.events import PriceEvent
-from daemon.schedule import fire_times
+from agents.capitalbench.scores import comparison_set
+from agents.llm_output import InvalidOutput
+from daemon.config.settings import ConfigError, parse_config
+from daemon.core.events import PriceEvent
+from daemon.timing.schedule import fire_times
 from feeds.recording import RecordingHeader, RecordingWriter
-from scoring.capitalbench_scores import comparison_set
 from tests.llm_server import FakeLlmServer, ok
 from tests.pg import pg_database, requires_pg
 
@@ -153,7 +153,7 @@ BASE = {"SPY": 400.0, "QQQ": 300.0, "TLT": 90.0, "GLD": 180.0}
 def _recording(path: Path) -> list[date]:
     """Oct 19 - Nov 13 2026: every price constant through a session, session k's price
     ``base * (1 + g)^k`` (so each close is known exactly)."""
-    from daemon.schedule import get_nyse_calendar
+    from daemon.timing.schedule import get_nyse_calendar
 
     cal = get_nyse_calendar()
     sessions, evs = [], []
@@ -218,9 +218,10 @@ def _config(tmp: Path, api_base: str, repeats: int = 2) -> dict[str, Any]:
 
 
 async def test_a_round_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from daemon.cli import main
-    from daemon.replay import replay
-    from scoring.leaderboard import leaderboard, to_table
+    from daemon.app.cli import main
+    from daemon.app.replay import replay
+    from daemon.store.reports import leaderboard
+    from scoring.board.leaderboard import to_table
 
     monkeypatch.setenv("CB_TEST_KEY", "sk-test")
     sessions = _recording(tmp_path / "rec.jsonl")
@@ -315,7 +316,7 @@ async def test_a_changed_round_is_never_overwritten(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A replay over an existing identical round re-uses it; a different briefing is refused
     before any model is called."""
-    from daemon.replay import replay
+    from daemon.app.replay import replay
 
     monkeypatch.setenv("CB_TEST_KEY", "sk-test")
     _recording(tmp_path / "rec.jsonl")
@@ -368,8 +369,8 @@ async def test_example_config_replays_the_sample(tmp_path: Path, monkeypatch: py
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     import tomllib
 
-    from daemon.cli import main
-    from daemon.replay import replay
+    from daemon.app.cli import main
+    from daemon.app.replay import replay
 
     root = Path(__file__).resolve().parents[1]
     data = tomllib.loads((root / "examples" / "capitalbench.toml").read_text())
@@ -435,9 +436,9 @@ async def test_api_serves_the_rounds(tmp_path: Path) -> None:
 
 async def test_capitalbench_agents_never_trade_even_after_a_reload(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from daemon.clock import SimClock
-    from daemon.engine import Engine
-    from daemon.store import Store
+    from daemon.engine.engine import Engine
+    from daemon.store.store import Store
+    from daemon.timing.clock import SimClock
 
     monkeypatch.setenv("CB_TEST_KEY", "sk-test")
     data = _config(tmp_path, "http://127.0.0.1:9/v1")
@@ -459,7 +460,7 @@ async def test_capitalbench_agents_never_trade_even_after_a_reload(
 
 async def test_the_daily_budget_pauses_further_calls(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from daemon.replay import replay
+    from daemon.app.replay import replay
 
     monkeypatch.setenv("CB_TEST_KEY", "sk-test")
     _recording(tmp_path / "rec.jsonl")
@@ -484,8 +485,9 @@ async def test_example_config_replays_into_a_shared_store_as_into_sqlite(
     agents this process owns: the ownership trigger checks them) and report as from SQLite."""
     import tomllib
 
-    from daemon.replay import replay
-    from scoring.leaderboard import leaderboard, to_json
+    from daemon.app.replay import replay
+    from daemon.store.reports import leaderboard
+    from scoring.board.leaderboard import to_json
 
     root = Path(__file__).resolve().parents[1]
     data = tomllib.loads((root / "examples" / "capitalbench.toml").read_text())
@@ -515,9 +517,9 @@ async def test_an_evaluator_answers_rounds_for_its_own_capitalbench_agents_only(
     asks and claims, so two evaluators never submit for one agent."""
     import tomllib
 
-    from daemon.clock import SimClock
-    from daemon.engine import Engine
-    from daemon.store import Store
+    from daemon.engine.engine import Engine
+    from daemon.store.store import Store
+    from daemon.timing.clock import SimClock
 
     root = Path(__file__).resolve().parents[1]
     data = tomllib.loads((root / "examples" / "capitalbench.toml").read_text())

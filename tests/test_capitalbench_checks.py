@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from agents.capitalbench import Rules, check_submission
+from agents.capitalbench.agent import Rules, check_submission
+from agents.capitalbench.rounds import plan_round, round_files
+from agents.capitalbench.scores import capitalbench_section
 from agents.llm_output import InvalidOutput
-from daemon.capital_rounds import plan_round, round_files
-from daemon.config import ConfigError, load_config, parse_config
-from daemon.store import MIGRATIONS
-from scoring.capitalbench_scores import capitalbench_section
+from daemon.config.settings import ConfigError, load_config, parse_config
+from daemon.store.store import MIGRATIONS
 
 OPTIONS = [{"id": "QQQ", "name": "Invesco QQQ", "asset_class": "us_equity"},
            {"id": "TLT", "name": "iShares 20+ Year Treasury", "asset_class": "bond"},
@@ -108,7 +108,7 @@ def test_an_unusable_briefing_is_refused_by_check_config(
         capsys: pytest.CaptureFixture[str]) -> None:
     """check-config (and run, replay) name a briefing the rounds could never copy (no round
     would be frozen), in one line; a config loaded for another purpose does not need it."""
-    from daemon.cli import main
+    from daemon.app.cli import main
 
     briefing = tmp_path / "brief.md"
     if content is not None:
@@ -140,9 +140,9 @@ def test_the_trailing_table_keeps_a_year_of_closes(tmp_path: Path) -> None:
     from datetime import date, timedelta
     from types import SimpleNamespace
 
-    from daemon.capital_runner import CapitalRunner
-    from daemon.market_state import MarketState
-    from daemon.schedule import get_nyse_calendar
+    from agents.capitalbench.runner import CapitalRunner
+    from daemon.market.state import MarketState
+    from daemon.timing.schedule import get_nyse_calendar
 
     cfg = parse_config(_data(tmp_path))
     state = MarketState({"equity": object()})  # type: ignore[dict-item]
@@ -187,7 +187,7 @@ def test_verify_round_names_paths_outside_the_round_and_unreadable_files(
     named in one line (no traceback)."""
     import hashlib
 
-    from daemon.capital_rounds import verify_round
+    from agents.capitalbench.rounds import verify_round
 
     rdir = tmp_path / "r"
     rdir.mkdir()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.store import SCHEMA_VERSION
+from daemon.store.store import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "examples" / "sample.jsonl.gz"
@@ -24,7 +24,7 @@ QUIET = "[sources]\nenabled = false\n[http]\nenabled = false\n"
 
 def cli(*args: str, timeout: float = 20, **kw: object) -> subprocess.CompletedProcess[str]:
     """Run ``paperarena ARGS`` in a subprocess; a hang fails after ``timeout`` seconds."""
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "daemon.app.cli", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, **kw)  # type: ignore[call-overload]
 
 

@@ -12,8 +12,8 @@ import sqlite3
 import sys
 from pathlib import Path
 
-from daemon.replay import replay
-from daemon.store import Store
+from daemon.app.replay import replay
+from daemon.store.store import Store
 from tests.fakes.scenario import Scenario
 from tests.llm_server import FakeLlmServer, answer
 from tests.recordings import TINY_CONFIG, make_recording
@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 async def cli(*args: str, timeout: float = 120.0) -> tuple[int, str, str]:
-    """Run ``python -m daemon.cli`` while this loop keeps serving the fakes."""
+    """Run ``python -m daemon.app.cli`` while this loop keeps serving the fakes."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "daemon.cli", *args, cwd=ROOT,
+        sys.executable, "-m", "daemon.app.cli", *args, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, KEY_ENV: "sk-test-not-a-real-key"})
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
@@ -113,7 +113,7 @@ async def test_probe_prints_only_json_on_stdout(tmp_path: Path) -> None:
 
 
 async def test_report_html_says_where_it_wrote(tmp_path: Path) -> None:
-    from daemon.config import load_config
+    from daemon.config.settings import load_config
 
     rec = tmp_path / "rec.jsonl.gz"
     make_recording(rec, days=2)
@@ -139,7 +139,7 @@ async def test_record_stops_on_sigterm_with_its_summary(tmp_path: Path) -> None:
         f'[sources.news]\ngoogle_url = "http://{dead}/rss"\n'))
     out = tmp_path / "rec.jsonl.gz"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "daemon.cli", "record", "--config", str(cfg), "--out", str(out),
+        sys.executable, "-m", "daemon.app.cli", "record", "--config", str(cfg), "--out", str(out),
         cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     for _ in range(300):
         if out.exists():

@@ -93,7 +93,7 @@ def readonly_mount(made_db: Path) -> Iterator[str]:
 
 
 def _in_namespace(prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = " ".join(["timeout", "20", sys.executable, "-m", "daemon.cli", *args])
+    cmd = " ".join(["timeout", "20", sys.executable, "-m", "daemon.app.cli", *args])
     return subprocess.run(["unshare", "-m", "sh", "-c", prefix + cmd], cwd=ROOT,
                           capture_output=True, text=True, timeout=40)
 
@@ -130,7 +130,7 @@ def nobody_dir(made_db: Path) -> Iterator[Path]:
 def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-         sys.executable, "-m", "daemon.cli", *args],
+         sys.executable, "-m", "daemon.app.cli", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=20, env={**os.environ, "HOME": "/tmp"})
 
 
@@ -209,7 +209,7 @@ async def test_loopback_agent_without_key_calls_its_server(monkeypatch: pytest.M
     """The start-up check lets a loopback agent run without its key, so it must work: the
     agent calls its local server instead of failing every decision."""
     from agents.llm import LlmAgent
-    from daemon.config import AgentConfig
+    from daemon.config.settings import AgentConfig
     from tests.llm_server import FakeLlmServer, ok
     from tests.test_llm_agent import GOOD, equity_obs
 

@@ -1,4 +1,4 @@
-"""Tests for daemon.clock."""
+"""Tests for daemon.timing.clock."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from daemon.clock import Clock, LiveClock, SimClock, utc_datetime
+from daemon.timing.clock import Clock, LiveClock, SimClock, utc_datetime
 
 
 async def _settle() -> None:

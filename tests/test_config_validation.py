@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.cli import main
+from daemon.app.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,7 +91,7 @@ def test_bad_config_is_refused_naming_the_key(tmp_path: Path, text: str, key: st
 
 
 def _one_line_exit_2(args: list[str]) -> str:
-    r = subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "daemon.app.cli", *args], cwd=ROOT,
                        capture_output=True, text=True, timeout=20)
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr
@@ -159,6 +159,6 @@ def test_valid_variants_still_pass(tmp_path: Path, text: str,
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.toml")))
 def test_examples_pass_check_config(example: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    r = subprocess.run([sys.executable, "-m", "daemon.cli", "check-config", str(example)],
+    r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "check-config", str(example)],
                        capture_output=True, text=True, cwd=ROOT, timeout=20, env=env)
     assert r.returncode == 0, r.stderr

@@ -16,8 +16,8 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from daemon.bus import Bus
-from daemon.events import Event, PriceEvent, SourceStatus
+from daemon.core.bus import Bus
+from daemon.core.events import Event, PriceEvent, SourceStatus
 from feeds.backoff import Backoff, BackoffPolicy
 from feeds.connection import (
     DecodeResult,

@@ -47,7 +47,7 @@ def test_a_daemon_whose_log_stream_has_gone_still_stops_cleanly(tmp_path: Path) 
     cfg.write_text(QUIET)
     db = tmp_path / "d.db"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg), "--db", str(db)],
+        [sys.executable, "-m", "daemon.app.cli", "run", "--config", str(cfg), "--db", str(db)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from agents.base import LookAheadError, Observation, PricePoint, assert_no_lookahead
-from daemon.clock import SimClock
-from daemon.config import ConfigError, load_config, parse_config
-from daemon.engine import Engine
-from daemon.events import MarketListed, NewsEvent, PriceEvent
-from daemon.store import _V1, SCHEMA_VERSION, Store, StoreLockedError, _statements
+from daemon.config.settings import ConfigError, load_config, parse_config
+from daemon.core.events import MarketListed, NewsEvent, PriceEvent
+from daemon.engine.engine import Engine
+from daemon.store.store import _V1, SCHEMA_VERSION, Store, StoreLockedError, _statements
+from daemon.timing.clock import SimClock
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_793_000_000.0  # 2026-10-26 (a Monday) 07:33 UTC
@@ -151,20 +151,20 @@ def test_config_errors_are_one_line_each(tmp_path: Path) -> None:
     assert "agents.0.kind" in text
     assert "needs 'model'" in text
     assert "surprise: unknown key" in text
-    r = subprocess.run([sys.executable, "-m", "daemon.cli", "check-config", str(bad)],
+    r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "check-config", str(bad)],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == len(exc.value.problems) == 5
     assert all(line.startswith(str(bad)) for line in lines)
     bad.write_text("this is = = not toml")
-    r = subprocess.run([sys.executable, "-m", "daemon.cli", "check-config", str(bad)],
+    r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "check-config", str(bad)],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "invalid TOML" in r.stderr and r.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.toml")))
 def test_example_configs_are_valid(example: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "daemon.cli", "check-config", str(example)],
+    r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "check-config", str(example)],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr

@@ -17,12 +17,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from structlog.testing import capture_logs
 
-from daemon.clock import SimClock
-from daemon.config import parse_config
-from daemon.engine import Engine
-from daemon.events import PriceEvent
-from daemon.metrics import EngineCollector
-from daemon.store import Store, StoreWriteError
+from daemon.config.settings import parse_config
+from daemon.core.events import PriceEvent
+from daemon.engine.engine import Engine
+from daemon.store.store import Store, StoreWriteError
+from daemon.timing.clock import SimClock
+from daemon.web.metrics import EngineCollector
 from tests.test_faults import fill, small_disk  # noqa: F401 (fixture)
 
 T0 = 1_793_000_000.0
@@ -157,7 +157,7 @@ async def test_a_daemon_stopped_while_faulted_loses_no_market_event(
     and the next daemon on the database stores them before it starts."""
     import time
 
-    from daemon.live import LiveDaemon
+    from daemon.app.live import LiveDaemon
 
     db, holder = foreign_lock
     cfg = parse_config({
@@ -189,7 +189,7 @@ async def test_a_daemon_stopped_while_faulted_loses_no_market_event(
 
 
 def test_dropping_keeps_the_rows_being_written_and_the_newest() -> None:
-    from daemon.event_spill import drop_oldest
+    from daemon.store.spill import drop_oldest
 
     rows: list[tuple[object, ...]] = [(i,) for i in range(120)]
     assert drop_oldest(rows, 0, 200, 120) == 0 and len(rows) == 120

@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-from daemon.clock import SimClock
-from daemon.config import parse_config
-from daemon.engine import Engine
-from daemon.events import PriceEvent
-from daemon.sparse_rows import FILLS, fill_map
-from daemon.store import Store, StoreLockedError, StoreWriteError
+from daemon.config.settings import parse_config
+from daemon.core.events import PriceEvent
+from daemon.core.sparse_rows import FILLS, fill_map
+from daemon.engine.engine import Engine
+from daemon.store.store import Store, StoreLockedError, StoreWriteError
+from daemon.timing.clock import SimClock
 from tests.recordings import TINY_CONFIG, make_recording
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,8 @@ HOUR = 3600.0
 
 # -- helpers --------------------------------------------------------------------------------------
 def cli(*args: str, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=ROOT, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "daemon.app.cli", *args],
+                          cwd=ROOT, timeout=timeout,
                           capture_output=True, text=True, **kw)
 
 
@@ -302,7 +303,7 @@ def test_replay_under_a_foreign_lock_fails_then_a_rerun_converges(
     path, cfg, reference = rec
     db = tmp_path / "locked.db"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "replay", str(path), "--config", str(cfg),
+        [sys.executable, "-m", "daemon.app.cli", "replay", str(path), "--config", str(cfg),
          "--db", str(db), "--no-progress", "--speed", "100000"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     other = None

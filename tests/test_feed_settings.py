@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import ConfigError, parse_config
-from daemon.events import PriceEvent
+from daemon.config.settings import ConfigError, parse_config
+from daemon.core.events import PriceEvent
 from feeds.connection import SourceCounters
 from tests.test_alerts import FakeSource
 from tests.test_metrics_http import start_daemon, stop_daemon, value

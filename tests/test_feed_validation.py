@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from daemon.bus import Bus
-from daemon.events import Event, HistoryEvent, PriceEvent
+from daemon.core.bus import Bus
+from daemon.core.events import Event, HistoryEvent, PriceEvent
 from feeds.polymarket_decode import PolymarketDecoder
 from feeds.yahoo import YahooSettings, YahooStreamAdapter
 from tests.fakes.polymarket_server import FakePolymarket, change, price_change

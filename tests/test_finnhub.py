@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from daemon.bus import Bus
-from daemon.events import Event, PriceEvent, SourceStatus
+from daemon.core.bus import Bus
+from daemon.core.events import Event, PriceEvent, SourceStatus
 from feeds.alpaca import MissingCredentialError
 from feeds.connection import SourceState, StreamingSource
 from feeds.equities import EquitySourcesSettings, build_equity_sources

@@ -9,11 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from daemon.bus import Bus
-from daemon.events import NewsEvent, PriceEvent
+from daemon.core.bus import Bus
+from daemon.core.events import NewsEvent, PriceEvent
 from feeds.frame_batch import MAX_BATCH_FRAMES, FrameBatcher
-from scoring.held import held_entries, use_held, value_change
-from scoring.ledger import Book
+from scoring.ledger.held import held_entries, use_held, value_change
+from scoring.ledger.ledger import Book
 from tests.helpers import wait_for
 from tests.test_connection import KVAdapter, KVServer, make, server  # noqa: F401
 
@@ -139,7 +139,7 @@ def test_a_burst_marks_the_book_like_a_full_re_mark_after_a_rebalance() -> None:
 
 
 def test_pattern_reach_over_a_markets_prices() -> None:
-    from daemon.price_routes import price_pattern_reach as reach
+    from daemon.core.price_routes import price_pattern_reach as reach
 
     assert [reach(p, "equity") for p in ("#", "price.#", "+.#", "price.equity.#", "price.+.#")
             ] == ["all"] * 5

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from daemon.bus import Bus
-from daemon.cli import main
-from daemon.config import parse_config
-from daemon.live import LiveDaemon
+from daemon.app.cli import main
+from daemon.app.live import LiveDaemon
+from daemon.app.sources import build_sources
+from daemon.config.settings import parse_config
+from daemon.core.bus import Bus
 from feeds.alpaca import MissingCredentialError
 from feeds.fundamentals import FundamentalsSettings, FundamentalsSource
 from feeds.health import SourceHealth
-from feeds.registry import build_sources
 from tests.test_stockbench_fundamentals import FakeProviders
 
 STOCKS = ["AAPL", "MSFT", "NVDA"]

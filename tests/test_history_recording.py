@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from daemon.cli import main
-from daemon.events import ClockEvent, PriceEvent
-from daemon.schedule import get_nyse_calendar
-from daemon.sparse_rows import FILLS, fill_map
+from daemon.app.cli import main
+from daemon.core.events import ClockEvent, PriceEvent
+from daemon.core.sparse_rows import FILLS, fill_map
+from daemon.timing.schedule import get_nyse_calendar
 from feeds.recording import iter_events, read_header
 from tests.fakes.yahoo_server import FakeYahoo, chart_payload
 
@@ -153,7 +153,8 @@ async def test_unreachable_server_exit_2(yahoo: FakeYahoo, tmp_path: Path,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     cfg = _config(tmp_path, yahoo)
     await yahoo.stop()
-    rc = await _cli("build-recording", "--tickers", "AAPL", "--start", "2020-03-02", "--end",
+    rc = await _cli("build-recording",
+                        "--tickers", "AAPL", "--start", "2020-03-02", "--end",
                     "2020-03-13", "--out", str(tmp_path / "x.jsonl"), "--config", str(cfg))
     err = capsys.readouterr().err
     assert rc == 2 and "unreachable" in err and len(err.strip().splitlines()) == 1, err
@@ -167,7 +168,8 @@ def test_bad_input_in_a_fresh_process_prints_one_line_and_no_log(tmp_path: Path)
     cfg = tmp_path / "cfg.toml"
     cfg.write_text('[sources.equity.yahoo]\nchart_url = "http://127.0.0.1:9/v8/finance/chart"\n')
     root = Path(__file__).resolve().parents[1]
-    p = subprocess.run([sys.executable, "-m", "daemon.cli", "build-recording", "--tickers", "AAPL",
+    p = subprocess.run([sys.executable, "-m", "daemon.app.cli", "build-recording",
+                        "--tickers", "AAPL",
                         "--start", "2020-03-02", "--end", "2020-03-13", "--out",
                         str(tmp_path / "x.jsonl"), "--config", str(cfg)],
                        cwd=root, capture_output=True, text=True, timeout=120)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-import scoring.leaderboard as leaderboard_mod
-from daemon.config import ConfigError, parse_config
+import daemon.store.reports as leaderboard_mod
+from daemon.config.settings import ConfigError, parse_config
 from tests.test_alerts import T0, buy, make_config, tick
 from tests.test_metrics_http import Daemon, start_daemon, stop_daemon
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from scoring.instability import (
+from agents.alphaforgebench.instability_stats import (
     active_jaccard,
     agreement_matrix,
     backtest_return,

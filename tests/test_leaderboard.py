@@ -15,19 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from daemon.config import DEFAULT_ASSET_CLASSES, Config, ConfigError, parse_config
-from daemon.store import MIGRATIONS, record_probe
-from scoring.benchmarks import bootstrap_ci, composite_rank, historical_var, regime_label
-from scoring.leaderboard import (
-    LIVE_FIELDS,
-    leaderboard,
-    live_figures,
-    load_report,
-    to_json,
-    to_table,
-)
-from scoring.metrics import sharpe, simple_returns
-from scoring.report_html import render_html
+from daemon.config.settings import DEFAULT_ASSET_CLASSES, Config, ConfigError, parse_config
+from daemon.store.reports import leaderboard, live_figures, load_report
+from daemon.store.store import MIGRATIONS, record_probe
+from scoring.board.leaderboard import LIVE_FIELDS, to_json, to_table
+from scoring.board.report_html import render_html
+from scoring.stats.benchmarks import bootstrap_ci, composite_rank, historical_var, regime_label
+from scoring.stats.metrics import sharpe, simple_returns
 
 T0 = datetime(2026, 11, 2, 21, tzinfo=UTC).timestamp()  # a close mark (16:00 ET)
 DAY = 86400.0

@@ -1,4 +1,5 @@
-"""Tests for scoring.ledger: LiveTradeBench Eq. 2 rebalancing, costs, resolution, persistence."""
+"""Tests for scoring.ledger.ledger: LiveTradeBench Eq. 2 rebalancing, costs, resolution,
+persistence."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.ledger import CASH, Book, CostModel, Fill, RebalanceRejected
+from scoring.ledger.ledger import CASH, Book, CostModel, Fill, RebalanceRejected
 
 REALISTIC = CostModel.preset("realistic")
 NO_COST = CostModel()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scoring.ledger import CASH, Book, CostModel, Fill, RebalanceRejected
-from scoring.ledger_batch import rebalance_many
+from scoring.ledger.batch import rebalance_many
+from scoring.ledger.ledger import CASH, Book, CostModel, Fill, RebalanceRejected
 
 
 def book(cost: str = "realistic") -> Book:

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-import daemon.live as live
+import daemon.app.live as live
 from agents.base import AgentDecision, Observation
-from daemon.clock import SimClock
-from daemon.config import parse_config
-from daemon.engine import Engine
-from daemon.live import LiveDaemon
-from daemon.store import RoundCommit, Store
+from daemon.app.live import LiveDaemon
+from daemon.config.settings import parse_config
+from daemon.engine.engine import Engine
+from daemon.store.store import RoundCommit, Store
+from daemon.timing.clock import SimClock
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = """
@@ -58,7 +58,8 @@ class DaemonProc:
         env = {**os.environ, "INVOCATION_ID": "test"}  # JSON logs
         env.pop("NOTIFY_SOCKET", None)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon.cli", "run", "--config", str(config), "--db", str(db)],
+            [sys.executable, "-m", "daemon.app.cli", "run", "--config", str(config),
+             "--db", str(db)],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -110,7 +111,7 @@ def test_sigterm_exits_0_with_the_run_stopped(tmp_path: Path) -> None:
         d.wait_event("daemon ready")
         # A second daemon on the same database refuses to start, clearly, with exit 2.
         second = subprocess.run(
-            [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg), "--db", str(db)],
+            [sys.executable, "-m", "daemon.app.cli", "run", "--config", str(cfg), "--db", str(db)],
             cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert second.returncode == 2
         assert "in use by another paperarena daemon" in second.stderr
@@ -221,7 +222,7 @@ async def test_engine_reload(tmp_path: Path) -> None:
 async def test_engine_reload_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     eng = await _engine(tmp_path, [{"id": "bh", "kind": "buy_and_hold"}])
     try:
-        import daemon.engine as engine_mod
+        import daemon.engine.engine as engine_mod
 
         def boom(acfg: Any, **_: Any) -> Any:
             raise RuntimeError(f"cannot build {acfg.id}")
@@ -268,7 +269,7 @@ async def test_rounds_in_flight_at_shutdown_are_recorded_abandoned(
         stuck = _Stuck("slow")
         d.engine.slots["polymarket"]["slow"].agent = stuck  # type: ignore[assignment]
         # A round needs a tradable, freshly priced question to ask its agents.
-        from daemon.events import MarketListed, PriceEvent
+        from daemon.core.events import MarketListed, PriceEvent
 
         now = time.time()
         await d.engine.bus.publish(MarketListed(ts=now, recv_ts=now, question_id="q",
@@ -294,8 +295,8 @@ async def test_rounds_in_flight_at_shutdown_are_recorded_abandoned(
 
 
 async def test_record_abandoned_skips_decided_agents(tmp_path: Path) -> None:
-    from daemon.rounds import record_abandoned
-    from daemon.store import DecisionRecord
+    from daemon.engine.rounds import record_abandoned
+    from daemon.store.store import DecisionRecord
 
     eng = await _engine(tmp_path, [{"id": "a", "kind": "cash"}, {"id": "b", "kind": "cash"}])
     try:

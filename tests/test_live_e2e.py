@@ -1,8 +1,8 @@
 """End to end (issue 3, "done when"): ``paperarena run`` against the fake servers, then a replay.
 
-One in-process :class:`~daemon.live.LiveDaemon` runs with a config that points every source at
+One in-process :class:`~daemon.app.live.LiveDaemon` runs with a config that points every source at
 local fakes (Polymarket WS + Gamma/CLOB REST, Yahoo streamer + chart REST, Google News RSS, all
-on random 127.0.0.1 ports), the four baseline agents and a :class:`~daemon.record.Recorder`.
+on random 127.0.0.1 ports), the four baseline agents and a :class:`~daemon.app.record.Recorder`.
 
 Choices that keep the test deterministic on any day and at any hour:
 
@@ -49,9 +49,12 @@ from typing import Any
 import pytest
 
 from agents.base import AgentDecision, Observation
-from daemon.config import Config, parse_config
-from daemon.engine import Engine
-from daemon.events import (
+from daemon.app.live import LiveDaemon
+from daemon.app.record import Recorder
+from daemon.app.replay import replay
+from daemon.app.sources import build_sources
+from daemon.config.settings import Config, parse_config
+from daemon.core.events import (
     ClockEvent,
     DecisionEvent,
     Event,
@@ -61,15 +64,12 @@ from daemon.events import (
     ResolutionEvent,
     SourceStatus,
 )
-from daemon.live import LiveDaemon
-from daemon.record import Recorder
-from daemon.replay import replay
-from daemon.schedule import get_nyse_calendar
-from daemon.sparse_rows import DECISIONS, fill_map
+from daemon.core.sparse_rows import DECISIONS, fill_map
+from daemon.engine.engine import Engine
+from daemon.timing.schedule import get_nyse_calendar
 from feeds.connection import SourceState
 from feeds.recording import iter_events, read_header
-from feeds.registry import build_sources
-from scoring.ledger import Book
+from scoring.ledger.ledger import Book
 from tests.fakes.scenario import Scenario, wait_until
 
 pytestmark = pytest.mark.slow

@@ -29,7 +29,7 @@ from agents.base import (
 from agents.llm import LlmAgent, utc_day
 from agents.probe import ProbeError, load_frozen_input, probe, run_probe_command
 from agents.validation import validate_allocation
-from daemon.config import AgentConfig
+from daemon.config.settings import AgentConfig, load_config
 from tests.llm_server import Behaviour, FakeLlmServer, answer, ok, random_output
 
 KEY_ENV = "PAPERARENA_TEST_LLM_KEY"
@@ -705,16 +705,16 @@ async def test_run_probe_command(
         '[[agents]]\nid = "cash"\nkind = "cash"\n'
     )
     server.push(answer({"AAPL": 1.0}), answer({"AAPL": 0.5, "CASH": 0.5}))
-    out = await run_probe_command(str(cfg), str(db), "llm1", 2)
+    out = await run_probe_command(load_config(str(cfg)).agents, str(cfg), str(db), "llm1", 2)
     json.dumps(out)
     assert out["input_sha256"] == e.sha256()
     assert (out["valid"], out["invalid"], out["pairs"]) == (2, 0, 1)
     assert out["mean_l1"] == pytest.approx(1.0)
     assert out["usage"]["tokens_in"] == 200
     with pytest.raises(ProbeError, match="not an LLM agent"):
-        await run_probe_command(str(cfg), str(db), "cash", 2)
+        await run_probe_command(load_config(str(cfg)).agents, str(cfg), str(db), "cash", 2)
     with pytest.raises(ProbeError, match="no agent"):
-        await run_probe_command(str(cfg), str(db), "ghost", 2)
+        await run_probe_command(load_config(str(cfg)).agents, str(cfg), str(db), "ghost", 2)
 
 
 async def test_probe_points_capitalbench_and_alphaforgebench_agents_to_their_own_measures(
@@ -723,9 +723,11 @@ async def test_probe_points_capitalbench_and_alphaforgebench_agents_to_their_own
     root = Path(__file__).resolve().parents[1] / "examples"
     db = tmp_path / "absent.db"  # refused before any store is read
     with pytest.raises(ProbeError, match=r"consistency_repeats"):
-        await run_probe_command(str(root / "capitalbench.toml"), str(db), "model_a", 2)
+        toml = str(root / "capitalbench.toml")
+        await run_probe_command(load_config(toml).agents, toml, str(db), "model_a", 2)
     with pytest.raises(ProbeError, match=r"paperarena alphaforge-instability"):
-        await run_probe_command(str(root / "alphaforgebench.toml"), str(db), "alphaforge", 2)
+        toml = str(root / "alphaforgebench.toml")
+        await run_probe_command(load_config(toml).agents, toml, str(db), "alphaforge", 2)
 
 
 async def test_tiny_usd_budget_message_shows_enough_digits(

@@ -12,14 +12,14 @@ from typing import Any
 from aiohttp import web
 
 from agents.base import AgentDecision, Observation
-from daemon.clock import SimClock
-from daemon.config import parse_config
-from daemon.engine import Engine
-from daemon.events import PriceEvent
-from daemon.logs import register_secret
-from daemon.replay import replay
-from daemon.sparse_rows import FILLS, fill_map
-from daemon.store import Store
+from daemon.app.replay import replay
+from daemon.config.settings import parse_config
+from daemon.core.events import PriceEvent
+from daemon.core.logs import register_secret
+from daemon.core.sparse_rows import FILLS, fill_map
+from daemon.engine.engine import Engine
+from daemon.store.store import Store
+from daemon.timing.clock import SimClock
 from tests.llm_server import Behaviour, FakeLlmServer, ok
 
 ROOT = Path(__file__).resolve().parents[1]

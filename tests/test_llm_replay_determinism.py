@@ -19,8 +19,8 @@ from typing import Any
 
 from aiohttp import web
 
-from daemon.config import parse_config
-from daemon.replay import replay
+from daemon.app.replay import replay
+from daemon.config.settings import parse_config
 from tests.llm_server import FakeLlmServer, ok
 from tests.test_stockbench import StockBenchModel
 
@@ -70,7 +70,7 @@ def tables(db: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def report(db: Path, *extra: str) -> str:
-    p = subprocess.run([sys.executable, "-m", "daemon.cli", "report", "--db", str(db), *extra],
+    p = subprocess.run([sys.executable, "-m", "daemon.app.cli", "report", "--db", str(db), *extra],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     return p.stdout
@@ -121,8 +121,8 @@ async def test_every_protocol_stamps_and_times_calls_on_the_engine_clock(
 ) -> None:
     """Calls of every protocol carry the engine clock's time and latency (wall time ignored)."""
     from agents.factory import build_agent
-    from daemon.clock import SimClock
-    from daemon.config import AgentConfig
+    from daemon.config.settings import AgentConfig
+    from daemon.timing.clock import SimClock
     from tests.test_llm_agent import equity_obs
 
     monkeypatch.setenv("LOCAL_LLM_KEY", "sk-local")

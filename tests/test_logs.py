@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon import logs
-from daemon.config import parse_config
-from daemon.logs import (
+from daemon.config.settings import parse_config
+from daemon.core import logs
+from daemon.core.logs import (
     REDACTED,
     RedactingStream,
     redact_text,
@@ -129,8 +129,8 @@ def test_redacting_stream() -> None:
 SCRIPT = """
 import asyncio, logging, os, sys, warnings
 import structlog
-from daemon.config import load_config
-from daemon.logs import configure_logging, register_config_secrets
+from daemon.config.settings import load_config
+from daemon.core.logs import configure_logging, register_config_secrets
 
 cfg = load_config(sys.argv[1])
 configure_logging("info", "json")
@@ -234,7 +234,7 @@ async def test_replay_with_failing_llm_and_webhook_leaks_no_secret(tmp_path: Pat
             timeout = "1s"
         """))
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "daemon.cli", "replay", str(rec), "--config", str(cfg),
+            sys.executable, "-m", "daemon.app.cli", "replay", str(rec), "--config", str(cfg),
             "--db", str(tmp_path / "r.db"), "--no-progress", cwd=ROOT, env=_planted_env(),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out_b, err_b = await asyncio.wait_for(proc.communicate(), 120)

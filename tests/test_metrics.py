@@ -1,4 +1,4 @@
-"""Tests for scoring.metrics: hand-computed vectors, edge cases and properties."""
+"""Tests for scoring.stats.metrics: hand-computed vectors, edge cases and properties."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.metrics import (
+from scoring.stats.metrics import (
     DDOF,
     TRADING_DAYS_EQUITY,
     TRADING_DAYS_POLYMARKET,

@@ -14,14 +14,14 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon import http as http_mod
-from daemon.config import Config, HttpConfig, parse_config
-from daemon.engine import Engine
-from daemon.events import DecisionEvent
-from daemon.http import HttpBindError
-from daemon.metrics import LlmUsage, Metrics
-from daemon.observability import Observability
-from daemon.store import DecisionRecord, RoundCommit
+from daemon.config.settings import Config, HttpConfig, parse_config
+from daemon.core.events import DecisionEvent
+from daemon.engine.engine import Engine
+from daemon.store.store import DecisionRecord, RoundCommit
+from daemon.web import http as http_mod
+from daemon.web.http import HttpBindError
+from daemon.web.metrics import LlmUsage, Metrics
+from daemon.web.observability import Observability
 from tests.test_alerts import (
     SATURDAY,
     T0,
@@ -174,8 +174,8 @@ async def test_llm_usage_counts_calls_and_budget_share(tmp_path: Path) -> None:
         "agents": [{"id": "gpt", "kind": "llm", "model": "openai/x", "daily_budget_usd": 0.5,
                     "daily_budget_tokens": 10_000}],
     })
-    from daemon.clock import SimClock
-    from daemon.store import Store
+    from daemon.store.store import Store
+    from daemon.timing.clock import SimClock
 
     store = await Store.open(tmp_path / "llm.db")
     eng = Engine(cfg, clock=SimClock(T0), store=store)  # agents not built: no model needed
@@ -303,7 +303,7 @@ async def test_api_leaderboard_agent_and_resume(daemon: Daemon) -> None:
 
 
 async def test_replay_serves_metrics_only_when_asked(tmp_path: Path) -> None:
-    from daemon.replay import replay
+    from daemon.app.replay import replay
     from tests.recordings import make_recording
 
     assert HttpConfig().replay is False
@@ -340,11 +340,11 @@ async def test_replay_serves_metrics_only_when_asked(tmp_path: Path) -> None:
 
 async def test_leaderboard_figures_are_exported_after_daily_marks(tmp_path: Path) -> None:
     """Issue 7's live figures (rolling-k, CapitalBench, VaR...) reach /metrics, bounded labels."""
-    from daemon.config import load_config
-    from daemon.engine import Engine
-    from daemon.metrics import LeaderboardFigures
-    from daemon.replay import replay
-    from daemon.store import Store
+    from daemon.app.replay import replay
+    from daemon.config.settings import load_config
+    from daemon.engine.engine import Engine
+    from daemon.store.store import Store
+    from daemon.web.metrics import LeaderboardFigures
     from tests.recordings import TINY_CONFIG, make_recording
 
     rec = tmp_path / "r.jsonl.gz"
@@ -356,7 +356,7 @@ async def test_leaderboard_figures_are_exported_after_daily_marks(tmp_path: Path
     await replay(rec, cfg, db, progress=False)
     store = await Store.open(db)
     try:
-        from daemon.clock import SimClock
+        from daemon.timing.clock import SimClock
 
         eng = Engine(cfg, clock=SimClock(0.0), store=store)
         board = LeaderboardFigures(eng)

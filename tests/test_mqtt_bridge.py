@@ -22,8 +22,8 @@ import aiomqtt
 import msgspec
 import pytest
 
-from daemon.bus import Bus
-from daemon.events import (
+from daemon.core.bus import Bus
+from daemon.core.events import (
     AlertEvent,
     DecisionEvent,
     Event,
@@ -36,7 +36,7 @@ from daemon.events import (
     decode_event,
     encode_event,
 )
-from daemon.mqtt import MqttBridge, MqttSettings, event_id, mqtt_topic, status_topic
+from daemon.mqtt.bridge import MqttBridge, MqttSettings, event_id, mqtt_topic, status_topic
 from tests.mosquitto import HOST, PORT, PrivateBroker, requires_broker, until
 
 pytestmark = requires_broker
@@ -422,7 +422,7 @@ async def test_broker_restart_reconnects_resends_and_keeps_sessions(
 def test_a_columnar_burst_leaves_the_egress_buffer_as_its_prices_one_by_one() -> None:
     """The bridge's columns tap buffers each asset's latest price of a burst and counts the
     replaced ones exactly as the per-price tap does, making an event for the latest only."""
-    from daemon.price_columns import PriceColumns
+    from daemon.core.price_columns import PriceColumns
 
     def bridge() -> MqttBridge:
         b = MqttBridge(Bus(), MqttSettings(port=1), process_id="p")

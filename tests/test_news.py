@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from daemon.bus import Bus
-from daemon.events import Event, NewsEvent, SourceStatus
+from daemon.core.bus import Bus
+from daemon.core.events import Event, NewsEvent, SourceStatus
 from feeds.alpaca import MissingCredentialError
 from feeds.connection import Source, SourceState
 from feeds.news import (

@@ -38,7 +38,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from daemon.events import PriceEvent
+from daemon.core.events import PriceEvent
 from feeds.recording import RecordingHeader, RecordingWriter
 from tests.llm_server import FakeLlmServer, answer
 
@@ -347,7 +347,8 @@ async def run_scenario(tmp: Path) -> Scenario:
     try:
         # The earlier sessions, as fast as possible: the replay stops where the recording is cut.
         history = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "daemon.cli", "replay", str(tmp / "history" / "crash.jsonl.gz"),
+            sys.executable, "-m", "daemon.app.cli", "replay",
+            str(tmp / "history" / "crash.jsonl.gz"),
             "--config", str(tmp / "paperarena.toml"), "--db", str(sc.db), "--no-progress",
             cwd=ROOT, env=env, stdout=logs["history"], stderr=subprocess.STDOUT)
         sc.history_rc = await history.wait()
@@ -366,7 +367,7 @@ async def run_scenario(tmp: Path) -> Scenario:
             await _wait_http(s, f"http://127.0.0.1:{p_am}/-/ready", 20)
             await _wait_http(s, f"{prom}/-/ready", 20)
             daemon = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "daemon.cli", "replay", str(tmp / "crash.jsonl.gz"),
+                sys.executable, "-m", "daemon.app.cli", "replay", str(tmp / "crash.jsonl.gz"),
                 "--config", str(tmp / "paperarena.toml"), "--db", str(sc.db),
                 "--speed", str(SPEED), "--no-progress",
                 cwd=ROOT, env=env, stdout=logs["daemon"], stderr=subprocess.STDOUT)

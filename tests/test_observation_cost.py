@@ -7,9 +7,9 @@ membership test in a tuple or list does for every element it passes.
 from __future__ import annotations
 
 from agents.base import Observation
-from daemon.events import MarketListed, PriceEvent
-from daemon.market_state import MarketState
-from scoring.ledger import Book, CostModel
+from daemon.core.events import MarketListed, PriceEvent
+from daemon.market.state import MarketState
+from scoring.ledger.ledger import Book, CostModel
 
 T = 1_793_000_000.0
 

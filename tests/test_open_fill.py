@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from agents.stored_input import load_input
-from daemon.clock import SimClock
-from daemon.config import ConfigError, parse_config
-from daemon.engine import Engine
-from daemon.events import PriceEvent
-from daemon.sparse_rows import FILLS, fill_map
-from daemon.store import Store
+from daemon.config.settings import ConfigError, parse_config
+from daemon.core.events import PriceEvent
+from daemon.core.sparse_rows import FILLS, fill_map
+from daemon.engine.engine import Engine
+from daemon.store.store import Store
+from daemon.timing.clock import SimClock
 
 FRI_CLOSE = 1_792_785_600.0  # 2026-10-23 16:00 ET, a Friday close
 MON_OPEN = 1_793_021_400.0  # 2026-10-26 09:30 ET
@@ -136,8 +136,8 @@ def test_fill_at_open_needs_nyse_sessions() -> None:
 
 
 async def test_replayed_recording_fills_at_each_sessions_first_print(tmp_path: Path) -> None:
-    from daemon.config import load_config
-    from daemon.replay import replay
+    from daemon.app.replay import replay
+    from daemon.config.settings import load_config
     from feeds.recording import iter_events
     from tests.recordings import TINY_CONFIG, make_recording
 

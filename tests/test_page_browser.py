@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from daemon.config import Config, parse_config
-from daemon.engine import Engine
-from daemon.events import NewsEvent
-from daemon.observability import Observability
+from daemon.config.settings import Config, parse_config
+from daemon.core.events import NewsEvent
+from daemon.engine.engine import Engine
+from daemon.web.observability import Observability
 from tests.llm_server import FakeLlmServer, answer
 from tests.test_alerts import T0, close_engine, make_engine, tick
 
@@ -164,7 +164,8 @@ def num(x: float | None) -> str:
 
 
 def report_json(db: Path) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "daemon.cli", "report", "--db", str(db), "--json"],
+    out = subprocess.run([sys.executable, "-m", "daemon.app.cli", "report", "--db", str(db),
+                          "--json"],
                          check=True, capture_output=True, text=True, timeout=120, cwd=ROOT,
                          env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     return json.loads(out.stdout)
@@ -298,7 +299,7 @@ def test_provisional_agents_are_listed_below_the_ranked_ones(arena: Arena,
 
 
 def test_agent_page_pages_through_a_long_history(arena: Arena, browser: Any) -> None:
-    from daemon.store import DecisionRecord, RoundCommit
+    from daemon.store.store import DecisionRecord, RoundCommit
 
     assert arena.engine is not None
     old = [DecisionRecord("cash", "equity", T0 - (i + 1) * 3600.0, T0 - (i + 1) * 3600.0,

@@ -11,9 +11,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from daemon import page as page_mod
-from daemon.events import FillEvent
-from daemon.store import DecisionRecord, RoundCommit
+from daemon.core.events import FillEvent
+from daemon.store.store import DecisionRecord, RoundCommit
+from daemon.web import page as page_mod
 from tests.test_alerts import T0, FakeSource, buy, make_config, tick
 from tests.test_metrics_http import Daemon, start_daemon, stop_daemon
 
@@ -106,7 +106,7 @@ async def test_the_stream_counts_every_price_of_a_columnar_burst(
         daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
     """Prices are counted by a tap that reads a burst's columns (no event per price): every
     price counts, none is lost to a subscriber's conflation."""
-    from daemon.price_columns import PriceColumns
+    from daemon.core.price_columns import PriceColumns
 
     monkeypatch.setattr(page_mod, "MIN_INTERVAL", 0.1)
     async with daemon.session.get(f"{daemon.obs.url}/api/events") as resp:

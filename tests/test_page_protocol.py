@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import tests.test_page_browser as pb
-from daemon.config import Config, parse_config
-from daemon.observability import Observability
+from daemon.config.settings import Config, parse_config
+from daemon.web.observability import Observability
 from tests.test_alerts import make_engine
 from tests.test_page_browser import KEY_ENV, By, report_json, wait
 

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 async def status(*args: str) -> tuple[int, str, str]:
     """Run ``paperarena status`` (this checkout's) and return (exit code, stdout, stderr)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "daemon.cli", "status", *args, cwd=ROOT,
+        sys.executable, "-m", "daemon.app.cli", "status", *args, cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     out, err = await asyncio.wait_for(proc.communicate(), 60)

@@ -37,12 +37,12 @@ def test_api_page_and_metrics_read_one_leaderboard_from_postgresql(tmp_path: Pat
     (tmp_path / "live.toml").write_text(
         TINY_CONFIG + f"\n[sources]\nenabled = false\n[http]\nenabled = true\nport = {port}\n")
     with pg_database() as url:
-        r = subprocess.run([sys.executable, "-m", "daemon.cli", "replay",
+        r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "replay",
                             str(tmp_path / "rec.jsonl.gz"), "--config",
                             str(tmp_path / "replay.toml"), "--db", url, "--no-progress"],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
-        daemon = subprocess.Popen([sys.executable, "-m", "daemon.cli", "run", "--config",
+        daemon = subprocess.Popen([sys.executable, "-m", "daemon.app.cli", "run", "--config",
                                    str(tmp_path / "live.toml"), "--db", url, "--duration", "60"],
                                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True)
@@ -73,12 +73,12 @@ def test_an_agents_page_is_served_by_any_process_of_the_shared_store(tmp_path: P
         TINY_CONFIG + f"\n[sources]\nenabled = false\n[http]\nenabled = true\nport = {port}\n"
         f'[mqtt]\nhost = "127.0.0.1"\nport = 1883\nnamespace = "pg-http-{port}"\n')
     with pg_database() as url:
-        r = subprocess.run([sys.executable, "-m", "daemon.cli", "replay",
+        r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "replay",
                             str(tmp_path / "rec.jsonl.gz"), "--config", str(tmp_path / "live.toml"),
                             "--db", url, "--no-progress"],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
-        daemon = subprocess.Popen([sys.executable, "-m", "daemon.cli", "run", "--role",
+        daemon = subprocess.Popen([sys.executable, "-m", "daemon.app.cli", "run", "--role",
                                    "evaluator", "--config", str(tmp_path / "live.toml"), "--db",
                                    url, "--agents", "cash", "--process-id", "viewer",
                                    "--duration", "60"],

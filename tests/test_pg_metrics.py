@@ -11,13 +11,13 @@ from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
 
-from daemon.clock import SimClock
-from daemon.config import load_config
-from daemon.engine import Engine
-from daemon.metrics import LeaderboardFigures
-from daemon.pgstore import scope_schema
-from daemon.replay import replay
-from daemon.store import Store
+from daemon.app.replay import replay
+from daemon.config.settings import load_config
+from daemon.engine.engine import Engine
+from daemon.store.pg import scope_schema
+from daemon.store.store import Store
+from daemon.timing.clock import SimClock
+from daemon.web.metrics import LeaderboardFigures
 from tests.pg import pg_database, requires_pg
 from tests.recordings import TINY_CONFIG, make_recording
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from daemon.config import load_config
-from daemon.pgstore import scope_schema
-from daemon.replay import replay
-from scoring.leaderboard import leaderboard, to_json
+from daemon.app.replay import replay
+from daemon.config.settings import load_config
+from daemon.store.pg import scope_schema
+from daemon.store.reports import leaderboard
+from scoring.board.leaderboard import to_json
 from tests.pg import pg_database, requires_pg
 from tests.recordings import TINY_CONFIG, make_recording
 
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "daemon.app.cli", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -32,7 +32,7 @@ def _env() -> dict[str, str]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=ROOT, env=_env(),
+    return subprocess.run([sys.executable, "-m", "daemon.app.cli", *args], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=120)
 
 
@@ -68,7 +68,7 @@ def test_report_and_a_live_daemons_readers_use_the_password_env(tmp_path: Path) 
         assert r.returncode == 2
         assert len(r.stderr.strip().splitlines()) == 1 and "password" in r.stderr, r.stderr
         # A live daemon's API and metrics read the merged store with its store.password_env.
-        daemon = subprocess.Popen([sys.executable, "-m", "daemon.cli", "run", "--config",
+        daemon = subprocess.Popen([sys.executable, "-m", "daemon.app.cli", "run", "--config",
                                    str(tmp_path / "live.toml"), "--db", url, "--duration", "60"],
                                   cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)

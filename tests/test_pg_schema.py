@@ -11,10 +11,10 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from daemon.dbfile import StoreOpenError
-from daemon.pgstore import scope_schema
-from daemon.store import SCHEMA_VERSION, Store
-from scoring.leaderboard import load_report
+from daemon.store.dbfile import StoreOpenError
+from daemon.store.pg import scope_schema
+from daemon.store.reports import load_report
+from daemon.store.store import SCHEMA_VERSION, Store
 from tests.pg import pg_database, requires_pg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ async def test_an_older_scope_is_migrated_and_a_newer_one_refused_by_writers_and
             await Store.open(url, scope="e2")
         with pytest.raises(StoreOpenError, match=r"scope 'e2' has schema v\d+, newer"):
             load_report(url)
-        r = subprocess.run([sys.executable, "-m", "daemon.cli", "report", "--db", url],
+        r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "report", "--db", url],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2
         assert r.stderr.count("\n") == 1 and "newer than this paperarena" in r.stderr, r.stderr
@@ -70,7 +70,7 @@ async def test_an_older_scope_is_migrated_and_a_newer_one_refused_by_writers_and
 
 def test_a_database_without_a_store_is_one_line_naming_it_once() -> None:
     with pg_database() as url:
-        r = subprocess.run([sys.executable, "-m", "daemon.cli", "report", "--db", url],
+        r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "report", "--db", url],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert r.stderr == f"paperarena: --db {url}: no paperarena store in this database\n"

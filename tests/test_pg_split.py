@@ -21,10 +21,11 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 
-from daemon.pgstore import scope_schema
-from daemon.replay_publish import ReplayPublisher
-from daemon.replay_roles import replay_evaluate
-from scoring.leaderboard import leaderboard, to_json
+from daemon.app.replay_publish import ReplayPublisher
+from daemon.app.replay_roles import replay_evaluate
+from daemon.store.pg import scope_schema
+from daemon.store.reports import leaderboard
+from scoring.board.leaderboard import to_json
 from tests.mosquitto import requires_broker
 from tests.pg import pg_database, requires_pg
 from tests.test_roles import GROUPS, Broker, Rec, _close, broker, rec  # noqa: F401 (fixtures)
@@ -81,7 +82,7 @@ async def test_two_evaluators_write_one_store_whose_report_is_the_single_process
 
 def _evaluator(config: Path, url: str, agents: tuple[str, ...], pid: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "replay-evaluate", "--config", str(config),
+        [sys.executable, "-m", "daemon.app.cli", "replay-evaluate", "--config", str(config),
          "--db", url, "--agents", ",".join(agents), "--process-id", pid],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})

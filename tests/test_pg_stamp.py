@@ -1,13 +1,13 @@
 """The readers' cache stamp of a shared store moves with every commit that changes what the
-leaderboard shows, CapitalBench's tables included (as ``daemon/board_cache.py``'s stamp on a
+leaderboard shows, CapitalBench's tables included (as ``daemon/web/board_cache.py``'s stamp on a
 SQLite file), so the API and page never serve a board older than the last such commit."""
 
 from __future__ import annotations
 
-from daemon import board_cache
-from daemon.pgsnapshot import stamp
-from daemon.pgstore import STAMP_TABLES
-from daemon.store import Store
+from daemon.store.pg import STAMP_TABLES
+from daemon.store.pg_snapshot import stamp
+from daemon.store.store import Store
+from daemon.web import board_cache
 from tests.pg import pg_database, requires_pg
 
 pytestmark = requires_pg

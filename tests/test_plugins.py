@@ -23,9 +23,9 @@ from agents.factory import build_agent
 from agents.plugins import GuardedAgent
 from agents.stored_input import load_input
 from agents.validation import validate_allocation
-from daemon.config import AgentConfig, ConfigError, load_config, parse_config
-from daemon.replay import replay
-from daemon.sparse_rows import FILLS, fill_map
+from daemon.app.replay import replay
+from daemon.config.settings import AgentConfig, ConfigError, load_config, parse_config
+from daemon.core.sparse_rows import FILLS, fill_map
 from tests.plugin_install import EXAMPLE_PLUGIN, install_example_plugin, pythonpath, write_dist
 from tests.test_remote_agent import SERVICE, serve
 
@@ -165,7 +165,7 @@ def test_check_config_reports_a_missing_or_broken_plugin_in_one_line(
 
     def check(agent_toml: str) -> subprocess.CompletedProcess[str]:
         path = write_config(tmp_path, agent_toml)
-        return subprocess.run([sys.executable, "-m", "daemon.cli", "check-config", str(path)],
+        return subprocess.run([sys.executable, "-m", "daemon.app.cli", "check-config", str(path)],
                               cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
     good = check('id = "t"\nkind = "tilt"\nsettings = {cash = 0.5}\n')
@@ -212,12 +212,12 @@ def test_plugin_only_keys_are_refused_on_built_in_kinds() -> None:
 def test_the_example_config_of_own_agents_checks(site: Path) -> None:
     env = {**os.environ, "PYTHONPATH": pythonpath(site, EXAMPLE_PLUGIN, ROOT),
            "AGENT_TOKEN": "example-token"}
-    r = subprocess.run([sys.executable, "-m", "daemon.cli", "check-config",
+    r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "check-config",
                         "examples/own-agents/replay.toml"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     env.pop("AGENT_TOKEN")
-    r = subprocess.run([sys.executable, "-m", "daemon.cli", "check-config",
+    r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "check-config",
                         "examples/own-agents/replay.toml"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and "AGENT_TOKEN (agent remote)" in r.stderr

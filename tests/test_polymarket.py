@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from daemon.bus import Bus
-from daemon.events import Event, MarketListed, PriceEvent, ResolutionEvent, SourceStatus
+from daemon.core.bus import Bus
+from daemon.core.events import Event, MarketListed, PriceEvent, ResolutionEvent, SourceStatus
 from feeds.connection import SourceState
 from feeds.polymarket import (
     PolymarketSettings,

@@ -10,10 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from agents.base import CASH, NewsItem, Observation, PricePoint
-from agents.portbench import PortBenchAgent, Profile, execution, signal_of
+from agents.portbench.agent import PortBenchAgent, Profile, execution, signal_of
 from agents.protocols import build_llm_agent
-from daemon.config import AgentConfig
-from daemon.sparse_rows import FILLS, fill_map
+from daemon.config.settings import AgentConfig
+from daemon.core.sparse_rows import FILLS, fill_map
 from tests.llm_server import Behaviour, FakeLlmServer, ok
 
 KEY_ENV = "PAPERARENA_TEST_LLM_KEY"
@@ -245,8 +245,8 @@ async def test_example_config_replays_the_sample(
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from daemon.config import parse_config
-    from daemon.replay import replay
+    from daemon.app.replay import replay
+    from daemon.config.settings import parse_config
 
     root = Path(__file__).resolve().parents[1]
     data = tomllib.loads((root / "examples" / "portbench.toml").read_text())
@@ -286,26 +286,23 @@ async def test_example_config_replays_the_sample(
     con.close()
     # Stage scores from the store: S5 at once; S1..S4 and CEPS once 2 later closes exist, the
     # last decisions of the window pending.
-    from scoring.portbench_scores import format_table, score_store, summarise
+    from agents.portbench.scores import format_table, summarise
+    from daemon.store.reports import portbench_scores
 
-    by_agent = score_store(str(tmp_path / "pb.db"), horizon=2)
+    by_agent = portbench_scores(str(tmp_path / "pb.db"), horizon=2)
     m = summarise(by_agent["portbench"])
     assert m["decisions"] == outcomes["ok"] and m["S5_pending"] == 0
     assert 1 <= m["pending"] < m["decisions"] and m["CEPS"] is not None
     assert all(0.0 <= m[s] <= 1.0 for s in ("S1", "S2", "S3", "S4", "S5")), m
     assert "pending" not in format_table(by_agent).splitlines()[1]
-    from scoring.portbench_scores import main
+    from daemon.app.cli import main as cli
 
-    assert main(["--db", str(tmp_path / "pb.db"), "--horizon", "2"]) == 0
+    assert cli(["stage-scores", "--db", str(tmp_path / "pb.db"), "--horizon", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("agent "))
     assert "CEPS" in lines[head] and lines[head + 1].startswith("portbench")
-    with pytest.raises(SystemExit) as bad:
-        main(["--db", str(tmp_path / "missing.db")])
-    assert bad.value.code == 2
+    assert cli(["stage-scores", "--db", str(tmp_path / "missing.db")]) == 2
     # paperarena report shows the stage scores under the leaderboard.
-    from daemon.cli import main as cli
-
     capsys.readouterr()
     assert cli(["report", "--db", str(tmp_path / "pb.db")]) == 0
     report = capsys.readouterr().out
@@ -315,7 +312,7 @@ async def test_example_config_replays_the_sample(
     html = tmp_path / "pb.html"
     assert cli(["report", "--db", str(tmp_path / "pb.db"), "--json", "--html", str(html)]) == 0
     board = json.loads(capsys.readouterr().out)
-    five = summarise(score_store(str(tmp_path / "pb.db")).get("portbench", []))
+    five = summarise(portbench_scores(str(tmp_path / "pb.db")).get("portbench", []))
     got = board["portbench"]["portbench"]
     assert set(got) == set(five)
     assert all(got[k] == pytest.approx(v, rel=1e-9) for k, v in five.items() if v is not None)

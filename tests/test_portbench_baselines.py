@@ -17,7 +17,7 @@ from agents.portfolio_baselines import (
     returns_panel,
     sixty_forty,
 )
-from daemon.config import DEFAULT_CLASS_ROLES, AgentConfig
+from daemon.config.settings import DEFAULT_CLASS_ROLES, AgentConfig
 
 T = 1_714_600_000.0
 DAY = 86_400.0
@@ -156,7 +156,7 @@ def test_class_roles_are_checked() -> None:
 
 
 def test_agents_take_the_markets_asset_classes_unless_given() -> None:
-    from daemon.config import parse_config
+    from daemon.config.settings import parse_config
 
     cfg = parse_config({
         "markets": {"equity": {"assets": ["SPY", "TLT"],

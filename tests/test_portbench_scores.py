@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scoring.benchmarks import ceps, diversification_from_returns
-from scoring.portbench_scores import (
+from agents.portbench.scores import (
     format_table,
     max_sharpe,
     s1_score,
@@ -19,6 +18,7 @@ from scoring.portbench_scores import (
     score_decision,
     summarise,
 )
+from scoring.stats.benchmarks import ceps, diversification_from_returns
 
 T = 1_714_600_000.0
 DAY = 86_400.0
@@ -183,7 +183,7 @@ def test_max_sharpe_reaches_the_optimum_on_an_ill_conditioned_window() -> None:
 def test_an_agent_whose_workflows_all_failed_is_not_shown_pending() -> None:
     """Nothing waits for a horizon when every workflow failed: the tables say so, not
     'pending' (which would suggest scores are on their way)."""
-    from scoring.board_extras import extras_html, portbench_lines
+    from scoring.board.extras import extras_html, portbench_lines
 
     failed = [score_decision({"protocol": "portbench", "failed_step": "views"}, T + i * DAY,
                              closes(5), CLASSES) for i in range(3)]
@@ -201,10 +201,8 @@ def test_an_agent_whose_workflows_all_failed_is_not_shown_pending() -> None:
 
 
 def test_cli_refuses_a_horizon_below_one(tmp_path: Any, capsys: Any) -> None:
-    from scoring.portbench_scores import main
+    from daemon.app.cli import main as cli
 
-    with pytest.raises(SystemExit) as exc:
-        main(["--db", str(tmp_path / "x.db"), "--horizon", "0"])
-    assert exc.value.code == 2
+    assert cli(["stage-scores", "--db", str(tmp_path / "x.db"), "--horizon", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "--horizon" in err[-1]

@@ -13,20 +13,20 @@ from typing import Any
 
 import numpy as np
 
-from daemon.event_spill import read_spill, spill_unwritten
-from daemon.events import PriceEvent, ResolutionEvent
-from daemon.price_bursts import (
+from agents.portbench.scores import daily_closes
+from daemon.core.events import PriceEvent, ResolutionEvent
+from daemon.core.price_bursts import (
     burst_row,
     burst_ticks,
     columns_row,
     read_prices,
     resolve_asset_sets,
 )
-from daemon.price_columns import AssetTable, PriceColumns
-from daemon.store import Store
-from daemon.store_read import open_for_reading
-from scoring.board_load import _load_panel
-from scoring.portbench_scores import daily_closes
+from daemon.core.price_columns import AssetTable, PriceColumns
+from daemon.store.read import open_for_reading
+from daemon.store.spill import read_spill, spill_unwritten
+from daemon.store.store import Store
+from scoring.board.load import _load_panel
 from tests.pg import pg_database, requires_pg
 
 DAY = 86_400.0
@@ -296,9 +296,9 @@ def test_a_damaged_burst_is_one_clear_line_not_a_traceback(tmp_path: Path,
                                                             capsys: Any) -> None:
     """A burst whose asset list is missing, or whose payload is cut short, fails the readers
     (report, restart) with one line naming what is wrong."""
-    from daemon.cli import main as cli
-    from daemon.price_bursts import DamagedBurstError
-    from daemon.store import RoundCommit
+    from daemon.app.cli import main as cli
+    from daemon.core.price_bursts import DamagedBurstError
+    from daemon.store.store import RoundCommit
 
     db = tmp_path / "d.db"
 

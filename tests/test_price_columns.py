@@ -8,9 +8,9 @@ import json
 import math
 from typing import Any
 
-from daemon.bus import Bus
-from daemon.events import Event, NewsEvent, PriceEvent
-from daemon.price_columns import PriceColumns
+from daemon.core.bus import Bus
+from daemon.core.events import Event, NewsEvent, PriceEvent
+from daemon.core.price_columns import PriceColumns
 from feeds.source_contract import DecodeResult
 from tests.helpers import wait_for
 from tests.test_connection import KVAdapter, KVServer, make, server  # noqa: F401

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from agents.prompting import load_prompt_file
-from daemon.config import ConfigError, load_config
-from daemon.replay import replay
+from daemon.app.replay import replay
+from daemon.config.settings import ConfigError, load_config
 from tests.test_llm_replay import SAMPLE, PromptReadingServer
 
 TEMPLATE = """$marker

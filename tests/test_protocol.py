@@ -13,9 +13,9 @@ import pytest
 from agents.factory import build_agent
 from agents.llm import LlmAgent
 from agents.protocols import load_prompt_set
-from agents.stockbench import StockBenchAgent
-from daemon.config import AgentConfig, ConfigError, parse_config
-from daemon.store import DecisionRecord, RoundCommit, Store
+from agents.stockbench.agent import StockBenchAgent
+from daemon.config.settings import AgentConfig, ConfigError, parse_config
+from daemon.store.store import DecisionRecord, RoundCommit, Store
 from tests.llm_server import FakeLlmServer, answer
 from tests.test_llm_agent import equity_obs
 

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from daemon.config import ConfigError, parse_config
-from daemon.store import DecisionRecord, RoundCommit
-from scoring.leaderboard import leaderboard, live_figures, load_report, to_json, to_table
-from scoring.report_html import render_html
+from daemon.config.settings import ConfigError, parse_config
+from daemon.store.reports import leaderboard, live_figures, load_report
+from daemon.store.store import DecisionRecord, RoundCommit
+from scoring.board.leaderboard import to_json, to_table
+from scoring.board.report_html import render_html
 from tests.test_leaderboard import build_store
 
 PRICES = {"A": [100.0, 104.0, 101.0, 108.0, 110.0, 107.0],

@@ -59,7 +59,7 @@ def work(made_db: Path) -> Iterator[Path]:
 def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-         sys.executable, "-m", "daemon.cli", *args],
+         sys.executable, "-m", "daemon.app.cli", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=30, env={**os.environ, "HOME": "/tmp"})
 
 

@@ -17,8 +17,8 @@ from zoneinfo import ZoneInfo
 import exchange_calendars as xcals
 import pytest
 
-from daemon.config import DEFAULT_EQUITIES
-from daemon.events import (
+from daemon.config.settings import DEFAULT_EQUITIES
+from daemon.core.events import (
     DecisionEvent,
     MarketListed,
     NewsEvent,

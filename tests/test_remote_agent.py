@@ -24,8 +24,8 @@ from aiohttp import web
 from agents.base import CASH, Observation, PricePoint, Question
 from agents.factory import build_agent
 from agents.remote import HttpAgent, build_request, check_answer, decision_id
-from daemon.config import AgentConfig, parse_config
-from daemon.replay import replay
+from daemon.app.replay import replay
+from daemon.config.settings import AgentConfig, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 T = 1_714_600_000.0

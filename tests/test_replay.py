@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import load_config
-from daemon.replay import replay
-from scoring.leaderboard import leaderboard, to_json
+from daemon.app.replay import replay
+from daemon.config.settings import load_config
+from daemon.store.reports import leaderboard
+from scoring.board.leaderboard import to_json
 from tests.recordings import TINY_CONFIG, make_recording
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,8 @@ def rec(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=ROOT, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "daemon.app.cli", *args],
+                          cwd=ROOT, timeout=timeout,
                           capture_output=True, text=True)
 
 
@@ -93,7 +95,7 @@ def test_sigkill_mid_replay_then_restart_gives_identical_report(
     db = tmp_path / "crash.db"
     # A slow replay (speed factor) so the kill lands mid-run, after a few commits.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "replay", str(path), "--config", str(cfg_path),
+        [sys.executable, "-m", "daemon.app.cli", "replay", str(path), "--config", str(cfg_path),
          "--db", str(db), "--no-progress", "--speed", "400000"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from daemon.cli import main
-from daemon.config import load_config
-from daemon.replay import replay
-from scoring.leaderboard import load_report, to_json
-from scoring.report_html import CHART_KINDS, render_html
+from daemon.app.cli import main
+from daemon.app.replay import replay
+from daemon.config.settings import load_config
+from daemon.store.reports import load_report
+from scoring.board.leaderboard import to_json
+from scoring.board.report_html import CHART_KINDS, render_html
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "sample.jsonl.gz"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from email.utils import format_datetime
 
-from daemon.durations import retry_after_seconds
+from daemon.core.durations import retry_after_seconds
 
 NOW = 1_793_000_000.0
 

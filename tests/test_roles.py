@@ -33,14 +33,15 @@ from typing import Any
 import aiomqtt
 import pytest
 
-from daemon.config import Config, load_config, parse_config
-from daemon.events import DecisionEvent, Event, MarketListed, PriceEvent
-from daemon.mqtt import MqttBridge, MqttSettings, default_client_id
-from daemon.replay import ReplayError, replay
-from daemon.replay_publish import PublishSummary, ReplayPublisher
-from daemon.replay_roles import EvaluateSummary, ReplayStream, replay_evaluate
-from daemon.roles import OwnershipError, role_daemon
-from scoring.leaderboard import leaderboard, to_json
+from daemon.app.replay import ReplayError, replay
+from daemon.app.replay_publish import PublishSummary, ReplayPublisher
+from daemon.app.replay_roles import EvaluateSummary, ReplayStream, replay_evaluate
+from daemon.app.roles import OwnershipError, role_daemon
+from daemon.config.settings import Config, load_config, parse_config
+from daemon.core.events import DecisionEvent, Event, MarketListed, PriceEvent
+from daemon.mqtt.bridge import MqttBridge, MqttSettings, default_client_id
+from daemon.store.reports import leaderboard
+from scoring.board.leaderboard import to_json
 from tests.mosquitto import HOST, PORT, PrivateBroker, listening, requires_broker, until
 from tests.recordings import TINY_CONFIG, make_recording
 
@@ -409,14 +410,14 @@ async def test_overlapping_evaluators_refuse_to_start(
              "--duration", "5"],
         ):
             r = subprocess.run(
-                [sys.executable, "-m", "daemon.cli", *args, "--config", str(cfg),
+                [sys.executable, "-m", "daemon.app.cli", *args, "--config", str(cfg),
                  "--process-id", "live-second"],
                 cwd=ROOT, capture_output=True, text=True, timeout=60)
             assert r.returncode == 2, r.stderr
             assert r.stderr.count("\n") == 1, r.stderr
             assert "bh owned by first" in r.stderr and "disjoint --agents" in r.stderr
         assert not first.done()  # the first evaluator is unaffected
-        r = subprocess.run([sys.executable, "-m", "daemon.cli", "replay-evaluate", "--config",
+        r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "replay-evaluate", "--config",
                             str(cfg), "--agents", "nobody"],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nobody" in r.stderr
@@ -484,7 +485,7 @@ async def test_live_feeds_and_evaluator_roles_share_market_data(
                         what="the latest price")
             # A burst decoded into columns (the Polymarket read loop's path) crosses the
             # broker as its price events too.
-            from daemon.price_columns import PriceColumns
+            from daemon.core.price_columns import PriceColumns
 
             cols = PriceColumns("polymarket", "polymarket")
             for i in range(50):
@@ -509,8 +510,8 @@ def with_pid(cfg: Config, pid: str, *, agents: tuple[str, ...] = ()) -> Config:
 @contextlib.asynccontextmanager
 async def observe(broker: Broker, subtopic: str) -> AsyncIterator[list[DecisionEvent]]:
     """Collect the events published under ``paperarena/<ns>/<subtopic>``."""
-    from daemon.events import decode_event
-    from daemon.mqtt import Envelope
+    from daemon.core.events import decode_event
+    from daemon.mqtt.bridge import Envelope
 
     got: list[DecisionEvent] = []
     async with aiomqtt.Client(HOST, broker.port) as client:

@@ -13,11 +13,11 @@ import msgspec
 
 from agents.base import AgentDecision, Observation
 from agents.stored_input import load_input
-from daemon.clock import SimClock
-from daemon.config import parse_config
-from daemon.engine import Engine
-from daemon.events import NewsEvent, PriceEvent
-from daemon.store import Store
+from daemon.config.settings import parse_config
+from daemon.core.events import NewsEvent, PriceEvent
+from daemon.engine.engine import Engine
+from daemon.store.store import Store
+from daemon.timing.clock import SimClock
 
 T = 1_793_023_200.0  # Monday 2026-10-26 10:00 ET (the NYSE is open)
 ASSETS = ["AAPL", "MSFT", "NVDA"]
@@ -179,7 +179,7 @@ async def test_a_round_yields_to_the_loop_after_each_slice_of_work() -> None:
     """The pause a round takes between agents yields only once its work budget is spent."""
     import asyncio
 
-    from daemon.rounds import _Pauser
+    from daemon.engine.rounds import _Pauser
 
     now = [0.0]
     pause = _Pauser(lambda: now[0], every=0.002)
@@ -202,7 +202,7 @@ async def test_a_pause_lets_a_price_reach_the_subscriber_it_wakes() -> None:
     the second: both happen within one pause, not after the round's next slice of work."""
     import asyncio
 
-    from daemon.rounds import _Pauser
+    from daemon.engine.rounds import _Pauser
 
     now = [0.0]
     pause = _Pauser(lambda: now[0], every=0.002)

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from daemon.clock import SimClock
-from daemon.config import ConfigError, parse_config
-from daemon.engine import Engine
-from daemon.events import MarketListed, PriceEvent, ResolutionEvent
-from daemon.metrics import OUTCOMES
-from daemon.store import Store
+from daemon.config.settings import ConfigError, parse_config
+from daemon.core.events import MarketListed, PriceEvent, ResolutionEvent
+from daemon.engine.engine import Engine
+from daemon.store.store import Store
+from daemon.timing.clock import SimClock
+from daemon.web.metrics import OUTCOMES
 from tests.llm_server import FakeLlmServer, answer
 
 FRI_CLOSE = 1_792_785_600.0  # 2026-10-23 20:00 UTC = 16:00 ET, a Friday close
@@ -196,9 +196,9 @@ def test_coverage_setting_is_validated() -> None:
 async def test_sample_replay_skips_only_the_polymarket_round_before_any_listing(
     tmp_path: Path,
 ) -> None:
-    from daemon.config import load_config
-    from daemon.replay import replay
-    from scoring.leaderboard import leaderboard
+    from daemon.app.replay import replay
+    from daemon.config.settings import load_config
+    from daemon.store.reports import leaderboard
 
     root = Path(__file__).resolve().parents[1]
     db = tmp_path / "sample.db"

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from daemon.cli import main
-from daemon.config import load_config
-from daemon.replay import replay
-from scoring.leaderboard import load_report, to_table
-from scoring.report_html import render_html
-from scoring.run_groups import spread
-from scoring.stress_gate import global_gate, window_gate
+from agents.portbench.stress_gate import global_gate, window_gate
+from daemon.app.cli import main
+from daemon.app.replay import replay
+from daemon.config.settings import load_config
+from daemon.store.reports import load_report
+from scoring.board.leaderboard import to_table
+from scoring.board.report_html import render_html
+from scoring.board.run_groups import spread
 from tests.recordings import TINY_CONFIG, make_recording
 
 GROUPED = TINY_CONFIG.replace('id = "ew"\nkind = "equal_weight"',

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agents.sandbox import (
+from agents.alphaforgebench.sandbox import (
     InvalidStrategy,
     SandboxError,
     SandboxLimits,
@@ -138,7 +138,7 @@ async def test_socket_is_stopped() -> None:
 
 
 def test_network_namespace_when_available() -> None:
-    from agents.sandbox import network_isolation, worker_command
+    from agents.alphaforgebench.sandbox import network_isolation, worker_command
 
     argv = worker_command(SandboxLimits())
     assert ("unshare" in argv[0]) == (network_isolation() == "namespace")
@@ -229,7 +229,7 @@ async def test_no_secret_reaches_the_child(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_the_audit_hook_refuses_sockets_writes_and_foreign_reads() -> None:
-    from agents.sandbox_worker import make_guard, read_roots
+    from agents.alphaforgebench.sandbox_worker import make_guard, read_roots
 
     roots = read_roots()
     guard = make_guard(roots, 2.0)
@@ -252,7 +252,7 @@ def test_the_audit_hook_refuses_sockets_writes_and_foreign_reads() -> None:
 
 
 async def test_the_network_namespace_has_no_route(tmp_path: Path) -> None:
-    from agents.sandbox import network_isolation, worker_command
+    from agents.alphaforgebench.sandbox import network_isolation, worker_command
 
     if network_isolation() != "namespace":
         pytest.skip("unshare --net does not work here (not root?): the audit hook alone applies")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.sandbox import (
+from agents.alphaforgebench.sandbox import (
     InvalidStrategy,
     SandboxError,
     SandboxLimits,
@@ -332,7 +332,7 @@ def test_the_kernel_filter_alone_refuses_writes_sockets_forks_and_limits(tmp_pat
     existing.write_text("data")
     probe = f"""
 import errno, os, resource, socket, sys
-sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "agents")!r})
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "agents" / "alphaforgebench")!r})
 from sandbox_worker import install_seccomp
 assert install_seccomp() == "on"
 out = []
@@ -374,7 +374,7 @@ def test_landlock_alone_confines_reads_to_the_libraries(tmp_path: Path) -> None:
     secret.write_text("OPENAI_API_KEY=sk-verifier-secret\n")
     probe = f"""
 import errno, os, sys
-sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "agents")!r})
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "agents" / "alphaforgebench")!r})
 from sandbox_worker import install_landlock, read_roots
 state = install_landlock(read_roots())
 if state != "on":

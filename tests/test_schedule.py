@@ -1,4 +1,4 @@
-"""Tests for daemon.schedule: NYSE calendar, triggers, SimScheduler and LiveScheduler."""
+"""Tests for daemon.timing.schedule: NYSE calendar, triggers, SimScheduler and LiveScheduler."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from daemon.clock import SimClock
-from daemon.schedule import (
+from daemon.timing.clock import SimClock
+from daemon.timing.schedule import (
     NY,
     LiveScheduler,
     NyseCalendar,

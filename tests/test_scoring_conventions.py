@@ -15,15 +15,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from daemon.config import Config, ConfigError, parse_config
-from scoring.benchmarks import (
+from daemon.config.settings import Config, ConfigError, parse_config
+from daemon.store.reports import leaderboard, live_figures, load_report
+from scoring.board.leaderboard import LEGEND, to_table
+from scoring.board.report_html import COLUMNS, render_html
+from scoring.stats.benchmarks import (
     class_correlations,
     composite_rank,
     diversification_from_returns,
     paired_bootstrap,
 )
-from scoring.leaderboard import LEGEND, leaderboard, live_figures, load_report, to_table
-from scoring.metrics import (
+from scoring.stats.metrics import (
     mean_daily_turnover,
     periods_per_year,
     sharpe,
@@ -32,7 +34,6 @@ from scoring.metrics import (
     sortino_stockbench,
     summarise,
 )
-from scoring.report_html import COLUMNS, render_html
 from tests.test_leaderboard import AGENTS_CFG, PLANS, PRICES, build_store, rows_by_agent
 
 SQRT252 = math.sqrt(252)
@@ -573,8 +574,8 @@ def test_allocation_tooltips_name_the_asset_and_its_weight(hand: Path) -> None:
 
 
 def test_allocation_colours_stay_distinct_beyond_the_palette() -> None:
-    from scoring.leaderboard import AgentCurves
-    from scoring.report_html import ASSET_COLOURS, _asset_colours
+    from scoring.board.leaderboard import AgentCurves
+    from scoring.board.report_html import ASSET_COLOURS, _asset_colours
 
     assets = [f"T{i:02d}" for i in range(len(ASSET_COLOURS) + 13)]
     curve = AgentCurves("a", "polymarket", (0.0,), (1.0,), (0.0,),

@@ -12,8 +12,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from daemon.bus import Bus
-from daemon.events import PriceEvent
+from daemon.core.bus import Bus
+from daemon.core.events import PriceEvent
 from feeds.connection import SourceState
 from feeds.health import SourceHealth, short_error
 from feeds.yahoo import ChartError, YahooRestFallback, YahooSettings
@@ -47,7 +47,7 @@ clob_url = "http://{base}"
 google_url = "http://{base}/rss"
 """)
     proc = subprocess.run(
-        [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg),
+        [sys.executable, "-m", "daemon.app.cli", "run", "--config", str(cfg),
          "--db", str(tmp_path / "d.db"), "--duration", "7"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PATH": "/usr/bin:/bin"},

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-import daemon.sparse_rows as sparse_rows
+import daemon.core.sparse_rows as sparse_rows
 from agents.stored_input import load_input
-from daemon.cli import main
-from daemon.config import load_config
-from daemon.replay import replay
-from daemon.sparse_rows import DECISIONS as WITH_ASSETS
-from daemon.sparse_rows import (
+from daemon.app.cli import main
+from daemon.app.replay import replay
+from daemon.config.settings import load_config
+from daemon.core.sparse_rows import DECISIONS as WITH_ASSETS
+from daemon.core.sparse_rows import (
     dense_fill_weights,
     encode_allocation,
     fill_columns,
@@ -31,7 +31,7 @@ from daemon.sparse_rows import (
     fill_map,
     sparse_weights,
 )
-from daemon.store import encode_json
+from daemon.store.store import encode_json
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "examples" / "sample.jsonl.gz"
@@ -198,7 +198,7 @@ def test_backup_keeps_the_sparse_rows(dbs: tuple[Path, Path, Path], tmp_path: Pa
 
 async def test_recent_allocations_read_back_dense(tmp_path: Path) -> None:
     """A round after a restart shows the agent the same past weights, zeros included."""
-    from daemon.store import FillRecord, RoundCommit, Store
+    from daemon.store.store import FillRecord, RoundCommit, Store
 
     weights = [{"A": 0.5, "B": 0.0, "CASH": 0.5}, {"A": 0.0, "B": 1.0, "C": 0.0, "CASH": 0.0}]
     store = await Store.open(tmp_path / "s.db")

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from daemon.config import parse_config
-from daemon.replay import replay
-from daemon.stage_scoring import score_due
-from daemon.store import Store
-from scoring.portbench_scores import HORIZON, STAGES, score_connection, summarise
+from agents.portbench.scores import HORIZON, STAGES, score_connection, summarise
+from agents.portbench.stage_scoring import score_due
+from daemon.app.replay import replay
+from daemon.config.settings import parse_config
+from daemon.store.store import Store
 from tests.pg import pg_database, requires_pg
 from tests.test_portbench import PortBenchModel
 
@@ -154,7 +154,7 @@ async def test_a_mark_scores_only_complete_days(replayed: Path, tmp_path: Path) 
 
 @requires_pg
 async def test_on_postgresql_the_owner_stores_its_scores(monkeypatch: Any) -> None:
-    from scoring.portbench_scores import score_store
+    from daemon.store.reports import portbench_scores
 
     data = tomllib.loads((ROOT / "examples" / "portbench.toml").read_text())
     monkeypatch.setenv("LOCAL_LLM_KEY", "sk-local")
@@ -164,8 +164,8 @@ async def test_on_postgresql_the_owner_stores_its_scores(monkeypatch: Any) -> No
             end = datetime(2026, 5, 16, tzinfo=UTC).timestamp()  # 11 sessions
             await replay(ROOT / "examples" / "portbench-sample.jsonl.gz", parse_config(data),
                          url, progress=False, window=(None, end), agent_ids=["portbench"])
-        stored = score_store(url)["portbench"]
-        fresh = score_store(url, stored=False)["portbench"]
+        stored = portbench_scores(url)["portbench"]
+        fresh = portbench_scores(url, stored=False)["portbench"]
         assert summarise(stored) == summarise(fresh)
         assert any(r.ceps is not None for r in stored) and any(r.pending for r in stored)
         store = await Store.open(url)  # the owner's scope: everything is scored already
@@ -178,7 +178,10 @@ async def test_on_postgresql_the_owner_stores_its_scores(monkeypatch: Any) -> No
 
 
 def test_the_cli_reads_or_recomputes(replayed: Path, tmp_path: Path, capsys: Any) -> None:
-    from scoring.portbench_scores import main
+    from daemon.app.cli import main as cli
+
+    def main(argv: list[str]) -> int:
+        return cli(["stage-scores", *argv])
 
     db = tmp_path / "cli.db"
     shutil.copy(replayed, db)

@@ -10,8 +10,8 @@ import pytest
 
 from agents.base import CASH, Observation
 from agents.llm_output import InvalidOutput
-from agents.stockbench import StockBenchAgent, check_orders, execution_problem, to_weights
-from daemon.config import AgentConfig
+from agents.stockbench.agent import StockBenchAgent, check_orders, execution_problem, to_weights
+from daemon.config.settings import AgentConfig
 from tests.llm_server import Behaviour, FakeLlmServer, ok
 from tests.test_llm_agent import T, equity_obs
 
@@ -213,8 +213,8 @@ async def test_example_config_replays_the_sample(tmp_path: Any, monkeypatch: Any
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from daemon.config import parse_config
-    from daemon.replay import replay
+    from daemon.app.replay import replay
+    from daemon.config.settings import parse_config
 
     root = Path(__file__).resolve().parents[1]
     data = tomllib.loads((root / "examples" / "stockbench.toml").read_text())
@@ -257,6 +257,7 @@ async def test_probe_runs_the_agents_own_protocol(
 ) -> None:
     from agents.probe import run_probe_command
     from agents.protocols import load_prompt_set
+    from daemon.config.settings import load_config
     from tests.test_llm_agent import _store_decisions
 
     monkeypatch.setenv(KEY_ENV, "sk-test")
@@ -271,7 +272,7 @@ async def test_probe_runs_the_agents_own_protocol(
     server.push_step("overview", pick(), pick())
     server.push_step("decision", orders({"MSFT": {"action": "increase", "target_usd": 500.0}}),
                      orders({"MSFT": {"action": "increase", "target_usd": 300.0}}))
-    out = await run_probe_command(str(cfg), str(db), "sb", 2)
+    out = await run_probe_command(load_config(str(cfg)).agents, str(cfg), str(db), "sb", 2)
     assert server.steps == ["overview", "decision", "overview", "decision"]
     assert (out["valid"], out["invalid"]) == (2, 0)
     assert out["mean_l1"] == pytest.approx(0.4)

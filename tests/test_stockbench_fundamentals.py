@@ -17,9 +17,9 @@ from aiohttp import web
 
 from agents.base import Fundamentals, LookAheadError, Observation, assert_no_lookahead
 from agents.stored_input import load_input
-from daemon.config import parse_config
-from daemon.events import FundamentalsEvent, decode_event, encode_event
-from daemon.replay import replay
+from daemon.app.replay import replay
+from daemon.config.settings import parse_config
+from daemon.core.events import FundamentalsEvent, decode_event, encode_event
 from feeds.fundamentals import (
     FundamentalsSettings,
     FundamentalsSource,
@@ -230,8 +230,8 @@ def ok_pick(*tickers: str) -> Any:
 
 
 def test_market_state_keeps_the_latest_snapshot_across_a_restart() -> None:
-    from daemon.market_state import MarketState
-    from scoring.ledger import Book
+    from daemon.market.state import MarketState
+    from scoring.ledger.ledger import Book
 
     def state() -> MarketState:
         book = Book("equity")

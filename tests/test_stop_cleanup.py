@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from daemon.config import Config, parse_config
-from daemon.engine import Engine
-from daemon.live import LiveDaemon
-from daemon.replay import engine_stop
-from daemon.store import Store
+from daemon.app.live import LiveDaemon
+from daemon.app.replay import engine_stop
+from daemon.config.settings import Config, parse_config
+from daemon.engine.engine import Engine
+from daemon.store.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG: dict[str, Any] = {
@@ -146,7 +146,7 @@ async def test_abort_start_closes_the_store_when_closing_agents_fails(
 async def test_replay_engine_stop_closes_agents_when_the_bus_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from daemon.clock import SimClock
+    from daemon.timing.clock import SimClock
 
     store = await Store.open(str(tmp_path / "r.db"))
     try:
@@ -167,8 +167,8 @@ def test_a_daemon_whose_stop_fails_still_exits(tmp_path: Path) -> None:
     """The whole process: the error is reported and the interpreter exits instead of hanging."""
     script = textwrap.dedent(f"""
         import asyncio, sys
-        from daemon.config import parse_config
-        from daemon.live import LiveDaemon
+        from daemon.config.settings import parse_config
+        from daemon.app.live import LiveDaemon
 
         async def boom():
             raise RuntimeError("close exploded")

@@ -1,6 +1,6 @@
 """Long-running commands stop cleanly on SIGTERM as on SIGINT (issue 11.13).
 
-Real subprocesses of ``python -m daemon.cli`` against the real Mosquitto: after SIGTERM each
+Real subprocesses of ``python -m daemon.app.cli`` against the real Mosquitto: after SIGTERM each
 command unwinds (one line, exit 143), withdraws its retained ownership claim, clears its retained
 ``status/<id>`` and the replay markers it announced; an evaluator waiting for a publisher gives
 up after ``[evaluator] publisher_timeout`` with one line.
@@ -37,7 +37,7 @@ def toml(path: Path, namespace: str, extra: str = "") -> Path:
 
 
 def start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "daemon.cli", *args], cwd=ROOT, text=True,
+    return subprocess.Popen([sys.executable, "-m", "daemon.app.cli", *args], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
@@ -153,7 +153,7 @@ async def test_replay_stops_cleanly_on_sigterm_and_resumes(tmp_path: Path) -> No
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         con.close()
-    done = subprocess.run([sys.executable, "-m", "daemon.cli", *args], cwd=ROOT, text=True,
+    done = subprocess.run([sys.executable, "-m", "daemon.app.cli", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "replayed" in done.stderr
@@ -163,7 +163,7 @@ async def test_an_evaluator_without_publisher_gives_up_with_one_line(namespace: 
                                                                      tmp_path: Path) -> None:
     cfg = toml(tmp_path / "c.toml", namespace, '\n[evaluator]\npublisher_timeout = "1s"\n'
                '\n[logging]\nlevel = "error"\n')
-    r = subprocess.run([sys.executable, "-m", "daemon.cli", "replay-evaluate", "--config",
+    r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "replay-evaluate", "--config",
                         str(cfg), "--db", str(tmp_path / "e.db"), "--process-id", "lonely"],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr

@@ -12,14 +12,13 @@ import asyncio
 
 import pytest
 
-from daemon.clock import SimClock
-from daemon.config import parse_config
-from daemon.dbfile import StoreOpenError
-from daemon.engine import Engine
-from daemon.events import PriceEvent
-from daemon.pgowners import StoreOwnershipError
-from daemon.pgstore import quote_reserved, translate_ddl, translate_params
-from daemon.store import (
+from daemon.config.settings import parse_config
+from daemon.core.events import PriceEvent
+from daemon.engine.engine import Engine
+from daemon.store.dbfile import StoreOpenError
+from daemon.store.pg import quote_reserved, translate_ddl, translate_params
+from daemon.store.pg_owners import StoreOwnershipError
+from daemon.store.store import (
     SCHEMA_VERSION,
     DecisionRecord,
     FillRecord,
@@ -28,6 +27,7 @@ from daemon.store import (
     StoreLockedError,
     StoreWriteError,
 )
+from daemon.timing.clock import SimClock
 from tests.pg import pg_database, requires_pg
 
 T0 = 1_793_000_000.0
@@ -317,7 +317,7 @@ async def test_bad_postgresql_urls_fail_with_one_line() -> None:
 
 @requires_pg
 async def test_the_cached_board_of_a_shared_store_moves_with_any_process_commit() -> None:
-    from daemon.board_cache import BoardCache
+    from daemon.web.board_cache import BoardCache
 
     with pg_database() as url:
         e1, e2 = await Store.open(url, scope="e1"), await Store.open(url, scope="e2")

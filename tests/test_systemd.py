@@ -20,11 +20,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from daemon import systemd
-from daemon.components import default_components
-from daemon.config import parse_config
-from daemon.live import STOP_GRACE, LiveDaemon
-from daemon.systemd import SystemdNotifier, notify, watchdog_interval
+from daemon.app import systemd
+from daemon.app.components import default_components
+from daemon.app.live import STOP_GRACE, LiveDaemon
+from daemon.app.systemd import SystemdNotifier, notify, watchdog_interval
+from daemon.config.settings import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 UNITS = ROOT / "systemd"
@@ -220,7 +220,7 @@ def test_daemon_subprocess_notifies_systemd(tmp_path: Path) -> None:
     env = {**os.environ, "NOTIFY_SOCKET": sock, "WATCHDOG_USEC": "400000",
            "INVOCATION_ID": "test"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon.cli", "run", "--config", str(cfg), "--db",
+        [sys.executable, "-m", "daemon.app.cli", "run", "--config", str(cfg), "--db",
          str(tmp_path / "d.db")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:

@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from daemon.bus import Bus
-from daemon.events import Event, PriceEvent, SourceStatus
+from daemon.core.bus import Bus
+from daemon.core.events import Event, PriceEvent, SourceStatus
 from feeds.connection import Source, SourceState, StreamingSource
 from feeds.equities import EquitySourcesSettings, build_equity_sources, build_yahoo_source
 from feeds.yahoo import (

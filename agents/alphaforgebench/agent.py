@@ -1,0 +1,311 @@
+"""The AlphaForgeBench protocol: the model writes a strategy function, the daemon runs it per bar.
+
+A decision (one round of the equity market = one daily bar):
+
+1. ``strategy`` (model call, only when due): with no strategy yet, or when the current version is
+   older than ``strategy.regenerate_every`` (decision time), the model is asked for a new one.
+   The answer ``{"strategy": {"code": "..."}}`` is validated
+   (:func:`agents.alphaforgebench.sandbox.validate_code`)
+   and retried like any invalid answer; the code is stored with the call (``parsed_json``: code
+   and SHA-256, the version id) and loaded into a new sandboxed worker. A failed regeneration
+   keeps the current version (the decision says so); without any version the agent holds.
+2. execution (no call): the worker calls ``generate_signal(df)`` once per stock on the stock's
+   last ``strategy.lookback`` daily bars (the daily closes plus the current price as today's
+   bar). Signal 1 sets the stock's exposure to the returned position, -1 to 0, 0 keeps it; a
+   stock whose call crashed or answered out of range keeps it too (recorded per stock). When the
+   whole bar fails (timeout, worker death) every stock keeps its exposure, the decision is
+   ``invalid`` and the worker is started again at the next bar.
+
+Multi-asset mapping: each of the N stocks of the universe has an equal sleeve of 1/N of the
+account; a stock's target weight is exposure / N and the rest is CASH. A kept exposure is the
+stock's current weight (no trade). Should kept weights that drifted up push the total above 1,
+every stock weight is scaled down by the same factor.
+
+The decision's ``raw_output`` is a JSON summary: the strategy version, whether it was generated
+now, each stock's signal and position, the failures and the resulting exposures; the report
+(:mod:`agents.alphaforgebench.report`) groups the live results by version from it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import string
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from agents.alphaforgebench.sandbox import (
+    InvalidStrategy,
+    SandboxError,
+    SandboxLimits,
+    StrategyWorker,
+    check_result,
+    code_sha256,
+    network_isolation,
+    validate_code,
+)
+from agents.base import CASH, AgentDecision, Observation
+from agents.llm import DecisionRun, audit_trail, render_failed
+from agents.llm_output import InvalidOutput, extract_json
+from agents.stepwise import StepwiseAgent, flat, load_prompt_set
+
+log = structlog.get_logger(__name__)
+
+PROTOCOL = "alphaforgebench"
+LOAD_FAILED = "the strategy does not load"
+
+#: The factor columns of a bar frame as the prompt lists them (agents/sandbox_worker.factors).
+FACTORS: tuple[tuple[str, str], ...] = (
+    ("ret_1", "close / previous close - 1"),
+    ("sma_{w}, w in 5 10 20 50 100 200", "simple moving average of the close"),
+    ("ema_{w}, w in 5 10 12 20 26 50 100 200", "exponential moving average (span w)"),
+    ("ma_{w}, w in 5 10 20 50 100 200", "sma_w / close (around 1.0)"),
+    ("roc_{w}, w in 5 10 20 50 100 200", "close w bars ago / close (around 1.0)"),
+    ("std_{w}, w in 5 10 20 50 100 200", "standard deviation of ret_1 over w bars"),
+    ("rsi_{w}, w in 6 14 24", "relative strength index (Wilder), 0-100"),
+    ("macd, macd_signal, macd_hist", "ema_12 - ema_26, its 9-bar EMA, their difference"),
+    ("bb_upper_{w}, bb_middle_{w}, bb_lower_{w}, w in 10 20", "Bollinger bands (sma +- 2 std)"),
+    ("stoch_k_{w}, stoch_d_{w}, w in 14 20", "stochastic oscillator of the closes, 0-100"),
+    ("atr_{w}, w in 14 20", "mean absolute close-to-close change (closes only)"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyCode:
+    """A validated strategy answer: the code and its version id."""
+
+    code: str
+    sha256: str
+
+    def to_json(self) -> dict[str, str]:
+        """Return what the call record stores."""
+        return {"code": self.code, "sha256": self.sha256}
+
+
+def check_strategy(answer: str, finish_reason: str | None) -> StrategyCode:
+    """Return the strategy of an answer or raise :class:`InvalidOutput` (one line)."""
+    if finish_reason == "length":
+        raise InvalidOutput("truncated output (finish_reason=length)")
+    obj = extract_json(answer, "strategy")
+    inner = obj["strategy"]
+    code = inner.get("code") if isinstance(inner, dict) else None
+    if not isinstance(code, str):
+        raise InvalidOutput("'strategy' must be an object with the code as a string in 'code'")
+    try:
+        validate_code(code)
+    except InvalidStrategy as exc:
+        raise InvalidOutput(f"strategy code rejected: {exc}") from None
+    return StrategyCode(code, code_sha256(code))
+
+
+def factors_text() -> str:
+    """Return the factor list of the prompt."""
+    return "\n".join(f"  - {name}: {what}" for name, what in FACTORS)
+
+
+def bars_of(obs: Observation, lookback: int) -> dict[str, dict[str, list[float]]]:
+    """Return each priced stock's last ``lookback`` daily bars: closes plus the current price."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for a in obs.assets:
+        pp = obs.prices.get(a)
+        if pp is None:
+            continue
+        hist = [p for p in obs.history.get(a, ()) if p.ts < pp.ts][-(lookback - 1):]
+        out[a] = {"ts": [p.ts for p in hist] + [pp.ts],
+                  "close": [p.price for p in hist] + [pp.price]}
+    return out
+
+
+def target_weights(obs: Observation, answers: dict[str, tuple[int, float]]
+                   ) -> tuple[dict[str, float], dict[str, float]]:
+    """Return (target weights with CASH, exposure per stock) for the valid ``answers``."""
+    n = len(obs.assets)
+    weights: dict[str, float] = {}
+    for a in obs.assets:
+        current = obs.weights.get(a, 0.0)
+        got = answers.get(a)
+        if got is None or got[0] == 0 or a not in obs.prices:
+            weights[a] = current
+        elif got[0] == 1:
+            weights[a] = got[1] / n
+        else:
+            weights[a] = 0.0
+    total = math.fsum(weights.values())
+    if total > 1.0:
+        weights = {a: w / total for a, w in weights.items()}
+    exposure = {a: w * n for a, w in weights.items()}
+    weights[CASH] = max(0.0, 1.0 - math.fsum(weights.values()))
+    return weights, exposure
+
+
+class AlphaForgeAgent(StepwiseAgent):
+    """An LLM agent whose model writes the strategy the daemon runs (see the module doc)."""
+
+    protocol = PROTOCOL
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Build the agent; the strategy (and its worker) come with the first decision."""
+        super().__init__(*args, **kwargs)
+        s = self.cfg.strategy
+        self.limits = SandboxLimits(memory_mb=s.memory_mb, cpu_s=s.cpu_seconds,
+                                    timeout_s=s.timeout, network_namespace=s.network_namespace)
+        if s.network_namespace:
+            network_isolation()  # probed once, here, never inside a round
+        self.current: StrategyCode | None = None
+        self.created_ts: float | None = None
+        self.worker: StrategyWorker | None = None
+        self.previous: tuple[StrategyCode, float] | None = None
+
+    def prompt_version(self, obs: Observation) -> str:
+        """Return the version of the AlphaForgeBench prompt set."""
+        return load_prompt_set(PROTOCOL)[1]
+
+    def render_strategy_prompt(self) -> tuple[str, str]:
+        """Return (prompt text, prompt set version) of the strategy step."""
+        templates, version = load_prompt_set(PROTOCOL)
+        text = string.Template(templates["strategy"]).substitute(
+            lookback=self.cfg.strategy.lookback, factors=factors_text(),
+            query=self.cfg.strategy.query)
+        return text, version
+
+    def due(self, ts: float) -> bool:
+        """Return whether a new strategy version is to be asked for at decision time ``ts``."""
+        if self.current is None or self.created_ts is None:
+            return True
+        every = self.cfg.strategy.regenerate_every
+        return every > 0 and ts - self.created_ts >= every
+
+    async def install(self, strategy: StrategyCode, ts: float) -> None:
+        """Make ``strategy`` the current version (a new worker; the old one is stopped)."""
+        old = self.worker
+        if self.current is not None and self.created_ts is not None:
+            self.previous = (self.current, self.created_ts)
+        self.current, self.created_ts = strategy, ts
+        self.worker = StrategyWorker(strategy.code, self.limits)
+        if old is not None:
+            await old.close()
+        log.info("alphaforge.strategy", agent=self.id, version=strategy.sha256[:12], ts=ts)
+
+    async def restore_from_store(
+            self, fetchall: Callable[[str, Sequence[Any]], Awaitable[list[tuple[Any, ...]]]]
+    ) -> bool:
+        """Take up the version the last stored decision ran (after a restart); True if found.
+
+        The version id and its start come from that decision's summary, the code from the
+        stored call that produced it (checked against the id).
+        """
+        rows = await fetchall(
+            "SELECT raw_output FROM decisions WHERE agent=? AND market='equity'"
+            " AND raw_output LIKE ? ORDER BY scheduled_ts DESC LIMIT 1",
+            (self.id, '%"strategy_version"%'))
+        if not rows:
+            return False
+        try:
+            summary = json.loads(rows[0][0])
+            version, since = str(summary["strategy_version"]), float(summary["strategy_since"])
+        except (TypeError, ValueError, KeyError):
+            return False
+        calls = await fetchall(
+            "SELECT parsed_json FROM llm_calls WHERE agent=? AND step='strategy'"
+            " AND outcome='ok' AND parsed_json LIKE ?", (self.id, f"%{version}%"))
+        for (parsed,) in calls:
+            code = json.loads(parsed).get("code")
+            if isinstance(code, str) and code_sha256(code) == version:
+                self.current, self.created_ts = StrategyCode(code, version), since
+                self.worker = StrategyWorker(code, self.limits)
+                log.info("alphaforge.strategy_restored", agent=self.id, version=version[:12])
+                return True
+        return False
+
+    async def revert(self) -> None:
+        """Drop the current version for the previous one (none: the next bar asks anew)."""
+        if self.worker is not None:
+            await self.worker.close()
+        if self.previous is None:
+            self.current = self.created_ts = self.worker = None
+            return
+        (self.current, self.created_ts), self.previous = self.previous, None
+        self.worker = StrategyWorker(self.current.code, self.limits)
+
+    async def aclose(self) -> None:
+        """Stop the strategy worker."""
+        if self.worker is not None:
+            await self.worker.close()
+
+    async def decide(self, obs: Observation) -> AgentDecision:
+        """Renew the strategy when due, then run it on the current bar of every stock."""
+        try:
+            text, version = self.render_strategy_prompt()
+        except Exception as exc:
+            log.exception("alphaforge.render_failed", agent=self.id, market=obs.market)
+            return render_failed(exc)
+        summary: dict[str, Any] = {"protocol": PROTOCOL}
+        run: DecisionRun | None = None
+        if self.due(obs.decision_ts):
+            started = self.start(obs, version)
+            if isinstance(started, AgentDecision):
+                if self.current is None:
+                    return started
+                summary["regeneration_failed"] = started.reason
+            else:
+                run = started
+                step = await self.run_step(run, "strategy", text, check_strategy,
+                                           dump=StrategyCode.to_json)
+                if step.ok:
+                    await self.install(step.parsed, obs.decision_ts)
+                    summary["generated"] = True
+                elif self.current is None:
+                    return self._failed(run, step, version, summary)
+                else:
+                    summary["regeneration_failed"] = flat(step.error, 300)
+        assert self.current is not None and self.worker is not None
+        summary["strategy_version"] = self.current.sha256
+        summary["strategy_since"] = self.created_ts
+        try:
+            raw = await self.worker.run_bar(bars_of(obs, self.cfg.strategy.lookback))
+        except SandboxError as exc:
+            reason = f"strategy {self.current.sha256[:12]}: {exc}; holding"
+            summary["bar_failed"] = str(exc)
+            if str(exc).startswith(LOAD_FAILED):
+                await self.revert()  # a version that cannot load is never kept
+            return self._hold(run, version, summary, reason)
+        answers: dict[str, tuple[int, float]] = {}
+        failed: dict[str, str] = {}
+        for a in sorted(raw):
+            try:
+                answers[a] = check_result(raw[a])
+            except ValueError as exc:
+                failed[a] = flat(str(exc), 200)
+        summary["signals"] = {a: list(v) for a, v in answers.items()}
+        summary["failed"] = failed
+        if failed and not answers:
+            reason = (f"strategy {self.current.sha256[:12]}: failed on every stock"
+                      f" ({next(iter(failed.values()))}); holding")
+            return self._hold(run, version, summary, reason)
+        weights, exposure = target_weights(obs, answers)
+        summary["exposure"] = exposure
+        reason = ("" if not failed else
+                  f"strategy failed on {', '.join(sorted(failed))} (held): "
+                  f"{next(iter(failed.values()))}")
+        common = (self._common(run, version, summary) if run is not None
+                  else _no_calls(version, summary))
+        return AgentDecision(allocation=weights, outcome="ok", reason=flat(reason, 300),
+                             **common)
+
+    def _hold(self, run: DecisionRun | None, version: str, summary: dict[str, Any],
+              reason: str) -> AgentDecision:
+        if run is not None:
+            return self._held(run, reason, version, summary)
+        log.info("llm.decision", agent=self.id, outcome="invalid", reason=reason)
+        return AgentDecision(allocation=None, outcome="invalid", reason=flat(reason, 300),
+                             **_no_calls(version, summary))
+
+
+def _no_calls(version: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """Return the audit fields of a decision that made no model call."""
+    common = audit_trail([], version)
+    common["raw_output"] = json.dumps(summary, sort_keys=True)
+    return common

@@ -1,0 +1,308 @@
+"""Validate AlphaForgeBench strategy code and run it in a sandboxed worker process.
+
+Layers (docs/protocol-alphaforgebench.md, "The sandbox"):
+
+1. :func:`validate_code` (in the daemon, before anything runs): the code parses, defines a
+   top-level ``def generate_signal(df)``, imports only :data:`ALLOWED_IMPORTS`, and uses no
+   dunder name or attribute and none of :data:`FORBIDDEN_NAMES` (``eval``, ``open``,
+   ``getattr``...). A rejected answer is retried like any invalid model answer.
+2. :class:`StrategyWorker`: one long-lived child process per strategy version
+   (``agents/alphaforgebench/sandbox_worker.py`` run with ``python -I``, a minimal environment
+   without any key,
+   stdin/stdout JSON lines), so a bar costs one round trip, not a spawn. The child lowers its
+   own limits before it reads the code (``RLIMIT_AS``, per-request ``RLIMIT_CPU``,
+   ``RLIMIT_FSIZE = 0``, ``RLIMIT_NOFILE``, ``RLIMIT_NPROC = 0``) and installs an audit hook
+   refusing sockets, subprocesses, file writes and deletions, ``ctypes`` and limit changes;
+   under it, since strategy code can rewrite its own memory through numpy, a seccomp filter
+   (Linux x86_64) and Landlock (reads beneath the libraries only) hold in the kernel.
+3. Network: as root with a working ``unshare --net`` (util-linux) the child runs in a fresh
+   network namespace (no interface but a down loopback); elsewhere the audit hook alone refuses
+   sockets (:func:`network_isolation` says which, once, in the log).
+4. The daemon side never blocks: the pipes are asyncio streams, each request has a wall-clock
+   timeout after which the child is killed; a dead or killed child is started again at the
+   next request (loading the same code).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+FUNCTION = "generate_signal"
+#: Top-level modules strategy code may import (the paper's list, pydantic aside).
+ALLOWED_IMPORTS = frozenset({"math", "numpy", "pandas", "datetime", "typing", "statistics"})
+#: Names strategy code may not use at all (escape hatches out of the allow-list).
+FORBIDDEN_NAMES = frozenset({
+    "eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars", "getattr",
+    "setattr", "delattr", "input", "breakpoint", "memoryview", "help", "exit", "quit",
+})
+MAX_CODE_CHARS = 40_000
+WORKER = Path(__file__).with_name("sandbox_worker.py")
+
+
+class InvalidStrategy(ValueError):
+    """Strategy code that may not run (one line)."""
+
+
+class SandboxError(RuntimeError):
+    """A request to the worker failed as a whole: timeout, crash, limit (one line)."""
+
+
+def code_sha256(code: str) -> str:
+    """Return the SHA-256 hex digest of the strategy code (its version id)."""
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()
+
+
+def validate_code(code: str) -> str:
+    """Return ``code`` if it may run in the sandbox, else raise :class:`InvalidStrategy`."""
+    if not isinstance(code, str) or not code.strip():
+        raise InvalidStrategy("the strategy code is empty")
+    if len(code) > MAX_CODE_CHARS:
+        raise InvalidStrategy(f"the strategy code is longer than {MAX_CODE_CHARS} characters")
+    try:
+        tree = ast.parse(code, "<strategy>")
+    except SyntaxError as exc:
+        raise InvalidStrategy(f"the code does not parse: {exc.msg} (line {exc.lineno})") from None
+    except ValueError as exc:  # e.g. null bytes
+        raise InvalidStrategy(f"the code does not parse: {exc}") from None
+    defined = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == FUNCTION]
+    if not defined:
+        raise InvalidStrategy(f"the code defines no top-level function {FUNCTION}(df)")
+    if len(defined[0].args.args) + len(defined[0].args.posonlyargs) < 1:
+        raise InvalidStrategy(f"{FUNCTION} must take the bar frame as its first argument")
+    for node in ast.walk(tree):
+        where = f" (line {getattr(node, 'lineno', '?')})"
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                _check_import(alias.name, where)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise InvalidStrategy(f"relative imports are not allowed{where}")
+            _check_import(node.module or "", where)
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("__"):
+            raise InvalidStrategy(f"dunder attribute {node.attr!r} is not allowed{where}")
+        elif isinstance(node, ast.Name) and (node.id.startswith("__")
+                                             or node.id in FORBIDDEN_NAMES):
+            raise InvalidStrategy(f"name {node.id!r} is not allowed{where}")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and (
+                node.name.startswith("__")):
+            raise InvalidStrategy(f"dunder definition {node.name!r} is not allowed{where}")
+        elif isinstance(node, ast.arg | ast.keyword) and (node.arg or "").startswith("__"):
+            raise InvalidStrategy(f"dunder argument {node.arg!r} is not allowed{where}")
+        elif isinstance(node, ast.alias) and (node.asname or "").startswith("__"):
+            raise InvalidStrategy(f"dunder name {node.asname!r} is not allowed{where}")
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            raise InvalidStrategy(f"global state is not allowed: the strategy is stateless{where}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value.startswith("__") and node.value.endswith("__")):
+            raise InvalidStrategy(f"dunder string {node.value!r} is not allowed{where}")
+    return code
+
+
+def _check_import(name: str, where: str) -> None:
+    if name.split(".")[0] not in ALLOWED_IMPORTS:
+        allowed = ", ".join(sorted(ALLOWED_IMPORTS))
+        raise InvalidStrategy(f"import of {name!r} is not allowed (only {allowed}){where}")
+
+
+def check_result(value: Any) -> tuple[int, float]:
+    """Return (signal, position) of one strategy answer or raise ``ValueError`` (one line).
+
+    The answer must be ``{"signal": s, "position": p}`` with ``s`` in {1, 0, -1} and ``p`` a
+    finite number in [0, 1]; other keys are ignored.
+    """
+    if not isinstance(value, dict):
+        raise ValueError("the strategy did not return a dict")
+    if "error" in value:
+        raise ValueError(f"the strategy raised {value['error']}")
+    s, p = value.get("signal"), value.get("position")
+    if isinstance(s, bool) or not isinstance(s, int | float) or s not in (1, 0, -1):
+        raise ValueError(f"signal must be 1, 0 or -1, got {s!r}")
+    if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p) or not (
+            0.0 <= p <= 1.0):
+        raise ValueError(f"position must be a number in [0, 1], got {p!r}")
+    return int(s), float(p)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxLimits:
+    """The limits of one strategy worker."""
+
+    memory_mb: int = 1024
+    """Address space of the child (``RLIMIT_AS``)."""
+    cpu_s: float = 5.0
+    """CPU seconds per request (``RLIMIT_CPU``, moved before each request)."""
+    timeout_s: float = 10.0
+    """Wall-clock seconds per request; the child is killed after it."""
+    start_timeout_s: float = 60.0
+    """Wall-clock seconds to start the child and load the code (imports pandas)."""
+    nofile: int = 64
+    network_namespace: bool = True
+    """Run the child under ``unshare --net`` when that works (root on Linux)."""
+
+
+@lru_cache(maxsize=1)
+def network_isolation() -> str:
+    """Return ``"namespace"`` when ``unshare --net`` works here, else ``"audit-hook"``."""
+    tool = shutil.which("unshare")
+    how = "audit-hook"
+    if tool and sys.platform.startswith("linux"):
+        try:
+            done = subprocess.run([tool, "--net", "--", "true"], capture_output=True, timeout=10,
+                                  check=False)
+            if done.returncode == 0:
+                how = "namespace"
+        except (OSError, subprocess.SubprocessError):
+            pass
+    log.info("sandbox.network", isolation=how)
+    return how
+
+
+def worker_command(limits: SandboxLimits) -> list[str]:
+    """Return the argv that starts a worker under ``limits``."""
+    argv = [sys.executable, "-I", str(WORKER),
+            json.dumps({"memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s,
+                        "nofile": limits.nofile})]
+    if limits.network_namespace and network_isolation() == "namespace":
+        tool = shutil.which("unshare")
+        assert tool is not None
+        argv = [tool, "--net", "--", *argv]
+    return argv
+
+
+#: The child's whole environment: no provider key or other secret reaches it.
+CHILD_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
+             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMEXPR_MAX_THREADS": "1"}
+
+
+class StrategyWorker:
+    """A long-lived sandboxed process running one strategy version (see the module doc)."""
+
+    def __init__(self, code: str, limits: SandboxLimits | None = None) -> None:
+        self.code = code
+        self.version = code_sha256(code)
+        self.limits = limits or SandboxLimits()
+        self.proc: asyncio.subprocess.Process | None = None
+        self.starts = 0
+        """How many times a child was started (restarts after a kill count)."""
+        self.seccomp = "unknown"
+        """The child's kernel filter: "on", or "off: <why>" (known once it has loaded)."""
+        self.landlock = "unknown"
+        """The child's Landlock read confinement: "on", or "off: <why>"."""
+
+    async def _start(self) -> None:
+        self.starts += 1
+        self.proc = await asyncio.create_subprocess_exec(
+            *worker_command(self.limits), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+            env=CHILD_ENV, cwd="/", limit=1 << 20, start_new_session=True)
+        answer = await self._request({"op": "load", "code": self.code},
+                                     self.limits.start_timeout_s)
+        if not answer.get("ok"):
+            await self.close()
+            raise SandboxError(f"the strategy does not load: {answer.get('error', '?')}")
+        seccomp = str(answer.get("seccomp", "off: not reported"))[:200]
+        landlock = str(answer.get("landlock", "off: not reported"))[:200]
+        if (seccomp, landlock) != (self.seccomp, self.landlock):
+            log.info("sandbox.kernel", seccomp=seccomp, landlock=landlock)
+        self.seccomp, self.landlock = seccomp, landlock
+
+    async def _request(self, req: dict[str, Any], timeout: float) -> dict[str, Any]:
+        proc = self.proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps(req).encode() + b"\n")
+            async with asyncio.timeout(timeout):
+                await proc.stdin.drain()
+                line = await proc.stdout.readline()
+        except TimeoutError:
+            await self.close()
+            raise SandboxError(f"timed out after {timeout:g}s (worker killed)") from None
+        except (ConnectionError, BrokenPipeError):
+            line = b""
+        except ValueError:  # a line over the stream limit: not an answer of the protocol
+            await self.close()
+            raise SandboxError("the worker sent an answer over 1 MiB (worker killed)") from None
+        if not line:
+            code = await self._reap()
+            raise SandboxError(f"the worker died ({_exit_text(code)})")
+        try:
+            answer = json.loads(line)
+        except (ValueError, RecursionError):  # e.g. a strategy writing to the answer pipe
+            await self.close()
+            raise SandboxError("the worker sent garbage (worker killed)") from None
+        return answer if isinstance(answer, dict) else {"ok": False, "error": "bad answer"}
+
+    async def run_bar(self, bars: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+        """Return ``{asset: raw answer}`` for one bar, starting the worker if needed.
+
+        ``bars`` maps each asset to ``{"ts": [...], "close": [...]}`` (oldest first, the last
+        entry the current bar). Raises :class:`SandboxError` when the request fails as a whole.
+        """
+        if self.proc is None or self.proc.returncode is not None:
+            await self._start()
+        answer = await self._request({"op": "bar", "bars": bars}, self.limits.timeout_s)
+        if not answer.get("ok"):
+            raise SandboxError(str(answer.get("error", "failed")))
+        results = answer.get("results")
+        if not isinstance(results, dict):
+            return {}
+        return {a: results[a] for a in bars if a in results}  # only the stocks asked about
+
+    async def _reap(self) -> int | None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        try:
+            async with asyncio.timeout(5):
+                return await proc.wait()
+        except TimeoutError:
+            _kill(proc)
+            return await proc.wait()
+
+    async def close(self) -> None:
+        """Kill the worker (if running) and wait for it."""
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            _kill(proc)
+        await self._reap()
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = {"SIGXCPU": ": CPU time limit", "SIGKILL": ": killed (memory or limit)",
+                "SIGSEGV": ": crashed"}.get(name, "")
+        return f"{name}{hint}"
+    return f"exit status {code}"

@@ -1,0 +1,371 @@
+"""CapitalBench rounds in the daemon: freeze, collect one call per model, store the prices.
+
+The engine runs one scheduler job per configured track (``capital:weekly``,
+``capital:monthly``; :class:`agents.capitalbench.rounds.TrackTrigger`: the first NYSE session of
+each
+week or month at the track's time) and calls :meth:`CapitalRunner.on_mark` after each equity
+daily mark. A round:
+
+1. is planned and frozen (:mod:`agents.capitalbench.rounds`) before any model is called; the round
+   row is stored with the SHA-256 of its ``hashes.json``;
+2. asks every ``protocol = "capitalbench"`` agent once (the official run ``official``) and, when
+   the track asks for it, ``consistency_repeats`` more times (run ``consistency``, never
+   official); every submission, valid or not, is stored with every raw answer and written to
+   ``runs/<run_id>/<agent>[-<replicate>].json``. A submission finishing after the deadline is
+   stored as ``late`` and never scored;
+3. stores the options' and the benchmark's closes of the start session once it has closed, and
+   of the end session after the end rule; the round is then ``resolved`` and scored from these
+   stored prices (:mod:`agents.capitalbench.scores`), its results written to
+   ``runs/official/results.json``.
+
+A round whose fire time was missed (daemon down) is not run late. The closes come from the
+engine's daily closes (:class:`daemon.market.state.MarketState`): an option must be in the equity
+universe to have prices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import structlog
+
+from agents.capitalbench.agent import CapitalBenchAgent, Rules, SubmissionResult
+from agents.capitalbench.config import CapitalBenchConfig
+from agents.capitalbench.rounds import (
+    HASHES,
+    NY,
+    RUNS,
+    RoundConflict,
+    RoundPlan,
+    TrackTrigger,
+    freeze_round,
+    plan_round,
+    round_files,
+    sha256,
+)
+from agents.config import AgentConfig
+from agents.host import Now, PriceHistory, StoreAccess
+from agents.stepwise import load_prompt_set
+
+log = structlog.get_logger(__name__)
+
+OFFICIAL, CONSISTENCY = "official", "consistency"
+#: Calendar days of daily closes the runner keeps (the trailing table's 1 y window and margin).
+KEEP_DAYS = 400
+
+
+class CapitalConfig(Protocol):
+    """The parts of the daemon's config the runner reads."""
+
+    @property
+    def capitalbench(self) -> CapitalBenchConfig | None:
+        """Return the ``[capitalbench]`` section."""
+        ...
+
+    @property
+    def agents(self) -> Sequence[AgentConfig]:
+        """Return every configured agent."""
+        ...
+
+
+class CapitalHost(Protocol):
+    """What the runner needs from its engine (:class:`daemon.engine.engine.Engine` is one)."""
+
+    @property
+    def config(self) -> CapitalConfig:
+        """Return the daemon's config."""
+        ...
+
+    @property
+    def clock(self) -> Now:
+        """Return the daemon's clock."""
+        ...
+
+    @property
+    def store(self) -> StoreAccess:
+        """Return the daemon's store."""
+        ...
+
+    @property
+    def state(self) -> PriceHistory:
+        """Return the market state (its daily closes)."""
+        ...
+
+
+#: Build an agent from its config (the engine passes :func:`agents.factory.build_agent` bound
+#: to its clock; the runner does not import the factory, which knows every protocol).
+BuildAgent = Callable[[AgentConfig], Any]
+
+
+def capital_agent_configs(config: CapitalConfig) -> list[AgentConfig]:
+    """Return the configured agents following the ``capitalbench`` protocol."""
+    return [a for a in config.agents if a.protocol == "capitalbench"]
+
+
+def _day(ts: float) -> date:
+    return datetime.fromtimestamp(ts, NY).date()
+
+
+class CapitalRunner:
+    """Run the CapitalBench tracks of one engine (see the module doc)."""
+
+    def __init__(self, host: CapitalHost, build: BuildAgent | None = None) -> None:
+        """Attach to ``host``; the agents are built with ``build`` on first use."""
+        assert host.config.capitalbench is not None
+        self.host = host
+        self._build = build
+        self.cap: CapitalBenchConfig = host.config.capitalbench
+        self._agents: dict[str, CapitalBenchAgent] | None = None
+        self._daily: dict[str, dict[str, float]] = {}
+        """Option / benchmark -> NY day (ISO) -> close: a year of them (the trailing table)."""
+
+    @property
+    def agents(self) -> dict[str, CapitalBenchAgent]:
+        """Return agent id -> agent (built once)."""
+        if self._agents is None:
+            if self._build is None:
+                raise RuntimeError("CapitalRunner was given no agent builder")
+            built = {}
+            own = getattr(self.host, "agent_ids", None)  # split roles: this evaluator's only
+            for acfg in capital_agent_configs(self.host.config):
+                if own is not None and acfg.id not in own:
+                    continue
+                agent = self._build(acfg)
+                assert isinstance(agent, CapitalBenchAgent)
+                built[acfg.id] = agent
+            self._agents = built
+        return self._agents
+
+    def reload(self) -> None:
+        """Rebuild the agents from the host's (reloaded) config on next use."""
+        self._agents = None
+
+    def triggers(self) -> list[tuple[str, TrackTrigger]]:
+        """Return (job id, trigger) of every track."""
+        return [(f"capital:{t.kind}", TrackTrigger(t.kind, t.at)) for t in self.cap.tracks]
+
+    # -- rounds ---------------------------------------------------------------------------------
+    async def on_job(self, track: str, fire_ts: float, missed: bool) -> str | None:
+        """Freeze and collect the round of ``track`` fired at ``fire_ts``; return its id."""
+        if missed:
+            log.warning("capitalbench round missed (not run late)", track=track, fire_ts=fire_ts)
+            return None
+        plan = plan_round(track, fire_ts, self.cap.collect_window)
+        store = self.host.store
+        done = await store.fetchall("SELECT status FROM capital_rounds WHERE round_id=?",
+                                    (plan.round_id,))
+        if done and done[0][0] != "frozen":
+            return plan.round_id  # collected before a restart
+        try:
+            rdir = self.freeze(plan)
+        except (OSError, UnicodeDecodeError, RoundConflict, KeyError, ValueError) as exc:
+            log.error("capitalbench round not frozen; no model called", round=plan.round_id,
+                      error=str(exc))
+            return None
+        manifest = (rdir / "manifest.json").read_text("utf-8")
+        if not done:
+            await store.execute_atomic([(
+                "INSERT INTO capital_rounds(round_id, track, frozen_ts, deadline_ts, start_day,"
+                " start_ts, end_day, end_ts, dir, manifest_json, hashes_sha256, status)"
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+                (plan.round_id, track, plan.freeze_ts, plan.deadline_ts,
+                 plan.start_day.isoformat(), plan.start_ts, plan.end_day.isoformat(),
+                 plan.end_ts, str(rdir), manifest, sha256((rdir / HASHES).read_bytes()),
+                 "frozen"))])
+        log.info("capitalbench round frozen", round=plan.round_id, dir=str(rdir))
+        await self.collect(plan, rdir)
+        return plan.round_id
+
+    def freeze(self, plan: RoundPlan) -> Path:
+        """Write the round package and its hashes (or re-use an identical one)."""
+        cap = self.cap
+        briefing = Path(cap.briefing).read_bytes()
+        briefing.decode("utf-8")  # a briefing must be text
+        templates, version = load_prompt_set("capitalbench")
+        files = round_files(plan, cap, briefing, self.closes(plan.freeze_ts, cap.tickers),
+                            templates["round"], version)
+        return freeze_round(Path(cap.rounds_dir), files, plan.round_id)
+
+    def closes(self, before: float, assets: Sequence[str]) -> dict[str, list[tuple[date, float]]]:
+        """Return each asset's daily closes of sessions completed before ``before``'s day: the
+        runner's own year of them (:meth:`on_daily_closes`) updated from the market state."""
+        self.on_daily_closes(before)
+        today = _day(before).isoformat()
+        return {a: [(date.fromisoformat(d), p) for d, p in sorted(self._daily[a].items())
+                    if d < today]
+                for a in assets if a in self._daily}
+
+    def on_daily_closes(self, ts: float) -> None:
+        """Keep the closes of sessions completed before ``ts``'s day of every option and the
+        benchmark: the market state holds about 30 sessions, the trailing table needs a year
+        (``KEEP_DAYS``); called at every daily mark and before a freeze."""
+        today = _day(ts)
+        hist = self.host.state.history.get("equity", {})
+        for a in (*self.cap.tickers, self.cap.benchmark):
+            h = hist.get(a)
+            if h is None:
+                continue
+            points = [(p.ts, p.price) for p in h.closes] + ([h.last] if h.last else [])
+            known = self._daily.setdefault(a, {})
+            for t, price in sorted(points):
+                if _day(t) < today:
+                    known[_day(t).isoformat()] = price
+            oldest = (today - timedelta(days=KEEP_DAYS)).isoformat()
+            for d in [d for d in known if d < oldest]:
+                del known[d]
+
+    def state(self) -> dict[str, Any]:
+        """Return the kept closes (JSON-ready, for the engine's checkpoint)."""
+        return {a: dict(sorted(days.items())) for a, days in sorted(self._daily.items())}
+
+    def restore(self, st: Mapping[str, Any]) -> None:
+        """Load closes kept by :meth:`state` (a restart, a resumed replay)."""
+        for a, days in st.items():
+            self._daily.setdefault(str(a), {}).update(
+                {str(d): float(p) for d, p in dict(days).items()})
+
+    def close_on(self, day: date, assets: Sequence[str]) -> dict[str, float]:
+        """Return the close of every asset that traded on ``day`` (last regular price)."""
+        hist = self.host.state.history.get("equity", {})
+        out = {}
+        for a in assets:
+            h = hist.get(a)
+            if h is None:
+                continue
+            for ts, price in [(p.ts, p.price) for p in h.closes] + ([h.last] if h.last else []):
+                if _day(ts) == day:
+                    out[a] = price
+        return out
+
+    async def collect(self, plan: RoundPlan, rdir: Path) -> None:
+        """Ask every agent (official run, then the track's consistency repeats); store all."""
+        await self.restore_usage(self.host.clock.now())
+        prompt = (rdir / "prompt.md").read_text("utf-8")
+        manifest = json.loads((rdir / "manifest.json").read_text("utf-8"))
+        rules = Rules(self.cap.option_ids, manifest["submission_format"],
+                      int(manifest["max_holdings"]), int(manifest["increment_pct"]))
+        version = str(manifest["prompt_version"])
+        track = next(t for t in self.cap.tracks if t.kind == plan.track)
+        agents = self.agents
+        runs = [(OFFICIAL, 1)] + [(CONSISTENCY, k) for k in
+                                  range(1, track.consistency_repeats + 1)]
+        rows: list[tuple[str, Sequence[Any]]] = []
+        for run_id, rep in runs:
+            now = self.host.clock.now()
+            results = await asyncio.gather(*(
+                a.submit(prompt, rules, now, version) for a in agents.values()))
+            done_ts = self.host.clock.now()
+            for (agent_id, agent), res in zip(agents.items(), results, strict=True):
+                if res.outcome == "ok" and done_ts > plan.deadline_ts:
+                    res = SubmissionResult("late", "answered after the round's deadline",
+                                           res.submission, res.calls, res.raw_responses,
+                                           res.usage, res.template_version)
+                rows.append(self._row(plan, run_id, rep, agent_id, agent.cfg.model or "",
+                                      done_ts, res))
+                count = track.consistency_repeats if run_id == CONSISTENCY else 1
+                self._write_run_file(rdir, plan.round_id, run_id, (rep, count), agent_id,
+                                     agent.cfg.model or "", res)
+        rows.append(("UPDATE capital_rounds SET status='collected' WHERE round_id=?",
+                     (plan.round_id,)))
+        await self.host.store.execute_atomic(rows)
+        log.info("capitalbench round collected", round=plan.round_id, agents=len(agents),
+                 runs=len(runs))
+
+    async def restore_usage(self, now: float) -> None:
+        """Set each agent's spend of ``now``'s UTC day from its stored submissions (after a
+        restart the daily budget counts what was spent before it)."""
+        from agents.llm import utc_day
+
+        day = utc_day(now)
+        lo = datetime.fromisoformat(day + "T00:00:00+00:00").timestamp()
+        rows = await self.host.store.fetchall(
+            "SELECT agent, SUM(tokens_in + tokens_out), SUM(cost_usd) FROM capital_submissions"
+            " WHERE ts >= ? AND ts < ? GROUP BY agent", (lo, lo + 86_400.0))
+        spent = {a: (int(t or 0), float(c or 0.0)) for a, t, c in rows}
+        for agent_id, agent in self.agents.items():
+            agent.restore_usage(day, *spent.get(agent_id, (0, 0.0)))
+
+    @staticmethod
+    def _row(plan: RoundPlan, run_id: str, rep: int, agent_id: str, model: str, ts: float,
+             res: SubmissionResult) -> tuple[str, Sequence[Any]]:
+        sub = res.submission
+        usage = res.usage
+        return (
+            "INSERT INTO capital_submissions(round_id, run_id, agent, replicate, official, ts,"
+            " model, outcome, reason, holdings_json, submission_json, raw_responses_json,"
+            " calls_json, tokens_in, tokens_out, cost_usd, template_version)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (plan.round_id, run_id, agent_id, rep, int(run_id == OFFICIAL), ts, model,
+             res.outcome, res.reason,
+             None if sub is None or res.outcome != "ok" else _dumps(dict(sub.holdings)),
+             None if sub is None else _dumps(sub.to_json()),
+             _dumps(list(res.raw_responses)), _dumps([dict(c) for c in res.calls]),
+             int(usage.get("tokens_in", 0)), int(usage.get("tokens_out", 0)),
+             float(usage.get("cost_usd", 0.0)), res.template_version))
+
+    @staticmethod
+    def _write_run_file(rdir: Path, round_id: str, run_id: str, replicate: tuple[int, int],
+                        agent_id: str, model: str, res: SubmissionResult) -> None:
+        rep, count = replicate
+        name = agent_id if run_id == OFFICIAL else f"{agent_id}-{rep}"
+        out = rdir / RUNS / run_id / f"{name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(_dumps({
+            "round_id": round_id, "agent": agent_id, "model": model, "run_id": run_id,
+            "run_type": run_id, "mode": "closed_capability", "replicate_index": rep,
+            "replicate_count": count, "is_official_score": run_id == OFFICIAL,
+            "outcome": res.outcome,
+            "reason": res.reason,
+            "submission": None if res.submission is None else res.submission.to_json(),
+            "raw_responses": list(res.raw_responses), "calls": [dict(c) for c in res.calls],
+        }, indent=2) + "\n", encoding="utf-8")
+
+    # -- prices ---------------------------------------------------------------------------------
+    async def on_mark(self, ts: float) -> None:
+        """Store the start and end closes of every round whose session has closed by ``ts``."""
+        self.on_daily_closes(ts)
+        store = self.host.store
+        rows = await store.fetchall(
+            "SELECT round_id, start_day, start_ts, end_day, end_ts, dir, start_prices_json,"
+            " end_prices_json FROM capital_rounds WHERE status != 'resolved' ORDER BY round_id")
+        assets = [*self.cap.tickers, self.cap.benchmark]
+        writes: list[tuple[str, Sequence[Any]]] = []
+        resolved = []
+        for rid, sday, sts, eday, ets, rdir, sp, ep in rows:
+            if sp is None and ts >= sts:
+                prices = self.close_on(date.fromisoformat(sday), assets)
+                writes.append(("UPDATE capital_rounds SET start_prices_json=?, status='started'"
+                               " WHERE round_id=?", (_dumps(prices), rid)))
+            if ep is None and ts >= ets:
+                prices = self.close_on(date.fromisoformat(eday), assets)
+                writes.append(("UPDATE capital_rounds SET end_prices_json=?, status='resolved'"
+                               " WHERE round_id=?", (_dumps(prices), rid)))
+                resolved.append((rid, rdir))
+        if not writes:
+            return
+        await store.execute_atomic(writes)
+        for rid, rdir in resolved:
+            log.info("capitalbench round resolved", round=rid)
+            self._write_results(rid, Path(rdir))
+
+    def _write_results(self, round_id: str, rdir: Path) -> None:
+        """Write the scored official results of a resolved round next to its run files."""
+        from agents.capitalbench.scores import score_round_db
+
+        try:
+            results = score_round_db(self.host.store.path, round_id)
+            out = rdir / RUNS / OFFICIAL / "results.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(_dumps(results, indent=2) + "\n", encoding="utf-8")
+        except Exception as exc:  # the stored prices are the record; the file is a copy
+            log.warning("capitalbench results file not written", round=round_id,
+                        error=str(exc))
+
+
+def _dumps(obj: Any, indent: int | None = None) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, indent=indent)

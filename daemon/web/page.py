@@ -1,0 +1,476 @@
+"""The live leaderboard page: static files, a server-sent event stream, status and audit routes.
+
+Routes added to the daemon's HTTP server (:class:`daemon.web.http.HttpServer`):
+
+- ``GET /`` and ``GET /agent/{id}``: the leaderboard page and one agent's page (plain HTML and
+  JavaScript from ``daemon/web/``, no build step); ``GET /static/{name}`` serves the rest of
+  that directory (a fixed list of files, nothing else). Every page response carries a
+  Content-Security-Policy that allows scripts, styles and requests from the daemon only (no
+  inline script), and the scripts insert every text from the API with ``textContent``.
+- ``GET /api/events``: a server-sent event stream. The page subscribes once and refetches the
+  leaderboard when told something changed; the stream coalesces the bus's decision, fill,
+  resolution, alert, source-status and price (mark) events into at most one ``update`` message
+  per :data:`MIN_INTERVAL` seconds, so a replay at full speed costs each page one refetch per
+  interval, never one per event. A comment line every :data:`KEEPALIVE` seconds keeps proxies
+  from closing an idle stream; at most :data:`MAX_CLIENTS` streams are open at once, and never
+  more than half of ``[http] max_connections`` (503 beyond).
+- ``GET /api/status``: sources (state, market, last data and its age), rounds per market (last
+  round, outcome counts including ``missed`` and ``skipped``), agents (live status, halted,
+  provisional with its reason when the leaderboard says so), the engine clock.
+- ``GET /api/agents/{id}/decisions?offset=&limit=``: one page of an agent's decisions, newest
+  first, with the full audit trail (reason, raw answer, input hash, the headlines the agent saw,
+  every model call with tokens, cost and latency) and the total count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import structlog
+from aiohttp import web
+
+from agents.stored_input import INPUT_COLUMNS
+from daemon.alerts.rules import market_open, source_market, state_name
+from daemon.core.sparse_rows import fill_map
+from daemon.web.metrics import portfolio_rows
+
+if TYPE_CHECKING:
+    from daemon.alerts.rules import AlertMonitor
+    from daemon.config.settings import HttpConfig
+    from daemon.core.events import Event, PriceEvent
+    from daemon.core.price_columns import PriceColumns
+    from daemon.engine.engine import Engine
+    from daemon.web.board_cache import BoardCache
+
+log = structlog.get_logger(__name__)
+
+#: Directory of the page's files (package data).
+WEB_DIR = Path(__file__).with_name("static")
+#: Content types of the files the page serves, by suffix (other suffixes are not served).
+CONTENT_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css",
+                 ".svg": "image/svg+xml", ".txt": "text/plain"}
+#: Scripts, styles, images and requests from the daemon only; no inline script, no framing.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+#: Seconds between two ``update`` messages at most (events in between are coalesced).
+MIN_INTERVAL = 1.0
+#: Seconds between keep-alive comments on an idle stream.
+KEEPALIVE = 15.0
+#: Open event streams at most (each holds one of ``[http] max_connections``).
+MAX_CLIENTS = 16
+#: Recent decisions and fills carried by one ``update`` message at most.
+RECENT = 20
+#: Largest page of decisions ``/api/agents/{id}/decisions`` returns.
+MAX_PAGE = 100
+#: Bus patterns the stream listens to (prices count as marks).
+PATTERNS = ("decision.#", "fill.#", "resolution.#", "alert.#", "status.#")
+"""What the page's subscriber takes; prices are only counted, by a tap (``price.#``) that reads a
+burst's columns without making an event per price."""
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+def _headers() -> dict[str, str]:
+    return {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
+
+
+class PageHost(Protocol):
+    """What the page needs of the daemon's HTTP server (:class:`daemon.web.http.HttpServer`)."""
+
+    engine: Engine
+    settings: HttpConfig
+    board_cache: BoardCache | None
+    monitor: AlertMonitor | None
+    feeds: Callable[[], list[Any]]
+    _queries: asyncio.Semaphore
+
+    async def _tables_of(self, agent: str) -> Callable[[str], str] | None:
+        """Return the table namer of ``agent``'s scope (``None``: unknown agent)."""
+        ...
+
+
+class LiveEvents:
+    """Coalesce bus events into ``update`` messages fanned out to every open stream."""
+
+    def __init__(self, server: PageHost) -> None:
+        """Subscribe to the engine's bus (the flusher starts with :meth:`start`)."""
+        self.server = server
+        self.seq = 0
+        self._counts: Counter[str] = Counter()
+        self._markets: set[str] = set()
+        self._recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
+        self._dirty = asyncio.Event()
+        self._clients: set[asyncio.Queue[str | None]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        bus = server.engine.bus
+        bus.subscribe(PATTERNS, self._on_events, name="page-events", batch=True)
+        bus.add_tap("price.#", self._on_price, batch=self._on_prices,  # type: ignore[arg-type]
+                    columns=self._on_price_columns)
+
+    @property
+    def clients(self) -> int:
+        """Return the number of open streams."""
+        return len(self._clients)
+
+    @property
+    def limit(self) -> int:
+        """Return how many streams may be open: :data:`MAX_CLIENTS`, at most half the connections.
+
+        The other half of ``[http] max_connections`` stays for the API, metrics and probes.
+        """
+        return max(1, min(MAX_CLIENTS, self.server.settings.max_connections // 2))
+
+    def start(self) -> None:
+        """Start the flusher task."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._flush_loop(), name="page-events")
+
+    async def close(self) -> None:
+        """End every open stream and stop the flusher."""
+        self._closed = True
+        for q in list(self._clients):
+            _offer(q, None)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _count_marks(self, n: int, market: str) -> None:
+        if self._closed or not n:
+            return
+        self._counts["mark"] += n
+        self._markets.add(market)
+        self._dirty.set()
+
+    def _on_price(self, ev: PriceEvent) -> None:
+        self._count_marks(1, ev.market)
+
+    def _on_prices(self, events: list[PriceEvent]) -> None:
+        for market in {ev.market for ev in events}:
+            self._count_marks(sum(ev.market == market for ev in events), market)
+
+    def _on_price_columns(self, prices: PriceColumns) -> None:
+        self._count_marks(len(prices), prices.market)
+
+    def _on_events(self, events: list[Event]) -> None:
+        if self._closed:
+            return
+        for ev in events:
+            cls = "mark" if ev.topic_class == "price" else ev.topic_class
+            self._counts[cls] += 1
+            market = getattr(ev, "market", None)
+            if isinstance(market, str) and market:
+                self._markets.add(market)
+            if cls in ("decision", "fill", "resolution", "alert"):
+                self._recent.append(_summary(cls, ev))
+        self._dirty.set()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            self.seq += 1
+            msg = {"seq": self.seq, "clock": self.server.engine.clock.now(),
+                   "counts": dict(self._counts), "markets": sorted(self._markets),
+                   "recent": list(self._recent)}
+            self._counts.clear()
+            self._markets.clear()
+            self._recent.clear()
+            text = f"id: {self.seq}\nevent: update\ndata: {_dumps(msg)}\n\n"
+            for q in list(self._clients):
+                _offer(q, text)
+            await asyncio.sleep(MIN_INTERVAL)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Serve one event stream until the client leaves or the server stops."""
+        if self._closed:
+            raise web.HTTPServiceUnavailable(text="the server is stopping")
+        limit = self.limit
+        if len(self._clients) >= limit:
+            return web.json_response(
+                {"error": f"too many event streams (at most {limit}), retry shortly"},
+                status=503)
+        resp = web.StreamResponse(headers={**_headers(), "Content-Type": "text/event-stream",
+                                           "X-Accel-Buffering": "no"})
+        queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=8)
+        self._clients.add(queue)
+        try:
+            await resp.prepare(request)
+            hello = {"seq": self.seq, "clock": self.server.engine.clock.now()}
+            await resp.write(f"retry: 3000\nevent: hello\ndata: {_dumps(hello)}\n\n".encode())
+            while True:
+                try:
+                    text = await asyncio.wait_for(queue.get(), KEEPALIVE)
+                except TimeoutError:
+                    text = ": keepalive\n\n"
+                if text is None:
+                    break
+                await resp.write(text.encode())
+        except (ConnectionResetError, ConnectionError):
+            pass
+        finally:
+            self._clients.discard(queue)
+        return resp
+
+
+def _offer(q: asyncio.Queue[str | None], item: str | None) -> None:
+    """Queue ``item``; a slow client loses its oldest message (the next refetch catches up)."""
+    while True:
+        try:
+            q.put_nowait(item)
+            return
+        except asyncio.QueueFull:
+            with contextlib.suppress(asyncio.QueueEmpty):
+                q.get_nowait()
+
+
+def _summary(cls: str, ev: Event) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": cls, "ts": ev.ts}
+    for name in ("agent", "market", "outcome", "reason", "traded_value", "cost", "value_after",
+                 "question_id", "kind", "severity", "message", "scheduled_ts"):
+        value = getattr(ev, name, None)
+        if value is not None and value != "":
+            out[name] = value[:300] if isinstance(value, str) else value
+    return out
+
+
+def _dumps(data: Any) -> str:
+    from daemon.web.json import dumps
+
+    return dumps(data)
+
+
+class Page:
+    """The page's routes on an :class:`~daemon.web.http.HttpServer`."""
+
+    def __init__(self, server: PageHost) -> None:
+        """Prepare the routes and the event stream of ``server``."""
+        self.server = server
+        self.events = LiveEvents(server)
+        self.files: dict[str, Path] = {}
+        if WEB_DIR.is_dir():
+            self.files = {p.name: p for p in WEB_DIR.iterdir()
+                          if p.is_file() and p.suffix in CONTENT_TYPES and _NAME.match(p.name)}
+        else:  # a broken install: the API still works, the page answers 404
+            log.warning("the page's files are missing; / answers 404", path=str(WEB_DIR))
+
+    def add_routes(self, app: web.Application) -> None:
+        """Add the page's routes to ``app``."""
+        app.router.add_get("/", self.handle_index)
+        app.router.add_get("/agent/{id}", self.handle_agent_page)
+        app.router.add_get("/static/{name}", self.handle_static)
+        app.router.add_get("/api/events", self.events.handle)
+        app.router.add_get("/api/status", self.handle_status)
+        app.router.add_get("/api/agents/{id}/decisions", self.handle_decisions)
+
+    def start(self) -> None:
+        """Start the event stream's flusher."""
+        self.events.start()
+
+    async def close(self) -> None:
+        """End every open event stream."""
+        await self.events.close()
+
+    def _file(self, name: str) -> web.Response:
+        path = self.files.get(name)
+        if path is None:
+            raise web.HTTPNotFound(text=f"no such file {name[:60]!r}")
+        return web.Response(body=path.read_bytes(), headers={
+            **_headers(), "Content-Type": f"{CONTENT_TYPES[path.suffix]}; charset=utf-8"})
+
+    async def handle_index(self, request: web.Request) -> web.Response:
+        """Serve the leaderboard page."""
+        return self._file("index.html")
+
+    async def handle_agent_page(self, request: web.Request) -> web.Response:
+        """Serve one agent's page (the script reads the id from the address)."""
+        return self._file("agent.html")
+
+    async def handle_static(self, request: web.Request) -> web.Response:
+        """Serve one file of the page's directory."""
+        return self._file(request.match_info["name"])
+
+    async def handle_status(self, request: web.Request) -> web.Response:
+        """Return sources, rounds per market and agents' status in one JSON object."""
+        from daemon.web.json import json_response as _json
+
+        return _json(await self.status())
+
+    async def status(self) -> dict[str, Any]:
+        """Return the daemon's state: sources, rounds per market, agents (see module doc)."""
+        srv = self.server
+        engine = srv.engine
+        now = engine.clock.now()
+        sources = []
+        for src in srv.feeds():
+            market = source_market(src)
+            counters = getattr(src, "counters", None)
+            last = getattr(counters, "last_data_ts", None)
+            sources.append({"name": str(getattr(src, "name", "?")), "state": state_name(src),
+                            "market": market, "market_open": market_open(market, now),
+                            "last_data_ts": last,
+                            "data_age_s": None if last is None else max(0.0, now - last),
+                            "reconnects": getattr(counters, "reconnects", None)})
+        async with srv._queries:
+            rows = await engine.store.fetchall(
+                "SELECT market, outcome, COUNT(*), MAX(scheduled_ts) FROM decisions"
+                " GROUP BY market, outcome")
+            last_rows = await engine.store.fetchall(
+                "SELECT d.market, d.scheduled_ts, d.outcome, COUNT(*) FROM decisions d JOIN"
+                " (SELECT market, MAX(scheduled_ts) AS ts FROM decisions GROUP BY market) m"
+                " ON d.market = m.market AND d.scheduled_ts = m.ts GROUP BY d.market,"
+                " d.scheduled_ts, d.outcome")  # portable: every selected column grouped
+        rounds: dict[str, dict[str, Any]] = {
+            m: {"last_ts": None, "last_outcomes": {}, "outcomes": {}} for m in engine.slots}
+        for market, outcome, n, _ in rows:
+            rounds.setdefault(market, {"last_ts": None, "last_outcomes": {}, "outcomes": {}})
+            rounds[market]["outcomes"][outcome] = n
+        for market, ts, outcome, n in last_rows:
+            rounds[market]["last_ts"] = ts
+            rounds[market]["last_outcomes"][outcome] = n
+        for r in rounds.values():
+            r["missed"] = r["outcomes"].get("missed", 0)
+            r["skipped"] = r["outcomes"].get("skipped", 0)
+            r["last_age_s"] = None if r["last_ts"] is None else max(0.0, now - r["last_ts"])
+        provisional = await self._provisional()
+        agents = []
+        for row in portfolio_rows(engine, srv.monitor):
+            item = asdict(row)
+            reason = provisional.get((row.agent, row.market))
+            item["provisional"] = reason is not None
+            item["provisional_reason"] = reason or ""
+            agents.append(item)
+        return {"clock": now, "wall": time.time(), "sources": sources, "rounds": rounds,
+                "agents": agents, "event_streams": self.events.clients}
+
+    async def _provisional(self) -> dict[tuple[str, str], str]:
+        """Return (agent, market) -> reason for the leaderboard's provisional rows (if any)."""
+        cache = self.server.board_cache
+        if cache is None:
+            return {}
+        try:
+            board = await cache.get()
+        except Exception:
+            return {}
+        out = {}
+        for row in board.get("rows", []):
+            flag = row.get("provisional")
+            if flag:
+                reason = row.get("provisional_reason") or (flag if isinstance(flag, str) else "")
+                out[(str(row.get("agent")), str(row.get("market")))] = str(reason or "provisional")
+        return out
+
+    async def handle_decisions(self, request: web.Request) -> web.Response:
+        """Return one page of an agent's decisions with the full audit trail."""
+        from daemon.web.json import BadRequest
+        from daemon.web.json import json_response as _json
+
+        srv = self.server
+        agent = request.match_info["id"]
+        t = await srv._tables_of(agent)  # on a shared store: the owner's scope
+        if t is None:
+            return _json({"error": f"unknown agent {agent!r}"}, 404)
+        unknown = sorted(set(request.query) - {"offset", "limit", "market"})
+        if unknown:
+            raise BadRequest(f"unknown query parameter {unknown[0][:40]!r} "
+                             "(use offset, limit, market)")
+        offset = _int_param(request, "offset", 0, BadRequest)
+        limit = max(1, min(MAX_PAGE, _int_param(request, "limit", 20, BadRequest)))
+        market = request.query.get("market")
+        where, params = ("agent=?", [agent]) if market is None else (
+            "agent=? AND market=?", [agent, market])
+        store = srv.engine.store
+        async with srv._queries:
+            total = (await store.fetchall(
+                f"SELECT COUNT(*) FROM {t('decisions')} WHERE {where}", tuple(params)))[0][0]
+            rows = await store.fetchall(
+                "SELECT d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,"
+                f" {INPUT_COLUMNS}, d.input_sha256, d.raw_output, d.allocation_json,"
+                f" d.template_version, d.attempts, d.duration_s, s.assets_json"
+                f" FROM {t('decisions')} d"
+                f" LEFT JOIN {t('observations')} o ON o.sha256 = d.observation_sha256"
+                f" LEFT JOIN {t('asset_sets')} s ON s.sha256 = o.assets_sha256"
+                f" WHERE d.{where.replace(' AND ', ' AND d.')}"
+                " ORDER BY d.scheduled_ts DESC, d.market LIMIT ? OFFSET ?",
+                (*params, limit, offset))
+            calls: dict[tuple[str, float], list[dict[str, Any]]] = {}
+            if rows:
+                lo = min(r[1] for r in rows)
+                hi = max(r[1] for r in rows)
+                for (m, st, attempt, ts, model, raw, err, finish, ti, to, lat,
+                     cost, step, sha, outcome, parsed) in await store.fetchall(
+                        "SELECT market, scheduled_ts, attempt, ts, model, raw_response, error,"
+                        " finish_reason, tokens_in, tokens_out, latency_s, cost_usd, step,"
+                        " input_sha256, outcome, parsed_json FROM"
+                        f" {t('llm_calls')} WHERE agent=? AND scheduled_ts BETWEEN ? AND ?"
+                        " ORDER BY id", (agent, lo, hi)):
+                    calls.setdefault((m, st), []).append({
+                        "attempt": attempt, "ts": ts, "model": model, "raw_response": raw,
+                        "error": err, "finish_reason": finish, "tokens_in": ti,
+                        "tokens_out": to, "latency_s": lat, "cost_usd": cost,
+                        "step": step, "input_sha256": sha, "outcome": outcome,
+                        "parsed": _loads(parsed)})
+        decisions = []
+        for (m, st, dt, outcome, reason, input_json, market_json, sha, raw, alloc, template,
+             attempts, duration, assets) in rows:
+            decisions.append({
+                "market": m, "scheduled_ts": st, "decided_ts": dt, "outcome": outcome,
+                "reason": reason, "input_sha256": sha, "raw_output": raw,
+                "allocation": _allocation(alloc, assets), "template_version": template,
+                "attempts": attempts, "duration_s": duration,
+                "headlines": _headlines(market_json or input_json),
+                "calls": calls.get((m, st), [])})
+        return _json({"agent": agent, "total": total, "offset": offset, "limit": limit,
+                      "decisions": decisions})
+
+
+def _int_param(request: web.Request, name: str, default: int, error: type[Exception]) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
+        raise error(f"{name} must be a non-negative integer, got {raw[:40]!r}")
+    return int(raw)
+
+
+def _loads(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _allocation(text: str | None, assets_json: str | None) -> Any:
+    """Return a stored allocation keyed by asset id (v11 rows index the round's assets)."""
+    if text is not None and text.startswith("["):
+        try:
+            return fill_map(text, assets_json)
+        except (ValueError, TypeError):
+            return None
+    return _loads(text)
+
+
+def _headlines(input_json: str | None) -> list[dict[str, Any]]:
+    """Return the news items of a stored observation: key, time, headline, source."""
+    obs = _loads(input_json)
+    if not isinstance(obs, dict) or not isinstance(obs.get("news"), dict):
+        return []
+    out = []
+    for key, items in obs["news"].items():
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, list) and len(item) >= 3:
+                out.append({"key": key, "ts": item[0], "headline": item[1], "source": item[2]})
+    return out[:50]

@@ -1,0 +1,525 @@
+"""Per-agent figures of the leaderboard: one row per (agent, market) from the loaded store.
+
+Performance summary, bootstrap intervals, rolling-k, CapitalBench score, diversification, VaR
+and risk profile, Brier score, model cost, benchmark-relative figures, and the market regime
+(equal-weight index of the equity universe) with each agent's per-regime split. Conventions:
+docs/scoring.md, section "Leaderboard".
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from scoring.board.load import _NAN, AgentCurves, Key, _Store
+from scoring.stats.benchmarks import (
+    CASH,
+    RISK_PROFILES,
+    ROLLING_KS,
+    RiskProfile,
+    bootstrap_ci,
+    capitalbench_score,
+    class_correlations,
+    diversification,
+    historical_var,
+    profile_alignment,
+    regime_label,
+    relative_figures,
+    rolling_k_delta,
+    rolling_k_return,
+)
+from scoring.stats.metrics import (
+    drawdown_series,
+    periods_per_year,
+    sharpe,
+    simple_returns,
+    summarise,
+)
+
+FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sortino",
+          "sortino_stockbench",
+          "max_drawdown", "calmar", "win_rate", "mean_turnover", "target_turnover", "flip_rate")
+
+BOOTSTRAP_N = 1000
+BOOTSTRAP_LEVEL = 0.95
+BOOTSTRAP_SEED = 0
+VAR_LEVEL = 0.95
+VAR_WINDOW = 60
+VAR_MIN_PERIODS = 20
+REGIME_WINDOW = 20
+REGIME_MIN_RETURNS = 5
+REGIME_UNKNOWN = "unknown"
+POLYMARKET_SIDES = ("YES", "NO")
+_DAY = 86400.0
+_HELD_EPS = 1e-12
+
+#: Decision outcomes that are valid: applied (``ok``) or held on purpose (``hold``).
+VALID_OUTCOMES: tuple[str, ...] = ("ok", "hold")
+#: Outcomes left out of the valid-decision rate: the agent was not asked. ``skipped`` (no fresh
+#: prices), ``missed`` (the daemon was late) and ``abandoned`` (it stopped) are the daemon's;
+#: ``paused`` (daily budget) and ``halted`` (drawdown halt) are the operator's limits. Any other
+#: outcome (``invalid``, ``rejected``, ``error``...) counts against the agent.
+NOT_ASKED_OUTCOMES: tuple[str, ...] = ("skipped", "missed", "abandoned", "paused", "halted")
+#: Fewer daily returns than this: annualised figures extrapolate noise (``annualised_flag``).
+MIN_ANNUALISED_DAYS = 20
+
+
+# ----------------------------------------------------------------------------- per agent
+
+
+def _model_cost(calls: Sequence[tuple[float, Any, Any, Any, Any]], lo: float, hi: float,
+                cumulative: float | None) -> dict[str, Any]:
+    """Return the cost of intelligence of the calls scheduled inside the window.
+
+    Tokens and USD are sums over the calls (a call without a known cost adds nothing; the sum
+    is ``None`` when no call has one), latency the mean over the calls that report one;
+    ``return_per_usd`` is the cumulative return divided by the USD spent (``None`` when
+    nothing was spent).
+    """
+    inside = [c for c in calls if lo <= c[0] <= hi]
+    costs = [float(c[4]) for c in inside if c[4] is not None]
+    lats = [float(c[3]) for c in inside if c[3] is not None]
+    usd = float(sum(costs)) if costs else None
+    return {
+        "llm_calls": len(inside),
+        "llm_tokens_in": int(sum(int(c[1] or 0) for c in inside)),
+        "llm_tokens_out": int(sum(int(c[2] or 0) for c in inside)),
+        "llm_cost_usd": usd,
+        "llm_latency_mean_s": float(np.mean(lats)) if lats else None,
+        "return_per_usd": (cumulative / usd if usd and cumulative is not None
+                           and math.isfinite(cumulative) else None),
+    }
+
+
+def _holdings(store: _Store, key: Key, ts: Sequence[float], assets: Sequence[str]
+              ) -> np.ndarray:
+    """Return units held at each mark in ``ts`` (fills with ts <= mark, resolutions applied)."""
+    col = {a: j for j, a in enumerate(assets)}
+    events: list[tuple[float, int, int]] = [(f.ts, 0, n) for n, f in
+                                            enumerate(store.fills.get(key, []))]
+    events += [(t, 1, n) for n, (t, _) in enumerate(store.resolutions.get(key[1], []))]
+    events.sort()
+    q = np.zeros(len(assets))
+    out = np.zeros((len(ts), len(assets)))
+    e = 0
+    for row, m in enumerate(ts):
+        while e < len(events) and events[e][0] <= m:
+            _, kind, n = events[e]
+            if kind == 0:
+                for a, d in store.fills[key][n].trades.items():
+                    if a in col:
+                        q[col[a]] += float(d)
+            else:
+                for a in store.resolutions[key[1]][n][1]:
+                    if a in col:
+                        q[col[a]] = 0.0
+            e += 1
+        out[row] = q
+    return out
+
+
+def _rolling_k(h: np.ndarray, p: np.ndarray) -> dict[str, Any]:
+    """Return CR^(0), CR^(k) and both Delta_k variants for every k of ROLLING_KS."""
+    if h.shape[0] < 2:
+        nan_k = {str(k): _NAN for k in ROLLING_KS}
+        return {"cr0": _NAN, "cr": nan_k, "delta": dict(nan_k),
+                "delta_same_window": dict(nan_k)}
+    return {
+        "cr0": rolling_k_return(h, p, 0),
+        "cr": {str(k): rolling_k_return(h, p, k) for k in ROLLING_KS},
+        "delta": {str(k): rolling_k_delta(h, p, k) for k in ROLLING_KS},
+        "delta_same_window": {str(k): rolling_k_delta(h, p, k, same_window=True)
+                              for k in ROLLING_KS},
+    }
+
+
+def _asset_returns(prices: np.ndarray) -> np.ndarray:
+    """Return mark-to-mark simple returns per asset (NaN where a price is missing or 0)."""
+    if prices.shape[0] < 2:
+        return np.empty((0, prices.shape[1]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = prices[1:] / prices[:-1] - 1.0
+    r[~np.isfinite(r)] = np.nan
+    return r
+
+
+def _window_asset_returns(assets: Sequence[str], p0: np.ndarray, p1: np.ndarray
+                          ) -> dict[str, float]:
+    """Return each asset's return between two price rows, CASH (0) included."""
+    out = {CASH: 0.0}
+    for j, a in enumerate(assets):
+        if math.isfinite(p0[j]) and math.isfinite(p1[j]) and p0[j] > 0:
+            out[a] = float(p1[j] / p0[j] - 1.0)
+    return out
+
+
+def _first_priced(prices: np.ndarray) -> int:
+    """Return the first row with any finite price (the CapitalBench window start), else -1."""
+    rows: Sequence[int] = (np.flatnonzero(np.isfinite(prices).any(axis=1)).tolist()
+                           if prices.size else [])
+    return int(rows[0]) if len(rows) else -1
+
+
+def _capitalbench(values: Sequence[float], assets: Sequence[str], prices: np.ndarray
+                  ) -> tuple[float, float]:
+    """Score the realised window return the way capitalbench_score scores ``sum(w r)``.
+
+    The window runs from the first mark with a price in the market to the last mark; the
+    portfolio return is the agent's value ratio over it, the universe every asset priced at both
+    ends plus CASH (return 0).
+    """
+    i = _first_priced(prices)
+    if i < 0 or len(values) - i < 2 or values[i] <= 0:
+        return _NAN, _NAN
+    pr = values[-1] / values[i] - 1.0
+    rets = _window_asset_returns(assets, prices[i], prices[-1])
+    _, best = capitalbench_score({}, rets)  # empty weights: regret = best - 0 = best
+    return (100.0 * pr / best if best > 0 else _NAN), best - pr
+
+
+def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
+                     assets: list[str], returns: np.ndarray) -> dict[str, float]:
+    """Return the mean over marks of s_intra / s_inter / s_corr of the portfolio held.
+
+    ``h`` and ``pz`` are the units and prices panels (CASH last); correlations come from the
+    window's mark-to-mark asset returns ``returns``.
+    """
+    panel = np.column_stack([returns, np.zeros(returns.shape[0])])
+    names = [*assets, CASH]
+    cls = {**{a: classes.get(a, a) for a in assets}, CASH: "cash"}
+    acc: dict[str, list[float]] = {"s_intra": [], "s_inter": [], "s_corr": []}
+    if panel.shape[0] < 2:
+        return {k: _NAN for k in acc}
+    corr = class_correlations(panel, names, cls)  # the whole class's, once for the window
+    held = h * pz
+    for row in held:
+        v = float(row.sum())
+        if not v > 0:
+            continue
+        w = {names[j]: float(x / v) for j, x in enumerate(row) if x / v > _HELD_EPS}
+        for k, x in diversification(w, corr).items():
+            if math.isfinite(x):
+                acc[k].append(x)
+    return {k: float(np.mean(v)) if v else _NAN for k, v in acc.items()}
+
+
+def _profile(agent_cfg: Mapping[str, Any], mdd: float, var95: float) -> dict[str, Any]:
+    """Return the configured risk profile, its alignment and the checks against every profile."""
+    name = str(agent_cfg.get("risk_profile") or "balanced")
+    base = RISK_PROFILES.get(name, RISK_PROFILES["balanced"])
+    own_dd = agent_cfg.get("max_drawdown")
+    own = RiskProfile(base.name, float(own_dd) if own_dd else base.max_drawdown, base.var_limit)
+    checks = {}
+    for pname, prof in sorted(RISK_PROFILES.items()):
+        checks[pname] = {
+            "max_drawdown_ok": (mdd <= prof.max_drawdown) if math.isfinite(mdd) else None,
+            "var_ok": (var95 >= prof.var_limit) if math.isfinite(var95) else None,
+            "alignment": profile_alignment(mdd, var95, prof),
+        }
+    return {"risk_profile": base.name, "max_drawdown_limit": own.max_drawdown,
+            "profile_alignment": profile_alignment(mdd, var95, own), "profile_checks": checks}
+
+
+def _ci(r: np.ndarray, stat: Callable[[np.ndarray], float]) -> list[float]:
+    """Return the seeded bootstrap interval of ``stat`` over the daily returns."""
+    lo, hi = bootstrap_ci(r, stat, n_boot=BOOTSTRAP_N, level=BOOTSTRAP_LEVEL, seed=BOOTSTRAP_SEED)
+    return [lo, hi]
+
+
+def _by_regime(r: np.ndarray, labels: Sequence[str]) -> dict[str, dict[str, float | int]]:
+    """Group daily returns by regime label: days and mean per label."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for x, lab in zip(r.tolist(), labels, strict=True):
+        if math.isfinite(x):
+            groups[lab].append(x)
+    return {lab: {"days": len(xs), "mean_daily_return": float(np.mean(xs))}
+            for lab, xs in sorted(groups.items())}
+
+
+# ----------------------------------------------------------------------------- regime
+
+
+def _regime_by_mark(store: _Store) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Return (equity marks, trailing regime label at each mark, equal-weight index returns)."""
+    panel = store.panels.get("equity")
+    if panel is None or panel.marks.size == 0:
+        return np.empty(0), [], np.empty(0)
+    universe = store.markets_cfg.get("equity", {}).get("assets") or panel.assets
+    cols = [j for j, a in enumerate(panel.assets) if a in set(universe)]
+    r = _asset_returns(panel.prices[:, cols])
+    idx = np.full(panel.marks.size, np.nan)  # idx[t]: index return from mark t-1 to mark t
+    for t in range(1, panel.marks.size):
+        row = r[t - 1][np.isfinite(r[t - 1])]
+        if row.size:
+            idx[t] = float(np.mean(row))
+    labels = [REGIME_UNKNOWN]
+    for t in range(1, panel.marks.size):
+        hist = idx[1 : t + 1]
+        labels.append(regime_label(hist, window=min(REGIME_WINDOW, t))
+                      if t >= REGIME_MIN_RETURNS else REGIME_UNKNOWN)
+    return panel.marks, labels, idx
+
+
+def _label_at(marks: np.ndarray, labels: Sequence[str], ts: float) -> str:
+    """Return the label of the latest equity mark at or before ``ts``."""
+    i = int(np.searchsorted(marks, ts, side="right")) - 1
+    return labels[i] if i >= 0 else REGIME_UNKNOWN
+
+
+def _window_regime(marks: np.ndarray, index: np.ndarray, labels: Sequence[str], lo: float,
+                   hi: float) -> dict[str, Any]:
+    """Label the window's regime from the index returns between its equity marks."""
+    inside = [t for t in range(marks.size) if lo <= marks[t] <= hi]
+    r = index[inside[1:]] if len(inside) >= 2 else np.empty(0)
+    label = regime_label(r, window=max(r.size, 2)) if r.size >= 2 else REGIME_UNKNOWN
+    days: dict[str, int] = defaultdict(int)
+    for t in inside:
+        days[labels[t]] += 1
+    return {"label": label, "index_return": float(np.prod(1.0 + r) - 1.0) if r.size else None,
+            "index_days": int(r.size), "days_by_label": dict(sorted(days.items()))}
+
+
+# ----------------------------------------------------------------------------- rows
+
+
+def _asset_classes(store: _Store) -> dict[str, dict[str, str]]:
+    """Return asset -> class per market (config sectors; one class per question)."""
+    eq = store.markets_cfg.get("equity", {}).get("asset_classes")
+    if eq is None:
+        from daemon.core.universe import DEFAULT_ASSET_CLASSES
+
+        eq = DEFAULT_ASSET_CLASSES
+    poly = {a: q for q, members in store.questions.get("polymarket", {}).items() for a in members}
+    return {"equity": dict(eq), "polymarket": poly}
+
+
+def _labels(store: _Store) -> dict[str, dict[str, str]]:
+    """Return display names of Polymarket tokens ('<question> YES' / 'NO')."""
+    out: dict[str, dict[str, str]] = {}
+    for market, qs in store.questions.items():
+        names: dict[str, str] = {}
+        for q, members in qs.items():
+            title = store.question_text.get(q) or q
+            for side, a in zip(POLYMARKET_SIDES, members, strict=False):
+                names[a] = f"{title} {side}"
+        if names:
+            out[market] = names
+    return out
+
+
+def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
+         rf: Mapping[str, float], initial: Mapping[str, float],
+         classes: Mapping[str, Mapping[str, str]],
+         regime: tuple[np.ndarray, list[str]]) -> tuple[dict[str, Any], AgentCurves | None]:
+    agent, market = key
+    pts = [p for p in store.series.get(key, []) if lo <= p[0] <= hi]
+    fills = [f for f in store.fills.get(key, []) if lo <= f.ts <= hi]
+    weights = [f.weights for f in fills]
+    n = _periods(store.markets_cfg, market)
+    start_value = initial.get(market) or (pts[0][1] if pts else 0.0)
+    values = [start_value] + [v for _, v, _ in pts] if from_start else [v for _, v, _ in pts]
+    first_fill = store.fills[key][0] if store.fills.get(key) else None
+    traded = [f.traded_value for f in fills if f is not first_fill]  # building it: not counted
+    summary = summarise(values, n, rf.get(market, 0.0), weights, traded).to_dict()
+    r = simple_returns(values)
+    agent_cfg = store.agents_cfg.get(agent, {})
+    mark_ts = [t for t, _, _ in pts]
+    panel = store.panels.get(market)
+    figures: dict[str, Any] = {}
+    if panel is not None and mark_ts:
+        prices = panel.rows(mark_ts)
+        q = _holdings(store, key, mark_ts, panel.assets)
+        cash = np.array([c for _, _, c in pts])[:, None]
+        h = np.hstack([q, cash])
+        pz = np.hstack([np.nan_to_num(prices, nan=0.0), np.ones((len(mark_ts), 1))])
+        figures["rolling_k"] = _rolling_k(h, pz)
+        score, regret = _capitalbench([v for _, v, _ in pts], panel.assets, prices)
+        figures |= {"capitalbench_score": score, "regret": regret}
+        figures |= _diversification(h, pz, classes.get(market, {}), panel.assets,
+                                    _asset_returns(prices))
+        if market == "polymarket":
+            figures |= _brier(store, market, mark_ts, h * pz, [*panel.assets, CASH], hi)
+    else:
+        figures["rolling_k"] = _rolling_k(np.empty((0, 1)), np.empty((0, 1)))
+        figures |= {"capitalbench_score": _NAN, "regret": _NAN, "s_intra": _NAN,
+                    "s_inter": _NAN, "s_corr": _NAN}
+    var95 = historical_var(r, VAR_LEVEL, VAR_WINDOW, min_periods=VAR_MIN_PERIODS)
+    mdd = summary["max_drawdown"]
+    dd = drawdown_series(values)
+    ends = mark_ts[-len(r):] if len(r) else []
+    labels = [_label_at(regime[0], regime[1], t) for t in ends]
+    consistency = store.probes.get((agent, market)) or store.probes.get((agent, ""))
+    outcomes = {k: sum(lo <= t <= hi for t in ts)
+                for k, ts in store.outcomes.get(key, {}).items()}
+    valid = sum(n for k, n in outcomes.items() if k in VALID_OUTCOMES)
+    counted = sum(n for k, n in outcomes.items() if k not in NOT_ASKED_OUTCOMES)
+    row = {
+        "agent": agent,
+        "market": market,
+        "kind": agent_cfg.get("kind"),
+        "final_value": pts[-1][1] if pts else None,
+        "days": len(pts),
+        "costs": float(sum(f.cost for f in fills)),
+        "decisions": {k: v for k, v in sorted(outcomes.items()) if v},
+        "valid_decisions": valid,
+        "counted_decisions": counted,
+        "valid_decision_rate": valid / counted if counted else None,
+        **summary,
+        "annualised_flag": int(r.size) < MIN_ANNUALISED_DAYS,
+        "current_drawdown": float(dd[-1]) if dd.size else None,
+        "mean_daily_return": float(np.mean(r)) if r.size else None,
+        "cumulative_return_ci": _ci(r, lambda x: float(np.prod(1.0 + x) - 1.0)),
+        "mean_daily_return_ci": _ci(r, lambda x: float(np.mean(x))),
+        "sharpe_ci": _ci(r, lambda x: sharpe(x, n, rf.get(market, 0.0))),
+        **figures,
+        "var_95": var95,
+        **_profile(agent_cfg, mdd if mdd is not None else _NAN, var95),
+        "by_regime": _by_regime(r, labels),
+        "consistency": consistency,
+        "brier": figures.pop("brier", None),
+        "brier_questions": figures.pop("brier_questions", 0 if market == "polymarket" else None),
+        **_model_cost(store.llm.get(key, []), lo, hi, summary["cumulative_return"]),
+        "relative": _relative(r, ends, store.bench.get(market, {}), n),
+    }
+    curve = None
+    if pts:
+        first = min([pts[0][0]] + [f.ts for f in fills[:1]])
+        ts = ([first] if from_start else []) + mark_ts
+        cash_pts = ([start_value] if from_start else []) + [c for _, _, c in pts]
+        before = [f for f in store.fills.get(key, []) if f.ts < lo]
+        # The allocation in force when the window opens starts the allocation chart.
+        held = [(ts[0], dict(before[-1].weights))] if before and (not fills or
+                                                                  fills[0].ts > ts[0]) else []
+        curve = AgentCurves(agent, market, tuple(ts), tuple(values), tuple(cash_pts),
+                            tuple(held + [(f.ts, dict(f.weights)) for f in fills]))
+    return row, curve
+
+
+def _market_summary(store: _Store, market: str, lo: float, hi: float) -> dict[str, Any]:
+    """Return the market's marks in the window and its best CapitalBench asset."""
+    panel = store.panels.get(market)
+    if panel is None:
+        return {"marks": 0, "best_asset": None, "best_asset_return": None}
+    ts = [float(t) for t in panel.marks if lo <= t <= hi]
+    if len(ts) < 2:
+        return {"marks": len(ts), "best_asset": None, "best_asset_return": None}
+    p = panel.rows(ts)
+    i = _first_priced(p)
+    if i < 0 or len(ts) - i < 2:
+        return {"marks": len(ts), "best_asset": None, "best_asset_return": None}
+    rets = _window_asset_returns(panel.assets, p[i], p[-1])
+    best = max(sorted(rets), key=lambda a: rets[a])
+    return {"marks": len(ts), "best_asset": best, "best_asset_return": rets[best],
+            "capitalbench_start": ts[i]}
+
+
+def _brier(store: _Store, market: str, mark_ts: Sequence[float], held: np.ndarray,
+           assets: Sequence[str], hi: float) -> dict[str, Any]:
+    """Return the Brier score of the agent's implied probabilities over resolved questions.
+
+    For every question resolved at or before ``hi`` with an agent mark before its resolution,
+    the forecast is the position at the last such mark: ``p(YES) = (1 + w_YES - w_NO) / 2``
+    with ``w`` the token's share of the portfolio value (no position: 0.5, no view). The
+    outcome is the YES token's payout. Brier = mean of ``(p - outcome)^2``.
+    """
+    col = {a: j for j, a in enumerate(assets)}
+    errors: list[float] = []
+    members = store.questions.get(market, {})
+    for ts, payouts in store.resolutions.get(market, []):
+        if ts > hi:
+            continue
+        i = int(np.searchsorted(np.asarray(mark_ts), ts, side="left")) - 1
+        if i < 0:
+            continue
+        row = held[i]
+        value = float(row.sum())
+        if not value > 0:
+            continue
+        for tokens in members.values():
+            if len(tokens) < 2 or tokens[0] not in payouts:
+                continue
+            yes, no = tokens[0], tokens[1]
+            w_yes = float(row[col[yes]]) / value if yes in col else 0.0
+            w_no = float(row[col[no]]) / value if no in col else 0.0
+            p = min(1.0, max(0.0, (1.0 + w_yes - w_no) / 2.0))
+            errors.append((p - float(payouts[yes])) ** 2)
+    return {"brier": float(np.mean(errors)) if errors else None,
+            "brier_questions": len(errors)}
+
+
+def _benchmark_asset(markets_cfg: Mapping[str, Any], market: str) -> str:
+    """Return the market's configured benchmark asset (SPY for equities by default)."""
+    cfg = markets_cfg.get(market) or {}
+    return str(cfg.get("benchmark", "SPY" if market == "equity" else "") or "")
+
+
+def _benchmarks(store: _Store, market: str) -> dict[str, dict[float, float]]:
+    """Return the market's benchmark daily returns keyed by the mark each ends at.
+
+    ``equal_weight``: the mean of the mark-to-mark returns of the market's assets priced at
+    both marks (the configured equity universe; every Polymarket token), rebalanced daily;
+    the benchmark asset's own returns when it is in the universe.
+    """
+    panel = store.panels[market]
+    universe = set(store.markets_cfg.get(market, {}).get("assets") or panel.assets)
+    cols = [j for j, a in enumerate(panel.assets) if a in universe]
+    r = _asset_returns(panel.prices[:, cols])
+    ew: dict[float, float] = {}
+    for t in range(1, panel.marks.size):
+        row = r[t - 1][np.isfinite(r[t - 1])]
+        if row.size:
+            ew[float(panel.marks[t])] = float(np.mean(row))
+    out = {"equal_weight": ew}
+    asset = _benchmark_asset(store.markets_cfg, market)
+    if asset and asset in universe and asset in panel.assets:
+        j = panel.assets.index(asset)
+        own = _asset_returns(panel.prices[:, [j]])[:, 0]
+        out[asset] = {float(panel.marks[t]): float(own[t - 1])
+                      for t in range(1, panel.marks.size) if math.isfinite(own[t - 1])}
+    return out
+
+
+def _relative(r: np.ndarray, ends: Sequence[float], bench: Mapping[str, Mapping[float, float]],
+              n: int) -> dict[str, dict[str, Any]]:
+    """Return the agent's figures relative to each benchmark over the days both have."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, series in bench.items():
+        days = [(x, series[t]) for x, t in zip(r.tolist(), ends, strict=True) if t in series]
+        fig: dict[str, Any] = relative_figures([a for a, _ in days], [b for _, b in days], n)
+        fig["days"] = len(days)
+        out[name] = fig
+    return out
+
+
+def _series(curves: Mapping[Key, AgentCurves]) -> dict[str, dict[str, list[list[float]]]]:
+    """Return each agent's equity series per market: [[ts, value], ...] (window applied)."""
+    out: dict[str, dict[str, list[list[float]]]] = {}
+    for (agent, market), c in sorted(curves.items()):
+        out.setdefault(market, {})[agent] = [[t, v] for t, v in zip(c.ts, c.values, strict=True)]
+    return out
+
+
+def _window_dates(store: _Store, lo: float, hi: float) -> dict[str, Any]:
+    """Return the first and last daily mark inside the window, as timestamps and UTC dates."""
+    ts = [p[0] for pts in store.series.values() for p in pts if lo <= p[0] <= hi]
+    if not ts:
+        return {"first_mark": None, "last_mark": None, "first_date": None, "last_date": None}
+    first, last = min(ts), max(ts)
+    return {"first_mark": first, "last_mark": last, "first_date": _utc_date(first),
+            "last_date": _utc_date(last)}
+
+
+def _utc_date(ts: float) -> str:
+    """Return the UTC date of ``ts`` as YYYY-MM-DD."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d")
+
+
+def _periods(markets_cfg: Mapping[str, Any], market: str) -> int:
+    """Return the market's configured ``periods_per_year`` (the default for older stores)."""
+    n = (markets_cfg.get(market) or {}).get("periods_per_year")
+    return int(n) if n else periods_per_year(market)

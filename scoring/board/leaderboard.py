@@ -1,0 +1,197 @@
+"""The leaderboard: per agent and market performance computed from the store.
+
+Returns are daily: the equity series is the initial cash followed by the daily marks (NYSE close
+for equities, 00:00 UTC for Polymarket), so Sharpe and volatility annualise with 252 / 365
+periods (see docs/scoring.md). The risk-free rate is the equity market's configured one; 0 for
+Polymarket. Output is deterministic: the same store gives byte-identical JSON.
+
+Besides the per-agent performance summary, every row carries the benchmark measures of
+``scoring.stats.benchmarks`` (section "Leaderboard" of docs/scoring.md states every convention):
+
+* rolling-k deltas (LiveTradeBench Eq. 6) on a panel rebuilt at the daily marks: units held at a
+  mark are the cumulated ``trades_json`` unit deltas of every fill up to it (resolved Polymarket
+  tokens drop to 0 units), cash is the stored mark's cash, prices are the last traded price of
+  each asset at or before the mark (``market_events``; a resolved token is priced at its payout);
+* the StockBench composite score and rank, the CapitalBench window score and regret, PortBench
+  s_intra / s_inter / s_corr, 95% historical VaR, risk-profile checks and alignment;
+* bootstrap intervals of the headline figures and a ``tied_with_next`` flag for rank differences
+  that are not significant;
+* the market regime of the window and a per-regime split of each agent's daily returns;
+* the latest consistency-probe result of the agent when the store has a ``probes`` table;
+* the valid-decision rate (``ok`` or ``hold`` among the rounds the agent was asked) and the
+  standing: an agent under ``[leaderboard] min_valid_rate`` or with fewer than ``min_days`` scored
+  days is ``provisional``: listed below the ranked agents of its market, never given a rank, and
+  left out of the composite z-scores.
+
+The work is split by purpose: ``scoring.board.load`` reads the store (and the price panels),
+``scoring.board.figures`` computes each row's figures, benchmarks and regimes,
+``scoring.board.rank`` sets standings, ranks and paired comparisons, and ``scoring.board.text``
+renders the JSON and the text table. This module is the public entry and re-exports their
+public names.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from typing import Any
+
+from scoring.board.extras import board_extras
+from scoring.board.figures import (
+    BOOTSTRAP_LEVEL,
+    BOOTSTRAP_N,
+    BOOTSTRAP_SEED,
+    FIELDS,
+    NOT_ASKED_OUTCOMES,
+    VALID_OUTCOMES,
+    _asset_classes,
+    _benchmarks,
+    _labels,
+    _market_summary,
+    _periods,
+    _regime_by_mark,
+    _row,
+    _series,
+    _window_dates,
+    _window_regime,
+)
+from scoring.board.load import AgentCurves, Key, Report, _load_store
+from scoring.board.rank import _compare, _rank, _standing
+from scoring.board.text import LEGEND, _clean, _conventions, to_json, to_table
+from scoring.stats.benchmarks import ROLLING_KS
+
+__all__ = [
+    "BOOTSTRAP_LEVEL",
+    "BOOTSTRAP_N",
+    "BOOTSTRAP_SEED",
+    "FIELDS",
+    "LEGEND",
+    "LIVE_FIELDS",
+    "MIN_DAYS",
+    "MIN_VALID_RATE",
+    "NOT_ASKED_OUTCOMES",
+    "VALID_OUTCOMES",
+    "AgentCurves",
+    "Report",
+    "live_figures",
+    "report_of",
+    "to_json",
+    "to_table",
+]
+
+#: Defaults of ``[leaderboard]`` (daemon/config/runtime.py), used when the store's run has none.
+MIN_VALID_RATE = 0.8
+MIN_DAYS = 5
+
+#: Figures :func:`live_figures` returns per (agent, market), when finite.
+LIVE_FIELDS: tuple[str, ...] = (
+    "final_value", "days", "costs", "rank", "cumulative_return", "annualised_return",
+    "volatility", "sharpe", "sortino", "sortino_stockbench", "max_drawdown", "current_drawdown",
+    "calmar", "win_rate", "mean_turnover", "target_turnover", "flip_rate", "mean_daily_return",
+    "sharpe_ci_low", "sharpe_ci_high",
+    "mean_daily_return_ci_low", "mean_daily_return_ci_high", "composite_score",
+    "capitalbench_score", "regret", "s_intra", "s_inter", "s_corr", "var_95",
+    "profile_alignment", "rolling_k_cr0",
+    *(f"rolling_k_delta_{k}" for k in ROLLING_KS),
+    "consistency_mean_l1", "consistency_std_l1", "valid_decision_rate", "provisional",
+    "llm_calls", "llm_tokens_in", "llm_tokens_out", "llm_cost_usd", "llm_latency_mean_s",
+    "return_per_usd", "vs_next_p_value", "excess_return_ew", "beta_ew", "tracking_error_ew",
+    "information_ratio_ew", "brier",
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- the board
+
+
+def report_of(con: sqlite3.Connection, *,
+              window: tuple[float | None, float | None] = (None, None),
+              min_valid_rate: float | None = None, min_days: int | None = None) -> Report:
+    """Compute the leaderboard and the chart series of the store read through ``con``.
+
+    ``min_valid_rate`` / ``min_days`` override the ``[leaderboard]`` settings of the store's
+    latest run (defaults :data:`MIN_VALID_RATE`, :data:`MIN_DAYS`). Open a store by name with
+    :func:`daemon.store.reports.load_report`.
+    """
+    lo = -math.inf if window[0] is None else window[0]
+    hi = math.inf if window[1] is None else window[1]
+    store = _load_store(con, hi)
+    if min_valid_rate is None:
+        min_valid_rate = float(store.board_cfg.get("min_valid_rate", MIN_VALID_RATE))
+    if min_days is None:
+        min_days = int(store.board_cfg.get("min_days", MIN_DAYS))
+    cfg = store.markets_cfg
+    rf = {"equity": float(cfg.get("equity", {}).get("risk_free_rate", 0.0)), "polymarket": 0.0}
+    initial = {m: float(cfg.get(m, {}).get("initial_cash", 0.0)) for m in rf}
+    classes = _asset_classes(store)
+    store.bench = {m: _benchmarks(store, m) for m in store.panels}
+    eq_marks, eq_labels, eq_index = _regime_by_mark(store)
+    rows: list[dict[str, Any]] = []
+    curves: dict[Key, AgentCurves] = {}
+    for key in sorted(set(store.series) | set(store.outcomes)):
+        if not (any(lo <= p[0] <= hi for p in store.series.get(key, []))
+                or any(lo <= t <= hi for ts in store.outcomes.get(key, {}).values() for t in ts)):
+            continue
+        row, curve = _row(store, key, lo, hi, window[0] is None, rf, initial, classes,
+                          (eq_marks, eq_labels))
+        _standing(row, min_valid_rate, min_days)
+        rows.append(row)
+        if curve is not None:
+            curves[key] = curve
+    markets = {m: _market_summary(store, m, lo, hi) for m in sorted({r["market"] for r in rows})}
+    _rank(rows)
+    _compare(rows, curves, store.agents_cfg)
+    regime = _window_regime(eq_marks, eq_index, eq_labels, lo, hi)
+    board = _clean({
+        "conventions": _conventions(rf, min_valid_rate, min_days,
+                                    {m: _periods(cfg, m) for m in markets},
+                                    {m: store.bench.get(m, {}) for m in markets}),
+        "window": {"start": window[0], "end": window[1]},
+        "window_dates": _window_dates(store, lo, hi),
+        "regime": regime,
+        "markets": markets,
+        "rows": rows,
+        "series": _series(curves),
+        **board_extras(con, rows, store.agents_cfg),  # issue 13: run groups, PortBench
+    })
+    from agents.capitalbench.scores import capitalbench_section  # hook: CapitalBench rounds
+
+    capital = capitalbench_section(con)
+    if capital is not None:
+        board["capitalbench"] = _clean(capital)
+    return Report(board, curves, _labels(store))
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def live_figures(board: dict[str, Any]) -> dict[Key, dict[str, float]]:
+    """Return the finite numeric figures of every (agent, market) of ``board`` (a store's whole
+    leaderboard, :func:`daemon.store.reports.live_figures`).
+
+    Keys of each inner dict are a subset of :data:`LIVE_FIELDS`; undefined figures are left out.
+    Interval ends are flattened to ``<name>_ci_low`` / ``<name>_ci_high``, rolling-k deltas to
+    ``rolling_k_delta_<k>`` and the probe result to ``consistency_mean_l1`` / ``_std_l1``.
+    """
+    out: dict[Key, dict[str, float]] = {}
+    for r in board["rows"]:
+        flat: dict[str, Any] = {k: r.get(k) for k in LIVE_FIELDS}
+        for name in ("sharpe", "mean_daily_return"):
+            ci = r.get(f"{name}_ci") or [None, None]
+            flat[f"{name}_ci_low"], flat[f"{name}_ci_high"] = ci
+        rk = r.get("rolling_k") or {}
+        flat["rolling_k_cr0"] = rk.get("cr0")
+        for k in ROLLING_KS:
+            flat[f"rolling_k_delta_{k}"] = (rk.get("delta") or {}).get(str(k))
+        probe = r.get("consistency") or {}
+        flat["consistency_mean_l1"] = probe.get("mean_l1")
+        flat["consistency_std_l1"] = probe.get("std_l1")
+        flat["provisional"] = 1.0 if r.get("provisional") else 0.0
+        flat["vs_next_p_value"] = (r.get("vs_next") or {}).get("p_value")
+        ew = (r.get("relative") or {}).get("equal_weight") or {}
+        for name in ("excess_return", "beta", "tracking_error", "information_ratio"):
+            flat[f"{name}_ew"] = ew.get(name)
+        out[(r["agent"], r["market"])] = {
+            k: float(v) for k, v in flat.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        }
+    return out

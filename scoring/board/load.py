@@ -1,0 +1,286 @@
+"""Read a store into the leaderboard's in-memory structure, price panels included.
+
+One pass over the store per report: run configs, daily equity marks, fills, decision outcomes,
+resolutions, Polymarket questions, probes, model calls, and per market the last price of every
+asset at each daily mark (the panel the benchmark figures are computed on). The data classes the
+board is built from and returned in (``AgentCurves``, ``Report``) live here too.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import sqlite3
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from daemon.core.price_bursts import (
+    BURST_KIND,
+    PRICE_COLUMNS,
+    burst_key,
+    expand_price_rows,
+    read_asset_sets,
+)
+from daemon.core.sparse_rows import FILLS, fill_map
+from scoring.stats.metrics import drawdown_series
+
+_NAN = float("nan")
+
+Key = tuple[str, str]
+
+
+# ----------------------------------------------------------------------------- data classes
+
+
+@dataclass(frozen=True)
+class AgentCurves:
+    """Hold one agent's time series in one market for the charts (window applied)."""
+
+    agent: str
+    market: str
+    ts: tuple[float, ...]
+    values: tuple[float, ...]
+    cash: tuple[float, ...]
+    allocations: tuple[tuple[float, dict[str, float]], ...]  # (fill ts, weights set)
+
+    def drawdowns(self) -> list[float]:
+        """Return the drawdown (positive fraction) at every point of ``values``."""
+        return [float(x) for x in drawdown_series(self.values)]
+
+    def cash_ratios(self) -> list[float]:
+        """Return cash / value at every point (NaN where the value is not positive)."""
+        return [c / v if v > 0 else _NAN for c, v in zip(self.cash, self.values, strict=True)]
+
+
+@dataclass(frozen=True)
+class Report:
+    """Hold the leaderboard with the series the HTML report draws."""
+
+    board: dict[str, Any]
+    curves: dict[Key, AgentCurves]
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class _Fill:
+    ts: float
+    trades: dict[str, float]
+    weights: dict[str, float]
+    cost: float
+    traded_value: float = 0.0
+
+
+@dataclass
+class _Panel:
+    """Last price of every asset at each daily mark of one market (whole store)."""
+
+    marks: np.ndarray
+    assets: list[str]
+    prices: np.ndarray
+    index: dict[float, int] = field(default_factory=dict)
+
+    def rows(self, ts: Sequence[float]) -> np.ndarray:
+        """Return the price rows of the marks ``ts`` (each must be a mark of the panel)."""
+        return self.prices[[self.index[t] for t in ts]] if len(ts) else self.prices[:0]
+
+
+@dataclass
+class _Store:
+    """Everything the leaderboard reads, loaded once."""
+
+    markets_cfg: dict[str, Any]
+    agents_cfg: dict[str, dict[str, Any]]
+    series: dict[Key, list[tuple[float, float, float]]]
+    fills: dict[Key, list[_Fill]]
+    outcomes: dict[Key, dict[str, list[float]]]
+    resolutions: dict[str, list[tuple[float, dict[str, float]]]]
+    questions: dict[str, dict[str, list[str]]]
+    question_text: dict[str, str]
+    probes: dict[Key, dict[str, Any]]
+    panels: dict[str, _Panel]
+    board_cfg: dict[str, Any] = field(default_factory=dict)
+    """The ``[leaderboard]`` section of the latest run's config."""
+    bench: dict[str, dict[str, dict[float, float]]] = field(default_factory=dict)
+    """Per market: benchmark name -> daily return keyed by the mark it ends at."""
+    llm: dict[Key, list[tuple[float, Any, Any, Any, Any]]] = field(default_factory=dict)
+    """Model calls per (agent, market): (scheduled_ts, tokens_in, tokens_out, latency_s,
+    cost_usd)."""
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _table_columns(con: sqlite3.Connection, table: str) -> list[str]:
+    """Return the column names of ``table`` (empty if it does not exist)."""
+    return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+
+
+def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
+    """Read configs, series, fills, resolutions, books, probes and price panels."""
+    runs = [json.loads(r[0]) for r in con.execute("SELECT config_json FROM runs ORDER BY id")]
+    markets_cfg = runs[0].get("markets", {}) if runs else {}
+    agents_cfg: dict[str, dict[str, Any]] = {}
+    for cfg in runs:  # later runs (reloads, restarts) override earlier ones
+        for a in cfg.get("agents", []):
+            agents_cfg[str(a.get("id"))] = a
+    series: dict[Key, list[tuple[float, float, float]]] = defaultdict(list)
+    for agent, market, ts, value, cash in con.execute(
+        "SELECT agent, market, ts, value, cash FROM equity WHERE kind='daily'"
+        " ORDER BY agent, market, ts"
+    ):
+        series[(agent, market)].append((ts, value, cash))
+    fills: dict[Key, list[_Fill]] = defaultdict(list)
+    # Since v11 a fill's trades and weights name assets by index into its asset list.
+    sets = (f"s.assets_json FROM {FILLS}" if "assets_sha256" in _table_columns(con, "fills")
+            else "NULL FROM fills f")
+    for agent, market, ts, trades, w, cost, traded, assets in con.execute(
+        "SELECT f.agent, f.market, f.ts, f.trades_json, f.weights_json, f.cost,"
+        f" f.traded_value, {sets} ORDER BY f.agent, f.market, f.scheduled_ts"
+    ):
+        fills[(agent, market)].append(_Fill(ts, fill_map(trades, assets), fill_map(w, assets),
+                                            cost, float(traded or 0.0)))
+    resolutions: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
+    for market, ts, payouts in con.execute(
+        "SELECT market, ts, payouts_json FROM resolutions ORDER BY ts, question_id"
+    ):
+        resolutions[market].append((ts, {k: float(v) for k, v in json.loads(payouts).items()}))
+    questions: dict[str, dict[str, list[str]]] = {}
+    for market, state in con.execute("SELECT market, state_json FROM books ORDER BY market"):
+        questions[market] = {q: list(m) for q, m in json.loads(state).get("questions", {}).items()}
+    question_text = {
+        str(q.get("id")): str(q.get("question", ""))
+        for q in markets_cfg.get("polymarket", {}).get("questions", [])
+    }
+    for (payload,) in con.execute(
+        "SELECT payload FROM market_events WHERE kind='MarketListed' ORDER BY id"
+    ):
+        ev = json.loads(payload or "{}")
+        if ev.get("question_id") and ev.get("question"):
+            question_text.setdefault(str(ev["question_id"]), str(ev["question"]))
+    marks: dict[str, set[float]] = defaultdict(set)
+    for (_, market), pts in series.items():
+        marks[market].update(t for t, _, _ in pts)
+    panels = {m: _load_panel(con, m, sorted(ts), resolutions.get(m, []))
+              for m, ts in sorted(marks.items())}
+    board_cfg = dict(runs[-1].get("leaderboard") or {}) if runs else {}
+    return _Store(markets_cfg, agents_cfg, series, fills, _load_outcomes(con), resolutions,
+                  questions, question_text, _load_probes(con, hi), panels, board_cfg,
+                  llm=_load_llm_calls(con))
+
+
+def _load_llm_calls(con: sqlite3.Connection) -> dict[Key, list[tuple[float, Any, Any, Any, Any]]]:
+    """Return the stored model calls per (agent, market) (empty without the table)."""
+    need = {"agent", "market", "scheduled_ts", "tokens_in", "tokens_out", "latency_s",
+            "cost_usd"}
+    if not need <= set(_table_columns(con, "llm_calls")):
+        return {}
+    out: dict[Key, list[tuple[float, Any, Any, Any, Any]]] = defaultdict(list)
+    for agent, market, ts, tin, tout, lat, cost in con.execute(
+        "SELECT agent, market, scheduled_ts, tokens_in, tokens_out, latency_s, cost_usd"
+        " FROM llm_calls ORDER BY agent, market, scheduled_ts, id"
+    ):
+        out[(agent, market)].append((ts, tin, tout, lat, cost))
+    return dict(out)
+
+
+def _load_outcomes(con: sqlite3.Connection) -> dict[Key, dict[str, list[float]]]:
+    """Return the scheduled times of every decision per (agent, market) and outcome."""
+    out: dict[Key, dict[str, list[float]]] = {}
+    for agent, market, outcome, ts in con.execute(
+        "SELECT agent, market, outcome, scheduled_ts FROM decisions"
+        " ORDER BY agent, market, scheduled_ts"
+    ):
+        out.setdefault((agent, market), {}).setdefault(outcome, []).append(ts)
+    return out
+
+
+def _with_bursts(con: sqlite3.Connection, market: str, marks: list[float],
+                 rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Return ``rows`` ((asset, mark, ts, price, id): the latest price of each asset up to each
+    mark, the last stored among equal times) with the prices of live bursts
+    (:mod:`daemon.core.price_bursts`) merged in by the same rule."""
+    bursts = con.execute(
+        f"SELECT id, {PRICE_COLUMNS} FROM market_events WHERE kind='{BURST_KIND}'"
+        " AND market=? AND ts <= ? ORDER BY id", (market, marks[-1])).fetchall()
+    if not bursts:
+        return rows
+    sets = read_asset_sets(con, sorted({burst_key(r[9]) for r in bursts}))
+    # Order among equal times: (row id, position in the burst); a row of its own is position 0.
+    best: dict[tuple[Any, Any], tuple[Any, ...]] = {(r[0], r[1]): (*r[:4], (r[4], 0))
+                                                    for r in rows}
+    hi = marks[-1]
+    for row in bursts:
+        for pos, (_, asset, ts, _, price, _, _) in enumerate(expand_price_rows([row[1:]], sets)):
+            if ts > hi:
+                continue
+            upto = marks[bisect.bisect_left(marks, ts)]
+            got = best.get((asset, upto))
+            if got is None or (ts, (row[0], pos)) >= (got[2], got[4]):
+                best[(asset, upto)] = (asset, upto, ts, price, (row[0], pos))
+    return list(best.values())
+
+
+def _load_panel(con: sqlite3.Connection, market: str, marks: list[float],
+                resolutions: list[tuple[float, dict[str, float]]]) -> _Panel:
+    """Return the last price of every asset at each mark (one grouped scan of market_events)."""
+    if not marks:
+        return _Panel(np.empty(0), [], np.empty((0, 0)))
+    # The last price of each asset before or at each mark: rows are bucketed by the first mark
+    # at or after them, so a print after a mark (a closing auction, an after-hours trade) never
+    # hides the price the mark used.
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS panel_marks(m REAL PRIMARY KEY)")
+    try:
+        con.executemany("INSERT OR IGNORE INTO panel_marks(m) VALUES(?)", [(m,) for m in marks])
+        rows = con.execute(  # per asset and mark: the latest time, the last stored among ties
+            "SELECT asset, upto, ts, price, id FROM (SELECT asset, upto, ts, price, id,"
+            " ROW_NUMBER() OVER (PARTITION BY asset, upto ORDER BY ts DESC, id DESC) AS n FROM"
+            " (SELECT asset, (SELECT MIN(m) FROM panel_marks WHERE m >= ts) AS upto, ts, price,"
+            " id FROM market_events WHERE kind='price' AND market=? AND ts <= ?)) WHERE n = 1",
+            (market, marks[-1]),
+        ).fetchall()
+    finally:
+        con.execute("DROP TABLE panel_marks")
+        con.commit()
+    rows = _with_bursts(con, market, marks, rows)
+    rows.sort(key=lambda r: (r[2], r[0]))
+    assets = sorted({r[0] for r in rows} | {a for _, p in resolutions for a in p})
+    col = {a: j for j, a in enumerate(assets)}
+    prices = np.full((len(marks), len(assets)), np.nan)
+    last = np.full(len(assets), np.nan)
+    payout: dict[int, float] = {}  # a resolved token stays at its payout; later ticks ignored
+    i = r = 0
+    for t, m in enumerate(marks):
+        while i < len(rows) and rows[i][2] <= m:
+            if rows[i][3] is not None:
+                last[col[rows[i][0]]] = rows[i][3]
+            i += 1
+        while r < len(resolutions) and resolutions[r][0] <= m:
+            payout.update({col[a]: x for a, x in resolutions[r][1].items()})
+            r += 1
+        for j, x in payout.items():
+            last[j] = x
+        prices[t] = last
+    return _Panel(np.asarray(marks, dtype=float), assets, prices,
+                  {m: t for t, m in enumerate(marks)})
+
+
+def _load_probes(con: sqlite3.Connection, hi: float) -> dict[Key, dict[str, Any]]:
+    """Return the latest probe result (ts <= ``hi``) per (agent, market or '')."""
+    cols = _table_columns(con, "probes")
+    need = {"agent", "ts", "repeats", "mean_l1", "std_l1"}
+    if not need <= set(cols):
+        return {}
+    market = "market" if "market" in cols else "''"
+    out: dict[Key, dict[str, Any]] = {}
+    for agent, mkt, ts, repeats, mean_l1, std_l1 in con.execute(
+        f"SELECT agent, {market}, ts, repeats, mean_l1, std_l1 FROM probes WHERE ts <= ?"
+        " ORDER BY agent, ts",
+        (min(hi, 1e18),),
+    ):
+        out[(agent, mkt or "")] = {"ts": ts, "repeats": repeats, "mean_l1": mean_l1,
+                                   "std_l1": std_l1}
+    return out
