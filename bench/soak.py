@@ -88,7 +88,7 @@ top_k = 3
 
 
 def _sessions(start: float, end: float) -> list[tuple[float, float]]:
-    from daemon.timing.schedule import get_nyse_calendar
+    from daemon.timing.nyse import get_nyse_calendar
 
     cal = get_nyse_calendar()
     out = []

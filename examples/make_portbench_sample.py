@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # run as a script from anywhere: make the repo im
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.core.events import ClockEvent, Event, NewsEvent, PriceEvent
-from daemon.timing.schedule import get_nyse_calendar
+from daemon.timing.nyse import get_nyse_calendar
 from feeds.recording import RecordingHeader, RecordingWriter
 
 START, END = date(2026, 5, 1), date(2026, 8, 31)

@@ -3,7 +3,7 @@
 For each NYSE session in ``[start, end]`` and each ticker, one
 :class:`~daemon.core.events.PriceEvent`
 is written at the session's official close time (from
-:func:`daemon.timing.schedule.get_nyse_calendar`)
+:func:`daemon.timing.nyse.get_nyse_calendar`)
 with the bar's close; the recording ends with a :class:`~daemon.core.events.ClockEvent` one hour
 after
 the last close so a replay marks the last day. Bars on days the calendar does not list as
@@ -24,7 +24,7 @@ import aiohttp
 import msgspec
 
 from daemon.core.events import ClockEvent, PriceEvent
-from daemon.timing.schedule import NY, get_nyse_calendar
+from daemon.timing.nyse import NY, get_nyse_calendar
 from feeds.health import short_error
 from feeds.recording import RecordingHeader, RecordingWriter
 from feeds.yahoo import ChartError, RateLimited, YahooSettings, parse_chart, read_limited

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from daemon.core.events import Event, MarketListed, NewsEvent, PriceEvent, ResolutionEvent
-from daemon.timing.schedule import get_nyse_calendar
+from daemon.timing.nyse import get_nyse_calendar
 from feeds.recording import RecordingHeader, RecordingWriter
 
 TICKERS = ("AAPL", "MSFT", "NVDA", "JPM")

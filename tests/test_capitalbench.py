@@ -25,7 +25,7 @@ from agents.capitalbench.scores import comparison_set
 from agents.llm_output import InvalidOutput
 from daemon.config.settings import ConfigError, parse_config
 from daemon.core.events import PriceEvent
-from daemon.timing.schedule import fire_times
+from daemon.timing.triggers import fire_times
 from feeds.recording import RecordingHeader, RecordingWriter
 from tests.llm_server import FakeLlmServer, ok
 from tests.pg import pg_database, requires_pg
@@ -153,7 +153,7 @@ BASE = {"SPY": 400.0, "QQQ": 300.0, "TLT": 90.0, "GLD": 180.0}
 def _recording(path: Path) -> list[date]:
     """Oct 19 - Nov 13 2026: every price constant through a session, session k's price
     ``base * (1 + g)^k`` (so each close is known exactly)."""
-    from daemon.timing.schedule import get_nyse_calendar
+    from daemon.timing.nyse import get_nyse_calendar
 
     cal = get_nyse_calendar()
     sessions, evs = [], []

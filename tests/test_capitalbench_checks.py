@@ -142,7 +142,7 @@ def test_the_trailing_table_keeps_a_year_of_closes(tmp_path: Path) -> None:
 
     from agents.capitalbench.runner import CapitalRunner
     from daemon.market.state import MarketState
-    from daemon.timing.schedule import get_nyse_calendar
+    from daemon.timing.nyse import get_nyse_calendar
 
     cfg = parse_config(_data(tmp_path))
     state = MarketState({"equity": object()})  # type: ignore[dict-item]

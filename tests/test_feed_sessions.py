@@ -13,7 +13,7 @@ from daemon.app.replay import replay
 from daemon.config.settings import load_config
 from daemon.core.events import NonMarkingPrice, PriceEvent, decode_event, encode_event
 from daemon.store.reports import leaderboard
-from daemon.timing.schedule import get_nyse_calendar
+from daemon.timing.nyse import get_nyse_calendar
 from feeds.alpaca import AlpacaSettings, AlpacaStreamAdapter
 from feeds.finnhub import FinnhubSettings, FinnhubStreamAdapter
 from feeds.yahoo import YahooSettings, YahooStreamAdapter
@@ -113,7 +113,7 @@ def test_finnhub_trades_outside_the_regular_session_are_data_only() -> None:
 async def test_a_print_after_the_close_mark_does_not_change_the_report(tmp_path: Path) -> None:
     """The report prices each mark at the last price at or before it (a closing-auction print
     just after the close, at the close's price, changes nothing)."""
-    from daemon.timing.schedule import get_nyse_calendar as nyse
+    from daemon.timing.nyse import get_nyse_calendar as nyse
     from feeds.recording import iter_events
 
     cfg_path = tmp_path / "tiny.toml"

@@ -14,7 +14,7 @@ import pytest
 from daemon.app.cli import main
 from daemon.core.events import ClockEvent, PriceEvent
 from daemon.core.sparse_rows import FILLS, fill_map
-from daemon.timing.schedule import get_nyse_calendar
+from daemon.timing.nyse import get_nyse_calendar
 from feeds.recording import iter_events, read_header
 from tests.fakes.yahoo_server import FakeYahoo, chart_payload
 

@@ -66,7 +66,7 @@ from daemon.core.events import (
 )
 from daemon.core.sparse_rows import DECISIONS, fill_map
 from daemon.engine.engine import Engine
-from daemon.timing.schedule import get_nyse_calendar
+from daemon.timing.nyse import get_nyse_calendar
 from feeds.connection import SourceState
 from feeds.recording import iter_events, read_header
 from scoring.ledger.ledger import Book

@@ -11,17 +11,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from daemon.timing.clock import SimClock
-from daemon.timing.schedule import (
-    NY,
-    LiveScheduler,
-    NyseCalendar,
-    NyseSessionTrigger,
-    ScheduleSpec,
-    SimScheduler,
-    fire_times,
-    get_nyse_calendar,
-    make_trigger,
-)
+from daemon.timing.nyse import NY, NyseCalendar, get_nyse_calendar
+from daemon.timing.schedule import LiveScheduler, SimScheduler
+from daemon.timing.triggers import NyseSessionTrigger, ScheduleSpec, fire_times, make_trigger
 
 HOUR = 3600.0
 

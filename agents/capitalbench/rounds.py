@@ -29,7 +29,8 @@ from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
 from agents.capitalbench.config import CASH, CapitalBenchConfig
-from daemon.timing.schedule import NyseCalendar, NyseSessionTrigger, get_nyse_calendar
+from daemon.timing.nyse import NyseCalendar, get_nyse_calendar
+from daemon.timing.triggers import NyseSessionTrigger
 
 NY = ZoneInfo("America/New_York")
 HASHES = "hashes.json"

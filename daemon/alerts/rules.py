@@ -97,7 +97,7 @@ def market_open(market: str | None, ts: float) -> bool:
     """Return whether ``market`` trades at ``ts`` (equities: NYSE hours; the rest: always)."""
     if market != "equity":
         return True
-    from daemon.timing.schedule import get_nyse_calendar
+    from daemon.timing.nyse import get_nyse_calendar
 
     return get_nyse_calendar().is_open(ts)
 

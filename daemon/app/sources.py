@@ -11,7 +11,7 @@ import structlog
 
 from daemon.config.settings import Config
 from daemon.core.events import HistoryEvent, MarketListed
-from daemon.timing.schedule import get_nyse_calendar
+from daemon.timing.nyse import get_nyse_calendar
 from feeds.alpaca import MissingCredentialError, secret_from_env
 from feeds.equities import build_equity_sources
 from feeds.fundamentals import FundamentalsSource

@@ -37,7 +37,7 @@ from daemon.market.state import HISTORY_DAYS, MarketState
 from daemon.store.records import DecisionRecord, RoundCommit
 from daemon.store.store import Store, StoreWriteError
 from daemon.timing.clock import Clock
-from daemon.timing.schedule import ScheduleSpec, make_trigger
+from daemon.timing.triggers import ScheduleSpec, make_trigger
 from scoring.ledger.ledger import Book, CostModel
 
 if TYPE_CHECKING:

@@ -64,7 +64,7 @@ def nyse_open_seconds(t0: float, t1: float, cap: float = float("inf")) -> float:
     """Return the NYSE regular-session seconds between ``t0`` and ``t1`` (stops past ``cap``)."""
     if t1 <= t0:
         return 0.0
-    from daemon.timing.schedule import get_nyse_calendar
+    from daemon.timing.nyse import get_nyse_calendar
 
     cal = get_nyse_calendar()
     day = datetime.fromtimestamp(t0, NY).date()

@@ -138,7 +138,7 @@ class MarketState:
     def _session_open(self, day: str) -> float | None:
         """Return the epoch seconds of the NYSE open on ``day`` (cached; ``None`` if closed)."""
         if day not in self._opens:
-            from daemon.timing.schedule import get_nyse_calendar
+            from daemon.timing.nyse import get_nyse_calendar
 
             bounds = get_nyse_calendar().session_bounds(date.fromisoformat(day))
             self._opens[day] = None if bounds is None else bounds[0].timestamp()
