@@ -41,7 +41,9 @@ import structlog
 
 from daemon.core.bus import Bus
 from daemon.core.events import AlertEvent, DecisionEvent, Event, PriceEvent
-from daemon.mqtt.bridge import MqttBridge, MqttSettings, status_topic
+from daemon.mqtt.bridge import MqttBridge
+from daemon.mqtt.settings import MqttSettings
+from daemon.mqtt.wire import status_topic
 
 WINDOW = 500
 N_KEYS = 10_000

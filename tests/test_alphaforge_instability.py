@@ -174,7 +174,7 @@ async def test_a_config_without_alphaforge_agents_is_refused(tmp_path: Path) -> 
 def test_a_result_is_stored_in_a_shared_store_and_read_back() -> None:
     """Issue 19: ``--db postgresql://...`` stores the result in the shared store (its own scope,
     so a daemon running on that store is not disturbed); the merged read finds it."""
-    from daemon.app.cli_alphaforge import store_result
+    from daemon.app.cli_protocols import store_result
     from daemon.store.read import open_for_reading
 
     result = {"input_sha256": "i" * 64, "prompt_sha256": "p" * 64, "repeats": 2, "bars": 6}

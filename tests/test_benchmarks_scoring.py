@@ -1,4 +1,5 @@
-"""Tests for scoring.stats.benchmarks: reference vectors, hand-computed cases and properties."""
+"""Tests for scoring.stats.benchmarks, .diversification and .inference: reference vectors,
+hand-computed cases and properties."""
 
 from __future__ import annotations
 
@@ -12,21 +13,18 @@ from hypothesis import strategies as st
 from scoring.stats.benchmarks import (
     RISK_PROFILES,
     RiskProfile,
-    bootstrap_ci,
     capitalbench_score,
     ceps,
     composite_rank,
-    diversification_from_returns,
     historical_var,
     profile_alignment,
     regime_label,
     rolling_k_delta,
     rolling_k_deltas,
     rolling_k_return,
-    s_corr,
-    s_inter,
-    s_intra,
 )
+from scoring.stats.diversification import diversification_from_returns, s_corr, s_inter, s_intra
+from scoring.stats.inference import bootstrap_ci
 from scoring.stats.metrics import cumulative_return
 
 # ------------------------------------------------------------------ PortBench reference vector

@@ -20,7 +20,8 @@ from daemon.store.reports import leaderboard, live_figures, load_report
 from daemon.store.store import MIGRATIONS, record_probe
 from scoring.board.leaderboard import LIVE_FIELDS, to_json, to_table
 from scoring.board.report_html import render_html
-from scoring.stats.benchmarks import bootstrap_ci, composite_rank, historical_var, regime_label
+from scoring.stats.benchmarks import composite_rank, historical_var, regime_label
+from scoring.stats.inference import bootstrap_ci
 from scoring.stats.metrics import sharpe, simple_returns
 
 T0 = datetime(2026, 11, 2, 21, tzinfo=UTC).timestamp()  # a close mark (16:00 ET)

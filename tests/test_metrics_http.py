@@ -19,9 +19,9 @@ from daemon.core.events import DecisionEvent
 from daemon.engine.engine import Engine
 from daemon.store.store import DecisionRecord, RoundCommit
 from daemon.web import http as http_mod
-from daemon.web.http import HttpBindError
 from daemon.web.metrics import LlmUsage, Metrics
 from daemon.web.observability import Observability
+from daemon.web.server import HttpBindError
 from tests.test_alerts import (
     SATURDAY,
     T0,

@@ -36,7 +36,10 @@ from daemon.core.events import (
     decode_event,
     encode_event,
 )
-from daemon.mqtt.bridge import MqttBridge, MqttSettings, event_id, mqtt_topic, status_topic
+from daemon.mqtt.bridge import MqttBridge
+from daemon.mqtt.egress import Egress
+from daemon.mqtt.settings import MqttSettings
+from daemon.mqtt.wire import event_id, mqtt_topic, status_topic
 from tests.mosquitto import HOST, PORT, PrivateBroker, requires_broker, until
 
 pytestmark = requires_broker
@@ -424,22 +427,22 @@ def test_a_columnar_burst_leaves_the_egress_buffer_as_its_prices_one_by_one() ->
     replaced ones exactly as the per-price tap does, making an event for the latest only."""
     from daemon.core.price_columns import PriceColumns
 
-    def bridge() -> MqttBridge:
-        b = MqttBridge(Bus(), MqttSettings(port=1), process_id="p")
-        b._accepting = True  # as started, without a connection
-        return b
+    def egress() -> Egress:
+        e = MqttBridge(Bus(), MqttSettings(port=1), process_id="p")._egress
+        e.accepting = True  # as started, without a connection
+        return e
 
-    one, cols_bridge = bridge(), bridge()
-    for b in (one, cols_bridge):  # a price already waiting from an earlier burst
-        b._tap(PriceEvent(ts=1.0, market="polymarket", asset="B", price=0.1))
+    one, cols_egress = egress(), egress()
+    for e in (one, cols_egress):  # a price already waiting from an earlier burst
+        e.tap(PriceEvent(ts=1.0, market="polymarket", asset="B", price=0.1))
     cols = PriceColumns("polymarket", "src")
     for i, asset in enumerate("ABACBDAA"):
         cols.append(asset, 10.0 + i, 11.0 + i, 0.01 * (i + 1), 0.005 if i % 2 else None, None)
     for ev in cols.events():
-        one._tap(ev)
-    cols_bridge._tap_columns(cols)
-    assert list(cols_bridge._prices) == list(one._prices) == [
+        one.tap(ev)
+    cols_egress.tap_columns(cols)
+    assert list(cols_egress._prices) == list(one._prices) == [
         "price.polymarket.B", "price.polymarket.A", "price.polymarket.C", "price.polymarket.D"]
-    assert list(cols_bridge._prices.values()) == list(one._prices.values())
+    assert list(cols_egress._prices.values()) == list(one._prices.values())
     # A's 4 prices leave 1 (3 replaced), B's 2 both replace (one was waiting): 5.
-    assert cols_bridge._dropped_prices == one._dropped_prices == 5
+    assert cols_egress.dropped_prices == one.dropped_prices == 5

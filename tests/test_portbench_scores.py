@@ -18,7 +18,8 @@ from agents.portbench.scores import (
     score_decision,
     summarise,
 )
-from scoring.stats.benchmarks import ceps, diversification_from_returns
+from scoring.stats.benchmarks import ceps
+from scoring.stats.diversification import diversification_from_returns
 
 T = 1_714_600_000.0
 DAY = 86_400.0

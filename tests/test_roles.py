@@ -39,7 +39,9 @@ from daemon.app.replay_roles import EvaluateSummary, ReplayStream, replay_evalua
 from daemon.app.roles import OwnershipError, role_daemon
 from daemon.config.settings import Config, load_config, parse_config
 from daemon.core.events import DecisionEvent, Event, MarketListed, PriceEvent
-from daemon.mqtt.bridge import MqttBridge, MqttSettings, default_client_id
+from daemon.mqtt.bridge import MqttBridge
+from daemon.mqtt.settings import MqttSettings
+from daemon.mqtt.wire import default_client_id
 from daemon.store.reports import leaderboard
 from scoring.board.leaderboard import to_json
 from tests.mosquitto import HOST, PORT, PrivateBroker, listening, requires_broker, until
@@ -511,7 +513,7 @@ def with_pid(cfg: Config, pid: str, *, agents: tuple[str, ...] = ()) -> Config:
 async def observe(broker: Broker, subtopic: str) -> AsyncIterator[list[DecisionEvent]]:
     """Collect the events published under ``paperarena/<ns>/<subtopic>``."""
     from daemon.core.events import decode_event
-    from daemon.mqtt.bridge import Envelope
+    from daemon.mqtt.wire import Envelope
 
     got: list[DecisionEvent] = []
     async with aiomqtt.Client(HOST, broker.port) as client:

@@ -19,12 +19,9 @@ from daemon.config.settings import Config, ConfigError, parse_config
 from daemon.store.reports import leaderboard, live_figures, load_report
 from scoring.board.leaderboard import LEGEND, to_table
 from scoring.board.report_html import COLUMNS, render_html
-from scoring.stats.benchmarks import (
-    class_correlations,
-    composite_rank,
-    diversification_from_returns,
-    paired_bootstrap,
-)
+from scoring.stats.benchmarks import composite_rank
+from scoring.stats.diversification import class_correlations, diversification_from_returns
+from scoring.stats.inference import paired_bootstrap
 from scoring.stats.metrics import (
     mean_daily_turnover,
     periods_per_year,

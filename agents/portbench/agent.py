@@ -41,7 +41,8 @@ from agents.portfolio_baselines import returns_panel
 from agents.prompting import _Ctx
 from agents.stepwise import StepwiseAgent, flat, load_prompt_set
 from daemon.core.logs import redact_text
-from scoring.stats.benchmarks import RISK_PROFILES, _corr_matrix, historical_var
+from scoring.stats.benchmarks import RISK_PROFILES, historical_var
+from scoring.stats.diversification import _corr_matrix
 
 log = structlog.get_logger(__name__)
 

@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from daemon.core.price_bursts import read_prices
-from scoring.stats.benchmarks import ceps, diversification_from_returns
+from scoring.stats.benchmarks import ceps
+from scoring.stats.diversification import diversification_from_returns
 
 CASH = "CASH"
 #: A forward return of +-VIEW_SCALE maps to a ground-truth view of +-1.

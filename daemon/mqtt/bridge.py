@@ -1,5 +1,9 @@
 """Bridge the in-process bus to an MQTT broker so several processes share one event stream.
 
+Owns the connection: one :class:`MqttBridge` per process connects, subscribes, announces its
+liveness and reconnects, and wires the egress (bus → broker, :mod:`.egress`) and the ingress
+(broker → bus, :mod:`.ingress`) to it.
+
 Wire format
     Topic ``paperarena/<namespace>/<event topic, dots → slashes>``; payload a versioned envelope
     ``{"v": 1, "id": <sha1 of the event JSON>, "origin": <process id>, "event": <event JSON>}``.
@@ -19,22 +23,11 @@ Control subtrees
     :meth:`MqttBridge.announce` publishes a retained control message and re-publishes it after
     every reconnect, so it survives a broker that lost its retained store.
 
-Egress (bus → broker)
-    A synchronous bus tap copies matching local events into the bridge's own bounded buffers, so
-    publishing on the bus never waits for the network (a burst of prices given as columns puts
-    each asset's latest price there, an event made for it alone). Conflating classes (prices) go
-    out at QoS 0 through a latest-per-key buffer: while the bridge is behind or disconnected, a
-    newer price replaces the pending one (counted in ``dropped_prices``). Every other class goes
-    out at QoS 1 through a FIFO buffer of ``egress_queue`` events kept across reconnects; an event
-    whose PUBACK has not arrived when the connection drops is re-sent after reconnecting
-    (at-least-once).
-    Only when that buffer overflows is the oldest pending event discarded, counted in ``lost`` and
-    logged.
-
-Ingress (broker → bus)
-    Envelopes from our own process are ignored; the others are deduplicated by id in an LRU of the
-    last ``dedupe_window`` ids and published once on the local bus. Events received from the
-    broker are never sent back out: the egress tap skips the very event object being applied.
+Egress and ingress
+    Local events go out through bounded buffers (prices latest-per-key at QoS 0, everything else
+    FIFO at QoS 1, at-least-once across reconnects): ``daemon/mqtt/egress.py``. Remote events are
+    deduplicated and published once on the local bus, never sent back out:
+    ``daemon/mqtt/ingress.py``.
 
 Sessions
     The client connects with ``clean_session=False`` and a stable client id, so the broker keeps
@@ -43,7 +36,7 @@ Sessions
     re-subscribes.
 
 The wire format's names, envelope and ids live in ``daemon/mqtt/wire.py``, the settings in
-``daemon/mqtt/settings.py``; both are re-exported here.
+``daemon/mqtt/settings.py``.
 """
 
 from __future__ import annotations
@@ -56,37 +49,26 @@ import random
 import socket
 import ssl
 import time
-from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
-from itertools import count
-from typing import NamedTuple
 
 import aiomqtt
-import msgspec
 import structlog
 
 from daemon.core.bus import Bus, topic_matches
-from daemon.core.events import PRICE, Event, PriceEvent, decode_event, encode_event
-from daemon.core.price_columns import PriceColumns
+from daemon.core.events import Event
+from daemon.mqtt.egress import Egress
+from daemon.mqtt.ingress import ControlHandler, Ingress, Sink
 from daemon.mqtt.settings import MqttSettings
-from daemon.mqtt.wire import _LEVEL_UNSAFE as _LEVEL_UNSAFE  # re-exported
 from daemon.mqtt.wire import (
     _NAME_UNSAFE,
     CONTROL_SUBTREES,
-    ENVELOPE_VERSION,
     OFFLINE,
     ONLINE,
     ROOT,
-    Envelope,
-    _envelope_decoder,
-    _envelope_encoder,
     default_client_id,
-    event_id,
     mqtt_filter,
-    mqtt_topic,
     status_topic,
 )
-from daemon.mqtt.wire import _escape_level as _escape_level  # re-exported
 
 log = structlog.get_logger(__name__)
 
@@ -96,12 +78,6 @@ PUBLISH_WINDOW = 64
 WARN_INTERVAL = 10.0
 
 
-#: Receives every new remote event instead of the local bus (see ``MqttBridge(sink=...)``).
-Sink = Callable[[Envelope, Event], None]
-#: Receives raw control messages: (topic below the subtree, payload, retained flag).
-ControlHandler = Callable[[str, bytes, bool], None]
-
-
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     """Wait up to ``timeout`` s for ``event``; never swallow a cancellation (unlike wait_for)."""
     with contextlib.suppress(TimeoutError):
@@ -109,15 +85,6 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
             await event.wait()
     return event.is_set()
 
-
-class _Out(NamedTuple):
-    """One encoded message waiting for (or in) transmission."""
-
-    seq: int
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool = False
 
 
 class MqttBridge:
@@ -139,36 +106,25 @@ class MqttBridge:
         self.client_id = settings.client_id or default_client_id(settings.namespace, process_id)
         self.status_topic = status_topic(settings.namespace, process_id)
         self._ns_prefix = f"{ROOT}/{settings.namespace}/"
-        self._status_prefix = f"{ROOT}/{settings.namespace}/status/"
-        self._sink = sink
-        self._watchers: dict[str, ControlHandler] = {}
         self._announcements: dict[str, bytes] = {}
         #: Called with (process id, status) whenever a peer's known status changes.
         self.on_peer: Callable[[str, str], None] | None = None
-        self._cap = settings.egress_queue
-        self._conflating = bus.conflating
         self._tls_context = (
             ssl.create_default_context(cafile=settings.ca_file) if settings.tls else None
         )
         #: Last known liveness of peer processes (from their retained status), by process id.
         self.peers: dict[str, str] = {}
-        # Egress.
-        self._pub_match: dict[str, bool] = {}
-        self._topic_cache: dict[str, str] = {}
-        self._prices: OrderedDict[str, Event] = OrderedDict()
-        self._reliable: deque[Event | _Out] = deque()
-        self._inflight: dict[int, _Out] = {}
-        self._inflight_prices = 0
-        self._price_turn = False
-        self._seq = count()
-        self._idle_workers: deque[asyncio.Future[None]] = deque()
-        # Ingress.
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self._inbox: deque[Event] = deque()
-        self._inbox_ready = asyncio.Event()
-        self._echo: Event | None = None
+        self._egress = Egress(settings, bus.conflating, process_id=process_id, warn=self._warn)
+        self._ingress = Ingress(
+            bus,
+            settings,
+            process_id=process_id,
+            egress=self._egress,
+            on_status=self._on_status,
+            warn=self._warn,
+            sink=sink,
+        )
         # Lifecycle.
-        self._accepting = False
         self._tap_added = False
         self._connected = asyncio.Event()
         self._stop_requested = asyncio.Event()
@@ -179,15 +135,6 @@ class MqttBridge:
         self._background: set[asyncio.Task[None]] = set()
         self._last_warn: dict[str, float] = {}
         # Counters.
-        self._sent_prices = 0
-        self._sent_reliable = 0
-        self._received = 0
-        self._duplicates = 0
-        self._own = 0
-        self._invalid = 0
-        self._dropped_prices = 0
-        self._lost = 0
-        self._retried = 0
         self._reconnects = 0
         self._connect_failures = 0
 
@@ -198,12 +145,14 @@ class MqttBridge:
         if self._runner is not None:
             return
         if not self._tap_added:
-            self.bus.add_tap("#", self._tap, columns=self._tap_columns)
+            self.bus.add_tap("#", self._egress.tap, columns=self._egress.tap_columns)
             self._tap_added = True
-        self._accepting = True
+        self._egress.accepting = True
         self._stop_requested.clear()
         loop = asyncio.get_running_loop()
-        self._applier = loop.create_task(self._apply_loop(), name=f"mqtt-ingress-{self.process_id}")
+        self._applier = loop.create_task(
+            self._ingress.apply_loop(), name=f"mqtt-ingress-{self.process_id}"
+        )
         self._runner = loop.create_task(self._run(), name=f"mqtt-bridge-{self.process_id}")
         log.info(
             "mqtt bridge starting",
@@ -221,7 +170,7 @@ class MqttBridge:
         """
         if self._runner is None:
             return
-        self._accepting = False
+        self._egress.accepting = False
         await self.flush(flush_timeout)
         self._stop_requested.set()
         runner, self._runner = self._runner, None
@@ -229,16 +178,11 @@ class MqttBridge:
             await asyncio.wait_for(runner, timeout=flush_timeout + 15.0)
         except TimeoutError:
             log.warning("mqtt bridge did not stop in time; cancelled", process_id=self.process_id)
-        unsent = len(self._reliable) + len(self._inflight)
+        unsent = self._egress.discard()
         if unsent:
-            self._lost += unsent
             log.warning("mqtt bridge stopped with unsent reliable events", lost=unsent)
-        self._reliable.clear()
-        self._inflight.clear()
-        self._dropped_prices += len(self._prices)
-        self._prices.clear()
         deadline = time.monotonic() + flush_timeout
-        while self._inbox and time.monotonic() < deadline:
+        while self._ingress.pending and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
         if self._applier is not None:
             self._applier.cancel()
@@ -256,7 +200,7 @@ class MqttBridge:
     async def flush(self, timeout: float) -> bool:
         """Wait until every buffered event has been handed to the broker; False on timeout."""
         deadline = time.monotonic() + timeout
-        while self._prices or self._reliable or self._inflight or self._inflight_prices:
+        while self._egress.pending:
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(0.002)
@@ -270,27 +214,25 @@ class MqttBridge:
     def forget(self, key: str) -> None:
         """Forget a delivery (its ``dedupe_key``) the sink could not take: a re-send of it is
         then applied instead of dropped as a duplicate."""
-        self._seen.pop(key, None)
+        self._ingress.forget(key)
 
     def counters(self) -> dict[str, int | bool]:
         """Return the bridge counters (monotonic except ``queued`` and ``connected``)."""
+        out, into = self._egress, self._ingress
         return {
-            "sent": self._sent_prices + self._sent_reliable,
-            "sent_prices": self._sent_prices,
-            "sent_reliable": self._sent_reliable,
-            "received": self._received,
-            "duplicates": self._duplicates,
-            "own": self._own,
-            "invalid": self._invalid,
-            "dropped_prices": self._dropped_prices,
-            "lost": self._lost,
-            "retried": self._retried,
+            "sent": out.sent_prices + out.sent_reliable,
+            "sent_prices": out.sent_prices,
+            "sent_reliable": out.sent_reliable,
+            "received": into.received,
+            "duplicates": into.duplicates,
+            "own": into.own,
+            "invalid": into.invalid,
+            "dropped_prices": out.dropped_prices,
+            "lost": out.lost,
+            "retried": out.retried,
             "reconnects": self._reconnects,
             "connect_failures": self._connect_failures,
-            "queued": len(self._prices)
-            + len(self._reliable)
-            + len(self._inflight)
-            + self._inflight_prices,
+            "queued": out.queued,
             "connected": self._connected.is_set(),
         }
 
@@ -306,7 +248,7 @@ class MqttBridge:
             raise ValueError(f"{subtree!r} is not a control subtree ({sorted(CONTROL_SUBTREES)})")
         if self._runner is not None:
             raise RuntimeError("watch() must be called before start()")
-        self._watchers[subtree] = handler
+        self._ingress.watchers[subtree] = handler
 
     def send(self, event: Event, *, run: str | None = None, seq: int | None = None) -> None:
         """Queue ``event`` for the broker at QoS 1 whatever its class (never conflated).
@@ -314,16 +256,15 @@ class MqttBridge:
         ``run`` and ``seq`` mark it as event ``seq`` of replay stream ``run``. Unlike the bus
         tap, this ignores ``publish_patterns``. Overflow of ``egress_queue`` counts in ``lost``.
         """
-        if not self._accepting:
+        if not self._egress.accepting:
             raise RuntimeError("the bridge is not started")
-        self._queue_reliable(self._encode(event, 1, run=run, seq=seq))
+        self._egress.send(event, run=run, seq=seq)
 
     def publish_control(self, subtopic: str, payload: bytes, *, retain: bool = False) -> None:
         """Queue a raw QoS 1 control message (at-least-once, in order with other QoS 1 sends)."""
-        if not self._accepting:
+        if not self._egress.accepting:
             raise RuntimeError("the bridge is not started")
-        out = _Out(next(self._seq), self.control_topic(subtopic), payload, 1, retain)
-        self._queue_reliable(out)
+        self._egress.send_raw(self.control_topic(subtopic), payload, retain=retain)
 
     def announce(self, subtopic: str, payload: bytes) -> None:
         """Publish a retained control message now and again after every reconnect.
@@ -335,240 +276,10 @@ class MqttBridge:
             self._announcements[topic] = payload
         else:
             self._announcements.pop(topic, None)
-        if self._accepting:
-            self._queue_reliable(_Out(next(self._seq), topic, payload, 1, True))
+        if self._egress.accepting:
+            self._egress.send_raw(topic, payload, retain=True)
 
-    def _queue_reliable(self, item: Event | _Out) -> None:
-        """Append to the QoS 1 FIFO, discarding (and counting) the oldest on overflow."""
-        if len(self._reliable) >= self._cap:
-            self._reliable.popleft()
-            self._lost += 1
-            self._warn("lost", "mqtt egress buffer full: oldest reliable event discarded")
-        self._reliable.append(item)
-        self._wake_workers(1)
-
-    # ------------------------------------------------------------------ egress
-
-    def _tap(self, event: Event) -> None:
-        """Buffer one local event for the broker; never block, never raise."""
-        if not self._accepting or event is self._echo:
-            return
-        if not self._wants(event.topic):
-            return
-        if event.topic_class in self._conflating:
-            self._buffer_price(event, 1)
-        else:
-            self._queue_reliable(event)
-            return
-        self._wake_workers(1)
-
-    def _wants(self, topic: str) -> bool:
-        """Return whether a bus topic is published to the broker (cached)."""
-        wanted = self._pub_match.get(topic)
-        if wanted is None:
-            wanted = any(topic_matches(p, topic) for p in self.settings.publish_patterns)
-            if len(self._pub_match) > 200_000:
-                self._pub_match.clear()
-            self._pub_match[topic] = wanted
-        return wanted
-
-    def _buffer_price(self, event: Event, n: int) -> None:
-        """Leave ``event`` in the latest-per-key buffer as the last of ``n`` prices of its key
-        (each replacing the one before it: counted in ``dropped_prices``)."""
-        prices = self._prices
-        key = event.key
-        if key in prices:
-            prices[key] = event  # keeps its place in line: hot keys do not starve others
-            self._dropped_prices += n
-        else:
-            if len(prices) >= self._cap:
-                prices.popitem(last=False)
-                self._dropped_prices += 1
-            prices[key] = event
-            self._dropped_prices += n - 1
-
-    def _tap_columns(self, prices: PriceColumns) -> None:
-        """Columns tap: what :meth:`_tap` leaves buffered after each price of the burst (each
-        asset's latest, counted alike), an event made for those latest prices only."""
-        if not self._accepting:
-            return
-        if PRICE not in self._conflating:
-            for ev in prices.events():
-                self._tap(ev)
-            return
-        per_asset = Counter(prices.a)
-        last = dict(zip(prices.a, range(len(prices)), strict=True))  # first-seen order
-        names, market, source = prices.table.names, prices.market, prices.source
-        woken = 0
-        for k, i in last.items():
-            bid, ask = prices.bid[i], prices.ask[i]
-            ev = PriceEvent(ts=prices.ts[i], recv_ts=prices.recv_ts[i], market=market,
-                            asset=names[k], price=prices.price[i],
-                            bid=None if bid != bid else bid, ask=None if ask != ask else ask,
-                            source=source)
-            if self._wants(ev.topic):
-                self._buffer_price(ev, per_asset[k])  # its n prices: the last one stays
-                woken += per_asset[k]
-        if woken:
-            self._wake_workers(woken)
-
-    def _wake_workers(self, n: int) -> None:
-        """Wake up to ``n`` idle workers (one per new message, so they do not stampede)."""
-        idle = self._idle_workers
-        while n > 0 and idle:
-            waiter = idle.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                n -= 1
-
-    def _mqtt_topic(self, topic: str) -> str:
-        """Return the (cached) MQTT topic of a bus topic."""
-        cached = self._topic_cache.get(topic)
-        if cached is None:
-            cached = mqtt_topic(self.settings.namespace, topic)
-            if len(self._topic_cache) > 200_000:
-                self._topic_cache.clear()
-            self._topic_cache[topic] = cached
-        return cached
-
-    def _encode(
-        self, event: Event, qos: int, *, run: str | None = None, seq: int | None = None
-    ) -> _Out:
-        """Wrap one event in its envelope, ready to publish."""
-        data = encode_event(event)
-        envelope = Envelope(
-            v=ENVELOPE_VERSION,
-            id=event_id(data),
-            origin=self.process_id,
-            event=msgspec.Raw(data),
-            run=run,
-            seq=seq,
-        )
-        payload = _envelope_encoder.encode(envelope)
-        return _Out(next(self._seq), self._mqtt_topic(event.topic), payload, qos)
-
-    def _take(self) -> _Out | None:
-        """Return the next message to send, alternating reliable and price buffers."""
-        take_price = bool(self._prices) and (not self._reliable or self._price_turn)
-        self._price_turn = not self._price_turn
-        if take_price:
-            _, event = self._prices.popitem(last=False)
-            return self._encode(event, 0)
-        if self._reliable:
-            item = self._reliable.popleft()
-            return item if isinstance(item, _Out) else self._encode(item, 1)
-        return None
-
-    async def _worker(self, client: aiomqtt.Client) -> None:
-        """Send buffered messages until cancelled; one publish in flight per worker."""
-        while True:
-            out = self._take()
-            if out is None:
-                waiter = asyncio.get_running_loop().create_future()
-                self._idle_workers.append(waiter)
-                await waiter
-                continue
-            if out.qos:
-                self._inflight[out.seq] = out
-                try:
-                    await client.publish(
-                        out.topic, out.payload, qos=1, retain=out.retain, timeout=math.inf
-                    )
-                except ValueError as exc:  # refused by the client (size, topic): never retry
-                    del self._inflight[out.seq]
-                    self._lost += 1
-                    log.error("mqtt publish refused", topic=out.topic, error=str(exc))
-                    continue
-                del self._inflight[out.seq]
-                self._sent_reliable += 1
-            else:
-                self._inflight_prices += 1
-                try:
-                    await client.publish(out.topic, out.payload, qos=0, timeout=math.inf)
-                except ValueError as exc:
-                    self._dropped_prices += 1
-                    log.error("mqtt publish refused", topic=out.topic, error=str(exc))
-                    continue
-                except BaseException:
-                    self._dropped_prices += 1
-                    raise
-                finally:
-                    self._inflight_prices -= 1
-                self._sent_prices += 1
-
-    def _requeue_inflight(self) -> None:
-        """Put reliable messages without PUBACK back at the front, in their original order."""
-        if not self._inflight:
-            return
-        items = sorted(self._inflight.values(), key=lambda o: o.seq)
-        self._inflight.clear()
-        self._reliable.extendleft(reversed(items))
-        self._retried += len(items)
-        self._wake_workers(len(items))
-
-    # ------------------------------------------------------------------ ingress
-
-    def _on_message(self, message: aiomqtt.Message) -> None:
-        """Decode, filter and deduplicate one broker message; queue new events for the bus."""
-        payload = message.payload
-        if not isinstance(payload, bytes | bytearray):
-            self._invalid += 1
-            return
-        topic = message.topic.value
-        if topic.startswith(self._ns_prefix):
-            head, _, rest = topic[len(self._ns_prefix) :].partition("/")
-            if head in CONTROL_SUBTREES:
-                handler = self._watchers.get(head)
-                if handler is not None:
-                    try:
-                        handler(rest, bytes(payload), message.retain)
-                    except Exception as exc:
-                        log.error("mqtt control handler failed", topic=topic, error=repr(exc))
-                return
-        if topic.startswith(self._status_prefix) and not payload.startswith(b"{"):
-            self._on_status(topic[len(self._status_prefix) :], bytes(payload), message.retain)
-            return
-        try:
-            envelope = _envelope_decoder.decode(payload)
-        except msgspec.DecodeError as exc:
-            self._invalid += 1
-            self._warn(
-                "invalid", "mqtt message is not a valid envelope", topic=topic, error=str(exc)
-            )
-            return
-        if envelope.v != ENVELOPE_VERSION:
-            self._invalid += 1
-            self._warn("version", "mqtt envelope version not supported", topic=topic, v=envelope.v)
-            return
-        if envelope.origin == self.process_id:
-            self._own += 1
-            return
-        seen = self._seen
-        key = envelope.dedupe_key
-        if key in seen:
-            seen.move_to_end(key)
-            self._duplicates += 1
-            return
-        seen[key] = None
-        if len(seen) > self.settings.dedupe_window:
-            seen.popitem(last=False)
-        try:
-            event = decode_event(bytes(envelope.event))
-        except msgspec.DecodeError as exc:
-            self._invalid += 1
-            self._warn(
-                "invalid", "mqtt envelope holds an invalid event", topic=topic, error=str(exc)
-            )
-            return
-        if self._sink is not None:
-            self._received += 1
-            try:
-                self._sink(envelope, event)
-            except Exception as exc:
-                log.error("mqtt ingress sink failed", topic=topic, error=repr(exc))
-            return
-        self._inbox.append(event)
-        self._inbox_ready.set()
+    # ------------------------------------------------------------------ liveness
 
     def _on_status(self, process_id: str, payload: bytes, retained: bool) -> None:
         """Track peer liveness; re-assert our own ``online`` if a live ``offline`` shows up."""
@@ -607,28 +318,6 @@ class MqttBridge:
         with contextlib.suppress(aiomqtt.MqttError):
             await client.publish(self.status_topic, ONLINE, qos=1, retain=True, timeout=10)
 
-    async def _reader(self, client: aiomqtt.Client) -> None:
-        """Take messages off the connection until it drops (raises ``MqttError``)."""
-        async for message in client.messages:
-            self._on_message(message)
-
-    async def _apply_loop(self) -> None:
-        """Publish received events on the local bus, marked so the egress tap skips them."""
-        while True:
-            if not self._inbox:
-                self._inbox_ready.clear()
-                await self._inbox_ready.wait()
-                continue
-            event = self._inbox.popleft()
-            self._echo = event
-            try:
-                await self.bus.publish(event)
-            except Exception as exc:
-                log.error("mqtt ingress publish failed", topic=event.topic, error=repr(exc))
-            finally:
-                self._echo = None
-            self._received += 1
-
     # ------------------------------------------------------------------ connection
 
     def _new_client(self) -> aiomqtt.Client:
@@ -663,7 +352,7 @@ class MqttBridge:
         own_status = f"status.{self.process_id}"
         if not any(topic_matches(p, own_status) for p in self.settings.subscribe_patterns):
             filters.append(self.status_topic)
-        filters.extend(f"{self._ns_prefix}{subtree}/#" for subtree in self._watchers)
+        filters.extend(f"{self._ns_prefix}{subtree}/#" for subtree in self._ingress.watchers)
         return [(f, 1) for f in dict.fromkeys(filters)]
 
     async def _run(self) -> None:
@@ -697,7 +386,7 @@ class MqttBridge:
             finally:
                 self._client = None
                 self._connected.clear()
-                self._requeue_inflight()
+                self._egress.requeue_inflight()
             if self._stop_requested.is_set():
                 break
             await wait_event(self._stop_requested, delay * random.uniform(0.8, 1.2))
@@ -710,9 +399,9 @@ class MqttBridge:
         for topic, payload in list(self._announcements.items()):
             await client.publish(topic, payload, qos=1, retain=True)
         loop = asyncio.get_running_loop()
-        reader = loop.create_task(self._reader(client))
+        reader = loop.create_task(self._ingress.reader(client))
         stopper = loop.create_task(self._stop_requested.wait())
-        workers = [loop.create_task(self._worker(client)) for _ in range(PUBLISH_WINDOW)]
+        workers = [loop.create_task(self._egress.worker(client)) for _ in range(PUBLISH_WINDOW)]
         tasks = [reader, stopper, *workers]
         self._connected.set()
         log.info("mqtt connected", client_id=self.client_id, host=self.settings.host)
@@ -723,8 +412,7 @@ class MqttBridge:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            self._idle_workers.clear()
-            self._requeue_inflight()
+            self._egress.workers_stopped()
         if stopper in done:
             try:
                 # Peers see "offline", then the retained status is cleared: a stopped process
@@ -750,4 +438,4 @@ class MqttBridge:
 
     def _short_counters(self) -> dict[str, int]:
         """Return the loss counters attached to every warning."""
-        return {"lost": self._lost, "dropped_prices": self._dropped_prices}
+        return {"lost": self._egress.lost, "dropped_prices": self._egress.dropped_prices}

@@ -1,9 +1,11 @@
 """What a person or Prometheus reads from a running daemon: the HTTP API, the live page, metrics.
 
-Owns the HTTP server (:mod:`.http`, JSON answers :mod:`.json`), the live page and its event
-stream (:mod:`.page`, static files in ``static/``), the cached leaderboard (:mod:`.board_cache`),
-the Prometheus metrics (:mod:`.metrics`), the component that serves them with the alerts
-(:mod:`.observability`) and ``paperarena status`` (:mod:`.status`, a client of the API).
+Owns the HTTP server (:mod:`.http`, its connection plumbing :mod:`.server`, the per-agent
+routes :mod:`.agent_api`, JSON answers :mod:`.json`), the event loop's heartbeat behind
+``/healthz`` (:mod:`.loop_lag`), the live page and its event stream (:mod:`.page`, static files
+in ``static/``), the cached leaderboard (:mod:`.board_cache`), the Prometheus metrics
+(:mod:`.metrics`), the component that serves them with the alerts (:mod:`.observability`) and
+``paperarena status`` (:mod:`.status`, a client of the API).
 
 May import: everything but the roof.
 """

@@ -27,290 +27,50 @@ JSON. A client gets ``[http] header_timeout`` to send its headers (and as keep-a
 before its connection is closed; beyond ``[http] max_connections`` open connections a new one is
 answered 503 and closed, except ``GET /healthz``, still answered there (a busy daemon is alive);
 at most ``[http] max_queries`` API requests read the database at once.
+
+This module owns the application, its routes, middleware and lifecycle; the connection-level
+plumbing (bounded site, one-line protocol errors, busy answers) is :mod:`daemon.web.server`, the
+``/api/agents`` handlers :mod:`daemon.web.agent_api`, the loop's heartbeat
+:mod:`daemon.web.loop_lag`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
-import json
-import logging
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
-from aiohttp.web_request import BaseRequest
-from aiohttp.web_response import StreamResponse
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from daemon.alerts.rules import market_open, source_market, state_name
-from daemon.config.settings import ConfigError, HttpConfig
-from daemon.core.sparse_rows import fill_map
+from daemon.config.settings import HttpConfig
+from daemon.web.agent_api import AgentApi
 from daemon.web.board_cache import BoardCache
 from daemon.web.json import BadRequest
 from daemon.web.json import dumps as _dumps
 from daemon.web.json import json_response as _json
 from daemon.web.metrics import portfolio_rows
 from daemon.web.page import Page
+from daemon.web.server import PROTOCOL_LOG, BoundedSite, HttpBindError
 
 if TYPE_CHECKING:
     from daemon.alerts.rules import AlertMonitor
     from daemon.engine.engine import Engine
+    from daemon.web.loop_lag import LoopLagMonitor
     from daemon.web.metrics import Metrics, PerformanceCache
 
 log = structlog.get_logger(__name__)
 
 #: How long /readyz waits for the store write probe.
 PROBE_TIMEOUT = 2.0
-MAX_ROWS = 5000
 
 
-#: The keys a resume body may carry.
-RESUME_KEYS = frozenset({"market", "by"})
-
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-         b"Connection: close\r\nContent-Length: 47\r\n\r\n"
-         b'{"error":"too many connections, retry shortly"}')
-
-#: Connections beyond ``max_connections`` that may wait for their request (the liveness probe
-#: is still answered there); beyond these a connection is answered 503 at once.
-HEALTH_RESERVE = 8
-#: The longest request head a connection beyond the limit may send.
-_MAX_HEAD = 8192
-
-Health = Callable[[], tuple[int, dict[str, Any]]]
-
-
-def _reply(status: int, body: dict[str, Any]) -> bytes:
-    """Return a whole HTTP/1.1 answer carrying ``body`` as JSON, closing the connection."""
-    data = json.dumps(body, sort_keys=True).encode()
-    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json"
-            f"\r\nConnection: close\r\nContent-Length: {len(data)}\r\n\r\n")
-    return head.encode() + data
-
-
-def _is_health_probe(head: bytes) -> bool:
-    """Return whether a request head asks ``GET /healthz`` (or HEAD)."""
-    parts = head.split(b"\r\n", 1)[0].split()
-    return (len(parts) == 3 and parts[0] in (b"GET", b"HEAD")
-            and parts[1].split(b"?", 1)[0] == b"/healthz")
-
-
-class _Busy(asyncio.Protocol):
-    """Answer one connection beyond the limit: the liveness probe with the daemon's health,
-    anything else 503; a connection that sends no whole request head is closed at ``timeout``."""
-
-    def __init__(self, health: Health | None, timeout: float, pending: set[_Busy]) -> None:
-        """Answer from ``health`` (None: 503 at once), counted in ``pending`` while waiting."""
-        self._health = health
-        self._timeout = timeout
-        self._pending = pending
-        self._buf = b""
-        self._transport: asyncio.WriteTransport | None = None
-        self._timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Wait for the request head, or answer 503 at once when no probe can be served."""
-        assert isinstance(transport, asyncio.WriteTransport)
-        self._transport = transport
-        if self._health is None or len(self._pending) >= HEALTH_RESERVE:
-            self._answer(_BUSY)
-            return
-        self._pending.add(self)
-        self._timer = asyncio.get_running_loop().call_later(self._timeout, transport.close)
-
-    def data_received(self, data: bytes) -> None:
-        """Answer once the request head is complete (or too long)."""
-        if self._transport is None or self._transport.is_closing():
-            return
-        self._buf += data
-        if b"\r\n\r\n" not in self._buf and len(self._buf) <= _MAX_HEAD:
-            return
-        if self._health is not None and _is_health_probe(self._buf):
-            status, body = self._health()
-            self._answer(_reply(status, body))
-        else:
-            self._answer(_BUSY)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        """Forget the connection."""
-        self._done()
-
-    def _answer(self, data: bytes) -> None:
-        assert self._transport is not None
-        self._transport.write(data)
-        self._transport.close()
-        self._done()
-
-    def _done(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._pending.discard(self)
-
-
-class _ProtocolLogger(logging.Logger):
-    """aiohttp's connection logger: a malformed request is one warning line, no traceback."""
-
-    def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
-        """Log one line naming the request's problem."""
-        exc = exc_info if isinstance(exc_info, BaseException) else None
-        text = str(msg) % args if args else str(msg)
-        reason = " ".join(str(getattr(exc, "message", "") or exc or "").split())[:160]
-        log.warning("http request rejected", detail=text,
-                    reason=f"{type(exc).__name__}: {reason}" if exc else None)
-
-
-_PROTOCOL_LOG = _ProtocolLogger("aiohttp.server.paperarena")
-_PROTOCOL_LOG.parent = logging.getLogger("aiohttp.server")  # debug lines follow its config
-
-
-class _OneLineErrors(RequestHandler):
-    """aiohttp's request handler whose protocol-level errors (a malformed request line, header
-    or length) answer ``{"error": "<one line>"}`` like the API's own errors."""
-
-    def handle_error(self, request: BaseRequest, status: int = 500,
-                     exc: BaseException | None = None, message: str | None = None
-                     ) -> StreamResponse:
-        """Log the error as aiohttp does, then answer one JSON line with its status."""
-        super().handle_error(request, status, exc, message)  # logs; raises if already sent
-        detail = getattr(exc, "message", None) or message or HTTPStatus(status).phrase
-        reason = " ".join(str(detail).split())[:200]
-        resp = web.json_response({"error": reason}, status=status)
-        resp.force_close()
-        return resp
-
-
-def _request_handler(server: web.Server) -> RequestHandler:
-    """Return a request handler for one connection of ``server``, with one-line errors."""
-    kwargs = getattr(server, "_kwargs", None)
-    loop = getattr(server, "_loop", None)
-    if kwargs is None or loop is None:  # an aiohttp without these: its own handler
-        return server()
-    return _OneLineErrors(server, loop=loop, **kwargs)
-
-
-class BoundedSite(web.BaseSite):
-    """A TCP site that answers connections beyond ``max_connections`` with 503 and closes them."""
-
-    __slots__ = ("_health", "_host", "_max", "_pending", "_port", "_reuse_address",
-                 "_timeout")
-
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, *, max_connections: int,
-                 reuse_address: bool = True, health: Health | None = None,
-                 header_timeout: float = 10.0) -> None:
-        """Prepare the site on ``host:port`` with at most ``max_connections`` open; beyond
-        them ``health`` still answers ``GET /healthz`` (within ``header_timeout``)."""
-        super().__init__(runner)
-        self._host = host
-        self._port = port
-        self._max = max_connections
-        self._reuse_address = reuse_address
-        self._health = health
-        self._timeout = header_timeout
-        self._pending: set[_Busy] = set()
-
-    @property
-    def name(self) -> str:
-        """Return the site's URL."""
-        return f"http://{self._host}:{self._port}"
-
-    async def start(self) -> None:
-        """Listen; every accepted connection beyond the limit gets :class:`_Busy`."""
-        await super().start()
-        server = self._runner.server
-        assert server is not None
-
-        def factory() -> asyncio.BaseProtocol:
-            if len(server.connections) >= self._max:
-                return _Busy(self._health, self._timeout, self._pending)
-            return _request_handler(server)
-
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(factory, self._host, self._port,
-                                                reuse_address=self._reuse_address)
-        if self._server.sockets:
-            self._port = int(self._server.sockets[0].getsockname()[1])
-
-
-class HttpBindError(ConfigError):
-    """The HTTP server cannot bind its address (reported like a config problem)."""
-
-
-class LoopLagMonitor:
-    """Measure how late a periodic heartbeat wakes up on the event loop."""
-
-    def __init__(self, *, interval: float = 0.5, unhealthy_after: float = 2.0,
-                 on_lag: Callable[[float, float], None] | None = None) -> None:
-        """Tick every ``interval`` s; a lag or silence beyond ``unhealthy_after`` s is unhealthy."""
-        self.interval = interval
-        self.unhealthy_after = unhealthy_after
-        self.lag = 0.0
-        self.last_tick: float | None = None
-        self._recent: deque[float] = deque(maxlen=max(1, int(60 / interval)))
-        self._on_lag = on_lag
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def max_lag(self) -> float:
-        """Return the largest lag over the last minute."""
-        return max(self._recent, default=0.0)
-
-    def start(self) -> None:
-        """Start the heartbeat task."""
-        if self._task is None:
-            self.last_tick = time.monotonic()
-            self._task = asyncio.create_task(self._run(), name="loop-lag")
-
-    async def stop(self) -> None:
-        """Stop the heartbeat task."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            t0 = time.monotonic()
-            await asyncio.sleep(self.interval)
-            now = time.monotonic()
-            self.record(max(0.0, now - t0 - self.interval), now)
-
-    def record(self, lag: float, now: float) -> None:
-        """Record one heartbeat that woke ``lag`` s late at monotonic ``now``."""
-        self.lag = lag
-        self.last_tick = now
-        self._recent.append(lag)
-        if self._on_lag is not None:
-            self._on_lag(lag, self.max_lag)
-
-    def health(self) -> tuple[bool, dict[str, Any]]:
-        """Return (healthy, details)."""
-        now = time.monotonic()
-        since = None if self.last_tick is None else now - self.last_tick
-        problems = []
-        if self._task is None or self._task.done():
-            problems.append("loop monitor is not running")
-        if since is not None and since > self.interval + self.unhealthy_after:
-            problems.append(f"no loop heartbeat for {since:.1f}s")
-        if self.lag > self.unhealthy_after:
-            problems.append(f"event loop lagging by {self.lag:.2f}s")
-        return not problems, {"loop_lag_s": round(self.lag, 6),
-                              "loop_lag_max_1m_s": round(self.max_lag, 6),
-                              "since_last_tick_s": None if since is None else round(since, 3),
-                              "problems": problems}
-
-
-class HttpServer:
+class HttpServer(AgentApi):
     """Serve metrics, health, readiness, the JSON API and the resume action."""
 
     def __init__(self, engine: Engine, *, registry: CollectorRegistry, host: str = "127.0.0.1",
@@ -391,7 +151,7 @@ class HttpServer:
         runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                keepalive_timeout=self.settings.header_timeout,
                                lingering_time=self.settings.body_timeout,
-                               logger=_PROTOCOL_LOG)
+                               logger=PROTOCOL_LOG)
         await runner.setup()
         site = BoundedSite(runner, self.host, self.port,
                            max_connections=self.settings.max_connections,
@@ -510,174 +270,11 @@ class HttpServer:
                                  "consistency": {}}
         return _json(board.get("capitalbench") or empty)
 
-    async def handle_agents(self, request: web.Request) -> web.Response:
-        """Return every running agent with its live figures."""
-        rows = portfolio_rows(self.engine, self.monitor)
-        agents: dict[str, list[dict[str, Any]]] = {}
-        for r in rows:
-            agents.setdefault(r.agent, []).append(asdict(r))
-        return _json({"agents": agents})
-
     async def handle_alphaforge(self, request: web.Request) -> web.Response:
         """Return AlphaForgeBench's figures per strategy version and the latest instability."""
         from agents.alphaforgebench.report import load_async
 
         return _json(await load_async(self.engine.store.fetchall))
-
-    def _known(self, agent: str) -> bool:
-        return any(agent in slots for slots in self.engine.slots.values()) or any(
-            a.id == agent for a in self.engine.config.agents)
-
-    async def _tables_of(self, agent: str) -> Callable[[str], str] | None:
-        """Return how to name the tables holding ``agent``'s rows, None for an unknown agent:
-        this process's own, or on a shared store those of the scope owning the agent (the
-        leaderboard of any process lists every agent, and its page links to each)."""
-        if self._known(agent):
-            return _own_table
-        owner = getattr(self.engine.store.db, "owner_schema", None)
-        schema = None if owner is None else await owner(agent)
-        if schema is None:
-            return None
-        return lambda table: f'"{schema}".{table}'
-
-    async def handle_agent(self, request: web.Request) -> web.Response:
-        """Return one agent's equity curve, allocations, recent decisions and alerts."""
-        agent = request.match_info["id"]
-        tables = await self._tables_of(agent)
-        if tables is None:
-            return _json({"error": f"unknown agent {agent!r}"}, 404)
-        unknown = sorted(set(request.query) - {"limit", "kind"})
-        if unknown:
-            raise BadRequest(f"unknown query parameter {unknown[0]!r} (use limit, kind)")
-        raw = request.query.get("limit", "500")
-        if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
-            raise BadRequest(f"limit must be a positive integer, got {raw[:40]!r}")
-        limit = min(MAX_ROWS, max(1, int(raw)))
-        kind = request.query.get("kind", "all")
-        if kind not in ("all", "daily", "decision"):
-            raise BadRequest("kind must be all, daily or decision")
-        async with self._queries:
-            return await self._agent(agent, limit, kind, tables)
-
-    async def _agent(self, agent: str, limit: int, kind: str,
-                     t: Callable[[str], str] | None = None) -> web.Response:
-        t = t or _own_table
-        store = self.engine.store
-        kind_sql, params = ("", (agent, limit)) if kind == "all" else (
-            " AND kind=?", (agent, kind, limit))
-        equity = await store.fetchall(
-            f"SELECT market, ts, kind, value, cash FROM {t('equity')} WHERE agent=?" + kind_sql +
-            " ORDER BY ts DESC LIMIT ?", params)
-        fills = await store.fetchall(
-            "SELECT f.market, f.scheduled_ts, f.ts, f.weights_json, f.traded_value, f.cost,"
-            f" f.value_after, s.assets_json FROM {t('fills')} f LEFT JOIN {t('asset_sets')} s"
-            " ON s.sha256 = f.assets_sha256 WHERE f.agent=? ORDER BY f.scheduled_ts DESC"
-            " LIMIT ?", (agent, limit))
-        decisions = await store.fetchall(
-            "SELECT d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,"
-            f" d.allocation_json, d.attempts, d.duration_s, s.assets_json FROM {t('decisions')} d"
-            f" LEFT JOIN {t('observations')} o ON o.sha256 = d.observation_sha256"
-            f" LEFT JOIN {t('asset_sets')} s ON s.sha256 = o.assets_sha256 WHERE d.agent=?"
-            " ORDER BY d.scheduled_ts DESC LIMIT ?", (agent, min(limit, 100)))
-        alerts = await store.fetchall(
-            f"SELECT ts, kind, severity, market, value, limit_value, message FROM {t('alerts')}"
-            " WHERE agent=? ORDER BY id DESC LIMIT 50", (agent,))
-        llm = await store.fetchall(
-            "SELECT market, COUNT(*), COALESCE(SUM(tokens_in),0), COALESCE(SUM(tokens_out),0),"
-            f" COALESCE(SUM(cost_usd),0) FROM {t('llm_calls')} WHERE agent=? GROUP BY market",
-            (agent,))
-        current = []
-        for r in portfolio_rows(self.engine, self.monitor):
-            if r.agent != agent:
-                continue
-            item = asdict(r)
-            item["weights"] = self.engine.books[r.market].weights(agent)
-            if self.performance is not None:
-                item["performance"] = self.performance.summary(r.market, agent).to_dict()
-            current.append(item)
-        return _json({
-            "agent": agent,
-            "current": current,
-            "equity": [{"market": m, "ts": ts, "kind": k, "value": v, "cash": c}
-                       for m, ts, k, v, c in reversed(equity)],
-            "allocations": [{"market": m, "scheduled_ts": st, "ts": ts,
-                             "weights": fill_map(w, a), "traded_value": tv, "cost": cost,
-                             "value_after": va}
-                            for m, st, ts, w, tv, cost, va, a in reversed(fills)],
-            "decisions": [{"market": m, "scheduled_ts": st, "decided_ts": dt, "outcome": o,
-                           "reason": r, "allocation": fill_map(a, assets) if a else None,
-                           "attempts": n, "duration_s": d}
-                          for m, st, dt, o, r, a, n, d, assets in decisions],
-            "alerts": [{"ts": ts, "kind": k, "severity": s, "market": m, "value": v,
-                        "limit": lim, "message": msg}
-                       for ts, k, s, m, v, lim, msg in alerts],
-            "llm": [{"market": m, "calls": n, "tokens_in": ti, "tokens_out": to,
-                     "cost_usd": c} for m, n, ti, to, c in llm],
-        })
-
-    async def handle_resume(self, request: web.Request) -> web.Response:
-        """Resume an agent halted after a drawdown breach (operator action)."""
-        agent = request.match_info["id"]
-        if request.content_type != "application/json":
-            return _json({"error": "send Content-Type: application/json (body {} or "
-                                   "{\"market\": \"equity\"})"}, 415)
-        body = await self._json_body(request)
-        if not isinstance(body, dict):
-            raise BadRequest(f"the body must be a JSON object, got {_kind(body)}")
-        unknown = sorted(set(body) - RESUME_KEYS)
-        if unknown:
-            raise BadRequest(f"unknown key {unknown[0][:40]!r} in the body (use market, by)")
-        market = body.get("market")
-        if market is not None and not isinstance(market, str):
-            raise BadRequest(f"market must be a string, got {_kind(market)}")
-        if market is not None and market not in self.engine.slots:
-            raise BadRequest(f"unknown market {market[:40]!r} (use one of "
-                             f"{', '.join(sorted(self.engine.slots))})")
-        raw_by = body.get("by")
-        if raw_by is not None and not isinstance(raw_by, str):
-            raise BadRequest(f"by must be a string, got {_kind(raw_by)}")
-        if not any(agent in slots for slots in self.engine.slots.values()):
-            return _json({"error": f"unknown agent {agent!r}"}, 404)
-        if self.monitor is None:
-            return _json({"error": "the alert monitor is not running"}, 503)
-        by = " ".join((raw_by or "operator").split())[:64] or "operator"
-        resumed = await self.monitor.resume(agent, market, by=by)
-        statuses = {m: s[agent].status for m, s in self.engine.slots.items() if agent in s}
-        if not resumed:
-            return _json({"error": f"agent {agent!r} is not halted", "status": statuses}, 409)
-        return _json({"agent": agent, "resumed": resumed, "status": statuses})
-
-
-    async def _json_body(self, request: web.Request) -> Any:
-        """Read the JSON body within ``body_timeout`` (empty body = ``{}``); raise BadRequest."""
-        if not request.can_read_body:
-            return {}
-        try:
-            raw = await asyncio.wait_for(request.read(), self.settings.body_timeout)
-        except TimeoutError:
-            raise BadRequest(f"request body not received within "
-                             f"{self.settings.body_timeout:g}s", 408) from None
-        except web.HTTPRequestEntityTooLarge:
-            raise BadRequest(f"request body larger than {self.settings.max_body} bytes",
-                             413) from None
-        if not raw.strip():
-            return {}
-        try:
-            return json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise BadRequest("the body is not UTF-8") from None
-        except RecursionError:
-            raise BadRequest("the body is nested too deeply") from None
-        except ValueError as exc:
-            raise BadRequest(f"invalid JSON body: {str(exc).splitlines()[0]}") from None
-
-
-def _kind(value: Any) -> str:
-    """Name a JSON value's type as a user sees it."""
-    if value is None:
-        return "null"
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
 def _is_loopback(host: str) -> bool:
@@ -687,8 +284,3 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _own_table(table: str) -> str:
-    """Name a table of this process's own store (its scope on a shared store)."""
-    return table

@@ -25,7 +25,8 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from daemon.alerts.config import AlertsConfig, parse_alerts_config
 from daemon.alerts.delivery import build_notifiers
 from daemon.alerts.rules import AlertMonitor
-from daemon.web.http import HttpServer, LoopLagMonitor
+from daemon.web.http import HttpServer
+from daemon.web.loop_lag import LoopLagMonitor
 from daemon.web.metrics import (
     EngineCollector,
     LeaderboardFigures,

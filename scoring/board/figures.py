@@ -22,17 +22,15 @@ from scoring.stats.benchmarks import (
     RISK_PROFILES,
     ROLLING_KS,
     RiskProfile,
-    bootstrap_ci,
     capitalbench_score,
-    class_correlations,
-    diversification,
     historical_var,
     profile_alignment,
     regime_label,
-    relative_figures,
     rolling_k_delta,
     rolling_k_return,
 )
+from scoring.stats.diversification import class_correlations, diversification
+from scoring.stats.inference import bootstrap_ci, relative_figures
 from scoring.stats.metrics import (
     drawdown_series,
     periods_per_year,

@@ -6,7 +6,8 @@ periods (see docs/scoring.md). The risk-free rate is the equity market's configu
 Polymarket. Output is deterministic: the same store gives byte-identical JSON.
 
 Besides the per-agent performance summary, every row carries the benchmark measures of
-``scoring.stats.benchmarks`` (section "Leaderboard" of docs/scoring.md states every convention):
+``scoring.stats.benchmarks``, ``scoring.stats.diversification`` and ``scoring.stats.inference``
+(section "Leaderboard" of docs/scoring.md states every convention):
 
 * rolling-k deltas (LiveTradeBench Eq. 6) on a panel rebuilt at the daily marks: units held at a
   mark are the cumulated ``trades_json`` unit deltas of every fill up to it (resolved Polymarket

@@ -16,7 +16,8 @@ import numpy as np
 
 from scoring.board.figures import BOOTSTRAP_LEVEL, BOOTSTRAP_N, BOOTSTRAP_SEED
 from scoring.board.load import _NAN, AgentCurves, Key
-from scoring.stats.benchmarks import composite_rank, paired_bootstrap
+from scoring.stats.benchmarks import composite_rank
+from scoring.stats.inference import paired_bootstrap
 from scoring.stats.metrics import simple_returns
 
 #: Agent kinds that are baselines: every agent is compared with each of them (paired bootstrap).

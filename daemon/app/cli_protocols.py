@@ -1,4 +1,7 @@
-"""``paperarena alphaforge-instability``: repeated strategy generations on a frozen input."""
+"""The protocols' commands and the LLM consistency probe: PortBench's ``stage-scores`` and
+``stress-gate``, AlphaForgeBench's ``alphaforge-instability`` (repeated strategy generations on a
+frozen input, stored by :func:`store_result`) and ``probe`` (a stored decision input re-issued).
+"""
 
 from __future__ import annotations
 
@@ -11,10 +14,39 @@ import time
 from pathlib import Path
 from typing import Any
 
+from daemon.app.cli_common import _fail, _load
 
-def _fail(msg: str) -> int:
-    sys.stderr.write(f"paperarena: {msg}\n")
-    return 2
+
+def _stage_scores(args: argparse.Namespace) -> int:
+    """Print the PortBench stage scores of a store (one line per agent)."""
+    from agents.portbench.scores import format_table
+    from daemon.store.reports import portbench_scores
+
+    if args.horizon < 1:
+        return _fail(f"--horizon must be at least 1 daily close, got {args.horizon}")
+    try:
+        by_agent = portbench_scores(args.db, horizon=args.horizon, stored=not args.recompute)
+    except (sqlite3.Error, OSError) as exc:
+        return _fail(f"cannot read {args.db}: {exc}")
+    sys.stdout.write(format_table(by_agent) + "\n")
+    return 0
+
+
+def _stress_gate(args: argparse.Namespace) -> int:
+    """Print the global stress gate of several stress windows' stores (one line per agent)."""
+    from agents.portbench.stress_gate import format_global, global_gate, window_gate
+    from daemon.store.reports import leaderboard
+
+    windows = []
+    for db in args.dbs:
+        try:
+            windows.append(window_gate(leaderboard(db)["rows"]))
+        except Exception as exc:  # one line, never a traceback
+            reason = " ".join(str(exc).split())[:200]
+            sys.stderr.write(f"paperarena stress-gate: {db}: cannot read: {reason}\n")
+            return 2
+    sys.stdout.write(format_global(global_gate(windows)))
+    return 0
 
 
 def alphaforge_instability(args: argparse.Namespace) -> int:
@@ -95,3 +127,29 @@ def store_result(db: str | Path, result: dict[str, Any], ts: float) -> None:
             con.execute(sql, row)
     finally:
         con.close()
+
+
+def _probe(args: argparse.Namespace) -> int:
+    if args.repeats < 2:
+        return _fail("--repeats must be at least 2")
+    if not Path(args.db).exists():
+        return _fail(f"{args.db}: no such database")
+    from agents.probe import ProbeError, run_probe_command
+    from daemon.core.logs import configure_logging, register_config_secrets
+
+    cfg = _load(args.config)
+    configure_logging(cfg.logging.level, cfg.logging.format)  # logs to stderr: stdout is JSON
+    register_config_secrets(cfg)
+    try:
+        result = asyncio.run(run_probe_command(cfg.agents, args.config or "the default config",
+                                                args.db, args.agent, args.repeats))
+    except (ProbeError, LookupError, ValueError) as exc:
+        return _fail(str(exc))
+    from daemon.store.store import StoreSchemaError, record_probe
+
+    try:
+        record_probe(args.db, result, time.time())
+    except StoreSchemaError as exc:
+        return _fail(str(exc))
+    sys.stdout.write(json.dumps(result, sort_keys=True, indent=2, default=str) + "\n")
+    return 0

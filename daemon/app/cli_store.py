@@ -1,0 +1,93 @@
+"""``paperarena report``, ``backup``/``export`` and ``migrate``: the commands that read, copy or
+move a store (no daemon needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from daemon.app.cli_common import _fail, _window_problem
+
+
+def _report(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    from daemon.store.dbfile import StoreOpenError, describe_sqlite_error, inspect_database
+    from daemon.store.reports import load_alphaforge, load_report
+    from daemon.store.schema import SCHEMA_VERSION
+    from scoring.board.leaderboard import to_json, to_table
+
+    problem = _window_problem(args)
+    if problem:
+        return _fail(problem)
+    if args.password_env:
+        from daemon.store.pg import use_password_env
+
+        use_password_env(args.db, args.password_env)
+    try:  # read only: the report never writes, so it works on a read-only file or file system
+        if (not args.db.startswith(("postgresql://", "postgres://")) and  # shared store
+                inspect_database(args.db, create=False, schema_version=SCHEMA_VERSION) == 0):
+            return _fail(f"--db {args.db}: not a paperarena database (no tables)")
+        report = load_report(args.db, window=(args.start, args.end))
+    except StoreOpenError as exc:
+        return _fail(f"--db {exc}")
+    except FileNotFoundError as exc:
+        return _fail(f"--db {exc}")
+    except sqlite3.Error as exc:
+        return _fail(f"--db {describe_sqlite_error(args.db, exc)}")
+    if args.html:
+        from scoring.board.report_html import render_html
+
+        try:
+            Path(args.html).write_text(render_html(report), encoding="utf-8")
+        except OSError as exc:
+            return _fail(f"{args.html}: cannot write: {exc.strerror or exc}")
+        sys.stderr.write(f"paperarena report: wrote the HTML report to "
+                         f"{Path(args.html).resolve()}\n")  # stderr: stdout stays the table/JSON
+    board = report.board
+    sys.stdout.write(to_json(board) if args.json else to_table(board))
+    if not args.json:
+        from agents.alphaforgebench.report import text_section
+
+        sys.stdout.write(text_section(load_alphaforge(args.db)))  # versions / instability
+    return 0
+
+
+def _backup_or_export(args: argparse.Namespace) -> int:
+    import json
+
+    from daemon.store.backup import BackupError, backup, export
+
+    try:
+        if args.cmd == "backup":
+            info = backup(args.db, args.out, verify=not args.no_verify)
+            sys.stdout.write(json.dumps(info, sort_keys=True) + "\n")
+        else:
+            what = [w.strip() for w in args.what.split(",") if w.strip()]
+            for path in export(args.db, args.out, args.format, what):
+                sys.stdout.write(f"{path}\n")
+    except BackupError as exc:
+        return _fail(str(exc))
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from daemon.store.pg import redact, url_problem
+    from daemon.store.pg_migrate import MigrateError, migrate
+
+    problem = url_problem(args.target)
+    if problem:
+        return _fail(f"--to {redact(args.target)}: {problem}")
+    from daemon.core.logs import configure_logging
+
+    configure_logging("warning")  # stdout is the summary line; warnings go to stderr
+    try:
+        summary = asyncio.run(migrate(args.source, args.target, scope=args.scope,
+                                      password_env=args.password_env))
+    except MigrateError as exc:
+        return _fail(str(exc))
+    sys.stdout.write(f"paperarena migrate: {summary.line()}\n")
+    return 0
