@@ -33,7 +33,7 @@ APT_PACKAGES = {
     "promtool": "prometheus",
     "prometheus-alertmanager": "prometheus-alertmanager",
     "mosquitto": "mosquitto",
-    "chromium": "chromium",  # the live page's browser tests (tests/test_page_browser.py)
+    "chromium": "chromium",  # the live page's browser tests (tests/web/test_page_browser.py)
     "chromedriver": "chromium-driver",
 }
 

@@ -26,6 +26,10 @@ decision is ``paused``. :meth:`LlmAgent.restore_usage` restores a day's spend af
 
 LiteLLM is imported lazily (it takes seconds) when the first :class:`LlmAgent` is built, with
 ``LITELLM_LOCAL_MODEL_COST_MAP=True`` so that no price list is fetched from the network.
+
+Why one module over 500 lines: one class, the LLM agent, whose retries, budgets, usage accounting
+and redaction wrap every model call together; answer parsing is :mod:`agents.llm_output`, prompts
+:mod:`agents.prompting`, multi-step protocols :mod:`agents.stepwise`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python bench/bench_ingest.py [--agents 1000] [--tokens 500] [--frames 20000]
 
 The real path: frames read by :class:`~feeds.connection.StreamingSource` (its read loop, over a
-socket stand-in that hands out prepared frames) -> :class:`~feeds.polymarket_decode.
+socket stand-in that hands out prepared frames) -> :class:`~feeds.polymarket.decode.
 PolymarketDecoder` -> bus -> market state (price cache, history) -> the engine's book (every
 agent holds tokens) -> store buffer, with the drawdown alert monitor and the live page's event
 stream tapped and the store flushed every ``[store] flush_interval`` on its own thread as the
@@ -65,7 +65,7 @@ def _decode_only(tokens: list[str], snapshots: list[str], frames: list[bytes]
                  ) -> tuple[int, float, float]:
     """Decode the frames as the read loop does (prices into columns, taken every burst)."""
     from feeds.frame_batch import MAX_BATCH_FRAMES
-    from feeds.polymarket_decode import PolymarketDecoder
+    from feeds.polymarket.decode import PolymarketDecoder
 
     dec = PolymarketDecoder()
     dec.reset(tokens)
@@ -95,7 +95,7 @@ async def _real_path(n_agents: int, tokens: list[str], snapshots: list[str],
     from daemon.store.store import Store
     from daemon.timing.clock import SimClock
     from feeds.connection import _Shard
-    from feeds.polymarket import PolymarketSettings, PolymarketSource
+    from feeds.polymarket.source import PolymarketSettings, PolymarketSource
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     cfg = parse_config({"markets": {"equity": {"enabled": False}}})

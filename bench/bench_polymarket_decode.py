@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from feeds.polymarket_decode import _FRAME, PolymarketDecoder
+from feeds.polymarket.decode import _FRAME, PolymarketDecoder
 
 __all__ = ["TARGET_ENTRIES_PER_S", "build_frames", "main", "run"]
 

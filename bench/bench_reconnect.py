@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from daemon.core.bus import Bus  # noqa: E402
 from daemon.core.events import PriceEvent  # noqa: E402
-from feeds.polymarket import PolymarketSettings, build_polymarket_source  # noqa: E402
+from feeds.polymarket.source import PolymarketSettings, build_polymarket_source  # noqa: E402
 from tests.fakes.polymarket_server import Book, FakePolymarket, gamma_market  # noqa: E402
 
 

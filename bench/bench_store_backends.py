@@ -10,8 +10,8 @@ the server at ``--url``, dropped after):
 - round commit latency: one round of 1,000 agents (1,000 decisions with one model call each,
   1,000 fills, 1,000 equity marks, the book and the checkpoint) in one transaction, p50/p99 of
   30 rounds;
-- the merged read of the report (:mod:`daemon.store.pg_snapshot`) after those rounds (PostgreSQL
-only).
+- the merged read of the report (:mod:`daemon.store.pg_snapshot`) after those rounds
+  (PostgreSQL only).
 
 The machine's limit beside them, measured in the same run: the same 50,000 rows inserted by
 the bare driver (``sqlite3.executemany`` into an in-memory database; ``asyncpg`` ``COPY``).

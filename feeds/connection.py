@@ -34,6 +34,11 @@ changes:
 Nothing here raises on network or protocol errors; ``run`` returns only when stopped and
 propagates cancellation after closing every socket. The contract it runs (adapter protocols,
 states, counters, :class:`DecodeResult`) lives in :mod:`feeds.source_contract`, re-exported here.
+
+Why one module over 500 lines: the streaming source's read loop, its data watchdog and its
+reconnects share the state of every shard (keys, backoff, staleness); batching is
+:mod:`feeds.frame_batch`, counts :mod:`feeds.frame_counts`, the contract
+:mod:`feeds.source_contract`, backoff :mod:`feeds.backoff`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from daemon.core.durations import Duration
 from feeds.equities import EquitySourcesSettings
 from feeds.fundamentals import FundamentalsSettings
 from feeds.news import NewsSettings
-from feeds.polymarket import PolymarketSettings
+from feeds.polymarket.source import PolymarketSettings
 
 
 class SourcesSettings(BaseModel):

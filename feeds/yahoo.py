@@ -10,6 +10,9 @@
   with nulls skipped); :func:`backfill_daily_closes` runs it for many symbols at start-up.
 - :class:`YahooRestFallback` polls the chart endpoint for every symbol whose streamed price is
   stale while the market is open and publishes it with ``source="yahoo-rest"``.
+
+Why one module over 500 lines: the streamer and its chart-REST fallback share the symbols' staleness
+and sharding state; the protobuf decoding is :mod:`feeds.yahoo_proto`.
 """
 
 from __future__ import annotations

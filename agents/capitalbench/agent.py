@@ -3,12 +3,11 @@
 A CapitalBench agent is not asked in the daemon's decision rounds. Its only call is
 :meth:`CapitalBenchAgent.submit`: the exact prompt text of a frozen round package
 (:mod:`agents.capitalbench.rounds`) is sent once, at temperature 0 (LiteLLM drops the parameter
-where a
-provider does not support it) and without tools, through the shared LiteLLM path
-(:meth:`agents.llm.LlmAgent.run_step`). Retries happen only on format or infrastructure failure
-(the shared retry policy: malformed or schema-invalid JSON, truncated output, transport and
-provider errors); a valid answer is never retried, whatever it chose. Every call, invalid ones
-included, is kept with its raw text.
+where a provider does not support it) and without tools, through the shared LiteLLM path
+(:meth:`agents.llm.LlmAgent.run_step`). Retries happen only on format or infrastructure failure (the
+shared retry policy: malformed or schema-invalid JSON, truncated output, transport and provider
+errors); a valid answer is never retried, whatever it chose. Every call, invalid ones included, is
+kept with its raw text.
 
 Submission formats (the round's manifest says which):
 

@@ -28,6 +28,10 @@ Delivery
     bounded queue and task, retries failed posts with exponential backoff and jitter (bounded
     attempts) and drops the oldest queued alert when its queue is full. Bearer tokens come from
     the environment and are never logged; webhook URLs are logged by host only.
+
+Why one module over 500 lines: the monitor's rules share one state per agent and market (hysteresis,
+halts, the episode of a stale feed) that the checks read and write together; the kinds, the
+``[alerts]`` table and the delivery are modules of their own.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 duration: signals, start-up errors in one line, exit code.
 
 Above both :mod:`daemon.app.live` (the daemon) and :mod:`daemon.app.roles` (which builds one per
-role),
-so neither imports the other back.
+role), so neither imports the other back.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from feeds.fundamentals import FundamentalsSource
 from feeds.health import short_error
 from feeds.news import build_news_sources
 from feeds.news_parse import equity_news_queries, question_query
-from feeds.polymarket import build_polymarket_source
+from feeds.polymarket.source import build_polymarket_source
 from feeds.source_contract import SourceCounters, SourceState
 from feeds.yahoo import backfill_daily_closes
 

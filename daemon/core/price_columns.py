@@ -1,15 +1,13 @@
 """A burst of one market's prices as columns: what a columnar decoder fills and the bus carries.
 
 A decoder that can (:class:`feeds.source_contract.ColumnDecoder`) appends each price it would have
-published as a
-:class:`~daemon.core.events.PriceEvent` to a :class:`PriceColumns` instead, its asset as an index
-into the source's :class:`AssetTable` (given when the asset is subscribed); the read loop publishes
-the columns with :meth:`~daemon.core.bus.Bus.publish_columns`. Taps with a columns variant (price
-cache and books, store, alert checks, the page's event stream, the MQTT bridge) read the columns
-directly: no event object per price. Anything else (a recorder, a subscriber) gets the same
-prices as
-:class:`PriceEvent` objects, made once per batch by :meth:`PriceColumns.events`, equal to the
-events the decoder would have emitted.
+published as a :class:`~daemon.core.events.PriceEvent` to a :class:`PriceColumns` instead, its asset
+as an index into the source's :class:`AssetTable` (given when the asset is subscribed); the read
+loop publishes the columns with :meth:`~daemon.core.bus.Bus.publish_columns`. Taps with a columns
+variant (price cache and books, store, alert checks, the page's event stream, the MQTT bridge) read
+the columns directly: no event object per price. Anything else (a recorder, a subscriber) gets the
+same prices as :class:`PriceEvent` objects, made once per batch by :meth:`PriceColumns.events`,
+equal to the events the decoder would have emitted.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ book is rolled back to its state before the round, re-marked with the current pr
 agents are recorded with outcome ``error`` and the reason by the next commit that succeeds.
 While the store is faulted, no agent is asked: each due round first retries a write, and is
 recorded as ``error`` too if that fails.
+
+Why one module over 500 lines: the engine is one class whose methods share the books, slots, jobs
+and checkpoint it restores and commits together; a round is :mod:`.rounds`, protocol work lives in
+the protocols' homes.
 """
 
 from __future__ import annotations

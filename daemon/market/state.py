@@ -4,6 +4,10 @@
 cache, the daily-close history, the news cache and the books' incremental mark, applies
 Polymarket listings and resolutions to the books, and builds look-ahead-free observations.
 Its state round-trips through :meth:`MarketState.state` for checkpoints.
+
+Why one module over 500 lines: the market state is one object whose caches (prices, closes, news,
+questions) are fed by the same taps and read together to build an observation; pending bursts are
+:mod:`.pending_lasts`, coverage :mod:`.coverage`.
 """
 
 from __future__ import annotations

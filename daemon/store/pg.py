@@ -47,7 +47,8 @@ URL_SCHEMES = ("postgresql://", "postgres://")
 #: Environment variable holding the password unless ``store.password_env`` names another.
 DEFAULT_PASSWORD_ENV = "PGPASSWORD"
 #: Tables whose writes move the readers' cache stamp: ``daemon/web/board_cache.py``'s STAMP_TABLES
-#: (CapitalBench's included; tests/test_pg_stamp.py keeps them equal); updates and deletes count.
+#: (CapitalBench's included; tests/store/test_pg_stamp.py keeps them equal); updates and
+#: deletes count.
 STAMP_TABLES = frozenset({"equity", "decisions", "fills", "resolutions", "probes", "runs",
                           "capital_rounds", "capital_submissions", "stage_scores"})
 _WRITE_RE = re.compile(r"^\s*(?:UPDATE|DELETE\s+FROM)\s+(\w+)", re.IGNORECASE)

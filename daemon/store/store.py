@@ -11,6 +11,10 @@ Durability rules:
   error) raises :class:`StoreWriteError` with one line, rolls back everything of its transaction
   (buffered market events stay buffered and are written by the next successful write) and sets
   :attr:`Store.fault` until a write succeeds again.
+
+Why one module over 500 lines: the store is one class around one connection and its transaction
+rules (one atomic commit per round, fault handling, the spill); schema, records, event rows,
+queries, the lock and the backends are modules of their own.
 """
 
 from __future__ import annotations

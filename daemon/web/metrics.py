@@ -11,6 +11,9 @@ Two kinds of figures:
 
 Cardinality is bounded: labels are agents, markets, outcomes, alert kinds, feed sources and bus
 topic classes; never a Polymarket question, an asset or a news item.
+
+Why one module over 500 lines: the collectors of one Prometheus registry share its bounded label
+sets and the snapshot of the books they read at scrape time.
 """
 
 from __future__ import annotations

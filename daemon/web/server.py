@@ -1,11 +1,11 @@
 """Connection-level plumbing of the HTTP server: a bounded site, one-line errors, busy answers.
 
-A :class:`BoundedSite` listens for the daemon's aiohttp application and answers connections
-beyond ``[http] max_connections`` itself (:class:`_Busy`): ``GET /healthz`` still gets the
-daemon's health, anything else 503 and the connection closed. A malformed request (its line,
-headers or length) is answered ``{"error": "<one line>"}`` like the API's own errors and logged
-as one warning line (:data:`PROTOCOL_LOG`). :class:`HttpBindError` reports an address already in
-use like a config problem.
+A :class:`BoundedSite` listens for the daemon's aiohttp application and answers connections beyond
+``[http] max_connections`` itself (:class:`_Busy`): ``GET /healthz`` still gets the daemon's health,
+anything else 503 and the connection closed. A malformed request (its line, headers or length) is
+answered ``{"error": "<one line>"}`` like the API's own errors and logged as one warning line
+(:data:`PROTOCOL_LOG`). :class:`HttpBindError` reports an address already in use like a config
+problem.
 """
 
 from __future__ import annotations

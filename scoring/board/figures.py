@@ -4,6 +4,10 @@ Performance summary, bootstrap intervals, rolling-k, CapitalBench score, diversi
 and risk profile, Brier score, model cost, benchmark-relative figures, and the market regime
 (equal-weight index of the equity universe) with each agent's per-regime split. Conventions:
 docs/scoring.md, section "Leaderboard".
+
+Why one module over 500 lines: the figures of one leaderboard row are computed together from one
+agent's curves and share the row's intermediate series (returns, drawdowns, benchmark and regime
+splits); reading rows is :mod:`.load`, standings :mod:`.rank`, rendering :mod:`.text`.
 """
 
 from __future__ import annotations

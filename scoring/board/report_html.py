@@ -10,6 +10,10 @@ is a ``<path class="series" data-agent=AGENT data-n=POINTS>`` (allocation charts
 ``<svg data-chart="allocation" data-agent=AGENT>`` per agent with one ``<path class="area"
 data-asset=ASSET>`` per asset held). Chart kinds: ``equity``, ``drawdown``, ``cash``,
 ``rolling_k`` (Eq. 6 deltas) and ``rolling_k_same_window``, ``allocation``.
+
+Why one module over 500 lines: one self-contained HTML document (markup, inline SVG charts and their
+scales) rendered from one :class:`~scoring.board.load.Report`; split, its helpers would only be used
+here.
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ Conventions (see docs reference ``scoring.md``, "Portfolio mechanics", LiveTrade
   side of a question may carry a positive weight. Resolution pays the payout per token into cash.
 
 No I/O happens here; the module depends on numpy and the standard library only.
+
+Why one module over 500 lines: the :class:`Book` is the accounting core; its methods share the
+(agents x assets) arrays' invariants and are checked together; value types are :mod:`.types`,
+batched rebalances :mod:`.batch`, sparse marking :mod:`.held`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A scripted market scenario over the fake Polymarket, Yahoo and Google News servers.
 
-Used by the end-to-end test of ``paperarena run`` (``tests/test_live_e2e.py``). The scenario owns
-the three fakes (random 127.0.0.1 ports), a small universe (equities and binary questions) and a
-seeded random walk of prices, and knows how to:
+Used by the end-to-end test of ``paperarena run`` (``tests/app/test_live_e2e.py``). The
+scenario owns the three fakes (random 127.0.0.1 ports), a small universe (equities and binary
+questions) and a seeded random walk of prices, and knows how to:
 
 - stream one *burst* of price moves (Yahoo ``pricing`` frames and Polymarket ``price_change``
   deltas stamped with the wall clock), keeping the fakes' server-side state (Yahoo prices,

@@ -1,0 +1,546 @@
+"""Fast, pure decoder of Polymarket CLOB market-channel frames into order books and prices.
+
+Frames are one JSON object or a JSON array of events; numbers are strings. The decoder keeps one
+book per subscribed token, built from a ``book`` snapshot and kept up to date by
+``price_change`` deltas (``size`` is the new total at a level, ``"0"`` removes it, ``BUY`` is the
+bid side). Deltas for a token whose snapshot has not arrived (after :meth:`reset`, i.e. after
+every (re)subscription) are dropped.
+
+Top of book: the ``best_bid`` / ``best_ask`` the server sends with every ``price_change`` entry
+and in ``best_bid_ask`` events are authoritative when present; otherwise the best levels of our
+book (the snapshot's level order is ignored: bids arrive ascending and asks descending, the
+decoder takes max/min itself). A best bid of 0 or a best ask of 1 means that side is empty.
+
+Mark (``mark="mid"``, the default): mid of best bid and best ask; with one side empty, the other
+side's best price; with both empty, the last trade price; none at all -> no price. With
+``mark="last"``: the last trade price, falling back to the mid rule before the first trade;
+``mark="bid"``: the best bid, falling back to the mid rule when there is no bid.
+
+A :class:`~daemon.core.events.PriceEvent` is emitted per token at the end of a frame when its
+(mark, bid, ask) changed, and after every snapshot. ``ts`` is the event's ``timestamp`` (ms) in
+seconds, ``recv_ts`` the receive time.
+
+Garbage never becomes a price: an event whose ``timestamp`` does not parse (or is not a positive
+finite number) is dropped as a decode error, never stamped with the receive time; so is a level or
+trade with a non-finite or non-positive price (or above 1), a negative or non-finite size, and a
+``best_bid`` / ``best_ask`` outside [0, 1]. A crossed top of book (best bid above best ask) is
+never published: the frame is counted as rejected and the last published top stays.
+
+Non-JSON frames ``PONG`` and ``NO NEW ASSETS`` are ignored; other undecodable frames count as
+decode errors; the legacy ``price_change`` shape (top-level ``asset_id`` + ``changes``) is
+rejected; unknown event types are counted and ignored.
+
+Why one module over 500 lines: the decoder keeps every token's book and emits the marks from it;
+splitting the book from the frames that update it would expose its invariants (levels, top of book)
+across modules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+import msgspec
+
+from daemon.core.events import Event, PriceEvent
+from daemon.core.price_columns import AssetTable, PriceColumns
+from feeds.source_contract import DecodeResult
+
+__all__ = [
+    "IGNORED_TEXT",
+    "Change",
+    "Level",
+    "MarkMode",
+    "PolymarketDecoder",
+    "TokenBook",
+    "WsEvent",
+]
+
+MarkMode = Literal["mid", "last", "bid"]
+
+#: Non-JSON text frames the server sends that are not errors.
+IGNORED_TEXT: frozenset[str] = frozenset({"PONG", "NO NEW ASSETS"})
+
+
+class Level(msgspec.Struct, gc=False):
+    """One price level of a ``book`` snapshot."""
+
+    price: str
+    size: str
+
+
+class Change(msgspec.Struct, gc=False):
+    """One entry of a ``price_change`` event."""
+
+    asset_id: str = ""
+    price: str = ""
+    size: str = ""
+    side: str = ""
+    best_bid: str = ""
+    best_ask: str = ""
+
+
+class WsEvent(msgspec.Struct, gc=False):
+    """Any market-channel event (the union of the fields we read; the rest is skipped)."""
+
+    event_type: str = ""
+    asset_id: str = ""
+    market: str = ""
+    timestamp: str = ""
+    bids: list[Level] | None = None
+    asks: list[Level] | None = None
+    price_changes: list[Change] | None = None
+    changes: Any = None
+    price: str = ""
+    best_bid: str = ""
+    best_ask: str = ""
+    last_trade_price: str = ""
+    tick_size: str = ""
+    new_tick_size: str = ""
+    assets_ids: list[str] | None = None
+    winning_asset_id: str = ""
+    winning_outcome: str = ""
+    id: str = ""
+
+
+_INF = math.inf
+_NAN = math.nan
+_FRAME = msgspec.json.Decoder(WsEvent | list[WsEvent])
+_ANY = msgspec.json.Decoder()
+
+#: Called for ``market_resolved`` events: (event, ts) -> event to publish, if any.
+ResolvedHook = Callable[[WsEvent, float], Event | None]
+
+
+class TokenBook:
+    """Order book of one token: price -> size per side, plus the last top of book published."""
+
+    __slots__ = ("ask", "asks", "bid", "bids", "hint_ask", "hint_bid", "idx", "published")
+
+    def __init__(self, idx: int = 0) -> None:
+        """Create an empty book of the token at ``idx`` in the decoder's asset table."""
+        self.idx = idx
+        self.bids: dict[float, float] = {}
+        self.asks: dict[float, float] = {}
+        self.bid: float | None = None
+        self.ask: float | None = None
+        self.hint_bid: float | None = None
+        self.hint_ask: float | None = None
+        """The server's best bid / ask of the frame, parsed and checked once (``None``: absent)."""
+        self.published: tuple[float, float | None, float | None] | None = None
+
+    def sorted_bids(self) -> list[tuple[float, float]]:
+        """Return bid levels, best (highest) first."""
+        return sorted(self.bids.items(), reverse=True)
+
+    def sorted_asks(self) -> list[tuple[float, float]]:
+        """Return ask levels, best (lowest) first."""
+        return sorted(self.asks.items())
+
+
+def _coerce(obj: Any) -> Any:
+    """Turn JSON numbers into strings, recursively (for servers that send numbers)."""
+    if isinstance(obj, dict):
+        return {k: _coerce(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_coerce(v) for v in obj]
+    if isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        return str(obj)
+    return obj
+
+
+def _ts(raw: str) -> float | None:
+    """Return a ms-epoch string in seconds, or None unless it is a positive finite number."""
+    try:
+        ms = float(raw)
+    except ValueError:
+        return None
+    return ms / 1000.0 if 0.0 < ms < math.inf else None
+
+
+def _price(raw: str) -> float | None:
+    """Return a price in (0, 1], or None for anything else (NaN, inf, <= 0, > 1, text)."""
+    try:
+        p = float(raw)
+    except ValueError:
+        return None
+    return p if 0.0 < p <= 1.0 else None
+
+
+def _size(raw: str) -> float | None:
+    """Return a size >= 0, or None for anything else (negative, NaN, inf, text)."""
+    try:
+        s = float(raw)
+    except ValueError:
+        return None
+    return s if 0.0 <= s < math.inf else None
+
+
+def _hint_ok(raw: str) -> bool:
+    """Return whether a best_bid / best_ask hint is absent or a price in [0, 1]."""
+    if not raw:
+        return True
+    try:
+        return 0.0 <= float(raw) <= 1.0
+    except ValueError:
+        return False
+
+
+def _levels(levels: list[Level] | None, res: DecodeResult) -> dict[float, float]:
+    """Return price -> size of the valid, non-empty levels; count each invalid one."""
+    out: dict[float, float] = {}
+    for lv in levels or ():
+        price, size = _price(lv.price), _size(lv.size)
+        if price is None or size is None:
+            res.decode_errors += 1
+        elif size > 0:
+            out[price] = size
+    return out
+
+
+class PolymarketDecoder:
+    """Decode market-channel frames, maintain books and emit PriceEvents on mark changes."""
+
+    def __init__(
+        self,
+        *,
+        mark: MarkMode = "mid",
+        source: str = "polymarket",
+        on_resolved: ResolvedHook | None = None,
+    ) -> None:
+        """Create a decoder with no subscribed token."""
+        if mark not in ("mid", "last", "bid"):
+            raise ValueError(f"mark must be 'mid', 'last' or 'bid', got {mark!r}")
+        self.mark = mark
+        self.source = source
+        self.on_resolved = on_resolved
+        self.books: dict[str, TokenBook] = {}
+        self.assets = AssetTable()
+        """Every token this decoder has priced, each with its index (columns name them so)."""
+        self.subscribed: set[str] = set()
+        self.last_trade: dict[str, float] = {}
+        self.tick_size: dict[str, float] = {}
+        self.dropped_deltas = 0
+        self.ignored_text = 0
+
+    # ----------------------------------------------------------------------------- state
+
+    def reset(self, tokens: Iterable[str]) -> None:
+        """Subscribe ``tokens`` and discard their books: deltas are dropped until a snapshot."""
+        for t in tokens:
+            self.subscribed.add(t)
+            self.books.pop(t, None)
+
+    def forget(self, tokens: Iterable[str]) -> None:
+        """Stop tracking ``tokens``."""
+        for t in tokens:
+            self.subscribed.discard(t)
+            self.books.pop(t, None)
+            self.last_trade.pop(t, None)
+            self.tick_size.pop(t, None)
+
+    def top(self, token: str) -> tuple[float | None, float | None, float | None]:
+        """Return (best bid, best ask, mark) of ``token`` (None where unknown)."""
+        book = self.books.get(token)
+        if book is None:
+            return None, None, None
+        return book.bid, book.ask, self._mark(book.bid, book.ask, self.last_trade.get(token))
+
+    def _mark(self, bid: float | None, ask: float | None, last: float | None) -> float | None:
+        if self.mark != "mid":
+            if self.mark == "last" and last is not None:
+                return last
+            if self.mark == "bid" and bid is not None:
+                return bid
+        if bid is not None:
+            return (bid + ask) / 2.0 if ask is not None else bid
+        if ask is not None:
+            return ask
+        return last
+
+    # ----------------------------------------------------------------------------- decoding
+
+    def decode(self, frame: str | bytes, now: float) -> DecodeResult:
+        """Decode one frame received at ``now`` into events and counts."""
+        return self.decode_columns(frame, now, None)
+
+    def price_columns(self) -> PriceColumns:
+        """Return empty columns for this decoder's prices."""
+        return PriceColumns("polymarket", self.source, self.assets)
+
+    def decode_columns(self, frame: str | bytes, now: float, prices: PriceColumns | None
+                       ) -> DecodeResult:
+        """Decode one frame received at ``now``: its prices appended to ``prices`` (as
+        :meth:`decode` would emit them, in the same order), everything else in the result
+        (``prices`` None: prices as events in the result, :meth:`decode`)."""
+        res = DecodeResult()
+        if not frame:
+            res.decode_errors = 1
+            return res
+        first = frame[:1]
+        if first not in ("{", "[", b"{", b"["):
+            text = frame.decode(errors="replace") if isinstance(frame, bytes) else frame
+            text = text.strip()
+            if text in IGNORED_TEXT:
+                self.ignored_text += 1
+                return res
+            if not text.startswith(("{", "[")):
+                res.decode_errors = 1
+                return res
+        try:
+            obj = _FRAME.decode(frame)
+            events: list[WsEvent] = obj if isinstance(obj, list) else [obj]
+        except msgspec.ValidationError:
+            events = self._slow_events(frame, res)
+        except msgspec.DecodeError:
+            res.decode_errors = 1
+            return res
+        touched: dict[str, float] = {}
+        data: dict[str, None] = {}
+        fresh: set[str] = set()
+        for ev in events:
+            et = ev.event_type
+            if et == "price_change":
+                self._price_change(ev, now, res, touched, data)
+            elif et == "book":
+                self._book(ev, now, res, touched, data, fresh)
+            elif et == "last_trade_price":
+                self._last_trade(ev, now, res, touched, data)
+            elif et == "best_bid_ask":
+                self._best_bid_ask(ev, res, touched, data)
+            elif et == "tick_size_change":
+                tok = ev.asset_id
+                if tok in self.subscribed:
+                    tick = _price(ev.new_tick_size)
+                    if tick is None:
+                        res.decode_errors += 1
+                        continue
+                    self.tick_size[tok] = tick
+                    data[tok] = None
+            elif et == "market_resolved":
+                ts = _ts(ev.timestamp)
+                if ts is None:
+                    res.decode_errors += 1
+                elif self.on_resolved is not None:
+                    out = self.on_resolved(ev, ts)
+                    if out is not None:
+                        res.events.append(out)
+            elif et == "new_market":
+                continue
+            else:
+                res.unknown += 1
+        if touched:
+            if prices is None:
+                self._emit(touched, fresh, now, res)
+            else:
+                self._emit_columns(touched, fresh, now, res, prices)
+        if data:
+            res.data_keys = list(data)
+        return res
+
+    def _slow_events(self, frame: str | bytes, res: DecodeResult) -> list[WsEvent]:
+        """Decode a frame whose fields have unexpected types, event by event."""
+        try:
+            raw = _ANY.decode(frame)
+        except msgspec.DecodeError:
+            res.decode_errors += 1
+            return []
+        items = raw if isinstance(raw, list) else [raw]
+        out: list[WsEvent] = []
+        for item in items:
+            if not isinstance(item, dict):
+                res.decode_errors += 1
+                continue
+            try:
+                out.append(msgspec.convert(_coerce(item), WsEvent))
+            except msgspec.ValidationError:
+                res.decode_errors += 1
+        return out
+
+    def _price_change(
+        self,
+        ev: WsEvent,
+        now: float,
+        res: DecodeResult,
+        touched: dict[str, float],
+        data: dict[str, None],
+    ) -> None:
+        pcs = ev.price_changes
+        if pcs is None:
+            res.rejected += 1  # legacy shape (asset_id + changes) or malformed
+            return
+        ts = _ts(ev.timestamp)
+        if ts is None:
+            res.decode_errors += 1
+            return
+        books = self.books
+        dropped = 0
+        for c in pcs:  # hot path: the checks of _price, _size and _hint_ok, inline
+            tok = c.asset_id
+            book = books.get(tok)
+            if book is None:
+                dropped += 1
+                continue
+            try:
+                price = float(c.price)
+                size = float(c.size)
+                hb = float(c.best_bid) if c.best_bid else None
+                ha = float(c.best_ask) if c.best_ask else None
+            except ValueError:
+                res.decode_errors += 1
+                continue
+            if not (0.0 < price <= 1.0 and 0.0 <= size < _INF) or (
+                    hb is not None and not 0.0 <= hb <= 1.0) or (
+                    ha is not None and not 0.0 <= ha <= 1.0):
+                res.decode_errors += 1
+                continue
+            side = c.side
+            if side == "BUY":
+                levels = book.bids
+            elif side == "SELL":
+                levels = book.asks
+            else:
+                res.rejected += 1
+                continue
+            if size > 0.0:
+                levels[price] = size
+            else:
+                levels.pop(price, None)
+            book.hint_bid = hb
+            book.hint_ask = ha
+            touched[tok] = ts
+            data[tok] = None
+        if dropped:
+            self.dropped_deltas += dropped
+
+    def _book(
+        self,
+        ev: WsEvent,
+        now: float,
+        res: DecodeResult,
+        touched: dict[str, float],
+        data: dict[str, None],
+        fresh: set[str],
+    ) -> None:
+        tok = ev.asset_id
+        if tok not in self.subscribed:
+            return
+        ts = _ts(ev.timestamp)
+        if ts is None:
+            res.decode_errors += 1
+            return
+        book = TokenBook(self.assets.add(tok))
+        book.bids = _levels(ev.bids, res)
+        book.asks = _levels(ev.asks, res)
+        old = self.books.get(tok)
+        if old is not None:
+            book.published = old.published
+        self.books[tok] = book
+        last = _price(ev.last_trade_price) if ev.last_trade_price else None
+        if last is not None:
+            self.last_trade[tok] = last
+        tick = _price(ev.tick_size) if ev.tick_size else None
+        if tick is not None:
+            self.tick_size[tok] = tick
+        touched[tok] = ts
+        data[tok] = None
+        fresh.add(tok)
+
+    def _last_trade(
+        self,
+        ev: WsEvent,
+        now: float,
+        res: DecodeResult,
+        touched: dict[str, float],
+        data: dict[str, None],
+    ) -> None:
+        tok = ev.asset_id
+        if tok not in self.subscribed:
+            return
+        price, ts = _price(ev.price), _ts(ev.timestamp)
+        if price is None or ts is None:
+            res.decode_errors += 1
+            return
+        self.last_trade[tok] = price
+        data[tok] = None
+        if tok in self.books:
+            touched[tok] = ts
+
+    def _best_bid_ask(
+        self, ev: WsEvent, res: DecodeResult, touched: dict[str, float], data: dict[str, None]
+    ) -> None:
+        book = self.books.get(ev.asset_id)
+        if book is None:
+            if ev.asset_id in self.subscribed:
+                self.dropped_deltas += 1
+            return
+        ts = _ts(ev.timestamp)
+        if ts is None or not (_hint_ok(ev.best_bid) and _hint_ok(ev.best_ask)):
+            res.decode_errors += 1
+            return
+        book.hint_bid = float(ev.best_bid) if ev.best_bid else None
+        book.hint_ask = float(ev.best_ask) if ev.best_ask else None
+        touched[ev.asset_id] = ts
+        data[ev.asset_id] = None
+
+    def _tops(self, touched: dict[str, float], fresh: set[str], res: DecodeResult
+              ) -> list[tuple[str, int, float, float, float | None, float | None]]:
+        """Return (token, its index, ts, mark, bid, ask) of each touched token whose top
+        changed."""
+        out = []
+        books = self.books
+        last_trade = self.last_trade
+        for tok, ts in touched.items():
+            book = books.get(tok)
+            if book is None:
+                continue
+            hb = book.hint_bid
+            ha = book.hint_ask
+            bid: float | None
+            ask: float | None
+            if hb is not None:
+                bid = hb if hb > 0.0 else None
+            else:
+                bid = max(book.bids) if book.bids else None
+            if ha is not None:
+                ask = ha if ha < 1.0 else None
+            else:
+                ask = min(book.asks) if book.asks else None
+            book.hint_bid = book.hint_ask = None
+            if bid is not None and ask is not None and bid > ask:
+                res.rejected += 1  # crossed: never published; the last published top stays
+                continue
+            book.bid = bid
+            book.ask = ask
+            mark = self._mark(bid, ask, last_trade.get(tok))
+            if mark is None:
+                continue
+            state = (mark, bid, ask)
+            if state == book.published and tok not in fresh:
+                continue
+            book.published = state
+            out.append((tok, book.idx, ts, mark, bid, ask))
+        return out
+
+    def _emit_columns(self, touched: dict[str, float], fresh: set[str], now: float,
+                      res: DecodeResult, prices: PriceColumns) -> None:
+        tops = self._tops(touched, fresh, res)
+        if not tops:
+            return
+        _, idx, tss, marks, bids, asks = zip(*tops, strict=True)
+        prices.a.extend(idx)
+        prices.ts.extend(tss)
+        prices.recv_ts.extend((now,) * len(tops))
+        prices.price.extend(marks)
+        prices.bid.extend([_NAN if b is None else b for b in bids])
+        prices.ask.extend([_NAN if k is None else k for k in asks])
+
+    def _emit(
+        self, touched: dict[str, float], fresh: set[str], now: float, res: DecodeResult
+    ) -> None:
+        source = self.source
+        res.events.extend(
+            PriceEvent(ts=ts, recv_ts=now, market="polymarket", asset=tok, price=mark, bid=bid,
+                       ask=ask, source=source)
+            for tok, _, ts, mark, bid, ask in self._tops(touched, fresh, res))

@@ -1,0 +1,1 @@
+"""Tests of the command line, live runs, replays, split roles over MQTT, systemd and signals."""

@@ -1,0 +1,179 @@
+"""``paperarena build-recording``: daily bars from the (fake) Yahoo chart history, replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from datetime import UTC, date, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from daemon.app.cli import main
+from daemon.core.events import ClockEvent, PriceEvent
+from daemon.core.sparse_rows import FILLS, fill_map
+from daemon.timing.nyse import get_nyse_calendar
+from feeds.recording import iter_events, read_header
+from tests.fakes.yahoo_server import FakeYahoo, chart_payload
+
+START, END = date(2020, 3, 2), date(2020, 3, 13)
+
+
+def _sessions(first: date, last: date) -> list[tuple[date, float, float]]:
+    cal = get_nyse_calendar()
+    out = []
+    day = first
+    while day <= last:
+        b = cal.session_bounds(day)
+        if b is not None:
+            out.append((day, b[0].timestamp(), b[1].timestamp()))
+        day += timedelta(days=1)
+    return out
+
+
+#: Bars from a week before to a week after the window (the builder must keep only the window).
+BARS = {
+    sym: {day: round(base * (1 + 0.03 * ((i * k) % 5 - 2)), 2)
+          for i, (day, _, _) in enumerate(_sessions(date(2020, 2, 24), date(2020, 3, 20)))}
+    for sym, base, k in (("AAPL", 300.0, 1), ("MSFT", 170.0, 3))
+}
+
+
+@pytest.fixture
+async def yahoo() -> AsyncIterator[FakeYahoo]:
+    fake = FakeYahoo()
+    await fake.start()
+    opens = {d: int(o) for d, o, _ in _sessions(date(2020, 2, 24), date(2020, 3, 20))}
+    for sym, bars in BARS.items():
+        fake.charts[sym] = chart_payload(sym, None, 0, [(opens[d], c) for d, c in bars.items()])
+    yield fake
+    await fake.stop()
+
+
+def _config(tmp_path: Path, fake: FakeYahoo) -> Path:
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(f"""
+[sources.equity.yahoo]
+chart_url = "{fake.chart_url}"
+
+[markets.equity]
+assets = ["AAPL", "MSFT"]
+stale_after = "2d"
+cost = {{ fee_bps = 0, slippage_bps = 0 }}
+[markets.equity.schedule]
+kind = "nyse"
+times = ["close-30m"]
+
+[markets.polymarket]
+enabled = false
+
+[[agents]]
+id = "buy_and_hold"
+kind = "buy_and_hold"
+""")
+    return cfg
+
+
+async def _cli(*argv: str) -> int:
+    return await asyncio.to_thread(main, list(argv))
+
+
+async def test_build_and_replay_daily_marks_match_bars(yahoo: FakeYahoo, tmp_path: Path) -> None:
+    cfg, out, db = _config(tmp_path, yahoo), tmp_path / "covid.jsonl.gz", tmp_path / "r.db"
+    assert await _cli("build-recording", "--tickers", "AAPL,msft", "--start", str(START),
+                      "--end", str(END), "--out", str(out), "--config", str(cfg)) == 0
+    header = read_header(out)
+    assert header.equities == ("AAPL", "MSFT")
+    sessions = _sessions(START, END)
+    events = [e for _, e in iter_events(out)]
+    prices = [e for e in events if isinstance(e, PriceEvent)]
+    assert [(e.ts, e.asset, e.price) for e in prices] == [
+        (close, sym, BARS[sym][day]) for day, _, close in sessions for sym in ("AAPL", "MSFT")]
+    assert isinstance(events[-1], ClockEvent) and events[-1].ts == header.end
+
+    assert await _cli("replay", str(out), "--config", str(cfg), "--db", str(db),
+                      "--no-progress") == 0
+    con = sqlite3.connect(db)
+    stored = con.execute("SELECT ts, asset, price FROM market_events WHERE kind = 'price' "
+                         "ORDER BY ts, asset").fetchall()
+    assert stored == [(e.ts, e.asset, e.price) for e in prices]
+    marks = con.execute("SELECT ts, value FROM equity WHERE agent = 'buy_and_hold' "
+                        "AND market = 'equity' AND kind = 'daily' ORDER BY ts").fetchall()
+    fills = con.execute(f"SELECT f.trades_json, s.assets_json FROM {FILLS}"
+                        " WHERE f.agent = 'buy_and_hold'").fetchall()
+    con.close()
+    assert len(fills) == 1  # buy and hold: one purchase, then held
+    qty: dict[str, float] = fill_map(*fills[0])
+    assert set(qty) == {"AAPL", "MSFT"}
+    closes = {close: day for day, _, close in sessions}
+    marked = [(closes[ts], v) for ts, v in marks if ts in closes]
+    assert [d for d, _ in marked] == [d for d, _, _ in sessions]
+    # Once bought, each day's value moves by exactly the held shares times the close change.
+    held = [(d, v) for d, v in marked if d > sessions[0][0]]
+    assert len(held) == len(sessions) - 1
+    for (d0, v0), (d1, v1) in pairwise(held):
+        move = sum(q * (BARS[s][d1] - BARS[s][d0]) for s, q in qty.items())
+        assert v1 - v0 == pytest.approx(move, rel=1e-9, abs=1e-6)
+
+
+async def test_crypto_bars_at_utc_midnight_keep_their_day(yahoo: FakeYahoo,
+                                                          tmp_path: Path) -> None:
+    days = [(date(2020, 3, d), 8000.0 + d) for d in range(1, 16)]  # every day, weekends too
+    yahoo.charts["BTC-USD"] = chart_payload("BTC-USD", None, 0, [
+        (int(datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()), c) for d, c in days])
+    out = tmp_path / "btc.jsonl"
+    assert await _cli("build-recording", "--tickers", "BTC-USD", "--start", str(START), "--end",
+                      str(END), "--out", str(out), "--config", str(_config(tmp_path, yahoo))) == 0
+    got = [(e.ts, e.price) for _, e in iter_events(out) if isinstance(e, PriceEvent)]
+    assert got == [(close, 8000.0 + day.day) for day, _, close in _sessions(START, END)]
+
+
+@pytest.mark.parametrize(("tickers", "start", "end", "needle"), [
+    ("AAPL,NOPE", "2020-03-02", "2020-03-13", "NOPE: unknown ticker"),
+    ("AAPL", "2020-03-13", "2020-03-02", "is after --end"),
+    ("AAPL", "2020-03-07", "2020-03-08", "no NYSE session"),
+    ("AAPL", "2021-01-04", "2021-01-08", "AAPL: no daily bars"),
+    ("AAPL", "2020-3-2x", "2020-03-13", "invalid date"),
+    (" , ", "2020-03-02", "2020-03-13", "names no ticker"),
+])
+async def test_bad_input_is_one_line_exit_2(yahoo: FakeYahoo, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str], tickers: str,
+                                            start: str, end: str, needle: str) -> None:
+    out = tmp_path / "x.jsonl.gz"
+    rc = await _cli("build-recording", "--tickers", tickers, "--start", start, "--end", end,
+                    "--out", str(out), "--config", str(_config(tmp_path, yahoo)))
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+async def test_unreachable_server_exit_2(yahoo: FakeYahoo, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = _config(tmp_path, yahoo)
+    await yahoo.stop()
+    rc = await _cli("build-recording",
+                        "--tickers", "AAPL", "--start", "2020-03-02", "--end",
+                    "2020-03-13", "--out", str(tmp_path / "x.jsonl"), "--config", str(cfg))
+    err = capsys.readouterr().err
+    assert rc == 2 and "unreachable" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_bad_input_in_a_fresh_process_prints_one_line_and_no_log(tmp_path: Path) -> None:
+    """A fresh process (nothing configured, no calendar cached) prints no debug log line."""
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text('[sources.equity.yahoo]\nchart_url = "http://127.0.0.1:9/v8/finance/chart"\n')
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-m", "daemon.app.cli", "build-recording",
+                        "--tickers", "AAPL",
+                        "--start", "2020-03-02", "--end", "2020-03-13", "--out",
+                        str(tmp_path / "x.jsonl"), "--config", str(cfg)],
+                       cwd=root, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("paperarena: build-recording: "), p.stderr

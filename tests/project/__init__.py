@@ -1,0 +1,2 @@
+"""Tests of the project itself: import layers, docs that cite real files, the installer and
+dev.py."""

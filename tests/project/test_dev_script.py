@@ -1,0 +1,92 @@
+"""``python3 dev.py run``: an interrupt of the script (Ctrl-C, or SIGINT/SIGTERM sent to it
+alone) stops the daemon cleanly and exits with the daemon's code, without a traceback.
+``python3 dev.py test``: the suite runs in parallel unless the arguments choose otherwise."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.store.test_cli_database import QUIET, ROOT
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_dev_run_stops_the_daemon_cleanly(tmp_path: Path,
+                                                         sig: signal.Signals) -> None:
+    cfg = tmp_path / "quiet.toml"
+    cfg.write_text(QUIET)
+    db = tmp_path / "d.db"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "dev.py"), "run", "--config", str(cfg), "--db", str(db)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not db.exists() and time.monotonic() < deadline:  # the daemon has started
+            time.sleep(0.1)
+        time.sleep(1.0)
+        proc.send_signal(sig)  # to dev.py only, not its process group
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err, err[-2000:]
+    assert "daemon stopped" in err, err[-2000:]
+    assert proc.returncode in (0, 143), (proc.returncode, err[-2000:])
+
+
+def test_a_daemon_whose_log_stream_has_gone_still_stops_cleanly(tmp_path: Path) -> None:
+    """The reader of the daemon's stderr exits (a closed pipe): SIGINT still stops it, the
+    store is closed and the process exits instead of hanging on the store's thread."""
+    cfg = tmp_path / "quiet.toml"
+    cfg.write_text(QUIET)
+    db = tmp_path / "d.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.app.cli", "run", "--config", str(cfg), "--db", str(db)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not db.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert proc.stderr is not None and proc.stdout is not None
+        proc.stderr.close()
+        proc.stdout.close()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    con = sqlite3.connect(db)  # the run was ended and the store closed (WAL checkpointed)
+    try:
+        assert con.execute("SELECT COUNT(*) FROM runs WHERE stopped_ts IS NULL").fetchone() == (0,)
+    finally:
+        con.close()
+    assert not db.with_name(db.name + "-wal").exists()
+
+
+def _dev_module() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("paperarena_dev", ROOT / "dev.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_dev_test_runs_files_in_parallel_unless_told_otherwise() -> None:
+    args = _dev_module().pytest_args  # type: ignore[attr-defined]
+    parallel = ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile"]
+    assert args([]) == parallel
+    assert args(["tests/core/test_bus.py", "-k", "drain"]) == [*parallel, "tests/core/test_bus.py",
+    "-k",
+                                                          "drain"]
+    for own in (["-n", "0"], ["-n3", "tests"], ["--numprocesses=2"], ["-p", "no:xdist"],
+                ["-x", "-pno:xdist"]):
+        assert args(own) == own

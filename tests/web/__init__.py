@@ -1,0 +1,1 @@
+"""Tests of the HTTP API, the live page, metrics and alerts, with a real Prometheus and Chromium."""
