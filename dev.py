@@ -3,7 +3,8 @@
 
     python3 dev.py run [paperarena args...]   # create .venv if needed, then run the daemon
     python3 dev.py test [pytest args...]      # create .venv if needed, then run the whole suite
-                                              # (in parallel: pytest-xdist, -n 0 for serial)
+                                              # (in parallel: pytest-xdist, -n 0 for serial);
+                                              # without args, the import contracts first
     python3 dev.py bench                      # run the benchmarks
     python3 dev.py paperarena <args...>       # any paperarena command inside the venv
 
@@ -126,6 +127,12 @@ def main(argv: list[str]) -> int:
         return _call([str(BIN / "paperarena"), "run", *rest], env)
     if cmd == "test":
         ensure_system_tools()
+        if not rest:  # the whole suite: the import contracts first, in a second (pyproject.toml)
+            layers = subprocess.run([str(BIN / "lint-imports"), "--no-cache", "--no-logo"],
+                                    cwd=ROOT, env=env, check=False)
+            if layers.returncode != 0:
+                _say("import contracts broken (above): fix the imports before the suite runs")
+                return layers.returncode
         return _call([str(PY), "-m", "pytest", *pytest_args(rest)], env)
     if cmd == "bench":
         return _call([str(PY), "bench/run_all.py", *rest], env)
