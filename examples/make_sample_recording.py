@@ -9,6 +9,10 @@ three-session sell-off whose equal-weight return is pinned. Polymarket: binary q
 24/7 every 5 minutes by a bounded logit-space walk (optionally pulled toward a scripted path),
 with YES/NO books mirrored around 1, resolutions and a market that swings hard then resolves NO.
 News: headlines per ticker and per question, some tied to the simulated moves. See README.md.
+
+Why one module over 500 lines: one deterministic generator: every part of the sample (prices,
+questions, news, resolutions) draws from one seeded stream in a fixed order, so the recording is
+byte-identical; split, the order would be spread over modules.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@
 
 Edit the panels here, not in the JSON: every expression uses the variables ``$instance``,
 ``$market``, ``$agent`` or ``$source`` and Grafana's ``$__rate_interval`` / ``$__range``.
+
+Why one module over 500 lines: one generator of the four dashboards, whose panels share the same
+query builders and layout helpers.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from agents.prompting import _Ctx
 from agents.stepwise import StepwiseAgent, flat, load_prompt_set
 from daemon.core.logs import redact_text
 from scoring.stats.benchmarks import RISK_PROFILES, historical_var
-from scoring.stats.diversification import _corr_matrix
+from scoring.stats.diversification import corr_matrix
 
 log = structlog.get_logger(__name__)
 
@@ -424,7 +424,7 @@ def class_correlations(rets: np.ndarray, classes: Sequence[str]) -> tuple[str, s
     """Return the within-class and between-class mean correlation lines of ``rets``."""
     if rets.shape[0] < 2:
         return "  (not enough daily returns)", "  (not enough daily returns)"
-    corr = _corr_matrix(rets)
+    corr = corr_matrix(rets)
     names = sorted(set(classes))
     idx = {c: [j for j, k in enumerate(classes) if k == c] for c in names}
     intra = []

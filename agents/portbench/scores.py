@@ -17,7 +17,7 @@ store (the last recorded price of each UTC day):
 - S5 ``0.5 * d + 0.5 * clip(1 - (e_VaR + e_DD) / 2, 0, 1)``: the rebalance decision against the
   5 % drift rule and the relative errors of the VaR and drawdown estimates against historical
   simulation over the lookback window (known at decision time, so never pending);
-- CEPS ``clip(mean - 0.1 * sum of drops, 0, 1)`` (:func:`scoring.stats.benchmarks.ceps`).
+- CEPS ``clip(mean - 0.1 * sum of drops, 0, 1)`` (:func:`ceps`).
 
 S1..S4 and CEPS need the horizon's closes: until the horizon has passed they are ``None``
 (pending). Delayed scoring: the daemon stores them in ``stage_scores`` once the horizon has passed
@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 
 from daemon.core.price_bursts import read_prices
-from scoring.stats.benchmarks import ceps
 from scoring.stats.diversification import diversification_from_returns
 
 CASH = "CASH"
@@ -60,8 +59,23 @@ MAX_SHARPE_ITERATIONS = 100_000
 RISK_FREE = 0.04
 YEAR_DAYS = 252
 STAGES = ("S1", "S2", "S3", "S4", "S5")
+#: CEPS: the penalty per unit of score dropped from one stage to the next.
+CEPS_DROP_PENALTY = 0.1
 
 Closes = Mapping[str, Sequence[tuple[float, float]]]
+
+
+def ceps(stage_scores: Sequence[float]) -> float:
+    """Return CEPS ``clip(mean(s) - 0.1 * sum_t max(s_t - s_{t+1}, 0), 0, 1)``.
+
+    The drop sum runs over consecutive stage pairs (t = 1..4 for the reference five stages).
+    NaN for an empty sequence.
+    """
+    s = np.asarray(stage_scores, dtype=float).reshape(-1)
+    if s.size == 0:
+        return math.nan
+    drops = float(np.sum(np.maximum(s[:-1] - s[1:], 0.0)))
+    return float(np.clip(float(np.mean(s)) - CEPS_DROP_PENALTY * drops, 0.0, 1.0))
 
 
 def _signal(v: float) -> str:

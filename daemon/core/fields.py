@@ -1,7 +1,7 @@
 """Validators and the frozen base model shared by every section of the config.
 
 Durations, wall times (``HH:MM``), host names and URLs are checked here once; each section's
-fields (daemon/config/markets.py, config_agents.py, config_runtime.py) use them.
+fields (daemon/config/markets.py, daemon/config/runtime.py, agents/config.py) use them.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.alphaforgebench.report import board_section, html_section
-from agents.portbench.scores import STAGES, score_connection, stage_cell, summarise
+from agents.portbench.report import gate_html, portbench_html, portbench_lines
+from agents.portbench.scores import score_connection, summarise
 from agents.portbench.stress_gate import format_gate, wants_gate, window_gate
 from scoring.board.run_groups import format_groups, run_groups
 
@@ -50,22 +51,6 @@ def board_extras(con: sqlite3.Connection, rows: Sequence[Mapping[str, Any]],
     return out
 
 
-def portbench_lines(portbench: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Return the text lines of the PortBench stage-score table."""
-    if not portbench:
-        return []
-
-    head = (f"{'agent':<20}" + "".join(f"{s:>9}" for s in (*STAGES, "CEPS"))
-            + f"{'decisions':>11}{'pending':>9}{'failed':>8}")
-    lines = ["", "PortBench stage scores (horizon 5 daily closes; pending: not scored yet, the"
-             " horizon has not passed)", head]
-    for agent, m in sorted(portbench.items()):
-        lines.append(f"{agent[:19]:<20}" + "".join(f"{stage_cell(m, s):>9}" for s in
-                                                   (*STAGES, "CEPS"))
-                     + f"{m['decisions']:>11}{m['pending']:>9}{m['failed']:>8}")
-    return lines
-
-
 def extras_text(board: Mapping[str, Any]) -> str:
     """Return the text blocks of the extras (``""`` when the board has none)."""
     lines = (format_groups(board.get("run_groups") or [])
@@ -78,11 +63,6 @@ def _cell(x: Any, pct: bool = False, digits: int = 3) -> str:
     if not isinstance(x, int | float) or isinstance(x, bool) or not math.isfinite(x):
         return "–"
     return f"{100 * x:+.2f}%" if pct else f"{x:.{digits}f}"
-
-
-def _plain(x: Any) -> str:
-    """Return a fraction as an unsigned percentage (drawdowns, tolerances)."""
-    return _cell(x, True).lstrip("+")
 
 
 def _section(kind: str, title: str, note: str, head: str, rows: list[str]) -> str:
@@ -116,38 +96,7 @@ def extras_html(board: Mapping[str, Any]) -> str:
             " over the runs; each run keeps its own row and rank.",
             "<th class='l'>market</th><th class='l'>group</th><th>runs</th><th>return</th>"
             "<th>Sharpe</th><th>max drawdown</th><th>composite</th><th>valid</th>", rows))
-    portbench = board.get("portbench") or {}
-    if portbench:
-        rows = []
-        for agent, m in sorted(portbench.items()):
-            cells = "".join(f"<td>{_cell(m.get(s))}</td>" if m.get(s) is not None else
-                            f"<td class='note'>pending ({m.get(f'{s}_pending', 0)})</td>"
-                            if m.get(f"{s}_pending") else "<td>-</td>"
-                            for s in STAGES)
-            ceps = (_cell(m.get("CEPS")) if m.get("CEPS") is not None else
-                    "pending" if m.get("pending") else "-")
-            rows.append(f"<tr><td class='l'>{esc(agent)}</td>{cells}<td>{ceps}</td>"
-                        f"<td>{m['decisions']}</td><td>{m['pending']}</td>"
-                        f"<td>{m['failed']}</td></tr>")
-        out.append(_section(
-            "portbench", "PortBench stage scores",
-            "Mean S1..S5 and CEPS over the scored decisions (horizon 5 daily closes); pending:"
-            " not scored yet, the horizon has not passed.",
-            "<th class='l'>agent</th>" + "".join(f"<th>{s}</th>" for s in (*STAGES, "CEPS"))
-            + "<th>decisions</th><th>pending</th><th>failed</th>", rows))
-    gate = board.get("stress_gate") or {}
-    if gate:
-        rows = []
-        for agent, g in sorted(gate.items()):
-            verdict = {True: "pass", False: "FAIL", None: "–"}[g["pass"]]
-            rows.append(f"<tr><td class='l'>{esc(agent)}</td><td class='l'>"
-                        f"{esc(str(g['profile'] or '–'))}</td><td>{_plain(g['max_drawdown'])}"
-                        f"</td><td>{_plain(g['tolerance'])}</td><td>{verdict}</td></tr>")
-        out.append(_section(
-            "stress-gate", "Stress gate",
-            "PortBench's gate for this window: the maximum drawdown within the investor"
-            " profile's tolerance.",
-            "<th class='l'>agent</th><th class='l'>profile</th><th>max drawdown</th>"
-            "<th>tolerance</th><th>gate</th>", rows))
+    out.append(portbench_html(board.get("portbench") or {}))
+    out.append(gate_html(board.get("stress_gate") or {}))
     out.append(html_section(board.get("alphaforge")))
     return "".join(out)

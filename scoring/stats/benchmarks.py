@@ -29,7 +29,6 @@ __all__ = [
     "ROLLING_KS",
     "RiskProfile",
     "capitalbench_score",
-    "ceps",
     "composite_rank",
     "historical_var",
     "profile_alignment",
@@ -41,7 +40,6 @@ __all__ = [
 
 CASH = "CASH"
 ROLLING_KS: tuple[int, ...] = (1, 2, 4, 8, 16)
-CEPS_DROP_PENALTY = 0.1
 REGIME_CRISIS_DRAWDOWN = 0.15
 REGIME_CRISIS_VOL = 0.40
 REGIME_BULL_RETURN = 0.03
@@ -207,19 +205,6 @@ def capitalbench_score(
 
 
 # -------------------------------------------------------------------------------- PortBench CEPS
-
-
-def ceps(stage_scores: Sequence[float]) -> float:
-    """Return CEPS ``clip(mean(s) - 0.1 * sum_t max(s_t - s_{t+1}, 0), 0, 1)``.
-
-    The drop sum runs over consecutive stage pairs (t = 1..4 for the reference five stages).
-    NaN for an empty sequence.
-    """
-    s = np.asarray(stage_scores, dtype=float).reshape(-1)
-    if s.size == 0:
-        return _NAN
-    drops = float(np.sum(np.maximum(s[:-1] - s[1:], 0.0)))
-    return float(np.clip(float(np.mean(s)) - CEPS_DROP_PENALTY * drops, 0.0, 1.0))
 
 
 # ------------------------------------------------------------------------- risk and regime

@@ -21,6 +21,7 @@ from numpy.typing import ArrayLike
 __all__ = [
     "ClassCorrelations",
     "class_correlations",
+    "corr_matrix",
     "diversification",
     "diversification_from_returns",
     "s_corr",
@@ -94,7 +95,7 @@ def s_corr(
     return 0.5 * s_intra(class_weights, rho_intra) + 0.5 * s_inter(class_weights, rho_cross_pairs)
 
 
-def _corr_matrix(x: np.ndarray) -> np.ndarray:
+def corr_matrix(x: np.ndarray) -> np.ndarray:
     """Return the Pearson correlation matrix; pairs involving a zero-variance column give 0.
 
     The diagonal is 1 for non-constant columns and 0 for constant ones (same rule).
@@ -116,11 +117,11 @@ def _pairwise_corr(x: np.ndarray) -> np.ndarray:
 
     A pair uses the rows where both columns are finite; fewer than two such rows give NaN. A
     column that is constant over those rows (e.g. CASH) correlates 0 with everything, itself
-    included (:func:`_corr_matrix`).
+    included (:func:`corr_matrix`).
     """
     fin = np.isfinite(x)
     if fin.all():
-        return _corr_matrix(x) if x.shape[0] >= 2 else np.full((x.shape[1],) * 2, np.nan)
+        return corr_matrix(x) if x.shape[0] >= 2 else np.full((x.shape[1],) * 2, np.nan)
     a = x.shape[1]
     out = np.full((a, a), np.nan)
     for i in range(a):
@@ -128,7 +129,7 @@ def _pairwise_corr(x: np.ndarray) -> np.ndarray:
             rows = fin[:, i] & fin[:, j]
             if int(rows.sum()) < 2:
                 continue
-            c = _corr_matrix(x[rows][:, [i, j]])
+            c = corr_matrix(x[rows][:, [i, j]])
             out[i, j] = out[j, i] = c[0, 1] if i != j else c[0, 0]
     return out
 

@@ -2,6 +2,9 @@
 
 The real LiteLLM client path runs (model ``openai/test-model`` with ``api_base`` on 127.0.0.1);
 nothing in LiteLLM is mocked. Backoff sleeps are recorded, not slept.
+
+Why one module over 500 lines: the LLM agent's tests share one scripted local model server and its
+fixtures.
 """
 
 from __future__ import annotations

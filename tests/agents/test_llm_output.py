@@ -2,6 +2,9 @@
 
 The fuzz runs the pure extraction + validation path on >= 1,000 malformed answers and checks,
 against an independent oracle, that no invalid allocation is ever accepted.
+
+Why one module over 500 lines: table-driven tests of one parser (answers, JSON extraction, prompt
+rendering) sharing their cases.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ Then the recording is replayed (same config, fresh database): the books must mat
 run's for every market and agent (holdings, cash, prices), and so must every decision. The
 recorder stamps events with their arrival time; ``test_a_quote_made_before_a_round_...`` checks
 that a quote stamped by its source before a round but received after it is replayed after it.
+
+Why one module over 500 lines: the end-to-end tests of one scenario (the live daemon against the
+fake servers, then its replay) share its fixtures and checks.
 """
 
 from __future__ import annotations

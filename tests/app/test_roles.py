@@ -12,6 +12,9 @@ the transport (a single-process ``replay(agent_ids=...)`` shows the same differe
 evaluator's report is compared byte for byte with a single-process replay of the same agents,
 an evaluator owning every agent byte for byte with the full single-process report, and against
 the full report fills and decisions are identical and per-agent figures equal to float rounding.
+
+Why one module over 500 lines: the split-role tests share one real Mosquitto broker and the
+replay-through-roles fixtures.
 """
 
 from __future__ import annotations

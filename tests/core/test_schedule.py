@@ -1,4 +1,8 @@
-"""Tests for daemon.timing.schedule: NYSE calendar, triggers, SimScheduler and LiveScheduler."""
+"""Tests for daemon.timing.schedule: NYSE calendar, triggers, SimScheduler and LiveScheduler.
+
+Why one module over 500 lines: the calendar, the triggers and both schedulers are checked against
+the same session tables and fire-time cases.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Polymarket source against a local fake (WS market channel + Gamma/CLOB REST)."""
+"""Polymarket source against a local fake (WS market channel + Gamma/CLOB REST).
+
+Why one module over 500 lines: the Polymarket source's tests share one fake server (WS market
+channel and Gamma/CLOB REST) and its fixtures.
+"""
 
 from __future__ import annotations
 

@@ -32,18 +32,38 @@ DOTTED = re.compile(
     r"`((?:daemon|feeds|agents|scoring)\.[a-z_][a-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
 
 
+def _defines(module: Path, name: str) -> bool:
+    """Return whether ``module``'s text defines or imports ``name`` at some level."""
+    pattern = (rf"^\s*(?:async\s+)?(?:def|class)\s+{name}\b|^\s*{name}\s*[:=]"
+               rf"|^\s*(?:from\s+\S+\s+)?import\b[^#\n]*\b{name}\b|^\s+{name},")
+    return re.search(pattern, module.read_text(), re.M) is not None
+
+
 def _module_exists(dotted: str) -> bool:
-    """Return whether ``dotted`` names a module or package (possibly followed by attributes)
-    whose every package part exists: ``daemon.store.store.Store`` does, ``daemon.metrics``
-    does not (no such module since issue 25)."""
+    """Return whether ``dotted`` names a module or package of the project, possibly followed by
+    a name it defines: ``daemon.store.store.Store`` does, ``daemon.metrics`` and
+    ``daemon.store.pgstore`` do not."""
     parts = dotted.split(".")
     path = ROOT / parts[0]
-    for part in parts[1:]:
-        if (path / part).is_dir() and (path / part / "__init__.py").exists():
+    for i, part in enumerate(parts[1:], 1):
+        if (path / part / "__init__.py").exists():
             path = path / part
             continue
-        return (path / f"{part}.py").exists() or path != ROOT / parts[0]
+        if (path / f"{part}.py").exists():
+            rest = parts[i + 1:]
+            return not rest or _defines(path / f"{part}.py", rest[0])
+        return _defines(path / "__init__.py", part)
     return True
+
+
+FILE_NAME = re.compile(r"`([a-z0-9_]+\.py)`")
+TRACKED = {p.name for p in ROOT.rglob("*.py") if ".venv" not in p.parts}
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_cited_file_name_exists(doc: Path) -> None:
+    missing = sorted({n for n in FILE_NAME.findall(doc.read_text()) if n not in TRACKED})
+    assert missing == [], f"{doc.relative_to(ROOT)} names files that do not exist: {missing}"
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
@@ -67,3 +87,5 @@ def test_a_stale_path_is_caught() -> None:
     assert not (ROOT / "daemon/engine.py").exists()
     assert not _module_exists("daemon.metrics") and not _module_exists("scoring.ledger_types")
     assert _module_exists("daemon.store.store.Store") and _module_exists("agents.portbench")
+    assert not _module_exists("daemon.store.pgstore") and not _module_exists("daemon.core.clock")
+    assert not _module_exists("daemon.store.store.NoSuchName")

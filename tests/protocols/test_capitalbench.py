@@ -1,5 +1,9 @@
 """CapitalBench rounds: submissions, frozen packages and hashes, scoring, comparison sets, and a
-whole round run by a replay against the local OpenAI-compatible server (real LiteLLM path)."""
+whole round run by a replay against the local OpenAI-compatible server (real LiteLLM path).
+
+Why one module over 500 lines: CapitalBench's round tests share one frozen round package and the
+local model server.
+"""
 
 from __future__ import annotations
 

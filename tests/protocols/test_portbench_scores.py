@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from agents.portbench.scores import (
+    ceps,
     format_table,
     max_sharpe,
     s1_score,
@@ -18,7 +19,6 @@ from agents.portbench.scores import (
     score_decision,
     summarise,
 )
-from scoring.stats.benchmarks import ceps
 from scoring.stats.diversification import diversification_from_returns
 
 T = 1_714_600_000.0
@@ -207,3 +207,17 @@ def test_cli_refuses_a_horizon_below_one(tmp_path: Any, capsys: Any) -> None:
     assert cli(["stage-scores", "--db", str(tmp_path / "x.db"), "--horizon", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "--horizon" in err[-1]
+
+
+def test_ceps_vectors() -> None:
+    # mean = 2.628 / 5 = 0.5256; drops .286 + .578 = .864 -> 0.5256 - 0.0864 = 0.4392
+    assert ceps([0.792, 0.506, 0.714, 0.136, 0.480]) == pytest.approx(0.4392)
+    assert ceps([0.526] * 5) == pytest.approx(0.526)
+
+
+def test_ceps_clipping_and_empty() -> None:
+    # mean 0.2, drop 1.0 -> 0.2 - 0.1 = 0.1; large drops clip to 0
+    assert ceps([1.0, 0.0, 0.0, 0.0, 0.0]) == pytest.approx(0.1)
+    assert ceps([0.1, 0.0, 0.1, 0.0, 0.1, 0.0]) == pytest.approx(0.05 - 0.03)
+    assert ceps([0.05, 0.0] * 10) == 0.0  # 0.025 - 0.1 * 0.5 < 0 -> clipped
+    assert math.isnan(ceps([]))

@@ -14,7 +14,6 @@ from scoring.stats.benchmarks import (
     RISK_PROFILES,
     RiskProfile,
     capitalbench_score,
-    ceps,
     composite_rank,
     historical_var,
     profile_alignment,
@@ -73,20 +72,6 @@ def test_s_inter_single_class_convention() -> None:
 
 
 # ------------------------------------------------------------------------------------ CEPS
-
-
-def test_ceps_vectors() -> None:
-    # mean = 2.628 / 5 = 0.5256; drops .286 + .578 = .864 -> 0.5256 - 0.0864 = 0.4392
-    assert ceps([0.792, 0.506, 0.714, 0.136, 0.480]) == pytest.approx(0.4392)
-    assert ceps([0.526] * 5) == pytest.approx(0.526)
-
-
-def test_ceps_clipping_and_empty() -> None:
-    # mean 0.2, drop 1.0 -> 0.2 - 0.1 = 0.1; large drops clip to 0
-    assert ceps([1.0, 0.0, 0.0, 0.0, 0.0]) == pytest.approx(0.1)
-    assert ceps([0.1, 0.0, 0.1, 0.0, 0.1, 0.0]) == pytest.approx(0.05 - 0.03)
-    assert ceps([0.05, 0.0] * 10) == 0.0  # 0.025 - 0.1 * 0.5 < 0 -> clipped
-    assert math.isnan(ceps([]))
 
 
 # ------------------------------------------------------------------------------- rolling-k

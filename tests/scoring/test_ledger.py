@@ -1,5 +1,8 @@
 """Tests for scoring.ledger.ledger: LiveTradeBench Eq. 2 rebalancing, costs, resolution,
-persistence."""
+persistence.
+
+Why one module over 500 lines: the accounting core's tests share hand-derived books and cost cases.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """Issue 17: the scoring conventions a quant reviewer expects, each on a hand-derived case.
 
 Every test states the arithmetic it checks; where a paper prints a number, the number is used.
+
+Why one module over 500 lines: each convention is one hand-derived case over the same synthetic
+store builder.
 """
 
 from __future__ import annotations

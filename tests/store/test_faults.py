@@ -4,6 +4,9 @@ A full disk is a small tmpfs when the tests run as root (unmounted in teardown),
 replay subprocess limited in file size (RLIMIT_FSIZE); a foreign write lock is another SQLite
 connection holding ``BEGIN IMMEDIATE``. Every fault must leave books and store consistent, say
 so in one line, and never end as a silent success.
+
+Why one module over 500 lines: fault-injection tests sharing the engine and store fixtures they
+break.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""In-daemon alerts: drawdown limits, hysteresis, halts and resume, stale feeds, notifiers."""
+"""In-daemon alerts: drawdown limits, hysteresis, halts and resume, stale feeds, notifiers.
+
+Why one module over 500 lines: the alert rules' tests share the monitor fixtures and the webhook
+sink; other tests import them.
+"""
 
 from __future__ import annotations
 

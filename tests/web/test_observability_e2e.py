@@ -13,6 +13,9 @@ second with the repo's rules (``for:`` shortened to 1s), Alertmanager (the repo'
 grouping) posts to a local webhook sink, and so does the daemon's own notifier. Afterwards every
 PromQL expression of every dashboard is evaluated at the last scrape of the daemon and must
 return data.
+
+Why one module over 500 lines: one end-to-end run (replayed crash, real Prometheus and Alertmanager)
+whose checks share the servers it starts once.
 """
 
 from __future__ import annotations
