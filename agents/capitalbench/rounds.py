@@ -2,8 +2,9 @@
 
 A round lives in ``<rounds_dir>/<round_id>/``. Everything a model sees is written there before
 any model is called, then hashed into ``hashes.json`` (SHA-256 of every input file, by relative
-path); :func:`verify_round` checks a directory against it later (``paperarena capitalbench
-verify``). Run artifacts (answers, results) go under ``runs/`` and are not inputs.
+path); :func:`verify_round` checks a directory against it later (``paperarena verify-round``).
+Run artifacts (answers, results) go under ``runs/`` and are not inputs. Neither side follows a
+link inside the round: entries are examined with lstat and opened with ``O_NOFOLLOW``.
 
 Input files: ``manifest.json`` (rules and dates), ``prompt.md`` (the exact text sent),
 ``briefing.md`` (the operator's neutral briefing, copied byte for byte), ``options.json``,
@@ -17,9 +18,12 @@ refuses (:class:`RoundConflict`) to overwrite a different one.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import math
+import os
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
+from agents.capitalbench import nofollow
 from agents.capitalbench.config import CASH, CapitalBenchConfig
 from daemon.timing.nyse import NyseCalendar, get_nyse_calendar
 from daemon.timing.triggers import NyseSessionTrigger
@@ -258,61 +263,139 @@ def freeze_round(root: Path, files: Mapping[str, bytes], round_id: str) -> Path:
     """Write ``files`` and ``hashes.json`` into ``root/round_id`` (before any model call).
 
     An existing round with exactly these inputs is re-used (a replay, a restart); one with other
-    inputs raises :class:`RoundConflict`, never overwritten.
+    inputs raises :class:`RoundConflict`, never overwritten. ``root`` (the configured
+    ``rounds_dir``) may be a symlink; nothing below it is followed: a symlink, hard link, FIFO,
+    device or socket already at the round's path or inside it is refused (one line), and every
+    file is written to a new temporary file renamed into place, never through an existing entry.
     """
     rdir = root / round_id
     hashes = _dump({"algorithm": "sha256",
                     "files": {p: sha256(b) for p, b in sorted(files.items())}}).encode()
-    if (rdir / HASHES).exists():
-        problems = verify_round(rdir)
-        if problems:
-            raise RoundConflict(f"round {round_id}: {problems[0]}")
-        if (rdir / HASHES).read_bytes() != hashes:
-            raise RoundConflict(f"round {round_id}: {rdir} holds other inputs; not overwritten")
-        return rdir
-    for rel, data in files.items():
-        p = rdir / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-    (rdir / HASHES).write_bytes(hashes)  # last: a round without it was never frozen
+    root.mkdir(parents=True, exist_ok=True)
+    fd = _open_round(rdir, create=True)
+    try:
+        if nofollow.lstat_at(fd, HASHES) is not None:
+            problems, _ = _verify_at(fd, rdir)
+            if problems:
+                raise RoundConflict(f"round {round_id}: {problems[0]}")
+            if nofollow.read_at(fd, HASHES) != hashes:
+                raise RoundConflict(f"round {round_id}: {rdir} holds other inputs;"
+                                    " not overwritten")
+            return rdir
+        tree = nofollow.Tree()
+        nofollow.walk(fd, "", tree)  # left by an interrupted freeze: plain files and folders only
+        if tree.refused:
+            rel, kind = min(tree.refused.items())
+            raise RoundConflict(f"round {round_id}: {rdir / rel}: {kind}; not written")
+        for rel, data in files.items():
+            nofollow.write_at(fd, rel, data)
+        nofollow.write_at(fd, HASHES, hashes)  # last: a round without it was never frozen
+    finally:
+        os.close(fd)
     return rdir
 
 
-def verify_round(rdir: Path) -> list[str]:
-    """Return one line per problem of ``rdir`` against its ``hashes.json`` (empty: intact)."""
-    hp = rdir / HASHES
-    if not rdir.is_dir():
-        return [f"{rdir}: not a directory"]
+def write_round_file(rdir: Path, rel: str, data: bytes) -> None:
+    """Write ``data`` to ``rdir/rel`` (a run file) without following any link below the rounds
+    directory: a new temporary file renamed into place (``OSError`` when it cannot be;
+    :class:`RoundConflict` when the round's own path is a symlink or not a directory)."""
+    fd = _open_round(rdir, create=False)
     try:
-        listed = json.loads(hp.read_text("utf-8"))["files"]
+        nofollow.write_at(fd, rel, data)
+    finally:
+        os.close(fd)
+
+
+def _open_round(rdir: Path, create: bool) -> int:
+    """Open the round directory: its parent (the rounds directory, or the path the user named)
+    followed, the round itself never (a symlink there: :class:`RoundConflict`)."""
+    pfd = os.open(rdir.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(rdir.name, dir_fd=pfd)
+        try:
+            return os.open(rdir.name, nofollow.DIR_FLAGS, dir_fd=pfd)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            kind = nofollow.describe(pfd, rdir.name, "not a directory")
+            raise RoundConflict(f"round {rdir.name}: {rdir}: {kind}; not written") from None
+    finally:
+        os.close(pfd)
+
+
+def verify_round(rdir: Path) -> list[str]:
+    """Return one line per problem of ``rdir`` against its ``hashes.json`` (empty: intact).
+
+    ``rdir`` itself may be a symlink (the path a user names); nothing inside it is followed or
+    opened other than as a regular file: symlinks, hard links (a file with more than one link),
+    FIFOs, devices and sockets are refused by name and kind, before the changed, missing and
+    unlisted files."""
+    return _verify(rdir)[0]
+
+
+def _verify(rdir: Path) -> tuple[list[str], int]:
+    """Return the problems of ``rdir`` and the number of files ``hashes.json`` lists."""
+    try:
+        fd = os.open(rdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return [f"{rdir}: not a directory"], 0
+    try:
+        return _verify_at(fd, rdir)
+    finally:
+        os.close(fd)
+
+
+def _verify_at(fd: int, rdir: Path) -> tuple[list[str], int]:
+    hp = rdir / HASHES
+    tree = nofollow.Tree()
+    nofollow.walk(fd, "", tree)
+    out = [f"{rdir / rel}: {kind}" for rel, kind in sorted(tree.refused.items())]
+    out += [f"{rdir / rel}: unreadable: {why}" for rel, why in sorted(tree.unreadable.items())]
+    if HASHES in tree.refused:
+        return out, 0
+    try:
+        listed = json.loads(nofollow.read_at(fd, HASHES).decode("utf-8"))["files"]
         if not isinstance(listed, dict):
             raise TypeError("files is not an object")
     except FileNotFoundError:
-        return [f"{hp}: missing (round never frozen)"]
+        return [*out, f"{hp}: missing (round never frozen)"], 0
+    except nofollow.Refused as exc:
+        return [*out, f"{hp}: {exc.kind}"], 0
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return [f"{hp}: unreadable: {exc}"]
-    out = []
+        return [*out, f"{hp}: unreadable: {exc}"], 0
+    names = set()
     for rel, digest in sorted(listed.items()):
         parts = Path(rel).parts
         if not parts or Path(rel).is_absolute() or ".." in parts:
             out.append(f"{rdir}: {HASHES} lists a path outside the round: {rel}")
             continue
+        key = "/".join(parts)
+        names.add(key)
+        if any("/".join(parts[:i]) in tree.refused for i in range(1, len(parts) + 1)):
+            continue  # already named by its kind
         p = rdir / rel
-        if not p.is_file():
+        if key not in tree.files:
             out.append(f"{p}: missing")
             continue
         try:
-            data = p.read_bytes()
+            data = nofollow.read_at(fd, key)
+        except nofollow.Refused as exc:
+            out.append(f"{rdir / exc.where}: {exc.kind}")
+            continue
+        except (FileNotFoundError, NotADirectoryError):
+            out.append(f"{p}: missing")
+            continue
         except OSError as exc:
             out.append(f"{p}: unreadable: {exc.strerror or exc}")
             continue
         if sha256(data) != digest:
             out.append(f"{p}: changed (SHA-256 differs from {HASHES})")
-    for p in sorted(rdir.rglob("*")):
-        rel = p.relative_to(rdir).as_posix()
-        if p.is_file() and rel != HASHES and rel not in listed and not rel.startswith(RUNS + "/"):
-            out.append(f"{p}: not listed in {HASHES}")
-    return out
+    for rel in sorted(tree.files):
+        if rel != HASHES and rel not in names and not rel.startswith(RUNS + "/"):
+            out.append(f"{rdir / rel}: not listed in {HASHES}")
+    return out, len(listed)
 
 
 def load_manifest(rdir: Path) -> dict[str, Any]:
@@ -323,11 +406,10 @@ def load_manifest(rdir: Path) -> dict[str, Any]:
 
 def verify_command(round_dir: str, out: TextIO, err: TextIO) -> int:
     """``paperarena verify-round DIR``: 0 and one ok line, or 1 and one line per problem."""
-    problems = verify_round(Path(round_dir))
+    problems, n = _verify(Path(round_dir))
     if problems:
         for line in problems:
             err.write(f"paperarena verify-round: {line}\n")
         return 1
-    n = len(json.loads((Path(round_dir) / HASHES).read_text("utf-8"))["files"])
     out.write(f"{round_dir}: ok ({n} files match {HASHES})\n")
     return 0

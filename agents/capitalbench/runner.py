@@ -47,6 +47,7 @@ from agents.capitalbench.rounds import (
     plan_round,
     round_files,
     sha256,
+    write_round_file,
 )
 from agents.config import AgentConfig
 from agents.host import Now, PriceHistory, StoreAccess
@@ -313,9 +314,7 @@ class CapitalRunner:
                         agent_id: str, model: str, res: SubmissionResult) -> None:
         rep, count = replicate
         name = agent_id if run_id == OFFICIAL else f"{agent_id}-{rep}"
-        out = rdir / RUNS / run_id / f"{name}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(_dumps({
+        data = _dumps({
             "round_id": round_id, "agent": agent_id, "model": model, "run_id": run_id,
             "run_type": run_id, "mode": "closed_capability", "replicate_index": rep,
             "replicate_count": count, "is_official_score": run_id == OFFICIAL,
@@ -323,7 +322,12 @@ class CapitalRunner:
             "reason": res.reason,
             "submission": None if res.submission is None else res.submission.to_json(),
             "raw_responses": list(res.raw_responses), "calls": [dict(c) for c in res.calls],
-        }, indent=2) + "\n", encoding="utf-8")
+        }, indent=2) + "\n"
+        try:  # never through a link planted in the round (the store holds the record)
+            write_round_file(rdir, f"{RUNS}/{run_id}/{name}.json", data.encode("utf-8"))
+        except (OSError, RoundConflict) as exc:
+            log.warning("capitalbench run file not written", round=round_id, agent=agent_id,
+                        error=str(exc))
 
     # -- prices ---------------------------------------------------------------------------------
     async def on_mark(self, ts: float) -> None:
@@ -359,9 +363,8 @@ class CapitalRunner:
 
         try:
             results = score_round_db(self.host.store.path, round_id)
-            out = rdir / RUNS / OFFICIAL / "results.json"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(_dumps(results, indent=2) + "\n", encoding="utf-8")
+            write_round_file(rdir, f"{RUNS}/{OFFICIAL}/results.json",
+                             (_dumps(results, indent=2) + "\n").encode("utf-8"))
         except Exception as exc:  # the stored prices are the record; the file is a copy
             log.warning("capitalbench results file not written", round=round_id,
                         error=str(exc))
