@@ -13,23 +13,44 @@ table must be empty and ``settings`` is ``None``). The object returned must have
 the agent's ``timeout`` is its deadline per decision, and whatever it raises or returns that is
 not an :class:`~agents.base.AgentDecision` becomes an ``error`` decision with a one-line reason
 (the portfolio is held). Its allocation is validated like every agent's before it is applied.
+
+Isolation: each plugin agent has a worker of its own, a daemon thread running its own event loop
+(started when the agent is built, stopped by :meth:`GuardedAgent.aclose`, which the engine calls
+when it closes or replaces its agents). ``decide`` runs there, never on the daemon's loop, and
+the daemon waits for it under the deadline: a plugin that blocks (``time.sleep``, a CPU loop,
+synchronous I/O) holds only its own thread, and its decision is ``error`` at the deadline; an
+answer that comes later is dropped. Until that late call has returned, each new decision of the
+agent is ``error`` at once ("still busy"), without asking the plugin: it would only queue
+behind the blocked call. Calls within their deadline may overlap (the same agent in two markets'
+rounds): they share the worker's loop. The observation handed over is frozen and nothing of it
+is changed by the daemon after the round built it, so the plugin reads it without a copy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import inspect
+import threading
+from collections.abc import Coroutine
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+import structlog
 from pydantic import BaseModel, ValidationError
 
 from agents.base import Agent, AgentDecision, Observation
 from agents.config import PLUGIN_GROUP, AgentConfig, unknown_kind_problem
 
+log = structlog.get_logger(__name__)
+
 GROUP = PLUGIN_GROUP
 #: Longest reason text kept from a plugin's exception.
 REASON_CHARS = 300
+#: Seconds :meth:`GuardedAgent.aclose` waits for the worker thread to end. A plugin still
+#: blocked then keeps its thread until it returns (a daemon thread: the process does not wait).
+CLOSE_GRACE_S = 2.0
 
 
 class PluginError(ValueError):
@@ -110,34 +131,148 @@ def build_plugin_agent(cfg: AgentConfig) -> GuardedAgent:
 def plugin_problem(cfg: AgentConfig) -> tuple[str, str] | None:
     """Return (config key at fault, one line) if the plugin agent ``cfg`` cannot be built."""
     try:
-        build_plugin_agent(cfg)
+        agent = build_plugin_agent(cfg)
     except PluginError as exc:
         return exc.key, str(exc)
+    agent.close()  # built only to be checked: its worker thread is not needed
     return None
 
 
+class _Exited(Exception):
+    """A plugin raised ``SystemExit`` or ``KeyboardInterrupt``: kept from stopping its worker."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.kind = type(exc).__name__
+
+
+class _Worker:
+    """A daemon thread running an event loop of its own: where one plugin agent's calls run."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.ended: concurrent.futures.Future[None] = concurrent.futures.Future()
+        """Done when the thread has closed its loop."""
+        self.closed = False
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+            # Stopped by close(): cancel the calls still running and let them end.
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # nobody waits
+                self.ended.set_result(None)
+
+    def submit(self, coro: Coroutine[Any, Any, AgentDecision]
+               ) -> concurrent.futures.Future[AgentDecision]:
+        """Start ``coro`` on the worker's loop (``RuntimeError`` once the loop is closed)."""
+        try:
+            return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        except RuntimeError:
+            coro.close()
+            raise
+
+    def close(self) -> None:
+        """Ask the worker's loop to stop (it does once the call running there yields)."""
+        if not self.closed:
+            self.closed = True
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                self.loop.call_soon_threadsafe(self.loop.stop)
+
+
 class GuardedAgent:
-    """A plugin agent run with a deadline; its failures become ``error`` decisions."""
+    """A plugin agent run in a worker thread with a deadline; failures become ``error``s.
+
+    See the module doc for the policy (a blocked plugin, late answers, overlapping calls).
+    """
 
     def __init__(self, agent_id: str, inner: Agent, *, deadline: float, kind: str) -> None:
-        """Wrap ``inner``; ``deadline`` is the seconds a decision may take."""
+        """Wrap ``inner`` and start its worker; ``deadline`` is the seconds a decision may take."""
         self.id = agent_id
         self.inner = inner
         self.deadline = deadline
         self.kind = kind
+        self._worker = _Worker(f"paperarena-plugin-{agent_id}")
+        self._overdue: list[threading.Event] = []
+        """Calls given up (deadline, cancellation) that still run: set when each returns."""
+
+    @property
+    def thread(self) -> threading.Thread:
+        """Return the worker thread the plugin's calls run in."""
+        return self._worker.thread
+
+    @property
+    def busy(self) -> bool:
+        """Return whether a call given up at its deadline still runs in the worker."""
+        self._overdue = [done for done in self._overdue if not done.is_set()]
+        return bool(self._overdue)
+
+    def _error(self, what: str) -> AgentDecision:
+        return AgentDecision(None, outcome="error", reason=_one_line(f"plugin {self.kind!r}{what}"))
 
     async def decide(self, obs: Observation) -> AgentDecision:
         """Return the plugin's decision, or an ``error`` one saying in one line what went wrong."""
+        if self._worker.closed:
+            return self._error(": the agent is closed (stopping or replaced); not asked")
+        if self.busy:
+            return self._error(f": still busy with a previous decision that ran past its"
+                               f" {self.deadline:g}s timeout; not asked")
+        finished = threading.Event()
+        try:
+            future = self._worker.submit(self._call(obs, finished))
+        except RuntimeError:  # the worker's loop ended
+            return self._error(": its worker has stopped; not asked")
         try:
             async with asyncio.timeout(self.deadline):
-                dec = await self.inner.decide(obs)
+                dec = await asyncio.wrap_future(future)
         except TimeoutError:
-            reason = f"plugin {self.kind!r}: no answer within {self.deadline:g}s (timeout)"
-            return AgentDecision(None, outcome="error", reason=reason)
+            return self._error(f": no answer within {self.deadline:g}s (timeout)")
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this call was cancelled (the round, the daemon stopping)
+            return self._error(": its worker stopped before it answered (the agent was closed)")
+        except _Exited as exc:
+            return self._error(f" raised {exc.kind}: {exc}")
         except Exception as exc:
-            return AgentDecision(None, outcome="error", reason=_one_line(
-                f"plugin {self.kind!r} raised {type(exc).__name__}: {exc}"))
+            return self._error(f" raised {type(exc).__name__}: {exc}")
+        finally:
+            if not finished.is_set():  # given up while running: a late answer is dropped
+                self._overdue.append(finished)
         if not isinstance(dec, AgentDecision):
-            return AgentDecision(None, outcome="error", reason=_one_line(
-                f"plugin {self.kind!r} returned {type(dec).__name__}, not an AgentDecision"))
+            return self._error(f" returned {type(dec).__name__}, not an AgentDecision")
         return dec
+
+    async def _call(self, obs: Observation, finished: threading.Event) -> AgentDecision:
+        """Run the plugin's ``decide`` (on the worker's loop); set ``finished`` when it ends."""
+        try:
+            return await self.inner.decide(obs)
+        except (SystemExit, KeyboardInterrupt) as exc:  # would stop the worker's loop
+            raise _Exited(exc) from None
+        finally:
+            finished.set()
+
+    def close(self) -> None:
+        """Stop the worker without waiting for it (later decisions are ``error``)."""
+        self._worker.close()
+
+    async def aclose(self) -> None:
+        """Stop the worker and wait up to :data:`CLOSE_GRACE_S` for its thread to end."""
+        self._worker.close()
+        try:
+            async with asyncio.timeout(CLOSE_GRACE_S):
+                await asyncio.wrap_future(self._worker.ended)
+            self._worker.thread.join(0.5)  # its loop is closed: the thread is only returning
+        except TimeoutError:
+            log.warning("plugin agent still running at close; its thread ends when it returns",
+                        agent=self.id, kind=self.kind)

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from agents.base import CASH, Observation, PricePoint
+from agents.config import AgentConfig
 from agents.factory import build_agent
 from agents.plugins import GuardedAgent
 from agents.stored_input import load_input
 from agents.validation import validate_allocation
 from daemon.app.replay import replay
-from daemon.config.settings import AgentConfig, ConfigError, load_config, parse_config
+from daemon.config.settings import ConfigError, load_config, parse_config
 from daemon.core.sparse_rows import FILLS, fill_map
 from tests.agents.test_remote_agent import SERVICE, serve
 from tests.plugin_install import EXAMPLE_PLUGIN, install_example_plugin, pythonpath, write_dist
