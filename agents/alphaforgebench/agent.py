@@ -12,9 +12,10 @@ A decision (one round of the equity market = one daily bar):
 2. execution (no call): the worker calls ``generate_signal(df)`` once per stock on the stock's
    last ``strategy.lookback`` daily bars (the daily closes plus the current price as today's
    bar). Signal 1 sets the stock's exposure to the returned position, -1 to 0, 0 keeps it; a
-   stock whose call crashed or answered out of range keeps it too (recorded per stock). When the
-   whole bar fails (timeout, worker death) every stock keeps its exposure, the decision is
-   ``invalid`` and the worker is started again at the next bar.
+   stock whose call crashed, answered anything but numbers in range or was not answered keeps
+   it too (recorded per stock). When the whole bar fails (timeout, worker death, an answer
+   breaking the protocol) every stock keeps its exposure and is recorded as failed, the
+   decision is ``invalid`` and the worker is started again at the next bar.
 
 Multi-asset mapping: each of the N stocks of the universe has an equal sleeve of 1/N of the
 account; a stock's target weight is exposure / N and the rest is CASH. A kept exposure is the
@@ -264,19 +265,21 @@ class AlphaForgeAgent(StepwiseAgent):
         assert self.current is not None and self.worker is not None
         summary["strategy_version"] = self.current.sha256
         summary["strategy_since"] = self.created_ts
+        bars = bars_of(obs, self.cfg.strategy.lookback)
         try:
-            raw = await self.worker.run_bar(bars_of(obs, self.cfg.strategy.lookback))
+            raw = await self.worker.run_bar(bars)
         except SandboxError as exc:
             reason = f"strategy {self.current.sha256[:12]}: {exc}; holding"
             summary["bar_failed"] = str(exc)
+            summary["failed"] = {a: flat(str(exc), 200) for a in sorted(bars)}
             if str(exc).startswith(LOAD_FAILED):
                 await self.revert()  # a version that cannot load is never kept
             return self._hold(run, version, summary, reason)
         answers: dict[str, tuple[int, float]] = {}
         failed: dict[str, str] = {}
-        for a in sorted(raw):
+        for a in sorted(bars):  # every stock asked: one not answered is a failure too
             try:
-                answers[a] = check_result(raw[a])
+                answers[a] = check_result(raw.get(a))
             except ValueError as exc:
                 failed[a] = flat(str(exc), 200)
         summary["signals"] = {a: list(v) for a, v in answers.items()}

@@ -21,6 +21,12 @@ Layers (docs/protocol-alphaforgebench.md, "The sandbox"):
 4. The daemon side never blocks: the pipes are asyncio streams, each request has a wall-clock
    timeout after which the child is killed; a dead or killed child is started again at the
    next request (loading the same code).
+5. Nothing the child sends is trusted (strategy code shares its process, so it can write to
+   the answer pipe itself): each request carries a fresh random id that its answer must echo,
+   any other line is a :class:`ProtocolError` (the child is killed), an answer naming a stock
+   that was not asked is one too, a stock asked but not answered is that stock's failure
+   (:func:`check_result` of ``None``), and every signal and position is checked again here
+   (:func:`check_result`: numbers only, never a string or a bool, finite, in range).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -39,8 +46,9 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import numpy as np
 import structlog
 
 log = structlog.get_logger(__name__)
@@ -63,6 +71,11 @@ class InvalidStrategy(ValueError):
 
 class SandboxError(RuntimeError):
     """A request to the worker failed as a whole: timeout, crash, limit (one line)."""
+
+
+class ProtocolError(SandboxError):
+    """The worker's answer broke the protocol (wrong id, garbage, stocks not asked); the worker
+    was killed (one line)."""
 
 
 def code_sha256(code: str) -> str:
@@ -123,22 +136,56 @@ def _check_import(name: str, where: str) -> None:
 
 
 def check_result(value: Any) -> tuple[int, float]:
-    """Return (signal, position) of one strategy answer or raise ``ValueError`` (one line).
+    """Return (signal, position) of one stock's answer or raise ``ValueError`` (one line).
 
-    The answer must be ``{"signal": s, "position": p}`` with ``s`` in {1, 0, -1} and ``p`` a
-    finite number in [0, 1]; other keys are ignored.
+    The answer must be ``{"signal": s, "position": p}``: each an int or a float (a numpy
+    integer or floating scalar is converted), never a string, a bool or ``numpy.bool_``,
+    finite, ``s`` one of 1, 0 and -1 and ``p`` in [0, 1]; other keys are ignored. ``None``
+    is a stock the worker did not answer, ``{"error": ...}`` a call that raised. The worker
+    checks the same, but what it sends is checked again here: the child is never trusted.
     """
+    if value is None:
+        raise ValueError("no answer for this stock")
     if not isinstance(value, dict):
-        raise ValueError("the strategy did not return a dict")
+        raise ValueError(f"the answer for this stock is not an object, got {_what(value)}")
     if "error" in value:
-        raise ValueError(f"the strategy raised {value['error']}")
-    s, p = value.get("signal"), value.get("position")
-    if isinstance(s, bool) or not isinstance(s, int | float) or s not in (1, 0, -1):
-        raise ValueError(f"signal must be 1, 0 or -1, got {s!r}")
-    if isinstance(p, bool) or not isinstance(p, int | float) or not math.isfinite(p) or not (
-            0.0 <= p <= 1.0):
-        raise ValueError(f"position must be a number in [0, 1], got {p!r}")
+        raise ValueError(f"the strategy raised {_line(value['error'], 300)}")
+    s, p = _number(value.get("signal")), _number(value.get("position"))
+    if s is None or s not in (1, 0, -1):
+        raise ValueError(f"signal must be 1, 0 or -1 (an int or a float), got "
+                         f"{_what(value.get('signal'), 'signal' in value)}")
+    if p is None or not 0 <= p <= 1:
+        raise ValueError(f"position must be a finite number in [0, 1], got "
+                         f"{_what(value.get('position'), 'position' in value)}")
     return int(s), float(p)
+
+
+def _number(x: Any) -> int | float | None:
+    """Return ``x`` as a Python int or float when it is a finite int or float, else None.
+
+    Python ``int`` and ``float`` and numpy integer and floating scalars count; ``bool``,
+    ``numpy.bool_``, strings and every other type do not (no coercion of "1" or True).
+    """
+    if type(x) is int or isinstance(x, np.integer):
+        return int(x)
+    if type(x) is float or isinstance(x, np.floating):
+        f = float(x)
+        return f if math.isfinite(f) else None
+    return None  # bool (type bool is not int), numpy.bool_, str, subclasses, anything else
+
+
+def _what(x: Any, present: bool = True) -> str:
+    """Return a short description of a refused value (``type repr``), one line."""
+    if not present:
+        return "nothing"
+    if isinstance(x, dict) and set(x) == {"type", "repr"}:  # the worker's description
+        return _line(f"{x['type']} {x['repr']}", 120)
+    return _line(f"{type(x).__name__} {x!r}", 120)
+
+
+def _line(x: Any, limit: int) -> str:
+    """Return ``str(x)`` on one line, at most ``limit`` characters."""
+    return " ".join(str(x)[:2000].split())[:limit]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +264,8 @@ class StrategyWorker:
                                      self.limits.start_timeout_s)
         if not answer.get("ok"):
             await self.close()
-            raise SandboxError(f"the strategy does not load: {answer.get('error', '?')}")
+            raise SandboxError("the strategy does not load: "
+                               + _line(answer.get("error", "?"), 300))
         seccomp = str(answer.get("seccomp", "off: not reported"))[:200]
         landlock = str(answer.get("landlock", "off: not reported"))[:200]
         if (seccomp, landlock) != (self.seccomp, self.landlock):
@@ -225,10 +273,16 @@ class StrategyWorker:
         self.seccomp, self.landlock = seccomp, landlock
 
     async def _request(self, req: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send ``req`` with a fresh random id; return the answer line that echoes that id.
+
+        Any other line (no id, another id, not a JSON object) is a :class:`ProtocolError`:
+        the worker is killed, so no later line can ever be read as a later request's answer.
+        """
         proc = self.proc
         assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        rid = secrets.token_hex(16)  # not guessable; see the protocol doc for what it can do
         try:
-            proc.stdin.write(json.dumps(req).encode() + b"\n")
+            proc.stdin.write(json.dumps({"id": rid, **req}).encode() + b"\n")
             async with asyncio.timeout(timeout):
                 await proc.stdin.drain()
                 line = await proc.stdout.readline()
@@ -238,33 +292,45 @@ class StrategyWorker:
         except (ConnectionError, BrokenPipeError):
             line = b""
         except ValueError:  # a line over the stream limit: not an answer of the protocol
-            await self.close()
-            raise SandboxError("the worker sent an answer over 1 MiB (worker killed)") from None
+            await self._protocol_error("the worker sent an answer over 1 MiB")
         if not line:
             code = await self._reap()
             raise SandboxError(f"the worker died ({_exit_text(code)})")
         try:
             answer = json.loads(line)
         except (ValueError, RecursionError):  # e.g. a strategy writing to the answer pipe
-            await self.close()
-            raise SandboxError("the worker sent garbage (worker killed)") from None
-        return answer if isinstance(answer, dict) else {"ok": False, "error": "bad answer"}
+            await self._protocol_error("the worker sent garbage")
+        if not isinstance(answer, dict) or answer.get("id") != rid:
+            await self._protocol_error("the worker sent a line that is not this request's"
+                                       " answer (no or another id)")
+        return answer
+
+    async def _protocol_error(self, what: str) -> NoReturn:
+        """Kill the worker and raise :class:`ProtocolError` (``what``, one line)."""
+        await self.close()
+        raise ProtocolError(f"protocol error: {what} (worker killed)")
 
     async def run_bar(self, bars: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
-        """Return ``{asset: raw answer}`` for one bar, starting the worker if needed.
+        """Return ``{asset: raw answer}`` for one bar and every asset asked, starting the worker
+        if needed.
 
         ``bars`` maps each asset to ``{"ts": [...], "close": [...]}`` (oldest first, the last
-        entry the current bar). Raises :class:`SandboxError` when the request fails as a whole.
+        entry the current bar). The raw answer of an asset the worker did not answer is
+        ``None``; :func:`check_result` turns each into (signal, position) or a failure. Raises
+        :class:`SandboxError` when the request fails as a whole (:class:`ProtocolError` when
+        the answer breaks the protocol: then every asset of the bar has failed).
         """
         if self.proc is None or self.proc.returncode is not None:
             await self._start()
         answer = await self._request({"op": "bar", "bars": bars}, self.limits.timeout_s)
         if not answer.get("ok"):
-            raise SandboxError(str(answer.get("error", "failed")))
+            raise SandboxError(_line(answer.get("error", "failed"), 300))
         results = answer.get("results")
         if not isinstance(results, dict):
-            return {}
-        return {a: results[a] for a in bars if a in results}  # only the stocks asked about
+            await self._protocol_error("the answer has no results")
+        if any(a not in bars for a in results):
+            await self._protocol_error("the answer names stocks that were not asked about")
+        return {a: results.get(a) for a in bars}  # a stock not answered: None, its failure
 
     async def _reap(self) -> int | None:
         proc, self.proc = self.proc, None

@@ -5,13 +5,24 @@ Run as ``python -I sandbox_worker.py '<limits json>'`` (never imported by the da
 nothing of paperarena). It speaks JSON lines: on stdin one request per line, on its own copy of
 the original stdout one answer per line (the strategy's prints go to stderr).
 
-Requests:
+Requests (each with the daemon's ``"id"``, which the answer echoes):
 
-- ``{"op": "load", "code": "..."}``: run the code's top level, find ``generate_signal``;
-- ``{"op": "bar", "bars": {asset: {"ts": [...], "close": [...]}}}``: build each asset's frame
-  (OHLCV and indicators, oldest row first, the last row the current bar) and call
+- ``{"id": "...", "op": "load", "code": "..."}``: run the code's top level, find
+  ``generate_signal``; the answer is ``{"id": "...", "ok": true, "seccomp": ..., "landlock": ...}``;
+- ``{"id": "...", "op": "bar", "bars": {asset: {"ts": [...], "close": [...]}}}``: build each
+  asset's frame (OHLCV and indicators, oldest row first, the last row the current bar) and call
   ``generate_signal(df)`` once per asset, each time from a fresh run of the code's top level
-  (the strategy is stateless: module-level objects do not carry over between calls).
+  (the strategy is stateless: module-level objects do not carry over between calls); the
+  answer is ``{"id": "...", "ok": true, "results": {asset: {"signal": s, "position": p} or
+  {"error": "..."}}}``, one entry per asset asked.
+
+A failed request is answered ``{"id": "...", "ok": false, "error": "..."}``. ``signal`` and
+``position`` are sent as returned when they are an int or a float (a numpy integer or floating
+scalar converted), finite; anything else (a string, a bool, ``numpy.bool_``, NaN...) is never
+coerced into a number but sent as ``{"type": ..., "repr": ...}``, which the daemon refuses.
+The daemon checks everything again: strategy code shares this process, so it can read the id
+(frames, memory) and write to the answer pipe itself; what stops it is the daemon's check of
+every line (see agents/alphaforgebench/sandbox.py).
 
 Before reading any request it imports the allowed libraries, then lowers its resource limits
 (address space, file size 0, open files, processes) and installs an audit hook (``make_guard``)
@@ -24,6 +35,10 @@ only to read, beneath the same directories) and a seccomp filter (see ``install_
 the kernel's backstop for code that rewrites the hook's data in memory. CPU time is limited
 per request: the soft ``RLIMIT_CPU`` is moved to the CPU time used so far plus the
 per-request budget before each request (SIGXCPU ends the process).
+
+Why one module over 500 lines: the child runs this file as a script under ``python -I``, with
+no package on its path and nothing of paperarena imported, so everything it runs before and
+around strategy code (limits, hook, kernel filters, frames, answers) must live in this file.
 """
 
 from __future__ import annotations
@@ -372,13 +387,37 @@ def factors(close: Any) -> Any:
 
 
 def _number(x: Any) -> Any:
-    if isinstance(x, bool):
-        return x
+    """Return ``x`` as a JSON number when it is a finite int or float, else its description.
+
+    Python ``int`` and ``float`` (exact types) and numpy integer and floating scalars count;
+    ``bool``, ``numpy.bool_``, strings (``"1"``), other types and non-finite values are never
+    coerced: they go out as ``{"type": ..., "repr": ...}``, which is not a number.
+    """
+    import numpy as np
+
+    t = type(x)
+    v: Any = None
     try:
-        f = float(x)
-    except (TypeError, ValueError, OverflowError):
-        return repr(x)[:80]
-    return f if math.isfinite(f) else str(f)
+        if t is int or t is float:
+            v = x
+        elif issubclass(t, np.integer):
+            v = int(x)
+        elif issubclass(t, np.floating):
+            v = float(x)
+    except BaseException:
+        v = None
+    if type(v) is int and -(1 << 63) <= v < (1 << 63):
+        return v
+    if type(v) is float and math.isfinite(v):
+        return v
+    return {"type": _type_name(x), "repr": _repr(x)}
+
+
+def _repr(x: Any) -> str:
+    try:
+        return str(repr(x))[:80]
+    except BaseException:
+        return "?"
 
 
 def main() -> int:
@@ -417,8 +456,10 @@ def main() -> int:
         budget = int(used.ru_utime + used.ru_stime + cpu_s) + 1
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         resource.setrlimit(resource.RLIMIT_CPU, (budget, hard))
+        rid: Any = None
         try:
             req = json.loads(line)
+            rid = req.get("id")
             if req["op"] == "load":
                 code = compile(req["code"], "<strategy>", "exec")
                 _load(code)
@@ -435,6 +476,7 @@ def main() -> int:
                 answer = {"ok": False, "error": f"unknown op {req.get('op')!r}"}
         except BaseException as exc:
             answer = {"ok": False, "error": _describe(exc)}
+        answer["id"] = rid
         out.write(json.dumps(answer) + "\n")
         out.flush()
 

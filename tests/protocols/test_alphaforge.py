@@ -11,8 +11,8 @@ import pytest
 from agents.alphaforgebench.agent import AlphaForgeAgent, bars_of, check_strategy, target_weights
 from agents.alphaforgebench.sandbox import code_sha256
 from agents.base import CASH, Observation
+from agents.config import AgentConfig
 from agents.llm_output import InvalidOutput
-from daemon.config.settings import AgentConfig
 from tests.agents.test_llm_agent import T, equity_obs
 from tests.llm_server import Behaviour, FakeLlmServer, ok
 
@@ -140,7 +140,11 @@ async def test_a_looping_strategy_holds_and_the_agent_goes_on(server: FakeLlmSer
         d = await agent.decide(equity_obs())
         assert d.outcome == "invalid" and d.allocation is None
         assert "timed out after 2s" in d.reason and d.reason.endswith("holding")
-        assert json.loads(d.raw_output)["bar_failed"].startswith("timed out")
+        summary = json.loads(d.raw_output)
+        assert summary["bar_failed"].startswith("timed out")
+        # Every stock asked (those with a price) is a recorded failure of the bar.
+        assert summary["failed"].keys() == {"AAPL", "MSFT"}
+        assert all(r.startswith("timed out") for r in summary["failed"].values())
         d2 = await agent.decide(later(equity_obs(), 1))  # a new worker, stopped again
         assert d2.outcome == "invalid" and agent.worker is not None and agent.worker.starts == 2
     finally:
@@ -160,6 +164,55 @@ async def test_a_stock_that_crashes_is_held_alone(server: FakeLlmServer, monkeyp
         assert d.outcome == "invalid"  # every stock failed: MSFT raised, AAPL out of range
         failed = json.loads(d.raw_output)["failed"]
         assert "ZeroDivisionError" in failed["MSFT"] and "position must be" in failed["AAPL"]
+    finally:
+        await agent.aclose()
+
+
+async def test_a_forged_answer_line_fails_the_bar_for_every_stock(server: FakeLlmServer,
+                                                                  monkeypatch: Any) -> None:
+    # The strategy writes a valid-looking answer without the request's id on every descriptor.
+    code = ("import pandas as pd\n\n"
+            "def generate_signal(df):\n"
+            "    line = b'{\"ok\": true, \"results\": {\"AAPL\": {\"signal\": 1,"
+            " \"position\": 1.0}}}\\n'\n"
+            "    for fd in range(1, 64):\n"
+            "        try:\n"
+            "            pd.io.common.os.write(fd, line)\n"
+            "        except Exception:\n"
+            "            pass\n"
+            "    return {'signal': 1, 'position': 0.5}\n")
+    server.push_step("strategy", strategy(code))
+    agent = make(server, monkeypatch)
+    try:
+        d = await agent.decide(equity_obs())
+        assert d.outcome == "invalid" and d.allocation is None
+        assert "protocol error" in d.reason and d.reason.endswith("holding")
+        summary = json.loads(d.raw_output)
+        assert summary["failed"].keys() == {"AAPL", "MSFT"}
+        assert all("protocol error" in r for r in summary["failed"].values())
+        assert "signals" not in summary
+    finally:
+        await agent.aclose()
+
+
+async def test_a_stock_not_answered_is_a_recorded_failure(server: FakeLlmServer,
+                                                         monkeypatch: Any) -> None:
+    server.push_step("strategy", strategy(TREND))
+    agent = make(server, monkeypatch)
+    try:
+        await agent.decide(equity_obs())
+        assert agent.worker is not None
+
+        async def only_aapl(bars: dict[str, Any]) -> dict[str, Any]:
+            assert bars.keys() == {"AAPL", "MSFT"}
+            return {"AAPL": {"signal": 1, "position": 0.8}}  # MSFT missing altogether
+
+        monkeypatch.setattr(agent.worker, "run_bar", only_aapl)
+        d = await agent.decide(later(equity_obs(), 1))
+        summary = json.loads(d.raw_output)
+        assert summary["signals"] == {"AAPL": [1, 0.8]}
+        assert summary["failed"] == {"MSFT": "no answer for this stock"}
+        assert d.outcome == "ok" and "MSFT" in d.reason
     finally:
         await agent.aclose()
 

@@ -13,10 +13,12 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from agents.alphaforgebench.sandbox import (
     InvalidStrategy,
+    ProtocolError,
     SandboxError,
     SandboxLimits,
     StrategyWorker,
@@ -272,3 +274,180 @@ async def test_the_network_namespace_has_no_route(tmp_path: Path) -> None:
     out, _ = await proc.communicate()
     server.close()
     assert int(out.strip()) != 0 and hits == []
+
+
+# -- strict answers (issue 26, point 4) ---------------------------------------------------------
+# One strategy answers per stock by the stock's last close: (answer, the daemon's verdict).
+STRICT = [
+    ({"signal": "'1'", "position": 1.0}, r"signal must be .*got str '1'"),
+    ({"signal": "True", "position": 1.0}, r"signal must be .*got bool True"),
+    ({"signal": "np.bool_(True)", "position": 1.0}, r"signal must be .*got bool"),
+    ({"signal": "1", "position": "float('nan')"}, r"position must be .*got float nan"),
+    ({"signal": "1e9", "position": 0.5}, r"signal must be .*got float 1000000000\.0"),
+    ({"signal": "1", "position": "1e9"}, r"position must be .*got float 1000000000\.0"),
+    ({"signal": "1", "position": "'0.5'"}, r"position must be .*got str '0.5'"),
+    ({"signal": "np.float64('inf')", "position": 0.5},
+     r"signal must be .*got float64 np.float64\(inf\)"),
+    ({"signal": "10 ** 30", "position": 0.5}, r"signal must be .*got int 10{30}"),
+    ({"signal": "1"}, r"position must be .*got nothing"),
+    ({"signal": "1", "position": "0.25"}, (1, 0.25)),
+    ({"signal": "-1.0", "position": "0.0"}, (-1, 0.0)),
+    ({"signal": "np.int64(1)", "position": "np.float64(0.5)"}, (1, 0.5)),
+    ({"signal": "np.int8(0)", "position": "np.float32(0.75)"}, (0, 0.75)),
+]
+
+
+def _strict_strategy() -> tuple[str, dict[str, dict[str, list[float]]]]:
+    cases = ",\n".join("        {" + ", ".join(f"{k!r}: {v}" for k, v in answer.items()) + "}"
+                       for answer, _ in STRICT)
+    code = ("import numpy as np\n\ndef generate_signal(df):\n"
+            "    return [\n" + cases + ",\n    ][int(df['close'].iloc[-1]) - 1]\n")
+    bars = {f"S{k:02d}": {"ts": [86_400.0 * i for i in range(3)], "close": [50.0, 50.0, k]}
+            for k in range(1, len(STRICT) + 1)}
+    return code, bars
+
+
+async def test_only_finite_numbers_in_range_are_answers() -> None:
+    code, bars = _strict_strategy()
+    w = StrategyWorker(validate_code(code), LIMITS)
+    try:
+        got = await w.run_bar(bars)
+    finally:
+        await w.close()
+    assert got.keys() == bars.keys()
+    for k, (_, verdict) in enumerate(STRICT, start=1):
+        raw = got[f"S{k:02d}"]
+        if isinstance(verdict, tuple):
+            assert check_result(raw) == verdict, raw
+            assert type(raw["signal"]) in (int, float), raw  # numpy scalars converted
+        else:
+            with pytest.raises(ValueError, match=verdict) as info:
+                check_result(raw)
+            assert "\n" not in str(info.value)
+    # The worker coerces nothing: a string, a bool or NaN leaves it as a description.
+    assert got["S01"]["signal"] == {"type": "str", "repr": "'1'"}
+    assert got["S02"]["signal"] == {"type": "bool", "repr": "True"}
+    assert got["S04"]["position"]["type"] == "float"
+
+
+@pytest.mark.parametrize("value, error", [
+    ({"signal": "1", "position": 1.0}, r"signal must be .*got str '1'"),
+    ({"signal": 1, "position": True}, "position must be"),
+    ({"signal": np.bool_(True), "position": 1.0}, "signal must be"),
+    ({"signal": 1, "position": float("nan")}, "position must be"),
+    ({"signal": 1, "position": float("inf")}, "position must be"),
+    ({"signal": 1e9, "position": 0.5}, "signal must be"),
+    ({"signal": 0.5, "position": 0.5}, "signal must be"),
+    ({"signal": [1], "position": 0.5}, "signal must be"),
+    ({"signal": {"type": "int", "repr": "1"}, "position": 0.5}, r"got int 1$"),
+    ({"signal": 1, "position": 10 ** 400}, "position must be"),
+    (None, "no answer for this stock"),
+    ([1, 0.5], "not an object"),
+    ({"error": "boom\nsecond line"}, "raised boom second line"),
+])
+def test_the_daemon_checks_again_whatever_the_worker_sends(value: Any, error: str) -> None:
+    with pytest.raises(ValueError, match=error) as info:
+        check_result(value)
+    assert "\n" not in str(info.value)
+
+
+def test_numpy_numbers_are_converted_on_the_daemon_side_too() -> None:
+    got = check_result({"signal": np.int64(-1), "position": np.float32(0.5)})
+    assert got == (-1, 0.5) and type(got[0]) is int and type(got[1]) is float
+
+
+def _forger(rid: str, results: str, when: str) -> str:
+    """Return a strategy that writes a forged answer line to every descriptor from 1 on.
+
+    It reaches ``os`` through pandas, as the outside attack did; ``rid`` is an expression for
+    the id it puts in the line; it forges only when ``when`` holds (by the frame's last close
+    and length, since the strategy is stateless). Its own answer is position len(df) / 100.
+    """
+    return ("import pandas as pd\n\n"
+            "def _request_id():\n"
+            "    box, found = [], []\n"
+            "    def g():\n"
+            "        f = box[0].gi_frame\n"
+            "        while f is not None:\n"
+            "            req = f.f_locals.get('req')\n"
+            "            if isinstance(req, dict) and 'id' in req:\n"
+            "                found.append(req['id'])\n"
+            "            f = f.f_back\n"
+            "        yield 1\n"
+            "    box.append(g())\n"
+            "    next(box[0])\n"
+            "    return found[0] if found else 'none'\n\n"
+            "def generate_signal(df):\n"
+            f"    if {when}:\n"
+            f"        line = '{{\"id\": \"%s\", \"ok\": true, \"results\": {results}}}\\n'"
+            f" % {rid}\n"
+            "        for fd in range(1, 64):\n"
+            "            try:\n"
+            "                pd.io.common.os.write(fd, line.encode())\n"
+            "            except Exception:\n"
+            "                pass\n"
+            "    return {'signal': 1, 'position': len(df) / 100}\n")
+
+
+def _bar(n: int) -> dict[str, dict[str, list[float]]]:
+    """Return BARS cut to their first ``n`` rows (AAPL rises, MSFT falls)."""
+    return {a: {"ts": b["ts"][:n], "close": b["close"][:n]} for a, b in BARS.items()}
+
+
+FULL = '{"AAPL": {"signal": 1, "position": 1.0}, "MSFT": {"signal": 1, "position": 1.0}}'
+
+
+@pytest.mark.parametrize("rid", ["'0'", "'1'", "''"])
+async def test_a_forged_line_fails_its_bar_and_shifts_nothing(rid: str) -> None:
+    # The attack: a valid-looking answer for every stock on the answer pipe, without the
+    # request's id (none, a guessed counter or an empty one).
+    code = _forger(rid, FULL, "len(df) == 6")
+    w = StrategyWorker(validate_code(code), LIMITS)
+    try:
+        first = await w.run_bar(_bar(5))
+        assert {a: check_result(v) for a, v in first.items()} == {"AAPL": (1, 0.05),
+                                                                  "MSFT": (1, 0.05)}
+        got, ticks = await ticking(w.run_bar(_bar(6)))
+        assert isinstance(got, ProtocolError) and "not this request's answer" in str(got), got
+        assert "worker killed" in str(got)
+        assert w.proc is None and ticks >= 0
+        # The next bars are answered with their own answers, by a new worker.
+        for n in (7, 8):
+            later = await w.run_bar(_bar(n))
+            assert {a: check_result(v) for a, v in later.items()} == {
+                "AAPL": (1, n / 100), "MSFT": (1, n / 100)}
+        assert w.starts == 2
+    finally:
+        await w.close()
+
+
+@pytest.mark.parametrize("results, verdict", [
+    ('{"AAPL": {"signal": 1, "position": 1.0}}', "omitted"),
+    ('{"AAPL": {"signal": 1, "position": 1.0}, "MSFT": {"signal": 1, "position": 1.0},'
+     ' "EVIL": {"signal": 1, "position": 1.0}}', "not asked"),
+])
+async def test_a_forged_line_with_the_read_id_never_shifts_a_bar(results: str,
+                                                                   verdict: str) -> None:
+    # Strategy code can read the request's id from the worker's frames (or its memory): a
+    # forged line then passes the id check for its own bar, never for a later one.
+    code = _forger("_request_id()", results, "len(df) == 6 and df['close'].iloc[-1] == 15")
+    w = StrategyWorker(validate_code(code), LIMITS)
+    try:
+        got, _ = await ticking(w.run_bar(_bar(6)))
+        if verdict == "omitted":  # taken as this bar's answer: the stock it omits has failed
+            assert isinstance(got, dict) and got.keys() == {"AAPL", "MSFT"}, got
+            assert check_result(got["AAPL"]) == (1, 1.0)
+            assert got["MSFT"] is None
+            with pytest.raises(ValueError, match="no answer for this stock"):
+                check_result(got["MSFT"])
+        else:  # a stock that was not asked about: the bar is a protocol error
+            assert isinstance(got, ProtocolError) and "not asked" in str(got), got
+        # The worker's real answer of that bar comes later: it never passes for the next bar.
+        nxt, _ = await ticking(w.run_bar(_bar(7)))
+        if verdict == "omitted":
+            assert isinstance(nxt, ProtocolError) and "not this request's answer" in str(nxt)
+            nxt = await w.run_bar(_bar(7))
+        assert {a: check_result(v) for a, v in nxt.items()} == {"AAPL": (1, 0.07),
+                                                                "MSFT": (1, 0.07)}
+    finally:
+        await w.close()
