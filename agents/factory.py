@@ -35,7 +35,7 @@ def build_agent(cfg: AgentConfig, *, clock: Callable[[], float] | None = None) -
 
         return CovarianceBaseline(cfg.id, cfg.kind, window=cfg.cov_window)
     if cfg.kind == "llm":
-        from agents.protocols import build_llm_agent  # heavy import (litellm), only when configured
+        from agents.protocols import build_llm_agent
 
         return build_llm_agent(cfg, clock=clock)
     if cfg.kind == "http":

@@ -34,9 +34,8 @@ from typing import Any
 
 from agents.config import AgentConfig
 from agents.llm import LlmAgent
-from agents.stepwise import PROMPT_SET_VERSIONS, StepwiseAgent, flat, load_prompt_set
 
-__all__ = ["PROMPT_SET_VERSIONS", "StepwiseAgent", "build_llm_agent", "flat", "load_prompt_set"]
+__all__ = ["build_llm_agent"]
 
 
 def build_llm_agent(cfg: AgentConfig, *, clock: Callable[[], float] | None = None) -> LlmAgent:

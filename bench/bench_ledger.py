@@ -24,7 +24,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scoring.ledger.batch import rebalance_many
-from scoring.ledger.ledger import CASH, Book, CostModel
+from scoring.ledger.ledger import Book
+from scoring.ledger.types import CASH, CostModel
 
 SEED = 20251103
 N_AGENTS = 1000

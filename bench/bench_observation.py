@@ -21,7 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 from daemon.core.events import MarketListed, NewsEvent, PriceEvent  # noqa: E402
 from daemon.market.state import MarketState  # noqa: E402
-from scoring.ledger.ledger import Book, CostModel  # noqa: E402
+from scoring.ledger.ledger import Book  # noqa: E402
+from scoring.ledger.types import CostModel  # noqa: E402
 
 T = 1_793_000_000.0
 DAY = 86_400.0

@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from daemon.core.events import PriceEvent  # noqa: E402
-from daemon.store.store import DecisionRecord, FillRecord, RoundCommit, Store  # noqa: E402
+from daemon.store.records import DecisionRecord, FillRecord, RoundCommit  # noqa: E402
+from daemon.store.store import Store  # noqa: E402
 
 AGENTS = [f"a{k:04d}" for k in range(1000)]
 ASSETS = [f"S{j:02d}" for j in range(16)]

@@ -35,8 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from daemon.config.settings import DEFAULT_EQUITIES  # noqa: E402
 from daemon.core.events import MarketListed, NewsEvent, PriceEvent, ResolutionEvent  # noqa: E402
+from daemon.core.universe import DEFAULT_EQUITIES  # noqa: E402
 from feeds.recording import RecordingHeader, RecordingWriter  # noqa: E402
 
 START = datetime(2026, 11, 2, 14, tzinfo=UTC)  # a Monday, 30 min before the NYSE open

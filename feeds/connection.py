@@ -33,7 +33,7 @@ changes:
 
 Nothing here raises on network or protocol errors; ``run`` returns only when stopped and
 propagates cancellation after closing every socket. The contract it runs (adapter protocols,
-states, counters, :class:`DecodeResult`) lives in :mod:`feeds.source_contract`, re-exported here.
+states, counters, :class:`DecodeResult`) lives in :mod:`feeds.source_contract`.
 
 Why one module over 500 lines: the streaming source's read loop, its data watchdog and its
 reconnects share the state of every shard (keys, backoff, staleness); batching is
@@ -63,31 +63,17 @@ from feeds.health import failure_is_news, short_error
 from feeds.source_contract import (
     DEFAULT_WS_OPTIONS,
     ColumnDecoder,
-    DecodeResult,
     LiveSubscription,
     ProtocolAdapter,
     Resubscribable,
-    Source,
     SourceCounters,
     SourceState,
     aggregate_state,
     close_code_of,
-    http_status_of,
 )
 
 __all__ = [
-    "DEFAULT_WS_OPTIONS",
-    "DecodeResult",
-    "LiveSubscription",
-    "ProtocolAdapter",
-    "Resubscribable",
-    "Source",
-    "SourceCounters",
-    "SourceState",
     "StreamingSource",
-    "aggregate_state",
-    "close_code_of",
-    "http_status_of",
 ]
 
 log = structlog.get_logger(__name__)

@@ -50,19 +50,13 @@ from feeds.backoff import Backoff, BackoffSettings
 from feeds.finnhub import redact_text
 from feeds.health import failure_is_news, short_error
 from feeds.news_parse import (
-    DEFAULT_COMPANY_NAMES,
     NewsDeduper,
     NewsItem,
     NewsParseError,
-    equity_news_queries,
     normalise_title,
     parse_alpaca_news,
     parse_finnhub_news,
     parse_google_rss,
-    question_query,
-)
-from feeds.news_parse import (
-    split_publisher as split_publisher,  # re-exported: it used to live here
 )
 from feeds.source_contract import SourceCounters, SourceState
 from feeds.yahoo import (
@@ -74,18 +68,9 @@ from feeds.yahoo import (
 )
 
 __all__ = [
-    "DEFAULT_COMPANY_NAMES",
-    "NewsDeduper",
-    "NewsItem",
     "NewsPoller",
     "NewsSettings",
     "build_news_sources",
-    "equity_news_queries",
-    "normalise_title",
-    "parse_alpaca_news",
-    "parse_finnhub_news",
-    "parse_google_rss",
-    "question_query",
 ]
 
 log = structlog.get_logger(__name__)

@@ -9,8 +9,10 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agents.config import AgentConfig
 from daemon.alerts.kinds import ALERT_KINDS
-from daemon.config.settings import AgentConfig, ConfigError, parse_duration
+from daemon.config.settings import ConfigError
+from daemon.core.durations import parse_duration
 from scoring.stats.benchmarks import RISK_PROFILES
 
 #: Limit used for an agent that runs but is no longer in the config.

@@ -47,25 +47,17 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from daemon.alerts.config import DEFAULT_LIMIT as DEFAULT_LIMIT  # re-exported
-from daemon.alerts.config import AlertsConfig as AlertsConfig  # re-exported
-from daemon.alerts.config import WebhookConfig as WebhookConfig  # re-exported
-from daemon.alerts.config import drawdown_limit as drawdown_limit  # re-exported
-from daemon.alerts.config import parse_alerts_config as parse_alerts_config  # re-exported
-from daemon.alerts.delivery import STOP_GRACE as STOP_GRACE  # re-exported
-from daemon.alerts.delivery import ResultHook as ResultHook  # re-exported
-from daemon.alerts.delivery import WebhookNotifier as WebhookNotifier  # re-exported
-from daemon.alerts.delivery import build_notifiers as build_notifiers  # re-exported
-from daemon.alerts.delivery import safe_url as safe_url  # re-exported
-from daemon.alerts.kinds import AGENT_RESUMED as AGENT_RESUMED  # re-exported
-from daemon.alerts.kinds import ALERT_KINDS as ALERT_KINDS  # re-exported
-from daemon.alerts.kinds import DRAWDOWN_BREACH as DRAWDOWN_BREACH  # re-exported
-from daemon.alerts.kinds import DRAWDOWN_RECOVERED as DRAWDOWN_RECOVERED  # re-exported
-from daemon.alerts.kinds import FEED_RECOVERED as FEED_RECOVERED  # re-exported
-from daemon.alerts.kinds import FEED_STALE as FEED_STALE  # re-exported
-from daemon.alerts.kinds import SEVERITIES as SEVERITIES  # re-exported
-from daemon.alerts.kinds import Alert as Alert  # re-exported
-from daemon.config.settings import AgentConfig
+from agents.config import AgentConfig
+from daemon.alerts.config import AlertsConfig, drawdown_limit
+from daemon.alerts.delivery import STOP_GRACE, WebhookNotifier
+from daemon.alerts.kinds import (
+    AGENT_RESUMED,
+    DRAWDOWN_BREACH,
+    DRAWDOWN_RECOVERED,
+    FEED_RECOVERED,
+    FEED_STALE,
+    Alert,
+)
 from daemon.core.price_columns import PriceColumns
 from daemon.store.records import RoundCommit
 from daemon.timing.clock import LiveClock

@@ -145,7 +145,8 @@ def _probe(args: argparse.Namespace) -> int:
                                                 args.db, args.agent, args.repeats))
     except (ProbeError, LookupError, ValueError) as exc:
         return _fail(str(exc))
-    from daemon.store.store import StoreSchemaError, record_probe
+    from daemon.store.dbfile import StoreSchemaError
+    from daemon.store.store import record_probe
 
     try:
         record_probe(args.db, result, time.time())

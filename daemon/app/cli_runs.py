@@ -33,7 +33,8 @@ def _db_flag(args: argparse.Namespace) -> str:
 def _replay(args: argparse.Namespace) -> int:
     from daemon.app.replay import ReplayError, replay
     from daemon.core.logs import configure_logging, register_config_secrets
-    from daemon.store.store import StoreOpenError, StoreWriteError
+    from daemon.store.dbfile import StoreOpenError
+    from daemon.store.store import StoreWriteError
     from feeds.recording import RecordingError
 
     cfg = _load(args.config, rounds=True)
@@ -67,8 +68,9 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from daemon.app.live import StartupError
     from daemon.app.roles import RoleError, parse_agents, with_overrides
-    from daemon.app.run import StartupError, run_live
+    from daemon.app.run import run_live
     from daemon.core.logs import configure_logging, register_config_secrets
     from daemon.store.store import StoreWriteError
 
@@ -109,7 +111,7 @@ def _replay_roles(args: argparse.Namespace) -> int:
     from daemon.app.replay_roles import replay_evaluate
     from daemon.app.roles import RoleError, parse_agents, with_overrides
     from daemon.core.logs import configure_logging, register_config_secrets
-    from daemon.store.store import StoreOpenError
+    from daemon.store.dbfile import StoreOpenError
     from feeds.recording import RecordingError
 
     if TYPE_CHECKING:
@@ -176,8 +178,9 @@ def _build_recording(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
+    from daemon.app.live import StartupError
     from daemon.app.record import recorder_components
-    from daemon.app.run import StartupError, run_live
+    from daemon.app.run import run_live
     from daemon.core.logs import configure_logging
 
     if Path(args.out).is_dir():

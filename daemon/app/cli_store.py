@@ -18,7 +18,7 @@ def _report(args: argparse.Namespace) -> int:
     from daemon.store.dbfile import StoreOpenError, describe_sqlite_error, inspect_database
     from daemon.store.reports import load_alphaforge, load_report
     from daemon.store.schema import SCHEMA_VERSION
-    from scoring.board.leaderboard import to_json, to_table
+    from scoring.board.text import to_json, to_table
 
     problem = _window_problem(args)
     if problem:

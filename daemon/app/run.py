@@ -20,7 +20,7 @@ from daemon.config.settings import Config
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["StartupError", "run_live", "startup_error_line"]
+__all__ = ["run_live", "startup_error_line"]
 
 
 async def run_live(config: Config, *, db: str | None = None, role: str = "all",

@@ -4,8 +4,8 @@ Every field's meaning and default is stated once, in the module of its section:
 ``daemon.config.markets`` (``[markets]``), ``agents.config`` (``[[agents]]``) and
 ``daemon.config.runtime`` (``[leaderboard]``, ``[scheduler]``, ``[store]``, ``[http]``,
 ``[logging]``, ``[evaluator]``), with the shared validators in ``daemon.core.fields``. This
-module assembles them into :class:`Config`, loads and checks a file, and re-exports the names
-the rest of paperarena imports from it. Unknown keys, wrong types and impossible values are
+module assembles them into :class:`Config` and loads and checks a file; each section's names are
+imported from the module that defines them. Unknown keys, wrong types and impossible values are
 refused with one clear line per problem (:class:`ConfigError`).
 """
 
@@ -23,32 +23,11 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from agents.capitalbench.config import CapitalBenchConfig, capital_problems, orphan_problems
 from agents.config import (
-    BUILTIN_KINDS,
-    CLASS_ROLES,
-    DEFAULT_CLASS_ROLES,
-    DEFAULT_RETRY_FEEDBACK,
-    DEFAULT_STRATEGY_QUERY,
-    PLUGIN_GROUP,
-    PROFILE_LIMITS,
     AgentConfig,
-    AgentKind,
-    AllocationLimits,
-    HttpAgentSettings,
-    PromptFiles,
-    StrategySettings,
-    class_role,
     default_agents,
-    unknown_kind_problem,
 )
 from daemon.config.markets import (
-    DEFAULT_ASSET_CLASSES,
-    DEFAULT_EQUITIES,
-    CostConfig,
-    EquityMarketConfig,
     MarketsConfig,
-    PolymarketMarketConfig,
-    PolymarketQuestion,
-    ScheduleConfig,
 )
 from daemon.config.runtime import (
     EvaluatorConfig,
@@ -58,62 +37,22 @@ from daemon.config.runtime import (
     SchedulerConfig,
     StoreConfig,
 )
-from daemon.core.durations import parse_duration
 from daemon.core.fields import (
     _Frozen,
-    check_hhmm,
-    host_problem,
     is_loopback_url,
-    positive_duration,
     url_problem,
 )
 from daemon.mqtt.settings import MqttSettings
 from feeds.settings import SourcesSettings
 
 __all__ = [
-    "BUILTIN_KINDS",
-    "CLASS_ROLES",
-    "DEFAULT_ASSET_CLASSES",
-    "DEFAULT_CLASS_ROLES",
-    "DEFAULT_EQUITIES",
-    "DEFAULT_RETRY_FEEDBACK",
-    "DEFAULT_STRATEGY_QUERY",
     "MAX_DEPTH",
-    "PLUGIN_GROUP",
-    "PROFILE_LIMITS",
-    "AgentConfig",
-    "AgentKind",
-    "AllocationLimits",
     "Config",
     "ConfigError",
-    "CostConfig",
-    "EquityMarketConfig",
-    "EvaluatorConfig",
-    "HttpAgentSettings",
-    "HttpConfig",
-    "LeaderboardConfig",
-    "LoggingConfig",
-    "MarketsConfig",
-    "PolymarketMarketConfig",
-    "PolymarketQuestion",
-    "PromptFiles",
-    "ScheduleConfig",
-    "SchedulerConfig",
-    "StoreConfig",
-    "StrategySettings",
-    "check_hhmm",
-    "class_role",
-    "default_agents",
-    "host_problem",
-    "is_loopback_url",
     "load_config",
     "missing_api_keys",
     "missing_keys_line",
     "parse_config",
-    "parse_duration",
-    "positive_duration",
-    "unknown_kind_problem",
-    "url_problem",
 ]
 
 #: How deeply arrays and tables may nest in a config file.

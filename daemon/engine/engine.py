@@ -32,7 +32,8 @@ import structlog
 
 from agents.factory import build_agent
 from agents.portbench.stage_scoring import score_engine
-from daemon.config.settings import Config, CostConfig, ScheduleConfig
+from daemon.config.markets import CostConfig, ScheduleConfig
+from daemon.config.settings import Config
 from daemon.core.bus import Bus
 from daemon.core.events import DecisionEvent, Event, ResolutionEvent
 from daemon.core.price_columns import PriceColumns
@@ -42,7 +43,8 @@ from daemon.store.records import DecisionRecord, RoundCommit
 from daemon.store.store import Store, StoreWriteError
 from daemon.timing.clock import Clock
 from daemon.timing.triggers import ScheduleSpec, make_trigger
-from scoring.ledger.ledger import Book, CostModel
+from scoring.ledger.ledger import Book
+from scoring.ledger.types import CostModel
 
 if TYPE_CHECKING:
     from agents.capitalbench.runner import CapitalRunner

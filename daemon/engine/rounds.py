@@ -53,7 +53,8 @@ from daemon.store.records import DecisionRecord, FillRecord, RoundCommit
 from daemon.store.store import Store
 from daemon.timing.clock import Clock
 from scoring.ledger.batch import rebalance_many
-from scoring.ledger.ledger import Book, RebalanceRejected
+from scoring.ledger.ledger import Book
+from scoring.ledger.types import RebalanceRejected
 
 if TYPE_CHECKING:
     from daemon.config.settings import Config

@@ -39,11 +39,10 @@ from daemon.core.events import (
     ResolutionEvent,
 )
 from daemon.core.price_columns import AssetTable, PriceColumns
-from daemon.market.coverage import PriceCoverage as PriceCoverage  # re-exported
-from daemon.market.coverage import format_age as format_age  # re-exported
-from daemon.market.coverage import nyse_open_seconds
+from daemon.market.coverage import PriceCoverage, nyse_open_seconds
 from daemon.market.pending_lasts import PendingLasts, book_columns
-from scoring.ledger.ledger import Book, BookSnapshot
+from scoring.ledger.ledger import Book
+from scoring.ledger.types import BookSnapshot
 
 log = structlog.get_logger(__name__)
 

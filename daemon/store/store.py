@@ -35,22 +35,18 @@ from daemon.core.events import Event
 from daemon.core.price_bursts import columns_row
 from daemon.core.price_columns import PriceColumns
 from daemon.core.sparse_rows import encode_allocation
-from daemon.store.dbfile import StoreLockedError as StoreLockedError  # re-exported
-from daemon.store.dbfile import StoreOpenError as StoreOpenError  # re-exported
-from daemon.store.dbfile import StoreSchemaError as StoreSchemaError  # re-exported
-from daemon.store.dbfile import check_writable, describe_sqlite_error, inspect_database
+from daemon.store.dbfile import (
+    StoreOpenError,
+    StoreSchemaError,
+    check_writable,
+    describe_sqlite_error,
+    inspect_database,
+)
 from daemon.store.dblock import abandon_lock, acquire_lock, claim_lock
 from daemon.store.events import event_row, insert_event_rows, price_rows
 from daemon.store.queries import StoreQueries
-from daemon.store.records import DecisionRecord as DecisionRecord  # re-exported
-from daemon.store.records import FillRecord as FillRecord  # re-exported
-from daemon.store.records import RoundCommit as RoundCommit  # re-exported
-from daemon.store.records import _dumps, _encode_book, _fill_row, _now_of
-from daemon.store.records import encode_json as encode_json  # re-exported
-from daemon.store.schema import _V1 as _V1  # re-exported
-from daemon.store.schema import MIGRATIONS as MIGRATIONS  # re-exported
-from daemon.store.schema import SCHEMA_VERSION as SCHEMA_VERSION  # re-exported
-from daemon.store.schema import _statements as _statements  # re-exported
+from daemon.store.records import RoundCommit, _dumps, _encode_book, _fill_row, _now_of
+from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION, _statements
 from daemon.store.spill import (
     DEFAULT_MAX_BUFFERED_EVENTS,
     drop_oldest,

@@ -27,7 +27,7 @@ from daemon.web.metrics import portfolio_rows
 
 if TYPE_CHECKING:
     from daemon.alerts.rules import AlertMonitor
-    from daemon.config.settings import HttpConfig
+    from daemon.config.runtime import HttpConfig
     from daemon.engine.engine import Engine
     from daemon.web.metrics import PerformanceCache
 

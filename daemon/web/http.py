@@ -48,7 +48,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from daemon.alerts.rules import market_open, source_market, state_name
-from daemon.config.settings import HttpConfig
+from daemon.config.runtime import HttpConfig
 from daemon.web.agent_api import AgentApi
 from daemon.web.board_cache import BoardCache
 from daemon.web.json import BadRequest

@@ -37,8 +37,8 @@ from daemon.core.events import ALERT, DECISION, FILL, MARKET, NEWS, PRICE, RESOL
 from scoring.stats.metrics import PerformanceSummary, periods_per_year, summarise
 
 if TYPE_CHECKING:
+    from agents.config import AgentConfig
     from daemon.alerts.rules import AlertMonitor
-    from daemon.config.settings import AgentConfig
     from daemon.core.events import AlertEvent, DecisionEvent
     from daemon.engine.engine import Engine
 

@@ -45,7 +45,7 @@ from daemon.web.metrics import portfolio_rows
 
 if TYPE_CHECKING:
     from daemon.alerts.rules import AlertMonitor
-    from daemon.config.settings import HttpConfig
+    from daemon.config.runtime import HttpConfig
     from daemon.core.events import Event, PriceEvent
     from daemon.core.price_columns import PriceColumns
     from daemon.engine.engine import Engine

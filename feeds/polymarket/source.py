@@ -17,7 +17,7 @@
   :mod:`feeds.polymarket.resolution`).
 - History: :func:`backfill_history` (``/prices-history``) for the daemon's observation history
   (never published as live prices); :func:`fetch_midpoint` (``/midpoint``). These and the Gamma
-  market decoding live in :mod:`feeds.polymarket.gamma` (re-exported here).
+  market decoding live in :mod:`feeds.polymarket.gamma`.
 
 Why one module over 500 lines: the source, its WebSocket adapter and its REST fallbacks share the
 token table and the subscription state; decoding is :mod:`feeds.polymarket.decode`, Gamma
@@ -54,25 +54,16 @@ from feeds.polymarket.gamma import (
     _Session,
     backfill_history,
     fetch_midpoint,
-    gamma_payout,
     parse_gamma_market,
 )
 from feeds.polymarket.resolution import Question, ResolutionTracker
 from feeds.source_contract import DecodeResult, SourceCounters, SourceState, http_status_of
 
 __all__ = [
-    "GammaMarket",
-    "HttpStatusError",
     "PolymarketAdapter",
     "PolymarketSettings",
     "PolymarketSource",
-    "Question",
-    "ResolutionTracker",
-    "backfill_history",
     "build_polymarket_source",
-    "fetch_midpoint",
-    "gamma_payout",
-    "parse_gamma_market",
 ]
 
 log = structlog.get_logger(__name__)

@@ -27,8 +27,8 @@ Besides the per-agent performance summary, every row carries the benchmark measu
 The work is split by purpose: ``scoring.board.load`` reads the store (and the price panels),
 ``scoring.board.figures`` computes each row's figures, benchmarks and regimes,
 ``scoring.board.rank`` sets standings, ranks and paired comparisons, and ``scoring.board.text``
-renders the JSON and the text table. This module is the public entry and re-exports their
-public names.
+renders the JSON and the text table. This module is the entry: :func:`report_of` and
+:func:`live_figures`.
 """
 
 from __future__ import annotations
@@ -39,12 +39,6 @@ from typing import Any
 
 from scoring.board.extras import board_extras
 from scoring.board.figures import (
-    BOOTSTRAP_LEVEL,
-    BOOTSTRAP_N,
-    BOOTSTRAP_SEED,
-    FIELDS,
-    NOT_ASKED_OUTCOMES,
-    VALID_OUTCOMES,
     _asset_classes,
     _benchmarks,
     _labels,
@@ -58,26 +52,15 @@ from scoring.board.figures import (
 )
 from scoring.board.load import AgentCurves, Key, Report, _load_store
 from scoring.board.rank import _compare, _rank, _standing
-from scoring.board.text import LEGEND, _clean, _conventions, to_json, to_table
+from scoring.board.text import _clean, _conventions
 from scoring.stats.benchmarks import ROLLING_KS
 
 __all__ = [
-    "BOOTSTRAP_LEVEL",
-    "BOOTSTRAP_N",
-    "BOOTSTRAP_SEED",
-    "FIELDS",
-    "LEGEND",
     "LIVE_FIELDS",
     "MIN_DAYS",
     "MIN_VALID_RATE",
-    "NOT_ASKED_OUTCOMES",
-    "VALID_OUTCOMES",
-    "AgentCurves",
-    "Report",
     "live_figures",
     "report_of",
-    "to_json",
-    "to_table",
 ]
 
 #: Defaults of ``[leaderboard]`` (daemon/config/runtime.py), used when the store's run has none.

@@ -25,7 +25,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scoring.board.extras import extras_html
-from scoring.board.leaderboard import LEGEND, AgentCurves, Report
+from scoring.board.load import AgentCurves, Report
+from scoring.board.text import LEGEND
 from scoring.stats.benchmarks import CASH, ROLLING_KS
 
 __all__ = ["CHART_KINDS", "render_html"]

@@ -17,7 +17,8 @@ from itertools import chain
 
 import numpy as np
 
-from scoring.ledger.ledger import CASH, Book, Fill, RebalanceRejected
+from scoring.ledger.ledger import Book
+from scoring.ledger.types import CASH, Fill, RebalanceRejected
 
 __all__ = ["Rebalanced", "rebalance_many"]
 

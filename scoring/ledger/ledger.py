@@ -30,7 +30,7 @@ import numpy as np
 from scoring.ledger.held import HeldEntries, held_entries, use_held, value_change
 from scoring.ledger.types import CASH, BookSnapshot, CostModel, Fill, RebalanceRejected
 
-__all__ = ["CASH", "Book", "CostModel", "Fill", "RebalanceRejected"]
+__all__ = ["Book"]
 
 
 _FMAX = sys.float_info.max

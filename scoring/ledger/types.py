@@ -1,5 +1,5 @@
 """The accounting core's value types: the cost model, a fill, a snapshot of every position and
-the one-line rejection of a rebalance (:mod:`scoring.ledger.ledger` re-exports them)."""
+the one-line rejection of a rebalance (used by :mod:`scoring.ledger.ledger`)."""
 
 from __future__ import annotations
 

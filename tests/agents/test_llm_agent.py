@@ -29,10 +29,11 @@ from agents.base import (
     PricePoint,
     Question,
 )
+from agents.config import AgentConfig
 from agents.llm import LlmAgent, utc_day
 from agents.probe import ProbeError, load_frozen_input, probe, run_probe_command
 from agents.validation import validate_allocation
-from daemon.config.settings import AgentConfig, load_config
+from daemon.config.settings import load_config
 from tests.llm_server import Behaviour, FakeLlmServer, answer, ok, random_output
 
 KEY_ENV = "PAPERARENA_TEST_LLM_KEY"

@@ -120,8 +120,8 @@ async def test_every_protocol_stamps_and_times_calls_on_the_engine_clock(
     monkeypatch: Any,
 ) -> None:
     """Calls of every protocol carry the engine clock's time and latency (wall time ignored)."""
+    from agents.config import AgentConfig
     from agents.factory import build_agent
-    from daemon.config.settings import AgentConfig
     from daemon.timing.clock import SimClock
     from tests.agents.test_llm_agent import equity_obs
 

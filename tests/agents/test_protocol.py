@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
+from agents.config import AgentConfig
 from agents.factory import build_agent
 from agents.llm import LlmAgent
-from agents.protocols import load_prompt_set
+from agents.stepwise import load_prompt_set
 from agents.stockbench.agent import StockBenchAgent
-from daemon.config.settings import AgentConfig, ConfigError, parse_config
-from daemon.store.store import DecisionRecord, RoundCommit, Store
+from daemon.config.settings import ConfigError, parse_config
+from daemon.store.records import DecisionRecord, RoundCommit
+from daemon.store.store import Store
 from tests.agents.test_llm_agent import equity_obs
 from tests.llm_server import FakeLlmServer, answer
 

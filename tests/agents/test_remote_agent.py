@@ -22,10 +22,11 @@ import pytest
 from aiohttp import web
 
 from agents.base import CASH, Observation, PricePoint, Question
+from agents.config import AgentConfig
 from agents.factory import build_agent
 from agents.remote import HttpAgent, build_request, check_answer, decision_id
 from daemon.app.replay import replay
-from daemon.config.settings import AgentConfig, parse_config
+from daemon.config.settings import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 T = 1_714_600_000.0

@@ -208,8 +208,8 @@ async def test_loopback_agent_without_key_calls_its_server(monkeypatch: pytest.M
                                                            ) -> None:
     """The start-up check lets a loopback agent run without its key, so it must work: the
     agent calls its local server instead of failing every decision."""
+    from agents.config import AgentConfig
     from agents.llm import LlmAgent
-    from daemon.config.settings import AgentConfig
     from tests.agents.test_llm_agent import GOOD, equity_obs
     from tests.llm_server import FakeLlmServer, ok
 

@@ -70,8 +70,8 @@ from daemon.core.events import (
 from daemon.core.sparse_rows import DECISIONS, fill_map
 from daemon.engine.engine import Engine
 from daemon.timing.nyse import get_nyse_calendar
-from feeds.connection import SourceState
 from feeds.recording import iter_events, read_header
+from feeds.source_contract import SourceState
 from scoring.ledger.ledger import Book
 from tests.fakes.scenario import Scenario, wait_until
 

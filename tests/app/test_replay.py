@@ -16,7 +16,7 @@ import pytest
 from daemon.app.replay import replay
 from daemon.config.settings import load_config
 from daemon.store.reports import leaderboard
-from scoring.board.leaderboard import to_json
+from scoring.board.text import to_json
 from tests.recordings import TINY_CONFIG, make_recording
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -46,7 +46,7 @@ from daemon.mqtt.bridge import MqttBridge
 from daemon.mqtt.settings import MqttSettings
 from daemon.mqtt.wire import default_client_id
 from daemon.store.reports import leaderboard
-from scoring.board.leaderboard import to_json
+from scoring.board.text import to_json
 from tests.mosquitto import HOST, PORT, PrivateBroker, listening, requires_broker, until
 from tests.recordings import TINY_CONFIG, make_recording
 

@@ -298,7 +298,7 @@ def test_a_damaged_burst_is_one_clear_line_not_a_traceback(tmp_path: Path,
     (report, restart) with one line naming what is wrong."""
     from daemon.app.cli import main as cli
     from daemon.core.price_bursts import DamagedBurstError
-    from daemon.store.store import RoundCommit
+    from daemon.store.records import RoundCommit
 
     db = tmp_path / "d.db"
 

@@ -31,7 +31,7 @@ from daemon.core.sparse_rows import (
     fill_map,
     sparse_weights,
 )
-from daemon.store.store import encode_json
+from daemon.store.records import encode_json
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "sample.jsonl.gz"
@@ -198,7 +198,8 @@ def test_backup_keeps_the_sparse_rows(dbs: tuple[Path, Path, Path], tmp_path: Pa
 
 async def test_recent_allocations_read_back_dense(tmp_path: Path) -> None:
     """A round after a restart shows the agent the same past weights, zeros included."""
-    from daemon.store.store import FillRecord, RoundCommit, Store
+    from daemon.store.records import FillRecord, RoundCommit
+    from daemon.store.store import Store
 
     weights = [{"A": 0.5, "B": 0.0, "CASH": 0.5}, {"A": 0.0, "B": 1.0, "C": 0.0, "CASH": 0.0}]
     store = await Store.open(tmp_path / "s.db")

@@ -13,7 +13,9 @@ from agents.base import LookAheadError, Observation, PricePoint, assert_no_looka
 from daemon.config.settings import ConfigError, load_config, parse_config
 from daemon.core.events import MarketListed, NewsEvent, PriceEvent
 from daemon.engine.engine import Engine
-from daemon.store.store import _V1, SCHEMA_VERSION, Store, StoreLockedError, _statements
+from daemon.store.dbfile import StoreLockedError
+from daemon.store.schema import _V1, SCHEMA_VERSION, _statements
+from daemon.store.store import Store
 from daemon.timing.clock import SimClock
 
 ROOT = Path(__file__).resolve().parents[2]

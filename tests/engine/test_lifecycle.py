@@ -21,7 +21,8 @@ from agents.base import AgentDecision, Observation
 from daemon.app.live import LiveDaemon
 from daemon.config.settings import parse_config
 from daemon.engine.engine import Engine
-from daemon.store.store import RoundCommit, Store
+from daemon.store.records import RoundCommit
+from daemon.store.store import Store
 from daemon.timing.clock import SimClock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,7 +297,7 @@ async def test_rounds_in_flight_at_shutdown_are_recorded_abandoned(
 
 async def test_record_abandoned_skips_decided_agents(tmp_path: Path) -> None:
     from daemon.engine.rounds import record_abandoned
-    from daemon.store.store import DecisionRecord
+    from daemon.store.records import DecisionRecord
 
     eng = await _engine(tmp_path, [{"id": "a", "kind": "cash"}, {"id": "b", "kind": "cash"}])
     try:

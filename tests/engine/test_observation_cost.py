@@ -9,7 +9,8 @@ from __future__ import annotations
 from agents.base import Observation
 from daemon.core.events import MarketListed, PriceEvent
 from daemon.market.state import MarketState
-from scoring.ledger.ledger import Book, CostModel
+from scoring.ledger.ledger import Book
+from scoring.ledger.types import CostModel
 
 T = 1_793_000_000.0
 

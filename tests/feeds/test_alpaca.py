@@ -22,8 +22,8 @@ from feeds.alpaca import (
     build_alpaca_source,
     parse_rfc3339,
 )
-from feeds.connection import SourceState
 from feeds.equities import EquitySourcesSettings, build_equity_sources
+from feeds.source_contract import SourceState
 from tests.fakes.alpaca_server import FakeAlpaca, bar, quote, trade
 from tests.helpers import MaxRng, collecting_bus, wait_for
 

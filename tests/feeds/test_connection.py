@@ -19,12 +19,12 @@ from websockets.http11 import Request, Response
 from daemon.core.bus import Bus
 from daemon.core.events import Event, PriceEvent, SourceStatus
 from feeds.backoff import Backoff, BackoffPolicy
-from feeds.connection import (
+from feeds.connection import StreamingSource
+from feeds.source_contract import (
     DecodeResult,
     LiveSubscription,
     Resubscribable,
     SourceState,
-    StreamingSource,
     aggregate_state,
     http_status_of,
 )

@@ -17,7 +17,7 @@ from daemon.timing.nyse import get_nyse_calendar
 from feeds.alpaca import AlpacaSettings, AlpacaStreamAdapter
 from feeds.finnhub import FinnhubSettings, FinnhubStreamAdapter
 from feeds.yahoo import YahooSettings, YahooStreamAdapter
-from scoring.board.leaderboard import to_json
+from scoring.board.text import to_json
 from tests.fakes.yahoo_server import pricing_frame
 from tests.recordings import TINY_CONFIG, make_recording
 

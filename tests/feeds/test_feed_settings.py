@@ -9,7 +9,7 @@ import pytest
 
 from daemon.config.settings import ConfigError, parse_config
 from daemon.core.events import PriceEvent
-from feeds.connection import SourceCounters
+from feeds.source_contract import SourceCounters
 from tests.web.test_alerts import FakeSource
 from tests.web.test_metrics_http import start_daemon, stop_daemon, value
 

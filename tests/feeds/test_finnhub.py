@@ -14,7 +14,7 @@ import pytest
 from daemon.core.bus import Bus
 from daemon.core.events import Event, PriceEvent, SourceStatus
 from feeds.alpaca import MissingCredentialError
-from feeds.connection import SourceState, StreamingSource
+from feeds.connection import StreamingSource
 from feeds.equities import EquitySourcesSettings, build_equity_sources
 from feeds.finnhub import (
     FinnhubSettings,
@@ -24,6 +24,7 @@ from feeds.finnhub import (
     redact_text,
     redact_url,
 )
+from feeds.source_contract import SourceState
 from tests.fakes.finnhub_server import FakeFinnhub, trades_frame
 from tests.helpers import collecting_bus, wait_for
 

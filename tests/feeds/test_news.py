@@ -14,18 +14,16 @@ import pytest
 from daemon.core.bus import Bus
 from daemon.core.events import Event, NewsEvent, SourceStatus
 from feeds.alpaca import MissingCredentialError
-from feeds.connection import Source, SourceState
-from feeds.news import (
+from feeds.news import NewsPoller, NewsSettings, build_news_sources
+from feeds.news_parse import (
     NewsDeduper,
     NewsParseError,
-    NewsPoller,
-    NewsSettings,
-    build_news_sources,
     equity_news_queries,
     normalise_title,
     parse_google_rss,
     question_query,
 )
+from feeds.source_contract import Source, SourceState
 from tests.fakes.news_server import FakeNews, RssItem, rss_document
 from tests.helpers import collecting_bus, wait_for
 

@@ -16,17 +16,15 @@ import pytest
 
 from daemon.core.bus import Bus
 from daemon.core.events import Event, MarketListed, PriceEvent, ResolutionEvent, SourceStatus
-from feeds.connection import SourceState
 from feeds.polymarket.decode import PolymarketDecoder
-from feeds.polymarket.source import (
-    PolymarketSettings,
-    PolymarketSource,
+from feeds.polymarket.gamma import (
     backfill_history,
-    build_polymarket_source,
     fetch_midpoint,
     gamma_payout,
     parse_gamma_market,
 )
+from feeds.polymarket.source import PolymarketSettings, PolymarketSource, build_polymarket_source
+from feeds.source_contract import SourceState
 from tests.fakes.polymarket_server import (
     Book,
     FakePolymarket,

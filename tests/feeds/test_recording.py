@@ -17,7 +17,6 @@ from zoneinfo import ZoneInfo
 import exchange_calendars as xcals
 import pytest
 
-from daemon.config.settings import DEFAULT_EQUITIES
 from daemon.core.events import (
     DecisionEvent,
     MarketListed,
@@ -26,6 +25,7 @@ from daemon.core.events import (
     ResolutionEvent,
     encode_event,
 )
+from daemon.core.universe import DEFAULT_EQUITIES
 from feeds.recording import (
     RECORDING_VERSION,
     RecordingError,

@@ -14,8 +14,8 @@ import pytest
 
 from daemon.core.bus import Bus
 from daemon.core.events import PriceEvent
-from feeds.connection import SourceState
 from feeds.health import SourceHealth, short_error
+from feeds.source_contract import SourceState
 from feeds.yahoo import ChartError, YahooRestFallback, YahooSettings
 from tests.feeds.test_yahoo import running
 from tests.helpers import wait_for

@@ -16,8 +16,9 @@ import pytest
 
 from daemon.core.bus import Bus
 from daemon.core.events import Event, PriceEvent, SourceStatus
-from feeds.connection import Source, SourceState, StreamingSource
+from feeds.connection import StreamingSource
 from feeds.equities import EquitySourcesSettings, build_equity_sources, build_yahoo_source
+from feeds.source_contract import Source, SourceState
 from feeds.yahoo import (
     ChartResult,
     RateLimited,

@@ -225,7 +225,7 @@ async def test_a_round_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     from daemon.app.cli import main
     from daemon.app.replay import replay
     from daemon.store.reports import leaderboard
-    from scoring.board.leaderboard import to_table
+    from scoring.board.text import to_table
 
     monkeypatch.setenv("CB_TEST_KEY", "sk-test")
     sessions = _recording(tmp_path / "rec.jsonl")
@@ -491,7 +491,7 @@ async def test_example_config_replays_into_a_shared_store_as_into_sqlite(
 
     from daemon.app.replay import replay
     from daemon.store.reports import leaderboard
-    from scoring.board.leaderboard import to_json
+    from scoring.board.text import to_json
 
     root = Path(__file__).resolve().parents[2]
     data = tomllib.loads((root / "examples" / "capitalbench.toml").read_text())

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from agents.base import CASH, NewsItem, Observation, PricePoint
+from agents.config import AgentConfig
 from agents.portbench.agent import PortBenchAgent, Profile, execution, signal_of
 from agents.protocols import build_llm_agent
-from daemon.config.settings import AgentConfig
 from daemon.core.sparse_rows import FILLS, fill_map
 from tests.llm_server import Behaviour, FakeLlmServer, ok
 

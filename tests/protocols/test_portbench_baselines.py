@@ -7,6 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from agents.base import CASH, Observation, PricePoint
+from agents.config import DEFAULT_CLASS_ROLES, AgentConfig
 from agents.factory import build_agent
 from agents.portfolio_baselines import (
     covariance,
@@ -17,7 +18,6 @@ from agents.portfolio_baselines import (
     returns_panel,
     sixty_forty,
 )
-from daemon.config.settings import DEFAULT_CLASS_ROLES, AgentConfig
 
 T = 1_714_600_000.0
 DAY = 86_400.0

@@ -184,7 +184,8 @@ def test_max_sharpe_reaches_the_optimum_on_an_ill_conditioned_window() -> None:
 def test_an_agent_whose_workflows_all_failed_is_not_shown_pending() -> None:
     """Nothing waits for a horizon when every workflow failed: the tables say so, not
     'pending' (which would suggest scores are on their way)."""
-    from scoring.board.extras import extras_html, portbench_lines
+    from agents.portbench.report import portbench_lines
+    from scoring.board.extras import extras_html
 
     failed = [score_decision({"protocol": "portbench", "failed_step": "views"}, T + i * DAY,
                              closes(5), CLASSES) for i in range(3)]

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from agents.base import CASH, Observation
+from agents.config import AgentConfig
 from agents.llm_output import InvalidOutput
 from agents.stockbench.agent import StockBenchAgent, check_orders, execution_problem, to_weights
-from daemon.config.settings import AgentConfig
 from tests.agents.test_llm_agent import T, equity_obs
 from tests.llm_server import Behaviour, FakeLlmServer, ok
 
@@ -256,7 +256,7 @@ async def test_probe_runs_the_agents_own_protocol(
     server: FakeLlmServer, monkeypatch: Any, tmp_path: Any
 ) -> None:
     from agents.probe import run_probe_command
-    from agents.protocols import load_prompt_set
+    from agents.stepwise import load_prompt_set
     from daemon.config.settings import load_config
     from tests.agents.test_llm_agent import _store_decisions
 

@@ -15,11 +15,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from daemon.config.settings import DEFAULT_ASSET_CLASSES, Config, ConfigError, parse_config
+from daemon.config.settings import Config, ConfigError, parse_config
+from daemon.core.universe import DEFAULT_ASSET_CLASSES
 from daemon.store.reports import leaderboard, live_figures, load_report
-from daemon.store.store import MIGRATIONS, record_probe
-from scoring.board.leaderboard import LIVE_FIELDS, to_json, to_table
+from daemon.store.schema import MIGRATIONS
+from daemon.store.store import record_probe
+from scoring.board.leaderboard import LIVE_FIELDS
 from scoring.board.report_html import render_html
+from scoring.board.text import to_json, to_table
 from scoring.stats.benchmarks import composite_rank, historical_var, regime_label
 from scoring.stats.inference import bootstrap_ci
 from scoring.stats.metrics import sharpe, simple_returns

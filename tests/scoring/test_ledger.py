@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scoring.ledger.ledger import CASH, Book, CostModel, Fill, RebalanceRejected
+from scoring.ledger.ledger import Book
+from scoring.ledger.types import CASH, CostModel, Fill, RebalanceRejected
 
 REALISTIC = CostModel.preset("realistic")
 NO_COST = CostModel()

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from scoring.ledger.batch import rebalance_many
-from scoring.ledger.ledger import CASH, Book, CostModel, Fill, RebalanceRejected
+from scoring.ledger.ledger import Book
+from scoring.ledger.types import CASH, CostModel, Fill, RebalanceRejected
 
 
 def book(cost: str = "realistic") -> Book:

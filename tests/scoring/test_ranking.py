@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from daemon.config.settings import ConfigError, parse_config
+from daemon.store.records import DecisionRecord, RoundCommit
 from daemon.store.reports import leaderboard, live_figures, load_report
-from daemon.store.store import DecisionRecord, RoundCommit
-from scoring.board.leaderboard import to_json, to_table
 from scoring.board.report_html import render_html
+from scoring.board.text import to_json, to_table
 from tests.scoring.test_leaderboard import build_store
 
 PRICES = {"A": [100.0, 104.0, 101.0, 108.0, 110.0, 107.0],

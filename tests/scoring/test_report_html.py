@@ -17,8 +17,8 @@ from daemon.app.cli import main
 from daemon.app.replay import replay
 from daemon.config.settings import load_config
 from daemon.store.reports import load_report
-from scoring.board.leaderboard import to_json
 from scoring.board.report_html import CHART_KINDS, render_html
+from scoring.board.text import to_json
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "sample.jsonl.gz"

@@ -14,9 +14,9 @@ from daemon.app.cli import main
 from daemon.app.replay import replay
 from daemon.config.settings import load_config
 from daemon.store.reports import load_report
-from scoring.board.leaderboard import to_table
 from scoring.board.report_html import render_html
 from scoring.board.run_groups import spread
+from scoring.board.text import to_table
 from tests.recordings import TINY_CONFIG, make_recording
 
 GROUPED = TINY_CONFIG.replace('id = "ew"\nkind = "equal_weight"',

@@ -20,8 +20,8 @@ import pytest
 
 from daemon.config.settings import Config, ConfigError, parse_config
 from daemon.store.reports import leaderboard, live_figures, load_report
-from scoring.board.leaderboard import LEGEND, to_table
 from scoring.board.report_html import COLUMNS, render_html
+from scoring.board.text import LEGEND, to_table
 from scoring.stats.benchmarks import composite_rank
 from scoring.stats.diversification import class_correlations, diversification_from_returns
 from scoring.stats.inference import paired_bootstrap
@@ -574,7 +574,7 @@ def test_allocation_tooltips_name_the_asset_and_its_weight(hand: Path) -> None:
 
 
 def test_allocation_colours_stay_distinct_beyond_the_palette() -> None:
-    from scoring.board.leaderboard import AgentCurves
+    from scoring.board.load import AgentCurves
     from scoring.board.report_html import ASSET_COLOURS, _asset_colours
 
     assets = [f"T{i:02d}" for i in range(len(ASSET_COLOURS) + 13)]

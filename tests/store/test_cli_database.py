@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.store.store import SCHEMA_VERSION
+from daemon.store.schema import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "sample.jsonl.gz"

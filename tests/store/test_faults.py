@@ -30,7 +30,8 @@ from daemon.config.settings import parse_config
 from daemon.core.events import PriceEvent
 from daemon.core.sparse_rows import FILLS, fill_map
 from daemon.engine.engine import Engine
-from daemon.store.store import Store, StoreLockedError, StoreWriteError
+from daemon.store.dbfile import StoreLockedError
+from daemon.store.store import Store, StoreWriteError
 from daemon.timing.clock import SimClock
 from tests.recordings import TINY_CONFIG, make_recording
 

@@ -15,7 +15,7 @@ from daemon.app.replay import replay
 from daemon.config.settings import load_config
 from daemon.store.pg import scope_schema
 from daemon.store.reports import leaderboard
-from scoring.board.leaderboard import to_json
+from scoring.board.text import to_json
 from tests.pg import pg_database, requires_pg
 from tests.recordings import TINY_CONFIG, make_recording
 

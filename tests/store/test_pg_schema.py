@@ -14,7 +14,8 @@ import pytest
 from daemon.store.dbfile import StoreOpenError
 from daemon.store.pg import scope_schema
 from daemon.store.reports import load_report
-from daemon.store.store import SCHEMA_VERSION, Store
+from daemon.store.schema import SCHEMA_VERSION
+from daemon.store.store import Store
 from tests.pg import pg_database, requires_pg
 
 ROOT = Path(__file__).resolve().parents[2]

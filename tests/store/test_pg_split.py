@@ -25,7 +25,7 @@ from daemon.app.replay_publish import ReplayPublisher
 from daemon.app.replay_roles import replay_evaluate
 from daemon.store.pg import scope_schema
 from daemon.store.reports import leaderboard
-from scoring.board.leaderboard import to_json
+from scoring.board.text import to_json
 from tests.app.test_roles import GROUPS, Broker, Rec, _close, broker, rec  # noqa: F401 (fixtures)
 from tests.mosquitto import requires_broker
 from tests.pg import pg_database, requires_pg

@@ -15,18 +15,12 @@ import pytest
 from daemon.config.settings import parse_config
 from daemon.core.events import PriceEvent
 from daemon.engine.engine import Engine
-from daemon.store.dbfile import StoreOpenError
+from daemon.store.dbfile import StoreLockedError, StoreOpenError
 from daemon.store.pg import quote_reserved, translate_ddl, translate_params
 from daemon.store.pg_owners import StoreOwnershipError
-from daemon.store.store import (
-    SCHEMA_VERSION,
-    DecisionRecord,
-    FillRecord,
-    RoundCommit,
-    Store,
-    StoreLockedError,
-    StoreWriteError,
-)
+from daemon.store.records import DecisionRecord, FillRecord, RoundCommit
+from daemon.store.schema import SCHEMA_VERSION
+from daemon.store.store import Store, StoreWriteError
 from daemon.timing.clock import SimClock
 from tests.pg import pg_database, requires_pg
 

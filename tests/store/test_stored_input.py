@@ -113,7 +113,8 @@ def test_parts_that_overlap_or_are_not_objects_are_refused() -> None:
 
 async def test_probe_rebuilds_a_split_input_from_a_v6_store(tmp_path: Path) -> None:
     from agents.probe import load_frozen_input
-    from daemon.store.store import DecisionRecord, RoundCommit, Store
+    from daemon.store.records import DecisionRecord, RoundCommit
+    from daemon.store.store import Store
 
     v = view()
     obs = v.observation("a1", holdings={}, cash=500.0, value=500.0, initial_value=500.0,
@@ -144,7 +145,9 @@ async def test_a_v10_store_migrates_and_reads_its_old_rows_beside_new_ones(
     import sqlite3
 
     from agents.stored_input import load_input
-    from daemon.store.store import SCHEMA_VERSION, DecisionRecord, RoundCommit, Store
+    from daemon.store.records import DecisionRecord, RoundCommit
+    from daemon.store.schema import SCHEMA_VERSION
+    from daemon.store.store import Store
 
     v = MarketView.build("polymarket", 1_700_000_000.0, TOKENS,
                          {t: PricePoint(1.0, 0.5) for t in TOKENS}, {}, {}, (), {})

@@ -19,24 +19,20 @@ import pytest
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from daemon.alerts.rules import (
+from agents.config import AgentConfig
+from daemon.alerts.config import AlertsConfig, WebhookConfig, drawdown_limit, parse_alerts_config
+from daemon.alerts.delivery import WebhookNotifier, build_notifiers, safe_url
+from daemon.alerts.kinds import (
     AGENT_RESUMED,
     DRAWDOWN_BREACH,
     DRAWDOWN_RECOVERED,
     FEED_RECOVERED,
     FEED_STALE,
     Alert,
-    AlertMonitor,
-    AlertsConfig,
-    WebhookConfig,
-    WebhookNotifier,
-    build_notifiers,
-    drawdown_limit,
-    parse_alerts_config,
-    safe_url,
 )
+from daemon.alerts.rules import AlertMonitor
 from daemon.app.components import default_components
-from daemon.config.settings import AgentConfig, Config, ConfigError, parse_config
+from daemon.config.settings import Config, ConfigError, parse_config
 from daemon.core.events import AlertEvent, PriceEvent
 from daemon.engine.engine import Engine
 from daemon.store.store import Store

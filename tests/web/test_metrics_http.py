@@ -14,10 +14,11 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.config.settings import Config, HttpConfig, parse_config
+from daemon.config.runtime import HttpConfig
+from daemon.config.settings import Config, parse_config
 from daemon.core.events import DecisionEvent
 from daemon.engine.engine import Engine
-from daemon.store.store import DecisionRecord, RoundCommit
+from daemon.store.records import DecisionRecord, RoundCommit
 from daemon.web import http as http_mod
 from daemon.web.metrics import LlmUsage, Metrics
 from daemon.web.observability import Observability

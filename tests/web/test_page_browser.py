@@ -299,7 +299,7 @@ def test_provisional_agents_are_listed_below_the_ranked_ones(arena: Arena,
 
 
 def test_agent_page_pages_through_a_long_history(arena: Arena, browser: Any) -> None:
-    from daemon.store.store import DecisionRecord, RoundCommit
+    from daemon.store.records import DecisionRecord, RoundCommit
 
     assert arena.engine is not None
     old = [DecisionRecord("cash", "equity", T0 - (i + 1) * 3600.0, T0 - (i + 1) * 3600.0,

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from daemon.core.events import FillEvent
-from daemon.store.store import DecisionRecord, RoundCommit
+from daemon.store.records import DecisionRecord, RoundCommit
 from daemon.web import page as page_mod
 from tests.web.test_alerts import T0, FakeSource, buy, make_config, tick
 from tests.web.test_metrics_http import Daemon, start_daemon, stop_daemon
