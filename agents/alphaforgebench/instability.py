@@ -231,3 +231,18 @@ def temperature_agreements(agents: Sequence[AgentConfig], temperatures: Sequence
                 if a and b:
                     out.setdefault(cfg.id, {})[f"{t1}/{t2}"] = ins.temperature_agreement(a, b)
     return out
+
+
+#: The scope of a shared store that ``alphaforge-instability`` results go into.
+INSTABILITY_SCOPE = "alphaforge-instability"
+
+INSERT_SQL = ("INSERT INTO instability_runs(ts, input_sha256, prompt_sha256, repeats, result_json)"
+              " VALUES(?,?,?,?,?)")
+
+
+def instability_row(result: dict[str, Any], ts: float) -> tuple[str, tuple[Any, ...]]:
+    """Return the statement storing ``result`` (made at ``ts``) in ``instability_runs``."""
+    prompt = result.get("prompt_sha256")
+    return INSERT_SQL, (ts, result["input_sha256"],
+                        prompt if isinstance(prompt, str) else json.dumps(prompt),
+                        result["repeats"], json.dumps(result, sort_keys=True))

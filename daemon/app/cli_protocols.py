@@ -12,7 +12,6 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from daemon.app.cli_common import _fail, _load
 
@@ -51,9 +50,15 @@ def _stress_gate(args: argparse.Namespace) -> int:
 
 def alphaforge_instability(args: argparse.Namespace) -> int:
     """Run the generations, print the result as JSON and store it; 0, or 2 with one line."""
-    from agents.alphaforgebench.instability import InstabilityError, run_instability
+    from agents.alphaforgebench.instability import (
+        INSTABILITY_SCOPE,
+        InstabilityError,
+        instability_row,
+        run_instability,
+    )
     from daemon.config.settings import load_config
     from daemon.core.logs import configure_logging, register_config_secrets
+    from daemon.store.append import append_rows
     from feeds.recording import RecordingError
 
     try:
@@ -79,54 +84,12 @@ def alphaforge_instability(args: argparse.Namespace) -> int:
     except (InstabilityError, RecordingError) as exc:
         return _fail(str(exc))
     try:
-        store_result(args.db, result, time.time())
+        append_rows(args.db, [instability_row(result, time.time())], scope=INSTABILITY_SCOPE)
     except Exception as exc:  # a database that cannot take the row: the result is still printed
         sys.stdout.write(json.dumps(result, sort_keys=True, indent=2) + "\n")
         return _fail(f"--db {args.db}: not stored: {exc}")
     sys.stdout.write(json.dumps(result, sort_keys=True, indent=2) + "\n")
     return 0
-
-
-#: The scope of a shared store that ``alphaforge-instability`` results go into.
-INSTABILITY_SCOPE = "alphaforge-instability"
-
-
-def store_result(db: str | Path, result: dict[str, Any], ts: float) -> None:
-    """Append ``result`` to ``instability_runs`` of ``db`` (created or migrated first).
-
-    A shared PostgreSQL store (``postgresql://``) gets it in a scope of its own, so a daemon
-    writing into that store keeps its scope; readers merge every scope
-    (``daemon.store.pg_snapshot``).
-    """
-    from daemon.store.store import Store
-
-    prompt = result.get("prompt_sha256")
-    row = (ts, result["input_sha256"], prompt if isinstance(prompt, str) else json.dumps(prompt),
-           result["repeats"], json.dumps(result, sort_keys=True))
-    sql = ("INSERT INTO instability_runs(ts, input_sha256, prompt_sha256, repeats, result_json)"
-           " VALUES(?,?,?,?,?)")
-    if str(db).startswith(("postgresql://", "postgres://")):
-        async def write() -> None:
-            store = await Store.open(str(db), scope=INSTABILITY_SCOPE)
-            try:
-                await store.execute_atomic([(sql, row)])
-            finally:
-                await store.close()
-
-        asyncio.run(write())
-        return
-
-    async def migrate() -> None:
-        store = await Store.open(str(db), lock=False)
-        await store.close()
-
-    asyncio.run(migrate())  # a sync caller (the CLI): the migration in its own loop
-    con = sqlite3.connect(str(db), timeout=30)
-    try:
-        with con:
-            con.execute(sql, row)
-    finally:
-        con.close()
 
 
 def _probe(args: argparse.Namespace) -> int:

@@ -174,7 +174,11 @@ async def test_a_config_without_alphaforge_agents_is_refused(tmp_path: Path) -> 
 def test_a_result_is_stored_in_a_shared_store_and_read_back() -> None:
     """Issue 19: ``--db postgresql://...`` stores the result in the shared store (its own scope,
     so a daemon running on that store is not disturbed); the merged read finds it."""
-    from daemon.app.cli_protocols import store_result
+    from agents.alphaforgebench.instability import INSTABILITY_SCOPE, instability_row
+    from daemon.store.append import append_rows
+
+    def store_result(db: str, result: dict[str, Any], ts: float) -> None:
+        append_rows(db, [instability_row(result, ts)], scope=INSTABILITY_SCOPE)
     from daemon.store.read import open_for_reading
 
     result = {"input_sha256": "i" * 64, "prompt_sha256": "p" * 64, "repeats": 2, "bars": 6}
