@@ -1,6 +1,7 @@
 """The protocols' commands and the LLM consistency probe: PortBench's ``stage-scores`` and
 ``stress-gate``, AlphaForgeBench's ``alphaforge-instability`` (repeated strategy generations on a
-frozen input, stored by :func:`store_result`) and ``probe`` (a stored decision input re-issued).
+frozen input, stored with :func:`daemon.store.append.append_rows`) and ``probe`` (a stored decision
+input re-issued).
 """
 
 from __future__ import annotations
