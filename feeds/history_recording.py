@@ -1,15 +1,12 @@
 """Build a replayable recording from historical daily bars (Yahoo's keyless chart history).
 
 For each NYSE session in ``[start, end]`` and each ticker, one
-:class:`~daemon.core.events.PriceEvent`
-is written at the session's official close time (from
-:func:`daemon.timing.nyse.get_nyse_calendar`)
-with the bar's close; the recording ends with a :class:`~daemon.core.events.ClockEvent` one hour
-after
-the last close so a replay marks the last day. Bars on days the calendar does not list as
-sessions are skipped (crypto weekends), and a bar is dated by its own trading day
-(:data:`BAR_DAY_SHIFT`). Every problem (unknown ticker, no bars in the window, unreachable server,
-an empty or inverted window) raises :class:`HistoryError` with one line.
+:class:`~daemon.core.events.PriceEvent` is written at the session's official close time (from
+:func:`daemon.timing.nyse.get_nyse_calendar`) with the bar's close; the recording ends with a
+:class:`~daemon.core.events.ClockEvent` one hour after the last close so a replay marks the last
+day. Bars on days the calendar does not list as sessions are skipped (crypto weekends), and a bar is
+dated by its own trading day (:data:`BAR_DAY_SHIFT`). Every problem (unknown ticker, no bars in the
+window, unreachable server, an empty or inverted window) raises :class:`HistoryError` with one line.
 """
 
 from __future__ import annotations

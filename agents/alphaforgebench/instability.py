@@ -1,16 +1,15 @@
 """Repeated AlphaForgeBench strategy generations on one frozen input (issue 14, point 7).
 
-``paperarena alphaforge-instability --config F --recording R --db D`` asks every
-``protocol = "alphaforgebench"`` agent of the config for ``--repeats`` strategies (5, as in the
-paper) at each temperature (0 and 0.7), each from the identical prompt, runs every strategy in
-the sandbox over the same frozen daily bars (the daily closes of the recording's equities: the
-last price of each asset per UTC day), and measures how the runs of one model agree
+``paperarena alphaforge-instability --config F --recording R --db D`` asks every ``protocol =
+"alphaforgebench"`` agent of the config for ``--repeats`` strategies (5, as in the paper) at each
+temperature (0 and 0.7), each from the identical prompt, runs every strategy in the sandbox over the
+same frozen daily bars (the daily closes of the recording's equities: the last price of each asset
+per UTC day), and measures how the runs of one model agree
 (:mod:`agents.alphaforgebench.instability_stats`): pairwise agreement of signals, the share of
-disagreement steps,
-the Jaccard index of the active steps, the agreement of the majority signals between two
-temperatures, and, across models, the SNR of the runs' returns. The
-result is printed as JSON and stored in ``instability_runs`` (schema v6); the report and
-``/api/alphaforge`` show the latest.
+disagreement steps, the Jaccard index of the active steps, the agreement of the majority signals
+between two temperatures, and, across models, the SNR of the runs' returns. The result is printed as
+JSON and stored in ``instability_runs`` (schema v6); the report and ``/api/alphaforge`` show the
+latest.
 
 A generation that fails (no valid code after ``max_attempts``) is counted and left out of the
 figures; a step where the strategy failed counts as signal 0 (the position is held).

@@ -1,8 +1,7 @@
 """The ``[capitalbench]`` config section: CapitalBench rounds (docs/protocol-capitalbench.md).
 
 Kept apart from :mod:`daemon.config.settings` (which only names the section) so the round mode's
-settings
-live with it. Checks that need the rest of the config (options inside the equity universe,
+settings live with it. Checks that need the rest of the config (options inside the equity universe,
 agents following the ``capitalbench`` protocol) are made by :func:`capital_problems`.
 """
 

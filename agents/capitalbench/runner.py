@@ -1,10 +1,8 @@
 """CapitalBench rounds in the daemon: freeze, collect one call per model, store the prices.
 
-The engine runs one scheduler job per configured track (``capital:weekly``,
-``capital:monthly``; :class:`agents.capitalbench.rounds.TrackTrigger`: the first NYSE session of
-each
-week or month at the track's time) and calls :meth:`CapitalRunner.on_mark` after each equity
-daily mark. A round:
+The engine runs one scheduler job per configured track (``capital:weekly``, ``capital:monthly``;
+:class:`agents.capitalbench.rounds.TrackTrigger`: the first NYSE session of each week or month at
+the track's time) and calls :meth:`CapitalRunner.on_mark` after each equity daily mark. A round:
 
 1. is planned and frozen (:mod:`agents.capitalbench.rounds`) before any model is called; the round
    row is stored with the SHA-256 of its ``hashes.json``;

@@ -2,8 +2,7 @@
 
 A ``portbench`` decision stores its whole workflow in ``decisions.raw_output`` (see
 :mod:`agents.portbench.agent`). Its scores are computed from that summary and the daily closes of
-the
-store (the last recorded price of each UTC day):
+the store (the last recorded price of each UTC day):
 
 - S1 ``1 - mean|v - v*| / 2``, ``v* = clip(r / VIEW_SCALE, -1, 1)`` from each asset's return
   ``r`` over the horizon (the next ``horizon`` daily closes after the decision);
@@ -19,11 +18,10 @@ store (the last recorded price of each UTC day):
   simulation over the lookback window (known at decision time, so never pending);
 - CEPS ``clip(mean - 0.1 * sum of drops, 0, 1)`` (:func:`ceps`).
 
-S1..S4 and CEPS need the horizon's closes: until the horizon has passed they are ``None``
-(pending). Delayed scoring: the daemon stores them in ``stage_scores`` once the horizon has passed
+S1..S4 and CEPS need the horizon's closes: until the horizon has passed they are ``None`` (pending).
+Delayed scoring: the daemon stores them in ``stage_scores`` once the horizon has passed
 (:mod:`agents.portbench.stage_scoring`, through :func:`score_rows`, the single computation); the
-report
-reads those rows and shows a decision without them as pending. A store without the table is
+report reads those rows and shows a decision without them as pending. A store without the table is
 scored from its inputs at each report, as is ``--recompute``.
 
 ``paperarena report`` appends the table per agent; ``paperarena stage-scores --db pb.db

@@ -3,9 +3,8 @@
 Drawdown
     Every agent has a drawdown limit per market: ``AgentConfig.max_drawdown`` when given, else its
     risk profile's (:data:`scoring.stats.benchmarks.RISK_PROFILES`: conservative 0.10, balanced
-    0.20,
-    aggressive 0.35). Drawdown is measured on mark-to-market equity (cash + positions at the last
-    prices, unrealised P&L included) from the running peak, which is restored from the store's
+    0.20, aggressive 0.35). Drawdown is measured on mark-to-market equity (cash + positions at the
+    last prices, unrealised P&L included) from the running peak, which is restored from the store's
     ``equity`` table on start. A bus tap on ``price.#`` compares timestamps only; when the engine
     clock has moved ``check_interval`` past a market's last check, that market is evaluated inline
     (a vector read of the book), so a replay raises the same alerts at the same (engine clock) times

@@ -1,8 +1,7 @@
 """Durations in config files: ``"90s"``, ``"15m"``, ``"2h"``, ``"1d"`` or a number of seconds.
 
 Kept apart from :mod:`daemon.config.settings` so that the ``[sources.*]`` settings (``feeds/``),
-which
-``daemon.config.settings`` imports, parse durations the same way without an import cycle.
+which ``daemon.config.settings`` imports, parse durations the same way without an import cycle.
 """
 
 from __future__ import annotations

@@ -15,13 +15,12 @@ write into PostgreSQL instead of a SQLite file. :class:`PgConnection` offers the
   identity ``id`` returns it as ``lastrowid``;
 - identifiers PostgreSQL reserves (``offset``) are quoted; ``BEGIN IMMEDIATE`` is ``BEGIN``.
 
-Each process writes into its own **scope**, a PostgreSQL schema (``pa_<process id>``) put first
-on its ``search_path``: its runs, checkpoint, books and market events stay its own, exactly as in
-its own SQLite file, and concurrent processes never touch each other's rows. A session advisory
-lock on the scope refuses a second process with the same scope (the file lock of SQLite). Agent
-ownership is enforced by the database (:mod:`daemon.store.pg_owners`). Readers merge every scope
-into
-one leaderboard (:mod:`daemon.store.pg_snapshot`).
+Each process writes into its own **scope**, a PostgreSQL schema (``pa_<process id>``) put first on
+its ``search_path``: its runs, checkpoint, books and market events stay its own, exactly as in its
+own SQLite file, and concurrent processes never touch each other's rows. A session advisory lock on
+the scope refuses a second process with the same scope (the file lock of SQLite). Agent ownership is
+enforced by the database (:mod:`daemon.store.pg_owners`). Readers merge every scope into one
+leaderboard (:mod:`daemon.store.pg_snapshot`).
 
 Database errors are raised as :class:`PgError`, a ``sqlite3.OperationalError``, so the store's
 one-line error handling (rollback, fault, :class:`StoreWriteError`) covers both backends.
@@ -411,8 +410,7 @@ async def connect(url: str, *, scope: str, password_env: str | None = None,
     """Connect to ``url``, create and enter ``scope``'s schema, and lock the scope.
 
     Raises :class:`daemon.store.dbfile.StoreOpenError` (one line) if the server cannot be reached,
-    the
-    URL is unusable, or another live process holds the scope.
+    the URL is unusable, or another live process holds the scope.
     """
     import asyncpg  # type: ignore[import-untyped]
 

@@ -1,8 +1,7 @@
 """Render the leaderboard as one self-contained, offline HTML file with inline SVG charts.
 
-No script and no external asset: styles are inline, charts are SVG built as strings here. The
-output depends only on the :class:`~scoring.board.leaderboard.Report` (no clock, no paths), so the
-same
+No script and no external asset: styles are inline, charts are SVG built as strings here. The output
+depends only on the :class:`~scoring.board.leaderboard.Report` (no clock, no paths), so the same
 database and window give byte-identical HTML.
 
 Every chart is an ``<svg class="chart" data-chart=KIND data-market=MARKET>``; each agent's series
