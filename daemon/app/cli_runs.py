@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING
 from daemon.app.cli_common import _fail, _keys_problem, _load, _window_problem, package_version
 from daemon.app.signals import run_stoppable
 
+if TYPE_CHECKING:
+    from daemon.config.settings import Config
+
 
 def _recording_problem(path: str) -> str | None:
     p = Path(path)
@@ -30,6 +33,32 @@ def _db_flag(args: argparse.Namespace) -> str:
     return "--db" if getattr(args, "db", None) else "store.path"
 
 
+def _replay_db(args: argparse.Namespace, cfg: Config) -> tuple[str, str]:
+    """Return the database of ``replay``/``replay-evaluate`` and the argument naming it.
+
+    ``--db`` wins (saying so in one line on stderr when it overrides ``[store] url``), then
+    ``[store] url``, then ``replay.db``. ``[store] path`` is the live store, never a replay's.
+    """
+    from daemon.store.pg import redact
+
+    url = cfg.store.url
+    if args.db:
+        if url and args.db != url:
+            sys.stderr.write(f"paperarena: --db {redact(args.db)} overrides [store] url "
+                             f"{redact(url)}\n")
+        return args.db, "--db"
+    if url:
+        return url, "store.url"
+    return "replay.db", "--db"
+
+
+def _destination(db: str) -> str:
+    """Name ``db`` in a message: a URL without its password."""
+    from daemon.store.pg import is_url, redact
+
+    return redact(db) if is_url(db) else db
+
+
 def _replay(args: argparse.Namespace) -> int:
     from daemon.app.replay import ReplayError, replay
     from daemon.core.logs import configure_logging, register_config_secrets
@@ -44,7 +73,7 @@ def _replay(args: argparse.Namespace) -> int:
         return _fail(problem)
     configure_logging(cfg.logging.level, cfg.logging.format)
     register_config_secrets(cfg)
-    db = args.db or "replay.db"
+    db, flag = _replay_db(args, cfg)
     try:
         from daemon.app.components import default_components
 
@@ -54,7 +83,7 @@ def _replay(args: argparse.Namespace) -> int:
                                        components=default_components(cfg, mode="replay"),
                                        accept_damaged=args.accept_damaged))
     except StoreOpenError as exc:
-        return _fail(f"--db {exc}")
+        return _fail(f"{flag} {exc}")
     except (ReplayError, RecordingError, StoreWriteError) as exc:
         return _fail(str(exc))
     if summary.complete:
@@ -62,7 +91,8 @@ def _replay(args: argparse.Namespace) -> int:
         return 0
     sys.stderr.write(
         f"replayed {summary.events} events (resumed at {summary.resumed_from}), "
-        f"{summary.decisions} scheduled jobs, {summary.events_per_s:,.0f} events/s into {db}\n"
+        f"{summary.decisions} scheduled jobs, {summary.events_per_s:,.0f} events/s "
+        f"into {_destination(db)}\n"
     )
     return 0
 
@@ -130,6 +160,7 @@ def _replay_roles(args: argparse.Namespace) -> int:
         return _fail(problem)
     configure_logging(cfg.logging.level, cfg.logging.format)
     register_config_secrets(cfg)
+    db, flag = _replay_db(args, cfg) if args.cmd == "replay-evaluate" else ("", "--db")
     try:
         summary: PublishSummary | EvaluateSummary
         if args.cmd == "replay-publish":
@@ -140,14 +171,15 @@ def _replay_roles(args: argparse.Namespace) -> int:
                 wait_timeout=args.wait))
         else:
             summary = run_stoppable(replay_evaluate(
-                cfg, args.db or "replay.db", version=package_version(),
+                cfg, db, version=package_version(),
                 stall_timeout=args.stall_timeout,
                 components=default_components(cfg, mode="replay")))
     except StoreOpenError as exc:
-        return _fail(f"--db {exc}")
+        return _fail(f"{flag} {exc}")
     except (ReplayError, RoleError, RecordingError) as exc:
         return _fail(str(exc))
-    sys.stderr.write(summary_line(summary) + "\n")
+    into = "" if args.cmd == "replay-publish" else f" into {_destination(db)}"
+    sys.stderr.write(summary_line(summary) + into + "\n")
     return 0
 
 
