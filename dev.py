@@ -9,8 +9,9 @@
     python3 dev.py paperarena <args...>       # any paperarena command inside the venv
 
 The venv is (re)installed when pyproject.toml changes. ``test`` also installs what the end-to-end
-tests need from Debian packages (Prometheus, Alertmanager, Mosquitto, Chromium and its driver) when
-run as root; elsewhere it says what to install and those tests are skipped with that reason.
+tests need from Debian packages (Prometheus, Alertmanager, Mosquitto, Chromium and its driver,
+ShellCheck) when run as root; elsewhere it says what to install and those tests are skipped with
+that reason.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ APT_PACKAGES = {
     "mosquitto": "mosquitto",
     "chromium": "chromium",  # the live page's browser tests (tests/web/test_page_browser.py)
     "chromedriver": "chromium-driver",
+    "shellcheck": "shellcheck",  # deploy/install.sh's lint (tests/project/test_install.py)
 }
 
 
@@ -58,7 +60,7 @@ def ensure_venv() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     if STAMP.exists() and STAMP.read_text() == _fingerprint():
         return
-    _say(f"installing paperarena[{EXTRAS}] into .venv (first run takes a minute)")
+    _say(f"installing paperarena[{EXTRAS}] into .venv (first run: about 2 minutes)")
     subprocess.run(
         [str(PY), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-e",
          f".[{EXTRAS}]"],

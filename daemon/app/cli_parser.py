@@ -18,6 +18,30 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keep the epilog's line breaks; append "(default: ...)" where a help text does not say it.
+
+    Unlike :class:`argparse.ArgumentDefaultsHelpFormatter`, a ``None`` or ``False`` default (an
+    unset option, a flag) is not shown, and a help text that already states its default in
+    words is left alone.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_ = action.help or ""
+        default = action.default
+        if (default is None or default is False or default is argparse.SUPPRESS
+                or "default" in help_ or not action.option_strings):
+            return help_
+        return f"{help_} (default: %(default)s)"
+
+
+def _command(sub: argparse._SubParsersAction[_Parser], name: str, help_: str,
+             example: str) -> _Parser:
+    """Add subcommand ``name``: ``help_`` in the command list, ``example`` as its help's epilog."""
+    return sub.add_parser(name, help=help_, description=help_, formatter_class=_HelpFormatter,
+                          epilog=f"example:\n  {example}")
+
+
 def _speed(value: str) -> float | None:
     if value == "max":
         return None
@@ -55,11 +79,17 @@ def _when(value: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of every subcommand."""
-    p = _Parser(prog="paperarena", description="Live paper-trading evaluation of trading agents.")
+    p = _Parser(prog="paperarena", description="Live paper-trading evaluation of trading agents.",
+                formatter_class=_HelpFormatter,
+                epilog="example:\n  paperarena replay examples/sample.jsonl.gz"
+                       " --config examples/sample-replay.toml --db sample.db\n"
+                       "  paperarena report --db sample.db\n"
+                       "'paperarena <command> --help' shows each command's options.")
     p.add_argument("--version", action="version", version=f"paperarena {package_version()}")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
-    run = sub.add_parser("run", help="run the daemon on the live clock")
+    run = _command(sub, "run", "run the daemon on the live clock",
+                   "paperarena run --config examples/default.toml --db paperarena.db")
     run.add_argument("--config", "-c", help="TOML config file (default: built-in defaults)")
     run.add_argument("--db", help="SQLite database or postgresql:// URL (overrides store.path"
                      " and store.url)")
@@ -70,11 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop after this many seconds (default: run until signalled)")
     _role_arguments(run)
 
-    rp = sub.add_parser("replay", help="replay a recording through the whole pipeline")
-    rp.add_argument("recording")
-    rp.add_argument("--config", "-c")
+    rp = _command(sub, "replay", "replay a recording through the whole pipeline",
+                  "paperarena replay examples/sample.jsonl.gz --config examples/sample-replay.toml"
+                  " --db sample.db")
+    rp.add_argument("recording", help="recording file (.jsonl or .jsonl.gz)")
+    rp.add_argument("--config", "-c", help="TOML config file (default: built-in defaults)")
     rp.add_argument("--db", default=None,
-                    help="SQLite database or postgresql:// URL (default: replay.db)")
+                    help="SQLite database or postgresql:// URL (default: the config's [store] url, "
+                         "else replay.db)")
     rp.add_argument("--speed", type=_speed, default=None, metavar="max|FACTOR",
                     help="'max' (default) or a speed-up factor over recorded time")
     rp.add_argument("--start", type=_when, default=None, help="replay from this time (ISO 8601)")
@@ -84,9 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--accept-damaged", action="store_true",
                     help="replay a cut recording up to its last whole event (default: exit 2)")
 
-    rpub = sub.add_parser("replay-publish",
-                          help="publish a recording over MQTT to replay-evaluate processes")
-    rpub.add_argument("recording")
+    rpub = _command(sub, "replay-publish",
+                    "publish a recording over MQTT to replay-evaluate processes",
+                    "paperarena replay-publish examples/sample.jsonl.gz --config split.toml"
+                    " --evaluators 2")
+    rpub.add_argument("recording", help="recording file (.jsonl or .jsonl.gz)")
     rpub.add_argument("--config", "-c", help="TOML config file with an [mqtt] section")
     rpub.add_argument("--evaluators", type=int, default=1, metavar="N",
                       help="wait for N evaluators before streaming (default: 1)")
@@ -96,77 +131,98 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how long to wait for the evaluators (default: 120)")
     rpub.add_argument("--process-id", default=None, help="MQTT process id (default: derived)")
 
-    rev = sub.add_parser("replay-evaluate",
-                         help="replay a recording received from replay-publish over MQTT")
+    rev = _command(sub, "replay-evaluate",
+                   "replay a recording received from replay-publish over MQTT",
+                   "paperarena replay-evaluate --config split.toml --db eval-1.db"
+                   " --agents momentum")
     rev.add_argument("--config", "-c", help="TOML config file with an [mqtt] section")
     rev.add_argument("--db", default=None,
-                     help="SQLite database or postgresql:// URL (default: replay.db)")
+                     help="SQLite database or postgresql:// URL (default: the config's "
+                          "[store] url, else replay.db)")
     rev.add_argument("--stall-timeout", type=float, default=30.0, metavar="SECONDS",
                      help="fail when missing events do not arrive in time (default: 30)")
     _keys_argument(rev)
     _role_arguments(rev)
 
-    rep = sub.add_parser("report", help="print the leaderboard")
-    rep.add_argument("--db", default="paperarena.db")
+    rep = _command(sub, "report", "print the leaderboard",
+                   "paperarena report --db sample.db --html report.html")
+    rep.add_argument("--db", default="paperarena.db",
+                     help="SQLite database or postgresql:// URL")
     rep.add_argument("--json", action="store_true", help="JSON instead of a table")
-    rep.add_argument("--start", type=_when, default=None)
-    rep.add_argument("--end", type=_when, default=None)
+    rep.add_argument("--start", type=_when, default=None,
+                     help="only from this time (ISO 8601; default: from the start)")
+    rep.add_argument("--end", type=_when, default=None,
+                     help="only until this time (ISO 8601; default: to the end)")
     rep.add_argument("--html", metavar="FILE", default=None,
                      help="also write a self-contained offline HTML report to FILE")
     rep.add_argument("--password-env", default=None, metavar="VAR",
                      help="for a postgresql:// --db: environment variable holding the password"
                      " (default: PGPASSWORD)")
 
-    cc = sub.add_parser("check-config", help="validate a config file")
-    cc.add_argument("file")
+    cc = _command(sub, "check-config", "validate a config file",
+                  "paperarena check-config examples/default.toml")
+    cc.add_argument("file", help="TOML config file")
     _keys_argument(cc)
 
-    rs = sub.add_parser("resume", help="resume an agent halted by a drawdown breach")
-    rs.add_argument("--agent", required=True)
+    rs = _command(sub, "resume", "resume an agent halted by a drawdown breach",
+                  "paperarena resume --agent momentum --config examples/default.toml")
+    rs.add_argument("--agent", required=True, help="id of the halted agent")
     rs.add_argument("--market", default=None, help="only this market (default: every market)")
     rs.add_argument("--config", "-c", help="config of the running daemon (for its HTTP address)")
 
-    st = sub.add_parser("status", help="print the running daemon's state (from its HTTP API)")
+    st = _command(sub, "status", "print the running daemon's state (from its HTTP API)",
+                  "paperarena status --url http://127.0.0.1:9464")
     st.add_argument("--config", "-c", help="config of the running daemon (for its HTTP address)")
     st.add_argument("--url", default=None, help="the daemon's base URL instead, e.g. "
                     "http://127.0.0.1:9464")
     st.add_argument("--json", action="store_true", help="print /api/status as JSON")
 
-    sg = sub.add_parser("stress-gate", help="PortBench's global stress gate over the stores of "
-                        "several replayed stress windows")
+    sg = _command(sub, "stress-gate", "PortBench's global stress gate over the stores of "
+                  "several replayed stress windows",
+                  "paperarena stress-gate china.db covid.db crypto.db")
     sg.add_argument("dbs", nargs="+", metavar="DB", help="the stores of the stress windows")
 
-    bk = sub.add_parser("backup", help="consistent online copy of the database (daemon may run)")
+    bk = _command(sub, "backup", "consistent online copy of the database (daemon may run)",
+                  "paperarena backup --db paperarena.db --out paperarena-backup.db")
     bk.add_argument("--out", "-o", required=True, help="backup file to write")
-    bk.add_argument("--db", default="paperarena.db")
+    bk.add_argument("--db", default="paperarena.db", help="SQLite database to copy")
     bk.add_argument("--no-verify", action="store_true", help="skip PRAGMA integrity_check")
 
-    ex = sub.add_parser("export", help="export decisions, fills and equity to CSV or Parquet")
-    ex.add_argument("--db", default="paperarena.db")
+    ex = _command(sub, "export", "export decisions, fills and equity to CSV or Parquet",
+                  "paperarena export --db sample.db --out exported --format parquet")
+    ex.add_argument("--db", default="paperarena.db", help="SQLite database to export")
     ex.add_argument("--out", "-o", required=True, help="output directory")
-    ex.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    ex.add_argument("--format", choices=["csv", "parquet"], default="csv",
+                    help="file format, one file per table")
     ex.add_argument("--what", default="decisions,fills,equity",
                     help="comma-separated tables (default: decisions,fills,equity)")
 
-    rec = sub.add_parser("record", help="record live market data to a replayable file")
+    rec = _command(sub, "record", "record live market data to a replayable file",
+                   "paperarena record --out today.jsonl.gz --duration 3600")
     rec.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
     rec.add_argument("--duration", type=_seconds, default=None,
                      help="seconds (default: until signal)")
-    rec.add_argument("--config", "-c")
+    rec.add_argument("--config", "-c", help="TOML config file of the sources to record"
+                     " (default: built-in defaults)")
     rec.add_argument("--db", default=None, help="SQLite database (default: <out>.db)")
 
-    hist = sub.add_parser("build-recording",
-                          help="build a recording from historical daily bars (Yahoo chart)")
+    hist = _command(sub, "build-recording",
+                    "build a recording from historical daily bars (Yahoo chart)",
+                    "paperarena build-recording --tickers SPY,TLT --start 2020-02-01"
+                    " --end 2020-05-31 --out covid.jsonl.gz")
     hist.add_argument("--tickers", required=True, help="comma-separated, e.g. AAPL,MSFT")
     hist.add_argument("--start", required=True, help="first day, YYYY-MM-DD")
     hist.add_argument("--end", required=True, help="last day (inclusive), YYYY-MM-DD")
     hist.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
     hist.add_argument("--config", "-c", help="config whose sources.equity.yahoo.chart_url is used")
 
-    vr = sub.add_parser("verify-round",
-                        help="check a CapitalBench round directory against its hashes.json")
+    vr = _command(sub, "verify-round",
+                  "check a CapitalBench round directory against its hashes.json",
+                  "paperarena verify-round rounds/weekly-2026-11-02")
     vr.add_argument("round_dir", help="rounds/<round_id>")
-    mg = sub.add_parser("migrate", help="copy a SQLite store into a shared PostgreSQL store")
+    mg = _command(sub, "migrate", "copy a SQLite store into a shared PostgreSQL store",
+                  "paperarena migrate --from sample.db"
+                  " --to postgresql://postgres@127.0.0.1/pa")
     mg.add_argument("--from", dest="source", required=True, metavar="SQLITE",
                     help="the SQLite database to copy (read only)")
     mg.add_argument("--to", dest="target", required=True, metavar="URL",
@@ -176,18 +232,23 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("--password-env", default=None,
                     help="environment variable holding the password (default: PGPASSWORD)")
 
-    pr = sub.add_parser("probe", help="re-issue a stored decision input K times (LLM consistency)")
-    pr.add_argument("--agent", required=True)
-    pr.add_argument("--repeats", type=int, default=5)
-    pr.add_argument("--db", default="paperarena.db")
-    pr.add_argument("--config", "-c")
-    ss = sub.add_parser("stage-scores", help="print PortBench's stage scores of a store")
-    ss.add_argument("--db", required=True)
+    pr = _command(sub, "probe", "re-issue a stored decision input K times (LLM consistency)",
+                  "paperarena probe --agent my-llm --repeats 5 --db llm.db --config llm.toml")
+    pr.add_argument("--agent", required=True, help="id of the LLM agent to probe")
+    pr.add_argument("--repeats", type=int, default=5, help="times K to re-issue the input")
+    pr.add_argument("--db", default="paperarena.db",
+                    help="SQLite database holding the agent's decisions")
+    pr.add_argument("--config", "-c", help="TOML config file defining the agent")
+    ss = _command(sub, "stage-scores", "print PortBench's stage scores of a store",
+                  "paperarena stage-scores --db pb.db --horizon 5")
+    ss.add_argument("--db", required=True, help="SQLite database of a PortBench run")
     ss.add_argument("--horizon", type=int, default=5, help="daily closes after a decision")
     ss.add_argument("--recompute", action="store_true",
                     help="compute every score from the store now, not the stored ones")
-    af = sub.add_parser("alphaforge-instability",
-                        help="repeat AlphaForgeBench strategy generations on a frozen input")
+    af = _command(sub, "alphaforge-instability",
+                  "repeat AlphaForgeBench strategy generations on a frozen input",
+                  "paperarena alphaforge-instability --config examples/alphaforgebench.toml"
+                  " --recording examples/portbench-sample.jsonl.gz")
     af.add_argument("--config", "-c", required=True,
                     help="config whose alphaforgebench agents are the models")
     af.add_argument("--recording", required=True, help="recording giving the frozen daily bars")

@@ -197,7 +197,12 @@ class Store(StoreQueries):
             except BaseException:
                 await self.db.execute("ROLLBACK")
                 raise
-            log.info("store migrated", path=self.path, version=version)
+        if current < SCHEMA_VERSION:  # one line per open, not one per schema version
+            if current == 0:
+                log.info("store migrated", path=self.path, version=SCHEMA_VERSION)
+            else:
+                log.info("store migrated", path=self.path, from_version=current,
+                         version=SCHEMA_VERSION)
 
     async def claim_agents(self, agents: Iterable[str]) -> None:
         """Own ``agents`` in a shared (PostgreSQL) store; a SQLite file is owned by its lock."""

@@ -89,3 +89,16 @@ def test_a_stale_path_is_caught() -> None:
     assert _module_exists("daemon.store.store.Store") and _module_exists("agents.portbench")
     assert not _module_exists("daemon.store.pgstore") and not _module_exists("daemon.core.clock")
     assert not _module_exists("daemon.store.store.NoSuchName")
+
+
+def test_every_doc_page_is_listed_in_the_docs_index() -> None:
+    """docs/README.md links every page in docs/ (issue 28: one line per page on what it is for)."""
+    index = (ROOT / "docs" / "README.md").read_text()
+    linked = set(re.findall(r"\]\(([A-Za-z0-9_.-]+\.md)\)", index))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"README.md"}
+    assert sorted(pages - linked) == [], "docs/README.md does not list these pages"
+    assert sorted(linked - pages - {"README.md"}) == [], "docs/README.md lists missing pages"
+
+
+def test_the_readme_links_the_docs_index() -> None:
+    assert "(docs/README.md)" in (ROOT / "README.md").read_text()

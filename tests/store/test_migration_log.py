@@ -1,0 +1,55 @@
+"""Opening a store logs one "store migrated" line per open, naming the version reached (and the
+version it started from when the database already existed), not one line per schema version."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from structlog.testing import capture_logs
+
+from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION, _statements
+from daemon.store.store import Store
+
+
+def _migrated(logs: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [e for e in logs if e["event"] == "store migrated"]
+
+
+async def test_new_database_logs_one_line_with_the_version_reached(tmp_path: Path) -> None:
+    db = tmp_path / "new.db"
+    with capture_logs() as logs:
+        store = await Store.open(db)
+        await store.close()
+    lines = _migrated(logs)
+    assert len(lines) == 1, lines
+    assert lines[0]["version"] == SCHEMA_VERSION
+    assert "from_version" not in lines[0]
+    assert lines[0]["path"] == store.path
+
+
+async def test_old_database_logs_one_line_from_and_to(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db, isolation_level=None)  # a database left at schema v2
+    con.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)")
+    for version in (1, 2):
+        for stmt in _statements(MIGRATIONS[version]):
+            con.execute(stmt)
+    con.execute("INSERT INTO meta(key, value) VALUES('schema_version', '2')")
+    con.close()
+    with capture_logs() as logs:
+        store = await Store.open(db)
+        await store.close()
+    lines = _migrated(logs)
+    assert len(lines) == 1, lines
+    assert (lines[0]["from_version"], lines[0]["version"]) == (2, SCHEMA_VERSION)
+
+
+async def test_current_database_logs_no_migration(tmp_path: Path) -> None:
+    db = tmp_path / "current.db"
+    store = await Store.open(db)
+    await store.close()
+    with capture_logs() as logs:
+        store = await Store.open(db)
+        await store.close()
+    assert _migrated(logs) == []
