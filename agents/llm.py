@@ -25,7 +25,9 @@ of the observation's decision time. Once a limit is reached no model call is mad
 decision is ``paused``. :meth:`LlmAgent.restore_usage` restores a day's spend after a restart.
 
 LiteLLM is imported lazily (it takes seconds) when the first :class:`LlmAgent` is built, with
-``LITELLM_LOCAL_MODEL_COST_MAP=True`` so that no price list is fetched from the network.
+``LITELLM_LOCAL_MODEL_COST_MAP=True`` so that no price list is fetched from the network. A
+SIGHUP reload builds agents in a worker thread (and imports LiteLLM there for CapitalBench's
+LLM agents, rebuilt later on the loop), so the import never holds the running loop.
 
 Why one module over 500 lines: one class, the LLM agent, whose retries, budgets, usage accounting
 and redaction wrap every model call together; answer parsing is :mod:`agents.llm_output`, prompts

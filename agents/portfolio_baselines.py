@@ -16,10 +16,18 @@ intraday price) and returns long-only weights summing to 1:
 
 With fewer than :data:`MIN_RETURNS` common returns the covariance baselines fall back to equal
 weight and say so in the reasoning. Pure numpy.
+
+The covariance decision (:func:`covariance_decision`: the returns panel, the covariance and
+the solve) is a pure function of the observation, run by :meth:`CovarianceBaseline.decide` in
+a worker thread (``asyncio.to_thread``): the equal-risk-contribution solve takes seconds on a
+universe of hundreds of assets, and the loop keeps serving prices meanwhile. The observation is
+frozen and never changed after its round built it, so the thread reads it without a copy; the
+decision is the same, bit for bit, as the function's called directly.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
@@ -173,21 +181,24 @@ class CovarianceBaseline:
         self.window = window
 
     async def decide(self, obs: Observation) -> AgentDecision:
-        """Return the method's weights over the investable assets."""
-        assets = _investable(obs)
-        solve, label = METHODS[self.method]
-        rets = returns_panel(obs, assets, self.window)
-        if not assets or rets.shape[0] < MIN_RETURNS:
-            return AgentDecision(
-                allocation=equal_weights(assets),
-                reasoning=f"{label}: {rets.shape[0]} daily return(s) in common, fewer than"
-                f" {MIN_RETURNS}: equal weight",
-            )
-        w = solve(covariance(rets))
-        alloc = {a: float(x) for a, x in zip(assets, w, strict=True)} | {CASH: 0.0}
+        """Return the method's weights over the investable assets (solved in a worker thread)."""
+        return await asyncio.to_thread(covariance_decision, obs, self.method, self.window)
+
+
+def covariance_decision(obs: Observation, method: str, window: int) -> AgentDecision:
+    """Return the decision of covariance baseline ``method`` for ``obs`` (pure, synchronous)."""
+    assets = _investable(obs)
+    solve, label = METHODS[method]
+    rets = returns_panel(obs, assets, window)
+    if not assets or rets.shape[0] < MIN_RETURNS:
         return AgentDecision(
-            allocation=alloc, reasoning=f"{label} over {rets.shape[0]} daily returns"
+            allocation=equal_weights(assets),
+            reasoning=f"{label}: {rets.shape[0]} daily return(s) in common, fewer than"
+            f" {MIN_RETURNS}: equal weight",
         )
+    w = solve(covariance(rets))
+    alloc = {a: float(x) for a, x in zip(assets, w, strict=True)} | {CASH: 0.0}
+    return AgentDecision(allocation=alloc, reasoning=f"{label} over {rets.shape[0]} daily returns")
 
 
 class SixtyForty:

@@ -12,6 +12,11 @@ that is not the documented JSON object ends the decision at once: ``error`` for 
 (no answer), ``invalid`` for the others (a bad answer), and the portfolio is held. A valid answer
 is validated as an LLM's (:func:`agents.llm_output.parse_output`) and every raw answer is kept
 in :attr:`AgentDecision.raw_responses` and a call record (the ``llm_calls`` table).
+
+The request body is encoded in a worker thread (:func:`encode_request` under
+``asyncio.to_thread``): half a second for 500 assets with a year of closes (4.5 MB), a few
+milliseconds for five, against under 0.1 ms for the thread hop, so it always is. The observation
+is frozen and never changed after its round built it: the thread reads it without a copy.
 """
 
 from __future__ import annotations
@@ -79,6 +84,25 @@ def build_request(obs: Observation) -> dict[str, Any]:
     }
 
 
+def encode_request(obs: Observation) -> bytes:
+    """Return the JSON request body of ``obs``: ``json.dumps(build_request(obs),
+    allow_nan=False)`` in UTF-8, byte for byte, encoded piece by piece (see :func:`_dumps`)."""
+    return _dumps(build_request(obs), 3).encode()
+
+
+def _dumps(value: Any, depth: int) -> str:
+    """Return ``json.dumps(value, allow_nan=False)``, its objects and arrays ``depth`` levels
+    down joined here from their items' encodings: the C encoder holds the GIL for a whole call
+    (300 ms for 500 assets' year of closes, the event loop stalled as long), a call per
+    item only for that item's."""
+    if depth > 0 and isinstance(value, dict) and all(type(k) is str for k in value):
+        return "{" + ", ".join(json.dumps(k) + ": " + _dumps(v, depth - 1)
+                               for k, v in value.items()) + "}"
+    if depth > 0 and isinstance(value, list | tuple):
+        return "[" + ", ".join(_dumps(v, depth - 1) for v in value) + "]"
+    return json.dumps(value, allow_nan=False)
+
+
 @dataclass(slots=True)
 class _Exchange:
     """One request and what came back."""
@@ -127,7 +151,7 @@ class HttpAgent:
                                             " is not set")
             register_secret(token)
             headers["Authorization"] = f"Bearer {token}"
-        body = json.dumps(build_request(obs), allow_nan=False).encode()
+        body = await asyncio.to_thread(encode_request, obs)
         exchanges: list[_Exchange] = []
         for n in range(1, s.max_attempts + 1):
             if n > 1:

@@ -206,12 +206,22 @@ class Engine:
         built: dict[str, Any] = {}
         # CapitalBench agents answer rounds only (self.capital rebuilds them), never trade.
         trading = [a for a in new_config.agents if a.protocol != "capitalbench"]
+        # Built in a worker thread: a constructor may take seconds (the first LLM agent imports
+        # LiteLLM; a plugin's module and factory are its author's code) and the loop keeps
+        # serving prices meanwhile. No agent's constructor needs the loop.
         for acfg in trading:
             prev = old_cfgs.get(acfg.id)
             if (acfg.id not in current or prev is None
                     or prev.model_copy(update={"markets": acfg.markets}) != acfg):
                 # may raise: nothing changed yet
-                built[acfg.id] = build_agent(acfg, clock=self.clock.now)
+                built[acfg.id] = await asyncio.to_thread(build_agent, acfg, clock=self.clock.now)
+        if self.capital is not None and any(a.kind == "llm" and a.protocol == "capitalbench"
+                                            for a in new_config.agents):
+            # CapitalBench agents are rebuilt on their next round, on the loop: import LiteLLM
+            # (seconds, once per process) here, off the loop, before that.
+            from agents.llm import load_litellm
+
+            await asyncio.to_thread(load_litellm)
         day = datetime.fromtimestamp(self.clock.now(), UTC).date().isoformat()
         for aid, agent in built.items():  # carry today's LLM spend over to the rebuilt agent
             prev_agent: Any = current.get(aid)

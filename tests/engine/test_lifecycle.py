@@ -238,6 +238,45 @@ async def test_engine_reload_is_atomic(tmp_path: Path, monkeypatch: pytest.Monke
         await eng.store.close()
 
 
+async def test_engine_reload_builds_agents_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eng = await _engine(tmp_path, [{"id": "bh", "kind": "buy_and_hold"}])
+    try:
+        import daemon.engine.engine as engine_mod
+
+        real = engine_mod.build_agent
+        threads: list[threading.Thread] = []
+
+        def slow(acfg: Any, **kw: Any) -> Any:  # a constructor taking long (LiteLLM's import)
+            threads.append(threading.current_thread())
+            time.sleep(0.5)
+            return real(acfg, **kw)
+
+        monkeypatch.setattr(engine_mod, "build_agent", slow)
+        new = eng.config.model_copy(update={"agents": parse_config({"agents": [
+            {"id": "bh", "kind": "buy_and_hold"}, {"id": "ew", "kind": "equal_weight"}]}).agents})
+        worst, done = 0.0, asyncio.Event()
+
+        async def probe() -> None:
+            nonlocal worst
+            while not done.is_set():
+                t0 = time.perf_counter()
+                await asyncio.sleep(0.01)
+                worst = max(worst, time.perf_counter() - t0 - 0.01)
+
+        task = asyncio.create_task(probe())
+        try:
+            assert await eng.reload(new) == ["added ew to equity"]
+        finally:
+            done.set()
+            await task
+        assert len(threads) == 1 and threads[0] is not threading.main_thread()
+        assert worst < 0.25, f"the loop was held {worst:.3f}s"  # generous: 0.5 s on the loop
+    finally:
+        await eng.store.close()
+
+
 class _Stuck:
     """An agent whose decision never comes."""
 
