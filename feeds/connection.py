@@ -74,6 +74,8 @@ from feeds.source_contract import (
 
 __all__ = [
     "StreamingSource",
+    "silence_trigger",
+    "silence_worst_case",
 ]
 
 log = structlog.get_logger(__name__)
@@ -107,6 +109,30 @@ def _always_open(_: float) -> bool:
     return True
 
 
+def silence_trigger(
+    silent_after: float, *, tick: float, first_backoff: float, close_timeout: float
+) -> float:
+    """Return the data silence after which the watchdog closes a connection.
+
+    The reconnect attempt comes later than the check by at most one watchdog ``tick`` (the
+    check that sees the silence), the close handshake (``close_timeout``) and the first
+    reconnect's backoff (full jitter, at most ``first_backoff``): the trigger leaves that room,
+    so that :func:`silence_worst_case` stays within ``silent_after``. A ``silent_after`` too
+    short for the room triggers at half of it (and the bound does not hold).
+    """
+    return max(silent_after - tick - first_backoff - close_timeout, silent_after / 2)
+
+
+def silence_worst_case(
+    silent_after: float, *, tick: float, first_backoff: float, close_timeout: float
+) -> float:
+    """Return the longest time from the last data frame to the reconnect attempt."""
+    trigger = silence_trigger(
+        silent_after, tick=tick, first_backoff=first_backoff, close_timeout=close_timeout
+    )
+    return trigger + tick + first_backoff + close_timeout
+
+
 class StreamingSource:
     """Run a :class:`ProtocolAdapter` over sharded, self-healing WebSocket connections."""
 
@@ -134,8 +160,8 @@ class StreamingSource:
 
         ``stale_policy`` "any" (default) reconnects when any subscribed key is stale; "all" only
         when every key of the shard is (for sources with many quiet keys). ``silent_after``
-        reconnects a shard without any data frame for that long while ``is_open``; None disables
-        it. ``ws_options`` are
+        reconnects a shard without any data frame for that long while ``is_open`` (the attempt
+        comes within it: see :func:`silence_trigger`); None disables it. ``ws_options`` are
         extra keyword arguments for ``websockets.asyncio.client.connect``.
         """
         if adapter.max_keys_per_connection < 1:
@@ -158,6 +184,12 @@ class StreamingSource:
         self._policy = backoff
         self._rng = rng if rng is not None else random.Random()
         self._ws_options = {**DEFAULT_WS_OPTIONS, **(ws_options or {})}
+        self._silence_trigger = None if silent_after is None else silence_trigger(
+            silent_after,
+            tick=watchdog_interval,
+            first_backoff=backoff.initial,
+            close_timeout=float(self._ws_options.get("close_timeout") or 0.0),
+        )
         self._keys: list[str] = list(dict.fromkeys(keys))
         self._shards: list[_Shard] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -527,7 +559,7 @@ class StreamingSource:
                 sh.silent_since = now  # a closed market's quiet is not silence
                 continue
             silent = now - sh.silent_since
-            if self.silent_after is not None and silent > self.silent_after:
+            if self._silence_trigger is not None and silent > self._silence_trigger:
                 log.warning(
                     "feed shard sent no data",
                     source=self.name,

@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,25 @@ OPEN_BUSY_TIMEOUT = 5.0
 
 #: Free space below which the store counts as full (readiness probe; trading halts).
 MIN_FREE_BYTES = 1 << 20
+
+async def _enable_wal(db: aiosqlite.Connection, wait: float) -> None:
+    """Switch ``db`` to WAL, waiting up to ``wait`` seconds for a foreign write lock.
+
+    SQLite answers ``journal_mode=WAL`` on a database another connection write-locks (a fresh,
+    still rollback-journal one) with "database is locked" at once, without its busy handler:
+    it is retried here, so a start waits the busy timeout on a fresh database as on an old one.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            await db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            text = str(exc).lower()
+            if ("locked" not in text and "busy" not in text) or time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(0.05)
+
 
 class Store(StoreQueries):
     """Async SQLite store with one writer connection (its read queries: :class:`StoreQueries`)."""
@@ -146,7 +166,7 @@ class Store(StoreQueries):
             # A foreign lock at start fails the start quickly; rounds then wait busy_timeout.
             opening = min(busy_timeout, OPEN_BUSY_TIMEOUT)
             await db.execute(f"PRAGMA busy_timeout={int(opening * 1000)}")
-            await db.execute("PRAGMA journal_mode=WAL")
+            await _enable_wal(db, opening)
             await db.execute("PRAGMA synchronous=NORMAL")
             await db.execute("PRAGMA foreign_keys=ON")
             store = cls(p, db, lock_fd, busy_timeout)

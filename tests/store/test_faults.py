@@ -20,6 +20,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -364,6 +365,27 @@ def test_run_on_a_locked_database_exits_2_with_one_line(tmp_path: Path) -> None:
     lines = error_lines(r.stderr)
     assert len(lines) == 1 and "locked" in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_run_on_a_fresh_locked_database_waits_busy_timeout(tmp_path: Path) -> None:
+    db = tmp_path / "fresh.db"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[store]\nbusy_timeout = "1s"\n[http]\nenabled = false\n'
+                   '[markets.equity]\nenabled = false\n[markets.polymarket]\nenabled = false\n')
+    other = sqlite3.connect(db, isolation_level=None)  # creates the empty database file
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        r = cli("run", "--config", str(cfg), "--db", str(db), "--duration", "2", timeout=60)
+        waited = time.monotonic() - started
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert r.returncode == 2, r.stderr
+    lines = error_lines(r.stderr)
+    assert len(lines) == 1 and "locked" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+    assert waited >= 1.0  # the busy timeout, as on an existing database
 
 
 # -- 3. a symlinked database ----------------------------------------------------------------------
