@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     _keys_argument(run)
     run.add_argument("--duration", type=_seconds, default=None,
                      help="stop after this many seconds (default: run until signalled)")
+    run.add_argument("--append", action="store_true",
+                     help="continue live a database whose last run was a replay, recording the"
+                          " rounds since its end as missed (default: refuse it, exit 2)")
     _role_arguments(run)
 
     rp = _command(sub, "replay", "replay a recording through the whole pipeline",

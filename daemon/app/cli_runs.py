@@ -116,7 +116,8 @@ def _run(args: argparse.Namespace) -> int:
     register_config_secrets(cfg)
     try:
         return asyncio.run(run_live(cfg, db=args.db, role=args.role, duration=args.duration,
-                                    version=package_version(), config_path=args.config))
+                                    version=package_version(), config_path=args.config,
+                                    append=args.append))
     except StartupError as exc:
         return _fail(_startup_line(args, exc))
     except (StoreWriteError, RoleError) as exc:

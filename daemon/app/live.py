@@ -65,6 +65,8 @@ class LiveDaemon:
         self.components: list[Component] = list(components or [])
         self._started_components: list[Component] = []
         self._store: Store | None = None
+        #: Continue a database whose last run was a replay (``run --append``); else refuse it.
+        self.append = False
         #: Applied to a reloaded config before use (a split role keeps only its own agents).
         self.config_filter: Callable[[Config], Config] | None = None
 
@@ -74,6 +76,8 @@ class LiveDaemon:
                                                busy_timeout=self.config.store.busy_timeout,
                                                scope=self.scope,
                                                password_env=self.config.store.password_env)
+        if not self.append:
+            await self._refuse_replay(store)
         store.max_buffered_events = self.config.store.max_buffered_events
         engine = self.engine = Engine(self.config, clock=self.clock, store=store)
         engine.add_equity_universe(self.config.markets.equity.assets)
@@ -125,6 +129,17 @@ class LiveDaemon:
         log.info("daemon ready", db=self.db, markets=list(engine.markets),
                  agents=sorted({a for m in engine.slots.values() for a in m}),
                  sources=[s.name for s in self.sources])
+
+    async def _refuse_replay(self, store: Store) -> None:
+        """Raise :class:`StoreOpenError` (nothing written yet) if the store's last run is a
+        replay: running live on it would record every round from the replay's end to now as
+        missed."""
+        from daemon.store.dbfile import StoreOpenError
+
+        rows = await store.fetchall("SELECT mode, recording FROM runs ORDER BY id DESC LIMIT 1")
+        if rows and rows[0][0] == "replay":
+            raise StoreOpenError(f"{self.db} holds a replay (recording {rows[0][1]}); run on "
+                                 "another database or pass --append to continue it live")
 
     async def abort_start(self) -> None:
         """Close whatever a failed :meth:`start` opened, committing nothing; never raise.

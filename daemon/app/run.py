@@ -26,11 +26,12 @@ __all__ = ["run_live", "startup_error_line"]
 async def run_live(config: Config, *, db: str | None = None, role: str = "all",
                    duration: float | None = None, version: str = "",
                    components: list[Component] | None = None,
-                   config_path: str | None = None) -> int:
+                   config_path: str | None = None, append: bool = False) -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration``); return the exit code.
 
     SIGHUP re-reads ``config_path`` and applies agent and alert changes (see
-    :meth:`daemon.app.live.LiveDaemon.reload`).
+    :meth:`daemon.app.live.LiveDaemon.reload`). A database whose last run was a replay is
+    refused at start unless ``append``.
     """
     from daemon.app.roles import role_daemon
     from daemon.app.systemd import notify
@@ -38,6 +39,7 @@ async def run_live(config: Config, *, db: str | None = None, role: str = "all",
     # all: sources + agents in one process; feeds / evaluator: split over MQTT
     # (daemon/app/roles.py).
     daemon = role_daemon(config, role, db=db, version=version, components=components)
+    daemon.append = append
     loop = asyncio.get_running_loop()
 
     def on_stop_signal() -> None:

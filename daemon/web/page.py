@@ -15,7 +15,8 @@ Routes added to the daemon's HTTP server (:class:`daemon.web.http.HttpServer`):
   from closing an idle stream; at most :data:`MAX_CLIENTS` streams are open at once, and never
   more than half of ``[http] max_connections`` (503 beyond).
 - ``GET /api/status``: sources (state, market, last data and its age), rounds per market (last
-  round, outcome counts including ``missed`` and ``skipped``), agents (live status, halted,
+  round, outcome counts including ``missed`` and ``skipped``, ``next_ts``: the next scheduled
+  decision after the engine clock's now, from the engine's triggers), agents (live status, halted,
   provisional with its reason when the leaderboard says so), the engine clock.
 - ``GET /api/agents/{id}/decisions?offset=&limit=``: one page of an agent's decisions, newest
   first, with the full audit trail (reason, raw answer, input hash, the headlines the agent saw,
@@ -32,6 +33,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -76,6 +78,22 @@ PATTERNS = ("decision.#", "fill.#", "resolution.#", "alert.#", "status.#")
 """What the page's subscriber takes; prices are only counted, by a tap (``price.#``) that reads a
 burst's columns without making an event per price."""
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+def next_rounds(engine: Engine, now: float) -> dict[str, float]:
+    """Return market -> epoch seconds of its next decision round after ``now``, from its
+    ``decide:<market>`` trigger (a fire time at ``now`` itself: the one after it)."""
+    out: dict[str, float] = {}
+    for job_id, trigger in engine.triggers():
+        kind, _, market = job_id.partition(":")
+        if kind != "decide":
+            continue
+        nxt = trigger.get_next_fire_time(None, datetime.fromtimestamp(now, UTC))
+        if nxt is not None and nxt.timestamp() <= now:
+            nxt = trigger.get_next_fire_time(nxt, nxt)
+        if nxt is not None:
+            out[market] = nxt.timestamp()
+    return out
 
 
 def _headers() -> dict[str, str]:
@@ -343,6 +361,10 @@ class Page:
             r["missed"] = r["outcomes"].get("missed", 0)
             r["skipped"] = r["outcomes"].get("skipped", 0)
             r["last_age_s"] = None if r["last_ts"] is None else max(0.0, now - r["last_ts"])
+            r["next_ts"] = None
+        for market, ts in next_rounds(engine, now).items():
+            if market in rounds:
+                rounds[market]["next_ts"] = ts
         provisional = await self._provisional()
         agents = []
         for row in portfolio_rows(engine, srv.monitor):

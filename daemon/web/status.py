@@ -2,7 +2,8 @@
 
 It reads ``GET /api/status`` (sources, rounds per market, agents with their live status and
 provisional marks; see :mod:`daemon.web.page`) and prints sources, the last round per market with
-missed and skipped rounds, every agent's figures, and the halted or provisional agents.
+missed and skipped rounds and when its next round is due (UTC, and how long from the
+daemon's clock), every agent's figures, and the halted or provisional agents.
 """
 
 from __future__ import annotations
@@ -53,6 +54,24 @@ def _age(s: Any) -> str:
     return f"{s / 86400:.1f} d ago"
 
 
+def _until(s: Any) -> str:
+    """``in 3 h 12 min``, ``in 40 min``, ``in 25 s``, ``in 2 d 4 h`` (or ``due`` when past)."""
+    if not isinstance(s, int | float) or not math.isfinite(s):
+        return ""
+    if s <= 0:
+        return "due"
+    if s < 60:
+        return f"in {s:.0f} s"
+    m = int(s // 60)
+    if m < 60:
+        return f"in {m} min"
+    h, m = divmod(m, 60)
+    if h < 48:
+        return f"in {h} h {m} min"
+    d, h = divmod(h, 24)
+    return f"in {d} d {h} h"
+
+
 def _pct(x: Any) -> str:
     return f"{x * 100:+.2f}%" if isinstance(x, int | float) and math.isfinite(x) else "-"
 
@@ -81,8 +100,12 @@ def render_status(st: dict[str, Any], base: str) -> str:
     for market, r in sorted((st.get("rounds") or {}).items()):
         last = (f"{_time(r.get('last_ts'))} ({_age(r.get('last_age_s'))})"
                 if r.get("last_ts") is not None else "none yet")
+        nxt, clock = r.get("next_ts"), st.get("clock")
+        until = (_until(nxt - clock) if isinstance(nxt, int | float)
+                 and isinstance(clock, int | float) else "")
         out.append(f"  {market:<12} last {last:<32} {_counts(r.get('last_outcomes')):<18} "
-                   f"missed {r.get('missed', 0)}, skipped {r.get('skipped', 0)}")
+                   f"missed {r.get('missed', 0)}, skipped {r.get('skipped', 0)}; "
+                   f"next {_time(nxt)}" + (f" ({until})" if until else ""))
     out.append("agents:            market      status             value   return  drawdown/limit")
     flagged = []
     for a in st.get("agents") or []:

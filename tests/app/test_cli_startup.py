@@ -221,3 +221,37 @@ async def test_loopback_agent_without_key_calls_its_server(monkeypatch: pytest.M
         d = await agent.decide(equity_obs())
     assert len(server.requests) == 1
     assert d.outcome == "ok", d.reason
+
+
+def _counts(db: Path) -> dict[str, int]:
+    con = sqlite3.connect(db)
+    try:
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {n: con.execute(f'SELECT COUNT(*) FROM "{n}"').fetchone()[0] for n in names}
+    finally:
+        con.close()
+
+
+def test_run_refuses_a_replayed_database_unless_append(tmp_path: Path) -> None:
+    """``run`` on a replay's database would record every round from its end to now as missed:
+    it refuses in one line (exit 2, nothing written) unless ``--append``."""
+    cfg = tmp_path / "quiet.toml"
+    cfg.write_text(QUIET)
+    db = tmp_path / "replayed.db"
+    r = cli("replay", str(SAMPLE), "--config", str(cfg), "--db", str(db), "--no-progress",
+            timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before = _counts(db)
+    line = one_line(cli("run", "--config", str(cfg), "--db", str(db), "--duration", "5"))
+    assert line == (f"paperarena: --db {db} holds a replay (recording {SAMPLE.name}); run on "
+                    "another database or pass --append to continue it live")
+    assert _counts(db) == before
+    r = cli("run", "--config", str(cfg), "--db", str(db), "--duration", "0.3", "--append")
+    assert r.returncode == 0, r.stderr[-2000:]
+    con = sqlite3.connect(db)
+    modes = [m for (m,) in con.execute("SELECT mode FROM runs ORDER BY id")]
+    con.close()
+    assert modes == ["replay", "live"]
+    # Continued live once, it is a live database: a plain `run` starts.
+    r = cli("run", "--config", str(cfg), "--db", str(db), "--duration", "0.3")
+    assert r.returncode == 0, r.stderr[-2000:]

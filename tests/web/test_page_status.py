@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
+from daemon.web.status import render_status
 from tests.web.test_alerts import T0, FakeSource, buy, tick
 from tests.web.test_metrics_http import start_daemon, stop_daemon
 
@@ -56,6 +59,42 @@ async def test_status_prints_sources_rounds_and_flagged_agents(tmp_path: Path) -
         assert "sources: 0/1 live" in out
     finally:
         await stop_daemon(d)
+
+
+async def test_status_names_each_markets_next_round(tmp_path: Path) -> None:
+    d = await start_daemon(tmp_path)
+    try:
+        eng = d.engine
+        code, out, err = await status("--url", str(d.obs.url), "--json")
+        assert code == 0, err
+        st = json.loads(out)
+        now = eng.clock.now()
+        fires = {}
+        for job, trig in eng.triggers():
+            if job.startswith("decide:"):
+                nxt = trig.get_next_fire_time(None, datetime.fromtimestamp(now, UTC))
+                if nxt.timestamp() <= now:  # a round due at now itself: the one after it
+                    nxt = trig.get_next_fire_time(nxt, nxt)
+                fires[job.split(":", 1)[1]] = nxt
+        assert set(st["rounds"]) == set(eng.slots) and set(fires) == set(eng.slots)
+        for market, r in st["rounds"].items():
+            assert r["next_ts"] > now
+            assert r["next_ts"] == fires[market].timestamp()
+        code, out, err = await status("--url", str(d.obs.url))
+        assert code == 0, err
+        for market, r in st["rounds"].items():
+            line = next(ln for ln in out.splitlines() if ln.strip().startswith(market)
+                        and "last" in ln)
+            when = datetime.fromtimestamp(r["next_ts"], UTC).strftime("%Y-%m-%d %H:%MZ")
+            assert f"next {when} (in " in line
+    finally:
+        await stop_daemon(d)
+
+
+def test_status_prints_time_until_the_next_round() -> None:
+    st = {"clock": 1000.0, "sources": [], "agents": [],
+          "rounds": {"equity": {"last_ts": None, "next_ts": 1000.0 + 3 * 3600 + 12 * 60 + 5}}}
+    assert "next 1970-01-01 03:28Z (in 3 h 12 min)" in render_status(st, "http://x")
 
 
 async def test_status_without_a_daemon_is_one_line_and_exit_1() -> None:
