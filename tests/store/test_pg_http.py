@@ -43,7 +43,8 @@ def test_api_page_and_metrics_read_one_leaderboard_from_postgresql(tmp_path: Pat
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
         daemon = subprocess.Popen([sys.executable, "-m", "daemon.app.cli", "run", "--config",
-                                   str(tmp_path / "live.toml"), "--db", url, "--duration", "60"],
+                                   str(tmp_path / "live.toml"), "--db", url, "--duration", "60",
+                                   "--append"],  # a live daemon over the replayed store
                                   cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                   text=True)
         base = f"http://127.0.0.1:{port}"

@@ -69,7 +69,8 @@ def test_report_and_a_live_daemons_readers_use_the_password_env(tmp_path: Path) 
         assert len(r.stderr.strip().splitlines()) == 1 and "password" in r.stderr, r.stderr
         # A live daemon's API and metrics read the merged store with its store.password_env.
         daemon = subprocess.Popen([sys.executable, "-m", "daemon.app.cli", "run", "--config",
-                                   str(tmp_path / "live.toml"), "--db", url, "--duration", "60"],
+                                   str(tmp_path / "live.toml"), "--db", url, "--duration", "60",
+                                   "--append"],  # a live daemon over the replayed store
                                   cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
         base = f"http://127.0.0.1:{port}"
