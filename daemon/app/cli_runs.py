@@ -227,7 +227,8 @@ def _record(args: argparse.Namespace) -> int:
     components = recorder_components(args.out, cfg)
     try:
         code = asyncio.run(run_live(cfg, db=args.db or f"{args.out}.db", duration=args.duration,
-                                    version=package_version(), components=components))
+                                    version=package_version(), components=components,
+                                    append=True))  # no agents: nothing to miss; never refused
     except StartupError as exc:
         return _fail(_startup_line(args, exc) if args.db else str(exc))
     from daemon.app.record import Recorder

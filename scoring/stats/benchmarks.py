@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from scoring.stats.metrics import DDOF, TRADING_DAYS_EQUITY
+from scoring.stats.metrics import DDOF, STD_ZERO_RTOL, TRADING_DAYS_EQUITY
 
 __all__ = [
     "CASH",
@@ -47,7 +47,6 @@ REGIME_BEAR_RETURN = -0.03
 REGIME_UNKNOWN = "unknown"
 
 _NAN = float("nan")
-_STD_ZERO_RTOL = 1e-12
 
 
 # --------------------------------------------------------------------------- rolling-k (LTB Eq. 6)
@@ -144,7 +143,7 @@ def _zscores(values: Sequence[float]) -> list[float]:
         return out.tolist()
     mu = float(np.mean(x[finite]))
     sd = float(np.std(x[finite], ddof=0))
-    if sd <= _STD_ZERO_RTOL * max(1.0, abs(mu)):
+    if sd <= STD_ZERO_RTOL * max(1.0, abs(mu)):
         out[finite] = 0.0
     else:
         out[finite] = (x[finite] - mu) / sd

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from scoring.stats.metrics import STD_ZERO_RTOL
+
 __all__ = [
     "ClassCorrelations",
     "class_correlations",
@@ -33,7 +35,6 @@ __all__ = [
 SINGLE_CLASS_S_INTER = 0.0
 
 _NAN = float("nan")
-_STD_ZERO_RTOL = 1e-12
 
 
 def s_intra(class_weights: Mapping[str, float], rho_intra: Mapping[str, float]) -> float:
@@ -103,7 +104,7 @@ def corr_matrix(x: np.ndarray) -> np.ndarray:
     xc = x - x.mean(axis=0)
     ss = np.einsum("ta,ta->a", xc, xc)
     std = np.sqrt(ss / max(x.shape[0] - 1, 1))
-    live = std > _STD_ZERO_RTOL * np.maximum(1.0, np.abs(x.mean(axis=0)))
+    live = std > STD_ZERO_RTOL * np.maximum(1.0, np.abs(x.mean(axis=0)))
     cov = xc.T @ xc
     norm = np.sqrt(np.outer(ss, ss))
     c = np.zeros_like(cov)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
-from scoring.stats.metrics import DDOF
+from scoring.stats.metrics import DDOF, STD_ZERO_RTOL
 
 __all__ = [
     "bootstrap_ci",
@@ -25,7 +25,6 @@ __all__ = [
 ]
 
 _NAN = float("nan")
-_STD_ZERO_RTOL = 1e-12
 
 
 def bootstrap_ci(
@@ -124,11 +123,11 @@ def relative_figures(returns: ArrayLike, bench: ArrayLike, periods: int) -> dict
     if r.size < 2:
         return out
     var_b = float(np.var(b, ddof=DDOF))
-    if var_b > _STD_ZERO_RTOL**2:
+    if var_b > STD_ZERO_RTOL**2:
         out["beta"] = float(np.cov(r, b, ddof=DDOF)[0, 1]) / var_b
     active = r - b
     sd = float(np.std(active, ddof=DDOF))
     out["tracking_error"] = sd * math.sqrt(periods)
-    if sd > _STD_ZERO_RTOL * max(1.0, abs(float(np.mean(active)))):
+    if sd > STD_ZERO_RTOL * max(1.0, abs(float(np.mean(active)))):
         out["information_ratio"] = float(np.mean(active)) / sd * math.sqrt(periods)
     return out

@@ -58,7 +58,7 @@ DEFAULT_PERIODS_PER_YEAR: dict[str, int] = {"equity": 252, "polymarket": 252}
 DDOF = 1
 
 # Relative tolerance under which a standard deviation counts as zero.
-_STD_ZERO_RTOL = 1e-12
+STD_ZERO_RTOL = 1e-12
 
 _NAN = float("nan")
 
@@ -104,7 +104,7 @@ def cumulative_return(values: ArrayLike) -> float:
 
 def _std_is_zero(std: float, mean: float) -> bool:
     """Tell whether a standard deviation is numerically zero relative to the mean."""
-    return std <= _STD_ZERO_RTOL * max(1.0, abs(mean))
+    return std <= STD_ZERO_RTOL * max(1.0, abs(mean))
 
 
 def volatility(returns: ArrayLike, periods: int, *, annualise: bool = True) -> float:
