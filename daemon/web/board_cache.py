@@ -38,15 +38,16 @@ class BoardCache:
     def __init__(self, path: str | Path, compute: Callable[[str | Path], dict[str, Any]]
                  | None = None, serialize: Callable[[dict[str, Any]], str] | None = None
                  ) -> None:
-        """Cache ``compute(path)`` (default: :func:`daemon.store.reports.leaderboard`).
+        """Cache ``compute(path)`` (default: :func:`daemon.web.chart.board_with_benchmarks`, the
+        leaderboard with each market's benchmark curve for the page's chart).
 
         With ``serialize``, the board's text is computed in the worker thread too
         (:attr:`text`), so requests do not serialise a large board on the event loop.
         """
         if compute is None:
-            from daemon.store.reports import leaderboard
+            from daemon.web.chart import board_with_benchmarks
 
-            compute = leaderboard
+            compute = board_with_benchmarks
         self.path = path
         self.compute = compute
         self.serialize = serialize

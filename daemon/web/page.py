@@ -18,6 +18,8 @@ Routes added to the daemon's HTTP server (:class:`daemon.web.http.HttpServer`):
   round, outcome counts including ``missed`` and ``skipped``, ``next_ts``: the next scheduled
   decision after the engine clock's now, from the engine's triggers), agents (live status, halted,
   provisional with its reason when the leaderboard says so), the engine clock.
+- ``GET /api/chart``: every agent's value per market and the benchmark, for the page's combined
+  chart (:mod:`daemon.web.chart`; uPlot, vendored with its licence in ``static/vendor/``).
 - ``GET /api/agents/{id}/decisions?offset=&limit=``: one page of an agent's decisions, newest
   first, with the full audit trail (reason, raw answer, input hash, the headlines the agent saw,
   every model call with tokens, cost and latency) and the total count.
@@ -43,6 +45,7 @@ from aiohttp import web
 from agents.stored_input import INPUT_COLUMNS
 from daemon.alerts.rules import market_open, source_market, state_name
 from daemon.core.sparse_rows import fill_map
+from daemon.web.chart import ChartApi
 from daemon.web.metrics import portfolio_rows
 
 if TYPE_CHECKING:
@@ -276,10 +279,16 @@ class Page:
         """Prepare the routes and the event stream of ``server``."""
         self.server = server
         self.events = LiveEvents(server)
+        self.chart = ChartApi(server)
         self.files: dict[str, Path] = {}
         if WEB_DIR.is_dir():
             self.files = {p.name: p for p in WEB_DIR.iterdir()
                           if p.is_file() and p.suffix in CONTENT_TYPES and _NAME.match(p.name)}
+            vendor = WEB_DIR / "vendor"  # third-party files kept with their licence
+            if vendor.is_dir():
+                self.files.update({f"vendor/{p.name}": p for p in vendor.iterdir()
+                                   if p.is_file() and p.suffix in CONTENT_TYPES
+                                   and _NAME.match(p.name.lower())})
         else:  # a broken install: the API still works, the page answers 404
             log.warning("the page's files are missing; / answers 404", path=str(WEB_DIR))
 
@@ -288,9 +297,11 @@ class Page:
         app.router.add_get("/", self.handle_index)
         app.router.add_get("/agent/{id}", self.handle_agent_page)
         app.router.add_get("/static/{name}", self.handle_static)
+        app.router.add_get("/static/vendor/{name}", self.handle_vendor)
         app.router.add_get("/api/events", self.events.handle)
         app.router.add_get("/api/status", self.handle_status)
         app.router.add_get("/api/agents/{id}/decisions", self.handle_decisions)
+        self.chart.add_routes(app)
 
     def start(self) -> None:
         """Start the event stream's flusher."""
@@ -318,6 +329,10 @@ class Page:
     async def handle_static(self, request: web.Request) -> web.Response:
         """Serve one file of the page's directory."""
         return self._file(request.match_info["name"])
+
+    async def handle_vendor(self, request: web.Request) -> web.Response:
+        """Serve one vendored file (``static/vendor/``)."""
+        return self._file(f"vendor/{request.match_info['name']}")
 
     async def handle_status(self, request: web.Request) -> web.Response:
         """Return sources, rounds per market and agents' status in one JSON object."""

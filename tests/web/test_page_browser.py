@@ -318,3 +318,42 @@ def test_agent_page_pages_through_a_long_history(arena: Arena, browser: Any) -> 
         ".map((tr) => Number(tr.dataset.ts))")
     assert rows == sorted(rows, reverse=True) and len(rows) == min(20, total - 20)
     assert max(rows) < T0  # the older decisions, newest first
+
+
+def legend(drv: Any, market: str) -> list[tuple[str, str]]:
+    """Return the combined chart's legend of ``market`` as (label, value) pairs (x excluded)."""
+    return [tuple(p) for p in drv.execute_script(
+        "return [...document.querySelectorAll(`section.market-chart[data-market='${arguments[0]}']"
+        " .u-legend tr.u-series`)].slice(1).map((tr) => [tr.querySelector('.u-label').textContent,"
+        " tr.querySelector('.u-value').textContent])", market)]
+
+
+def test_one_chart_shows_every_agent_and_the_benchmark(arena: Arena, browser: Any) -> None:
+    """A line per agent plus the dashed benchmark; hover shows every value; $/% and ranges."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    browser.get(arena.url + "/")
+    wait(browser, lambda d: loaded(d) >= 1 and len(legend(d, "equity")) == 4, "chart drawn")
+    assert [label for label, _ in legend(browser, "equity")] == [
+        "cash", "ew", "llm1", "benchmark (equal weight)"]
+    assert browser.execute_script(  # a canvas drawn by the vendored uPlot, under the CSP
+        "return typeof uPlot === 'function' && !!document.querySelector("
+        "\"section.market-chart[data-market='equity'] canvas\")")
+    def hover(d: Any, dx: int = 0) -> None:
+        over = d.find_element(By.CSS_SELECTOR, "section.market-chart[data-market='equity'] .u-over")
+        ActionChains(d).move_to_element(over).move_by_offset(dx, 0).perform()
+
+    hover(browser)
+    wait(browser, lambda d: all(v not in ("", "-", "--") for _, v in legend(d, "equity")),
+         "hover shows every series' value")
+    assert all(v[0].isdigit() for _, v in legend(browser, "equity"))  # dollars
+    click(browser, "section.market-chart[data-market='equity'] button[data-value='return']")
+    hover(browser, 5)
+    wait(browser, lambda d: all(v.endswith("%") for _, v in legend(d, "equity")),
+         "% mode")
+    click(browser, "section.market-chart[data-market='equity'] button[data-value='1D']")
+    wait(browser, lambda d: d.find_element(
+        By.CSS_SELECTOR, "section.market-chart[data-market='equity'] button[data-value='1D']"
+    ).get_attribute("class") == "toggle on", "1D range")
+    assert len(legend(browser, "equity")) == 4
+    assert browser.execute_script("return window.__pwned") is None

@@ -136,7 +136,8 @@
   }
 
   async function load() {
-    const [board, status] = await Promise.all([getJSON("/api/leaderboard"), getJSON("/api/status")]);
+    const [board, status, chart] = await Promise.all([getJSON("/api/leaderboard"), getJSON("/api/status"), getJSON("/api/chart")]);
+    if (chart && !chart.error) PACHART.render(document.getElementById("market-charts"), chart);
     if (board && board.error) {
       PA.showError(`leaderboard: ${board.error}`);
       renderBoards({live: board.live || []});
