@@ -45,6 +45,7 @@ import msgspec
 
 from daemon.core.events import Event, PriceEvent
 from daemon.core.price_columns import AssetTable, PriceColumns
+from feeds.polymarket.price_frames import apply_price_changes, price_change_events
 from feeds.source_contract import DecodeResult
 
 __all__ = [
@@ -108,9 +109,13 @@ _INF = math.inf
 _NAN = math.nan
 _FRAME = msgspec.json.Decoder(WsEvent | list[WsEvent])
 _ANY = msgspec.json.Decoder()
+_NO_FRESH: frozenset[str] = frozenset()
 
 #: Called for ``market_resolved`` events: (event, ts) -> event to publish, if any.
 ResolvedHook = Callable[[WsEvent, float], Event | None]
+
+#: Columns of the tops a frame changed: token, its index, ts, mark, bid, ask (NaN: none).
+_Tops = tuple[list[str], list[int], list[float], list[float], list[float], list[float]]
 
 
 class TokenBook:
@@ -288,6 +293,19 @@ class PolymarketDecoder:
             if not text.startswith(("{", "[")):
                 res.decode_errors = 1
                 return res
+        fast = price_change_events(frame)
+        if fast is not None:  # the commonest frame: price changes only, numbers parsed in C
+            touched: dict[str, float] = {}
+            dropped = apply_price_changes(fast, self.books, res, touched)
+            if dropped:
+                self.dropped_deltas += dropped
+            if touched:
+                if prices is None:
+                    self._emit(touched, _NO_FRESH, now, res)
+                else:
+                    self._emit_columns(touched, _NO_FRESH, now, res, prices)
+                res.data_keys = list(touched)
+            return res
         try:
             obj = _FRAME.decode(frame)
             events: list[WsEvent] = obj if isinstance(obj, list) else [obj]
@@ -296,7 +314,7 @@ class PolymarketDecoder:
         except msgspec.DecodeError:
             res.decode_errors = 1
             return res
-        touched: dict[str, float] = {}
+        touched = {}
         data: dict[str, None] = {}
         fresh: set[str] = set()
         for ev in events:
@@ -484,13 +502,20 @@ class PolymarketDecoder:
         touched[ev.asset_id] = ts
         data[ev.asset_id] = None
 
-    def _tops(self, touched: dict[str, float], fresh: set[str], res: DecodeResult
-              ) -> list[tuple[str, int, float, float, float | None, float | None]]:
-        """Return (token, its index, ts, mark, bid, ask) of each touched token whose top
-        changed."""
-        out = []
+    def _tops(self, touched: dict[str, float], fresh: set[str] | frozenset[str],
+              res: DecodeResult) -> _Tops:
+        """Return the columns (token, its index, ts, mark, bid, ask; NaN: no bid / ask) of each
+        touched token whose top changed; count each crossed top as rejected."""
+        toks: list[str] = []
+        idxs: list[int] = []
+        tss: list[float] = []
+        marks: list[float] = []
+        bids: list[float] = []
+        asks: list[float] = []
         books = self.books
         last_trade = self.last_trade
+        mid = self.mark == "mid"
+        rejected = 0
         for tok, ts in touched.items():
             book = books.get(tok)
             if book is None:
@@ -509,38 +534,53 @@ class PolymarketDecoder:
                 ask = min(book.asks) if book.asks else None
             book.hint_bid = book.hint_ask = None
             if bid is not None and ask is not None and bid > ask:
-                res.rejected += 1  # crossed: never published; the last published top stays
+                rejected += 1  # crossed: never published; the last published top stays
                 continue
             book.bid = bid
             book.ask = ask
-            mark = self._mark(bid, ask, last_trade.get(tok))
+            mark: float | None
+            if not mid:
+                mark = self._mark(bid, ask, last_trade.get(tok))
+            elif bid is not None:
+                mark = (bid + ask) / 2.0 if ask is not None else bid
+            else:
+                mark = ask if ask is not None else last_trade.get(tok)
             if mark is None:
                 continue
             state = (mark, bid, ask)
             if state == book.published and tok not in fresh:
                 continue
             book.published = state
-            out.append((tok, book.idx, ts, mark, bid, ask))
-        return out
+            toks.append(tok)
+            idxs.append(book.idx)
+            tss.append(ts)
+            marks.append(mark)
+            bids.append(_NAN if bid is None else bid)
+            asks.append(_NAN if ask is None else ask)
+        if rejected:
+            res.rejected += rejected
+        return toks, idxs, tss, marks, bids, asks
 
-    def _emit_columns(self, touched: dict[str, float], fresh: set[str], now: float,
-                      res: DecodeResult, prices: PriceColumns) -> None:
-        tops = self._tops(touched, fresh, res)
-        if not tops:
+    def _emit_columns(self, touched: dict[str, float], fresh: set[str] | frozenset[str],
+                      now: float, res: DecodeResult, prices: PriceColumns) -> None:
+        _, idxs, tss, marks, bids, asks = self._tops(touched, fresh, res)
+        if not idxs:
             return
-        _, idx, tss, marks, bids, asks = zip(*tops, strict=True)
-        prices.a.extend(idx)
+        prices.a.extend(idxs)
         prices.ts.extend(tss)
-        prices.recv_ts.extend((now,) * len(tops))
+        prices.recv_ts.extend((now,) * len(idxs))
         prices.price.extend(marks)
-        prices.bid.extend([_NAN if b is None else b for b in bids])
-        prices.ask.extend([_NAN if k is None else k for k in asks])
+        prices.bid.extend(bids)
+        prices.ask.extend(asks)
 
     def _emit(
-        self, touched: dict[str, float], fresh: set[str], now: float, res: DecodeResult
+        self, touched: dict[str, float], fresh: set[str] | frozenset[str], now: float,
+        res: DecodeResult,
     ) -> None:
         source = self.source
+        toks, _, tss, marks, bids, asks = self._tops(touched, fresh, res)
         res.events.extend(
-            PriceEvent(ts=ts, recv_ts=now, market="polymarket", asset=tok, price=mark, bid=bid,
-                       ask=ask, source=source)
-            for tok, _, ts, mark, bid, ask in self._tops(touched, fresh, res))
+            PriceEvent(ts=ts, recv_ts=now, market="polymarket", asset=tok, price=mark,
+                       bid=None if bid != bid else bid, ask=None if ask != ask else ask,
+                       source=source)
+            for tok, ts, mark, bid, ask in zip(toks, tss, marks, bids, asks, strict=True))

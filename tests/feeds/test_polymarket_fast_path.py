@@ -1,0 +1,176 @@
+"""The decoder's fast path (price_change-only frames, numbers parsed by msgspec) validates every
+price as the general path does and gives the same books, prices and counts."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import pytest
+
+from feeds.polymarket.decode import PolymarketDecoder
+from feeds.polymarket.price_frames import price_change_events
+from tests.fakes.polymarket_server import change, price_change
+
+TOKENS = ["T", "U"]
+#: An event of an unknown type: appended to a frame, it sends the frame down the general path.
+UNKNOWN = {"event_type": "something_new"}
+
+
+def _decoder() -> PolymarketDecoder:
+    dec = PolymarketDecoder()
+    dec.reset(TOKENS)
+    for tok in TOKENS:
+        book = {"event_type": "book", "asset_id": tok, "timestamp": "1000",
+                "bids": [{"price": "0.40", "size": "10"}],
+                "asks": [{"price": "0.60", "size": "10"}]}
+        assert len(dec.decode(json.dumps(book), 1.0).events) == 1
+    return dec
+
+
+def _frames(n: int, seed: int) -> list[list[dict[str, Any]]]:
+    """Return price_change frames with some garbage, crossed tops and missing hints."""
+    rng = random.Random(seed)
+    out = []
+    for f in range(n):
+        entries = []
+        for _ in range(rng.randint(1, 6)):
+            tok = rng.choice([*TOKENS, "NOBOOK"])
+            side = rng.choice(["BUY", "SELL", "BUY", "SELL", "HOLD"])
+            price = rng.choice([f"{rng.randint(1, 99) / 100:.2f}", "NaN", "0", "-0.2", "1.5"])
+            size = rng.choice(["0", f"{rng.uniform(1, 50):.2f}", "-3", "nan"])
+            bb = rng.choice([None, f"{rng.randint(0, 60) / 100:.2f}", "nan", "2"])
+            ba = rng.choice([None, f"{rng.randint(40, 100) / 100:.2f}", "-1"])
+            entries.append(change(tok, price, size, side, bb, ba))
+        out.append([price_change(entries, 2000 + f)])
+    return out
+
+
+def _run(frames: list[list[dict[str, Any]]], suffix: list[dict[str, Any]]
+         ) -> tuple[list[tuple[float, ...]], tuple[int, int, int], PolymarketDecoder]:
+    dec = _decoder()
+    cols = dec.price_columns()
+    errors = rejected = 0
+    for i, frame in enumerate(frames):
+        res = dec.decode_columns(json.dumps(frame + suffix).encode(), float(i), cols)
+        errors += res.decode_errors
+        rejected += res.rejected
+    rows = [tuple(x) for x in zip(cols.a, cols.ts, cols.recv_ts, cols.price, cols.bid,
+                                  cols.ask, strict=True)]
+    return rows, (errors, rejected, dec.dropped_deltas), dec
+
+
+def _same(a: list[tuple[float, ...]], b: list[tuple[float, ...]]) -> bool:
+    return len(a) == len(b) and all(
+        x == y or (math.isnan(x) and math.isnan(y)) for ra, rb in zip(a, b, strict=True)
+        for x, y in zip(ra, rb, strict=True))
+
+
+def test_fast_path_equals_general_path_on_mixed_garbage() -> None:
+    frames = _frames(400, seed=3)
+    fast_rows, fast_counts, fast = _run(frames, [])
+    slow_rows, slow_counts, slow = _run(frames, [UNKNOWN])
+    assert fast_rows and _same(fast_rows, slow_rows)
+    assert fast_counts == slow_counts and fast_counts[0] > 0 and fast_counts[1] > 0
+    for tok in TOKENS:
+        assert fast.books[tok].bids == slow.books[tok].bids
+        assert fast.books[tok].asks == slow.books[tok].asks
+        assert fast.top(tok) == slow.top(tok)
+
+
+def test_price_change_frame_takes_the_fast_path_and_others_do_not() -> None:
+    ok = json.dumps([price_change([change("T", "0.45", "5", "BUY", "0.45", "0.6")], 2000)])
+    assert price_change_events(ok) is not None
+    assert price_change_events(ok.encode()) is not None
+    mixed = json.dumps([price_change([change("T", "0.45", "5", "BUY")], 2000), UNKNOWN])
+    assert price_change_events(mixed) is None
+    garbage = json.dumps(price_change([change("T", "abc", "5", "BUY")], 2000))
+    assert price_change_events(garbage) is None
+    assert price_change_events("{not json") is None
+
+
+@pytest.mark.parametrize("field,value", [
+    ("price", "NaN"), ("price", "nan"), ("price", "inf"), ("price", "0"), ("price", "-0.3"),
+    ("price", "1.01"), ("size", "-5"), ("size", "NaN"), ("best_bid", "NaN"),
+    ("best_bid", "-0.1"), ("best_ask", "1.5"), ("best_ask", "nan"),
+])
+def test_fast_path_refuses_each_invalid_number(field: str, value: str) -> None:
+    dec = _decoder()
+    entry = change("T", "0.45", "5", "BUY", "0.45", "0.6")
+    entry[field] = value
+    frame = json.dumps(price_change([entry], 2000))
+    assert price_change_events(frame) is not None  # parsed as numbers: the fast path judges it
+    cols = dec.price_columns()
+    res = dec.decode_columns(frame, 2.0, cols)
+    assert res.decode_errors == 1 and len(cols) == 0 and res.data_keys == []
+    assert dec.top("T")[:2] == (0.40, 0.60) and dec.books["T"].bids == {0.40: 10.0}
+
+
+@pytest.mark.parametrize("value,priced", [
+    ("abc", ["U"]), ("", ["U"]), ("1e400", ["U"]),
+    (None, []),  # a null where text belongs: the whole event is a decode error
+])
+def test_garbage_numbers_take_the_general_path_and_are_refused(value: str | None,
+                                                               priced: list[str]) -> None:
+    dec = _decoder()
+    entry: dict[str, Any] = change("T", "0.45", "5", "BUY", "0.45", "0.6")
+    entry["price"] = value
+    good = change("U", "0.42", "5", "BUY", "0.42", "0.6")
+    res = dec.decode(json.dumps(price_change([entry, good], 2000)), 2.0)
+    assert res.decode_errors == 1
+    assert [e.asset for e in res.events] == priced  # type: ignore[attr-defined]
+    assert dec.top("T")[:2] == (0.40, 0.60)
+
+
+@pytest.mark.parametrize("ts", ["0", "-5", "NaN", "inf"])
+def test_fast_path_refuses_a_non_positive_or_non_finite_timestamp(ts: str) -> None:
+    dec = _decoder()
+    ev = price_change([change("T", "0.45", "5", "BUY", "0.45", "0.6")], 0)
+    ev["timestamp"] = ts
+    res = dec.decode(json.dumps(ev), 2.0)
+    assert res.events == [] and res.decode_errors == 1 and "T" not in res.data_keys
+
+
+def test_crossed_top_is_rejected_and_the_last_published_top_stays() -> None:
+    dec = _decoder()
+    res = dec.decode(json.dumps(price_change(
+        [change("T", "0.45", "5", "BUY", "0.55", "0.50")], 2000)), 2.0)
+    assert res.events == [] and res.rejected == 1
+    assert dec.top("T")[:2] == (0.40, 0.60)
+    # Without hints the book's own levels cross: refused the same way.
+    res = dec.decode(json.dumps(price_change([change("T", "0.70", "5", "BUY")], 2001)), 2.0)
+    assert res.events == [] and res.rejected == 1
+    assert dec.top("T")[:2] == (0.40, 0.60)
+
+
+def test_numbers_sent_as_json_numbers_are_read_by_the_fast_path() -> None:
+    dec = _decoder()
+    entry: dict[str, Any] = {"asset_id": "T", "price": 0.45, "size": 5, "side": "BUY",
+                             "best_bid": 0.45, "best_ask": 0.5}
+    frame = json.dumps({"event_type": "price_change", "timestamp": 2000,
+                        "price_changes": [entry]})
+    assert price_change_events(frame) is not None
+    res = dec.decode(frame, 2.0)
+    assert [(e.ts, e.price, e.bid, e.ask) for e in res.events] == [  # type: ignore[attr-defined]
+        (2.0, 0.475, 0.45, 0.5)]
+    assert dec.books["T"].bids == {0.40: 10.0, 0.45: 5.0}
+
+
+def test_missing_hints_take_the_top_from_the_book_and_empty_sides_drop() -> None:
+    dec = _decoder()
+    res = dec.decode(json.dumps(price_change([change("T", "0.45", "5", "BUY")], 2000)), 2.0)
+    assert [(e.price, e.bid, e.ask) for e in res.events] == [  # type: ignore[attr-defined]
+        (0.525, 0.45, 0.60)]
+    res = dec.decode(json.dumps(price_change(
+        [change("T", "0.45", "0", "BUY", "0", "1")], 2001)), 2.0)  # both sides empty, no trade
+    assert res.events == [] and dec.books["T"].bids == {0.40: 10.0}
+
+
+def test_unknown_side_is_rejected_and_deltas_without_a_book_are_dropped() -> None:
+    dec = _decoder()
+    res = dec.decode(json.dumps(price_change(
+        [change("T", "0.45", "5", "HOLD", "0.45", "0.6"),
+         change("ZZ", "0.45", "5", "BUY", "0.45", "0.6")], 2000)), 2.0)
+    assert res.events == [] and res.rejected == 1 and dec.dropped_deltas == 1
