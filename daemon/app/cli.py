@@ -12,11 +12,12 @@ import sys
 from collections.abc import Sequence
 
 from daemon.app.cli_common import EXIT_USAGE, _fail, _keys_problem, _load
-from daemon.app.cli_daemon import _resume, _status
+from daemon.app.cli_daemon import _resume, _serve, _status
 from daemon.app.cli_parser import build_parser
 from daemon.app.cli_protocols import _probe, _stage_scores, _stress_gate, alphaforge_instability
 from daemon.app.cli_runs import _build_recording, _record, _replay, _replay_roles, _run
 from daemon.app.cli_store import _backup_or_export, _migrate, _report
+from daemon.app.sandbox_check import sandbox_problem
 from daemon.app.signals import Stopped
 from daemon.config.settings import ConfigError
 
@@ -31,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from daemon.alerts.config import parse_alerts_config
 
             parse_alerts_config(cfg.alerts, source=args.file)
-            problem = _keys_problem(cfg, args)
+            problem = _keys_problem(cfg, args) or sandbox_problem(cfg, sys.stdout)
             if problem:
                 return _fail(f"{args.file}: {problem}")
             sys.stdout.write(f"{args.file}: ok ({len(cfg.agents)} agents, markets: "
@@ -66,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _stress_gate(args)
         if args.cmd == "status":
             return _status(args)
+        if args.cmd == "serve":
+            return _serve(args)
         if args.cmd == "verify-round":
             from agents.capitalbench.rounds import verify_command
 

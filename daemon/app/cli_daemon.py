@@ -1,5 +1,6 @@
 """``paperarena status`` and ``resume``: the commands that ask a running daemon over its HTTP
-API (its address from the config or ``--url``).
+API (its address from the config or ``--url``); ``serve``: the page and the API over any store,
+read-only (:mod:`daemon.web.readonly`).
 """
 
 from __future__ import annotations
@@ -50,3 +51,43 @@ def _resume(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"no daemon answering at {url}: {exc}")
     return 0
+
+
+def serve_db(db: str, host: str, port: int) -> int:
+    """Serve the page and the API over the store ``db`` read-only until Ctrl-C or SIGTERM."""
+    import asyncio
+    import sqlite3
+
+    from daemon.app.signals import Stopped, run_stoppable
+    from daemon.store.pg import redact
+    from daemon.web.readonly import NotAStore, serve
+
+    async def main() -> None:
+        ready = asyncio.Event()
+        bound: list[str] = []
+        task = asyncio.create_task(serve(db, host, port, ready=ready, bound=bound))
+        waiter = asyncio.create_task(ready.wait())
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            waiter.cancel()
+            task.result()
+            return
+        sys.stderr.write(f"paperarena serve: {redact(db)} read-only at {bound[0]}/ "
+                         "(Ctrl-C to stop)\n")
+        await task
+
+    try:
+        run_stoppable(main())
+    except FileNotFoundError:
+        return _fail(f"--db {db}: no such database")
+    except NotAStore as exc:
+        return _fail(f"--db {redact(db)}: {exc}")
+    except sqlite3.Error as exc:
+        return _fail(f"--db {redact(db)}: not a paperarena store ({str(exc).splitlines()[0]})")
+    except (KeyboardInterrupt, Stopped):
+        return 0
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    return serve_db(args.db, args.host, args.port)

@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     _keys_argument(rp)
     rp.add_argument("--accept-damaged", action="store_true",
                     help="replay a cut recording up to its last whole event (default: exit 2)")
+    rp.add_argument("--serve", action="store_true",
+                    help="then serve the page and the API over the database, read-only, at the"
+                         " config's [http] address until Ctrl-C")
 
     rpub = _command(sub, "replay-publish",
                     "publish a recording over MQTT to replay-evaluate processes",
@@ -172,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--agent", required=True, help="id of the halted agent")
     rs.add_argument("--market", default=None, help="only this market (default: every market)")
     rs.add_argument("--config", "-c", help="config of the running daemon (for its HTTP address)")
+
+    sv = _command(sub, "serve", "serve the live page and the API over a store, read-only",
+                  "paperarena serve --db sample.db")
+    sv.add_argument("--db", required=True, help="SQLite database or postgresql:// URL")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=9464, help="port (default: 9464; 0: any free)")
 
     st = _command(sub, "status", "print the running daemon's state (from its HTTP API)",
                   "paperarena status --url http://127.0.0.1:9464")

@@ -68,7 +68,7 @@ def _replay(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config, rounds=True)
     problem = (_window_problem(args) or _recording_problem(args.recording)
-               or _keys_problem(cfg, args))
+               or _keys_problem(cfg, args) or sandbox_problem(cfg))
     if problem:
         return _fail(problem)
     configure_logging(cfg.logging.level, cfg.logging.format)
@@ -88,12 +88,16 @@ def _replay(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if summary.complete:
         sys.stderr.write(f"{summary.complete}\n")
-        return 0
-    sys.stderr.write(
-        f"replayed {summary.events} events (resumed at {summary.resumed_from}), "
-        f"{summary.decisions} scheduled jobs, {summary.events_per_s:,.0f} events/s "
-        f"into {_destination(db)}\n"
-    )
+    else:
+        sys.stderr.write(
+            f"replayed {summary.events} events (resumed at {summary.resumed_from}), "
+            f"{summary.decisions} scheduled jobs, {summary.events_per_s:,.0f} events/s "
+            f"into {_destination(db)}\n"
+        )
+    if getattr(args, "serve", False):  # keep the page up over the replayed database
+        from daemon.app.cli_daemon import serve_db
+
+        return serve_db(db, cfg.http.host, cfg.http.port)
     return 0
 
 
@@ -109,7 +113,8 @@ def _run(args: argparse.Namespace) -> int:
                              process_id=args.process_id)
     except RoleError as exc:
         return _fail(str(exc))
-    problem = _keys_problem(cfg, args)
+    problem = _keys_problem(cfg, args) or (None if args.role == "feeds"
+                                           else sandbox_problem(cfg))
     if problem:
         return _fail(problem)
     configure_logging(cfg.logging.level, cfg.logging.format)
@@ -156,7 +161,7 @@ def _replay_roles(args: argparse.Namespace) -> int:
     except RoleError as exc:
         return _fail(str(exc))
     problem = (_recording_problem(args.recording) if args.cmd == "replay-publish"
-               else _keys_problem(cfg, args))
+               else _keys_problem(cfg, args) or sandbox_problem(cfg))
     if problem:
         return _fail(problem)
     configure_logging(cfg.logging.level, cfg.logging.format)

@@ -167,6 +167,12 @@ class LiveEvents:
                 await self._task
             self._task = None
 
+    def poke(self) -> None:
+        """Tell every open page to refetch (``paperarena serve``: another process committed)."""
+        if not self._closed:
+            self._counts["store"] += 1
+            self._dirty.set()
+
     def _count_marks(self, n: int, market: str) -> None:
         if self._closed or not n:
             return
