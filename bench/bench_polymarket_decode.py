@@ -23,7 +23,7 @@ import msgspec
 
 from feeds.polymarket.decode import _FRAME, PolymarketDecoder
 
-__all__ = ["TARGET_ENTRIES_PER_S", "build_frames", "main", "run"]
+__all__ = ["TARGET_ENTRIES_PER_S", "build_frames", "main", "price_change_frames", "run"]
 
 #: Required full-decoder throughput on one core (price_changes entries per second).
 TARGET_ENTRIES_PER_S = 100_000
@@ -79,6 +79,17 @@ def build_frames(
                 }
             )
         )
+    frames = price_change_frames(tokens, mids, n_frames=n_frames, ts0=ts0, rng=rng,
+                                 events_per_frame=events_per_frame,
+                                 entries_per_event=entries_per_event)
+    return tokens, snapshots, frames
+
+
+def price_change_frames(tokens: list[str], mids: dict[str, float], *, n_frames: int, ts0: int,
+                        rng: random.Random, events_per_frame: int = 5,
+                        entries_per_event: int = 4) -> list[bytes]:
+    """Return ``n_frames`` JSON arrays of ``price_change`` events over ``tokens`` (as the live
+    feed sends them: hashes, best bid and ask on every entry), each around its token's mid."""
     frames: list[bytes] = []
     for f in range(n_frames):
         events: list[dict[str, Any]] = []
@@ -112,7 +123,7 @@ def build_frames(
                 }
             )
         frames.append(json.dumps(events).encode())
-    return tokens, snapshots, frames
+    return frames
 
 
 def _rate(n_entries: int, fn: Any, frames: list[bytes], repeat: int) -> float:

@@ -165,6 +165,8 @@ class FakePolymarket:
         self._tasks: set[asyncio.Task[None]] = set()
         self.ws_port = 0
         self.http_port = 0
+        #: WebSocket compression the server accepts (None: send frames as they are).
+        self.compression: str | None = "deflate"
 
     # ------------------------------------------------------------------------- lifecycle
 
@@ -177,6 +179,7 @@ class FakePolymarket:
             ping_interval=None,
             process_request=self._process_request,
             close_timeout=1,
+            compression=self.compression,
         )
         self.ws_port = self._server.sockets[0].getsockname()[1]
         app = web.Application()
