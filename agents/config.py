@@ -147,9 +147,6 @@ class StrategySettings(_Frozen):
     memory_mb: Annotated[int, Field(ge=256, le=65_536)] = Field(
         default=1024, description="address space of the strategy process (RLIMIT_AS)"
     )
-    network_namespace: bool = Field(
-        default=True, description="run the strategy under 'unshare --net' where that works"
-    )
 
 
 

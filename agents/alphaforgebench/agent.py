@@ -45,7 +45,6 @@ from agents.alphaforgebench.sandbox import (
     StrategyWorker,
     check_result,
     code_sha256,
-    network_isolation,
     validate_code,
 )
 from agents.base import CASH, AgentDecision, Observation
@@ -152,9 +151,7 @@ class AlphaForgeAgent(StepwiseAgent):
         super().__init__(*args, **kwargs)
         s = self.cfg.strategy
         self.limits = SandboxLimits(memory_mb=s.memory_mb, cpu_s=s.cpu_seconds,
-                                    timeout_s=s.timeout, network_namespace=s.network_namespace)
-        if s.network_namespace:
-            network_isolation()  # probed once, here, never inside a round
+                                    timeout_s=s.timeout)
         self.current: StrategyCode | None = None
         self.created_ts: float | None = None
         self.worker: StrategyWorker | None = None

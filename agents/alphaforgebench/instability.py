@@ -184,7 +184,7 @@ async def run_instability(configs: Sequence[AgentConfig], assets: Sequence[str],
         for cfg in agents:
             s = cfg.strategy
             limits = SandboxLimits(memory_mb=s.memory_mb, cpu_s=s.cpu_seconds,
-                                   timeout_s=s.timeout, network_namespace=s.network_namespace)
+                                   timeout_s=s.timeout)
             runs = []
             versions = []
             codes: dict[str, str] = {}

@@ -7,17 +7,16 @@ Layers (docs/protocol-alphaforgebench.md, "The sandbox"):
    dunder name or attribute and none of :data:`FORBIDDEN_NAMES` (``eval``, ``open``,
    ``getattr``...). A rejected answer is retried like any invalid model answer.
 2. :class:`StrategyWorker`: one long-lived child process per strategy version
-   (``agents/alphaforgebench/sandbox_worker.py`` run with ``python -I``, a minimal environment
-   without any key,
-   stdin/stdout JSON lines), so a bar costs one round trip, not a spawn. The child lowers its
+   (``agents/alphaforgebench/sandbox_worker.py``, started as :mod:`.isolation` says: under
+   bubblewrap with fresh namespaces, no capability, a read-only root of the interpreter and the
+   allowed packages, an empty environment, and a libseccomp allow-list loaded before the code),
+   stdin/stdout JSON lines, so a bar costs one round trip, not a spawn. The child lowers its
    own limits before it reads the code (``RLIMIT_AS``, per-request ``RLIMIT_CPU``,
-   ``RLIMIT_FSIZE = 0``, ``RLIMIT_NOFILE``, ``RLIMIT_NPROC = 0``) and installs an audit hook
-   refusing sockets, subprocesses, file writes and deletions, ``ctypes`` and limit changes;
-   under it, since strategy code can rewrite its own memory through numpy, a seccomp filter
-   (Linux x86_64) and Landlock (reads beneath the libraries only) hold in the kernel.
-3. Network: as root with a working ``unshare --net`` (util-linux) the child runs in a fresh
-   network namespace (no interface but a down loopback); elsewhere the audit hook alone refuses
-   sockets (:func:`network_isolation` says which, once, in the log).
+   ``RLIMIT_FSIZE = 0``, ``RLIMIT_NOFILE``, ``RLIMIT_NPROC = 0``). Its first line reports what
+   it sees of each layer, before any strategy code exists; a layer missing that the policy does
+   not tolerate kills it (:class:`SandboxError`: the code never runs).
+3. An audit hook in the child turns most refusals into clear messages; it is not a boundary
+   (the namespaces and the seccomp filter are).
 4. The daemon side never blocks: the pipes are asyncio streams, each request has a wall-clock
    timeout after which the child is killed; a dead or killed child is started again at the
    next request (loading the same code).
@@ -39,17 +38,14 @@ import json
 import math
 import os
 import secrets
-import shutil
 import signal
-import subprocess
-import sys
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
 import structlog
+
+from agents.alphaforgebench.isolation import CHILD_ENV, current_policy, missing_layers, worker_argv
 
 log = structlog.get_logger(__name__)
 
@@ -62,7 +58,6 @@ FORBIDDEN_NAMES = frozenset({
     "setattr", "delattr", "input", "breakpoint", "memoryview", "help", "exit", "quit",
 })
 MAX_CODE_CHARS = 40_000
-WORKER = Path(__file__).with_name("sandbox_worker.py")
 
 
 class InvalidStrategy(ValueError):
@@ -201,42 +196,7 @@ class SandboxLimits:
     start_timeout_s: float = 60.0
     """Wall-clock seconds to start the child and load the code (imports pandas)."""
     nofile: int = 64
-    network_namespace: bool = True
-    """Run the child under ``unshare --net`` when that works (root on Linux)."""
-
-
-@lru_cache(maxsize=1)
-def network_isolation() -> str:
-    """Return ``"namespace"`` when ``unshare --net`` works here, else ``"audit-hook"``."""
-    tool = shutil.which("unshare")
-    how = "audit-hook"
-    if tool and sys.platform.startswith("linux"):
-        try:
-            done = subprocess.run([tool, "--net", "--", "true"], capture_output=True, timeout=10,
-                                  check=False)
-            if done.returncode == 0:
-                how = "namespace"
-        except (OSError, subprocess.SubprocessError):
-            pass
-    log.info("sandbox.network", isolation=how)
-    return how
-
-
-def worker_command(limits: SandboxLimits) -> list[str]:
-    """Return the argv that starts a worker under ``limits``."""
-    argv = [sys.executable, "-I", str(WORKER),
-            json.dumps({"memory_mb": limits.memory_mb, "cpu_s": limits.cpu_s,
-                        "nofile": limits.nofile})]
-    if limits.network_namespace and network_isolation() == "namespace":
-        tool = shutil.which("unshare")
-        assert tool is not None
-        argv = [tool, "--net", "--", *argv]
-    return argv
-
-
-#: The child's whole environment: no provider key or other secret reaches it.
-CHILD_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1",
-             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMEXPR_MAX_THREADS": "1"}
+    """Open files of the child (``RLIMIT_NOFILE``)."""
 
 
 class StrategyWorker:
@@ -249,28 +209,51 @@ class StrategyWorker:
         self.proc: asyncio.subprocess.Process | None = None
         self.starts = 0
         """How many times a child was started (restarts after a kill count)."""
-        self.seccomp = "unknown"
-        """The child's kernel filter: "on", or "off: <why>" (known once it has loaded)."""
-        self.landlock = "unknown"
-        """The child's Landlock read confinement: "on", or "off: <why>"."""
+        self.missing: dict[str, str] | None = None
+        """{layer: why} of the layers the last child reported missing (None: not started)."""
 
     async def _start(self) -> None:
+        policy = current_policy()
+        config = {"memory_mb": self.limits.memory_mb, "cpu_s": self.limits.cpu_s,
+                  "nofile": self.limits.nofile}
         self.starts += 1
-        self.proc = await asyncio.create_subprocess_exec(
-            *worker_command(self.limits), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-            env=CHILD_ENV, cwd="/", limit=1 << 20, start_new_session=True)
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *worker_argv(policy, config), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+                env=CHILD_ENV, cwd="/", limit=1 << 20, start_new_session=True)
+        except OSError as exc:  # e.g. bwrap missing (the start-up probe says so first)
+            raise SandboxError(f"the sandbox does not start: {exc}") from None
+        await self._check_layers(policy.bwrap is not None, policy.tolerated)
         answer = await self._request({"op": "load", "code": self.code},
                                      self.limits.start_timeout_s)
         if not answer.get("ok"):
             await self.close()
             raise SandboxError("the strategy does not load: "
                                + _line(answer.get("error", "?"), 300))
-        seccomp = str(answer.get("seccomp", "off: not reported"))[:200]
-        landlock = str(answer.get("landlock", "off: not reported"))[:200]
-        if (seccomp, landlock) != (self.seccomp, self.landlock):
-            log.info("sandbox.kernel", seccomp=seccomp, landlock=landlock)
-        self.seccomp, self.landlock = seccomp, landlock
+
+    async def _check_layers(self, bubblewrap: bool, tolerated: frozenset[str]) -> None:
+        """Read the child's first line (written before any code exists); kill the child and
+        raise :class:`SandboxError` if a layer is missing that ``tolerated`` does not name."""
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None
+        line = b""
+        try:
+            async with asyncio.timeout(self.limits.start_timeout_s):
+                line = await proc.stdout.readline()
+            report = json.loads(line) if line else None
+        except (TimeoutError, ValueError, RecursionError, ConnectionError):
+            report = None
+        missing = missing_layers(report, bubblewrap)
+        if missing != self.missing:
+            log.info("sandbox.layers", missing=missing or "none")
+        self.missing = missing
+        refused = {k: v for k, v in missing.items() if k not in tolerated}
+        if refused:
+            died = "" if line else f" (the worker died: {_exit_text(await self._reap())})"
+            await self.close()
+            why = "; ".join(f"{k}: {_line(v, 120)}" for k, v in refused.items())
+            raise SandboxError(f"sandbox layer missing, the strategy does not run: {why}{died}")
 
     async def _request(self, req: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send ``req`` with a fresh random id; return the answer line that echoes that id.
@@ -361,14 +344,16 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
 
 
 def _exit_text(code: int | None) -> str:
+    """Return how a worker ended, in words (bubblewrap reports a signal as 128 + its number)."""
     if code is None:
         return "no exit status"
-    if code < 0:
+    if code < 0 or 128 < code <= 128 + 64:
+        number = -code if code < 0 else code - 128
         try:
-            name = signal.Signals(-code).name
+            name = signal.Signals(number).name
         except ValueError:
-            name = f"signal {-code}"
+            name = f"signal {number}"
         hint = {"SIGXCPU": ": CPU time limit", "SIGKILL": ": killed (memory or limit)",
-                "SIGSEGV": ": crashed"}.get(name, "")
+                "SIGSEGV": ": crashed", "SIGSYS": ": a forbidden system call"}.get(name, "")
         return f"{name}{hint}"
     return f"exit status {code}"

@@ -1,14 +1,17 @@
-"""The sandboxed child process that runs one AlphaForgeBench strategy (see
-agents/alphaforgebench/sandbox.py).
+"""The sandboxed process that runs one AlphaForgeBench strategy (see
+agents/alphaforgebench/sandbox.py and agents/alphaforgebench/isolation.py).
 
-Run as ``python -I sandbox_worker.py '<limits json>'`` (never imported by the daemon: it imports
-nothing of paperarena). It speaks JSON lines: on stdin one request per line, on its own copy of
-the original stdout one answer per line (the strategy's prints go to stderr).
+Run by bubblewrap as ``python -I -S -B /sandbox/worker.py '<config json>'`` (never imported by
+the daemon: it imports nothing of paperarena). The config names the limits and the directories
+put first on ``sys.path`` (inside the sandbox, ``/sandbox/lib``: the allowed packages and
+``seccomp_policy.py``). It speaks JSON lines: its first line, written before it reads anything,
+reports the isolation it sees (:func:`layers`); then on stdin one request per line, on its own
+copy of the original stdout one answer per line (the strategy's prints go to stderr).
 
 Requests (each with the daemon's ``"id"``, which the answer echoes):
 
 - ``{"id": "...", "op": "load", "code": "..."}``: run the code's top level, find
-  ``generate_signal``; the answer is ``{"id": "...", "ok": true, "seccomp": ..., "landlock": ...}``;
+  ``generate_signal``; the answer is ``{"id": "...", "ok": true}``;
 - ``{"id": "...", "op": "bar", "bars": {asset: {"ts": [...], "close": [...]}}}``: build each
   asset's frame (OHLCV and indicators, oldest row first, the last row the current bar) and call
   ``generate_signal(df)`` once per asset, each time from a fresh run of the code's top level
@@ -24,21 +27,20 @@ The daemon checks everything again: strategy code shares this process, so it can
 (frames, memory) and write to the answer pipe itself; what stops it is the daemon's check of
 every line (see agents/alphaforgebench/sandbox.py).
 
-Before reading any request it imports the allowed libraries, then lowers its resource limits
-(address space, file size 0, open files, processes) and installs an audit hook (``make_guard``)
-that refuses sockets, subprocesses, writes, deletions, ``ctypes``, threads, limit changes,
-introspection of the garbage collector and reading files outside Python's and the libraries'
-own directories. The hook has no "trusted" state: from its installation on it applies to the
-worker's own code as well, so strategy code that runs at unexpected moments (an exception's
-message, a finalizer, a thread) gains nothing. Before the hook it installs Landlock (opens
-only to read, beneath the same directories) and a seccomp filter (see ``install_seccomp``):
-the kernel's backstop for code that rewrites the hook's data in memory. CPU time is limited
-per request: the soft ``RLIMIT_CPU`` is moved to the CPU time used so far plus the
+Before reading any request it imports the allowed libraries, lowers its resource limits
+(address space, file size 0, open files, processes), loads the seccomp allow-list through
+libseccomp (``seccomp_policy.install``: the kernel refuses every other system call, whatever
+the process runs from then on) and installs an audit hook (``make_guard``) refusing sockets,
+subprocesses, writes, deletions, ``ctypes``, threads, limit changes and reads outside Python's
+and the libraries' directories. The hook is not a boundary (PEP 578; strategy code can rewrite
+its data through numpy): it turns most refusals into a clear message, while bubblewrap's
+namespaces and read-only root and the seccomp filter hold whatever the process does. CPU time
+is limited per request: the soft ``RLIMIT_CPU`` is moved to the CPU time used so far plus the
 per-request budget before each request (SIGXCPU ends the process).
 
-Why one module over 500 lines: the child runs this file as a script under ``python -I``, with
-no package on its path and nothing of paperarena imported, so everything it runs before and
-around strategy code (limits, hook, kernel filters, frames, answers) must live in this file.
+Why everything in one module: the child runs this file as a script, with no package on its path
+and nothing of paperarena imported, so everything it runs before and around strategy code
+(limits, hook, frames, answers) must live here or in the bound ``seccomp_policy``.
 """
 
 from __future__ import annotations
@@ -190,155 +192,6 @@ def make_guard(roots: tuple[str, ...], cpu_s: float) -> Any:
     return guard
 
 
-# -- seccomp (Linux x86_64): the kernel-level backstop of the audit hook ------------------------
-# Strategy code can write any byte of its own process through numpy (``as_strided`` over an
-# address from ``id()``), so the audit hook, plain Python data, can be rewritten. The filter,
-# installed before any strategy code runs and irrevocable, refuses what must never happen
-# whatever the process runs: network sockets, new processes and threads, exec, signals to other
-# processes, tracing, namespaces, file writes and changes, and limit changes other than the
-# worker's own RLIMIT_CPU move. Refused calls fail with EPERM.
-_AUDIT_ARCH_X86_64 = 0xC000003E
-_X86_64_DENIED = (
-    41, 53,  # socket, socketpair
-    56, 57, 58, 59, 322, 435,  # clone, fork, vfork, execve, execveat, clone3
-    62, 200, 234, 424, 434, 438,  # kill, tkill, tgkill, pidfd_send_signal/open/getfd
-    101, 310, 311,  # ptrace, process_vm_readv/writev
-    272, 308, 165, 166, 155, 161,  # unshare, setns, mount, umount2, pivot_root, chroot
-    76, 77, 82, 83, 84, 85, 86, 87, 88, 90, 91, 92, 93, 94, 133,  # truncate .. mknod
-    258, 259, 260, 263, 264, 265, 266, 268, 316, 452,  # the *at variants, renameat2, fchmodat2
-    105, 106, 113, 114, 116, 117, 119, 122, 123,  # set*id, setgroups
-    437, 425, 426, 427,  # openat2 (flags out of reach), io_uring
-    321, 323, 298, 246, 175, 313, 176, 248, 249, 250,  # bpf, userfaultfd, perf, modules, keys
-)
-_X86_64_OPEN, _X86_64_OPENAT, _X86_64_SETRLIMIT, _X86_64_PRLIMIT64 = 2, 257, 160, 302
-_OPEN_WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000 | 0o2000  # WRONLY RDWR CREAT TRUNC APPEND
-
-
-def seccomp_program(cpu_resource: int) -> list[tuple[int, int, int, int]]:
-    """Return the x86_64 filter as (code, jt, jf, k) BPF instructions."""
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO(EPERM)
-
-    def arg(i: int, high: bool = False) -> int:
-        return 16 + 8 * i + (4 if high else 0)  # struct seccomp_data, little endian
-
-    prog: list[tuple[int, int, int, int]] = [
-        (ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH_X86_64), (ret, 0, 0, deny),
-        (ld, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, deny)]  # x32 calls
-    for nr in _X86_64_DENIED:
-        prog += [(jeq, 0, 1, nr), (ret, 0, 0, deny)]
-    def when(nr: int, block: list[tuple[int, int, int, int]]) -> None:
-        """Run ``block`` (which ends in returns) for syscall ``nr``; others skip it."""
-        prog.append((jeq, 0, len(block), nr))
-        prog.extend(block)
-
-    for nr, flags_arg in ((_X86_64_OPEN, 1), (_X86_64_OPENAT, 2)):
-        when(nr, [(ld, 0, 0, arg(flags_arg)), (jset, 0, 1, _OPEN_WRITE_FLAGS),
-                  (ret, 0, 0, deny), (ret, 0, 0, allow)])
-    # setrlimit(resource, new): RLIMIT_CPU only.
-    when(_X86_64_SETRLIMIT, [(ld, 0, 0, arg(0)), (jeq, 0, 1, cpu_resource),
-                             (ret, 0, 0, allow), (ret, 0, 0, deny)])
-    # prlimit64(pid, resource, new, old): reading any, setting RLIMIT_CPU of itself only.
-    when(_X86_64_PRLIMIT64, [
-        (ld, 0, 0, arg(2)), (jeq, 0, 3, 0),  # new == NULL (both halves): a read
-        (ld, 0, 0, arg(2, True)), (jeq, 0, 1, 0), (ret, 0, 0, allow),
-        (ld, 0, 0, arg(0)), (jeq, 0, 3, 0),  # pid 0: this process
-        (ld, 0, 0, arg(1)), (jeq, 0, 1, cpu_resource), (ret, 0, 0, allow),
-        (ret, 0, 0, deny)])
-    prog.append((ret, 0, 0, allow))
-    return prog
-
-
-def install_seccomp() -> str:
-    """Install :func:`seccomp_program` for this process; return "on" or "off: <why>"."""
-    import platform
-
-    if not sys.platform.startswith("linux") or platform.machine() != "x86_64":
-        return f"off: no filter for {sys.platform}/{platform.machine()}"
-    try:
-        import ctypes
-
-        class SockFilter(ctypes.Structure):
-            _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte),
-                        ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
-
-        class SockFprog(ctypes.Structure):
-            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
-
-        prog = seccomp_program(resource.RLIMIT_CPU)
-        table = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
-        fprog = SockFprog(len(prog), table)
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
-        if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
-            return f"off: PR_SET_NO_NEW_PRIVS failed (errno {ctypes.get_errno()})"
-        if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(fprog), 0, 0) != 0:
-            return f"off: PR_SET_SECCOMP failed (errno {ctypes.get_errno()})"
-    except (OSError, AttributeError, ImportError) as exc:
-        return f"off: {exc}"
-    return "on"
-
-
-def install_landlock(roots: tuple[str, ...]) -> str:
-    """Let this process open files only to read them, and only beneath ``roots`` (Landlock,
-    Linux 5.13+); return "on" or "off: <why>".
-
-    The kernel-level backstop of the hook's read check, which strategy code could rewrite in
-    memory: with it, neither the daemon's files nor ``/proc/<pid>/environ`` can be opened.
-    """
-    if not sys.platform.startswith("linux"):
-        return f"off: no Landlock on {sys.platform}"
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        create, add_rule, restrict = 444, 445, 446  # the same numbers on every architecture
-        u32, size = ctypes.c_uint32, ctypes.c_size_t
-        abi = libc.syscall(create, None, size(0), u32(1))  # LANDLOCK_CREATE_RULESET_VERSION
-        if abi < 1:
-            return f"off: Landlock unavailable (errno {ctypes.get_errno()})"
-        handled = (1 << 13) - 1  # ABI 1: execute .. make_sym
-        handled |= (1 << 13) if abi >= 2 else 0  # refer
-        handled |= (1 << 14) if abi >= 3 else 0  # truncate
-        handled |= (1 << 15) if abi >= 5 else 0  # ioctl_dev
-
-        class RulesetAttr(ctypes.Structure):
-            _fields_ = [("handled_access_fs", ctypes.c_uint64)]
-
-        class PathBeneath(ctypes.Structure):
-            _pack_ = 1
-            _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-        attr = RulesetAttr(handled)
-        ruleset = libc.syscall(create, ctypes.byref(attr), size(ctypes.sizeof(attr)), u32(0))
-        if ruleset < 0:
-            return f"off: landlock_create_ruleset failed (errno {ctypes.get_errno()})"
-        try:
-            read_file, read_dir = 1 << 2, 1 << 3
-            for root in roots:
-                try:
-                    fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
-                except OSError:
-                    continue
-                try:
-                    rights = read_file | (read_dir if os.path.isdir(root) else 0)
-                    rule = PathBeneath(rights, fd)
-                    if libc.syscall(add_rule, ctypes.c_int(ruleset), ctypes.c_int(1),
-                                    ctypes.byref(rule), u32(0)) != 0:
-                        return f"off: landlock_add_rule failed (errno {ctypes.get_errno()})"
-                finally:
-                    os.close(fd)
-            if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
-                return f"off: PR_SET_NO_NEW_PRIVS failed (errno {ctypes.get_errno()})"
-            if libc.syscall(restrict, ctypes.c_int(ruleset), u32(0)) != 0:
-                return f"off: landlock_restrict_self failed (errno {ctypes.get_errno()})"
-        finally:
-            os.close(ruleset)
-    except (OSError, AttributeError, ImportError) as exc:
-        return f"off: {exc}"
-    return "on"
-
-
 def _limit(which: int, value: int) -> None:
     with contextlib.suppress(ValueError, OSError):  # e.g. a hard limit already lower: keep it
         resource.setrlimit(which, (value, value))
@@ -420,15 +273,56 @@ def _repr(x: Any) -> str:
         return "?"
 
 
+def layers(install_seccomp: Any) -> dict[str, Any]:
+    """Return the first line: what this process sees of each isolation layer.
+
+    Checked from inside, before any strategy code exists: uid and gid (65534 in the sandbox's
+    user namespace), pid (2 in its pid namespace, under bubblewrap's init), the network
+    interfaces (only ``lo`` in its network namespace), whether a capability-guarded call
+    (``setgroups`` to the same groups, harmless) is refused, and whether, once the seccomp
+    filter is loaded (``install_seccomp``), a socket is refused.
+    """
+    import socket
+
+    try:
+        net: Any = sorted(name for _, name in socket.if_nameindex())
+    except OSError as exc:
+        net = f"unknown: {exc}"
+    try:
+        os.setgroups(os.getgroups())
+        caps = "present: setgroups allowed"
+    except PermissionError:
+        caps = "none"
+    except OSError as exc:
+        caps = f"unknown: {exc}"
+    seccomp = install_seccomp()
+    if seccomp == "on":
+        try:
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+            seccomp = "off: a socket could still be opened"
+        except PermissionError:
+            pass
+    return {"ready": True, "uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid(),
+            "net": net, "caps": caps, "seccomp": seccomp}
+
+
 def main() -> int:
-    """Serve requests until stdin closes."""
+    """Report the layers, then serve requests until stdin closes."""
     limits = json.loads(sys.argv[1])
+    sys.path[:0] = [p for p in limits.get("path", []) if isinstance(p, str)]
+    import ctypes.util
+
+    # The sandbox has no ldconfig: name the two libraries pyseccomp asks for by soname.
+    found = ctypes.util.find_library
+    sonames = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
+    ctypes.util.find_library = lambda name: sonames.get(name) or found(name)
     import datetime  # noqa: F401  (the allowed libraries are imported before the limits)
     import statistics  # noqa: F401
     import typing  # noqa: F401
 
     import numpy as np  # noqa: F401
     import pandas as pd  # type: ignore[import-untyped]
+    import seccomp_policy  # type: ignore[import-not-found]
 
     factors(pd.Series([1.0, 2.0, 3.0]))  # warm every code path the frames use
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -440,12 +334,13 @@ def main() -> int:
     _limit(resource.RLIMIT_NOFILE, int(limits["nofile"]))
     _limit(resource.RLIMIT_NPROC, 0)
     cpu_s = float(limits["cpu_s"])
+    report = layers(seccomp_policy.install)
     roots = read_roots()
-    landlock = install_landlock(roots)
-    seccomp = install_seccomp()
     # From here on the hook applies to everything, the worker's own code included: no
     # reference to it is kept, and it has no switch (see make_guard).
     sys.addaudithook(make_guard(roots, cpu_s))
+    out.write(json.dumps(report) + "\n")  # before any request: no strategy code exists yet
+    out.flush()
     code: Any = None
     stdin = sys.stdin
     while True:
@@ -463,8 +358,7 @@ def main() -> int:
             if req["op"] == "load":
                 code = compile(req["code"], "<strategy>", "exec")
                 _load(code)
-                answer: dict[str, Any] = {"ok": True, "seccomp": seccomp,
-                                          "landlock": landlock}
+                answer: dict[str, Any] = {"ok": True}
             elif req["op"] == "bar":
                 results: dict[str, Any] = {}
                 for asset, bar in sorted(req["bars"].items()):

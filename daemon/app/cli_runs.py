@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from daemon.app.cli_common import _fail, _keys_problem, _load, _window_problem, package_version
+from daemon.app.sandbox_check import sandbox_problem
 from daemon.app.signals import run_stoppable
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from agents.alphaforgebench.isolation import SandboxConfig
 from agents.capitalbench.config import CapitalBenchConfig, capital_problems, orphan_problems
 from agents.config import (
     AgentConfig,
@@ -83,6 +84,10 @@ class Config(_Frozen):
     evaluator: EvaluatorConfig = EvaluatorConfig()
     capitalbench: CapitalBenchConfig | None = Field(
         default=None, description="CapitalBench rounds (docs/protocol-capitalbench.md)"
+    )
+    sandbox: SandboxConfig = Field(
+        default_factory=SandboxConfig,
+        description="the AlphaForgeBench strategy sandbox (docs/protocol-alphaforgebench.md)",
     )
 
     @model_validator(mode="after")

@@ -17,7 +17,8 @@ Routes added to the daemon's HTTP server (:class:`daemon.web.http.HttpServer`):
 - ``GET /api/status``: sources (state, market, last data and its age), rounds per market (last
   round, outcome counts including ``missed`` and ``skipped``, ``next_ts``: the next scheduled
   decision after the engine clock's now, from the engine's triggers), agents (live status, halted,
-  provisional with its reason when the leaderboard says so), the engine clock.
+  provisional with its reason when the leaderboard says so), the engine clock, and ``sandbox``:
+  the strategy sandbox of this process ("on", "degraded" with the missing layers, or "unused").
 - ``GET /api/chart``: every agent's value per market and the benchmark, for the page's combined
   chart (:mod:`daemon.web.chart`; uPlot, vendored with its licence in ``static/vendor/``).
 - ``GET /api/agents/{id}/decisions?offset=&limit=``: one page of an agent's decisions, newest
@@ -344,7 +345,8 @@ class Page:
         """Return sources, rounds per market and agents' status in one JSON object."""
         from daemon.web.json import json_response as _json
 
-        return _json(await self.status())
+        read_only = bool(getattr(self.server.engine, "read_only", False))  # paperarena serve
+        return _json({**await self.status(), "read_only": read_only})
 
     async def status(self) -> dict[str, Any]:
         """Return the daemon's state: sources, rounds per market, agents (see module doc)."""
@@ -394,8 +396,11 @@ class Page:
             item["provisional"] = reason is not None
             item["provisional_reason"] = reason or ""
             agents.append(item)
+        from agents.alphaforgebench.isolation import sandbox_state
+
         return {"clock": now, "wall": time.time(), "sources": sources, "rounds": rounds,
-                "agents": agents, "event_streams": self.events.clients}
+                "agents": agents, "event_streams": self.events.clients,
+                "sandbox": sandbox_state()}
 
     async def _provisional(self) -> dict[tuple[str, str], str]:
         """Return (agent, market) -> reason for the leaderboard's provisional rows (if any)."""

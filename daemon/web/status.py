@@ -96,6 +96,12 @@ def render_status(st: dict[str, Any], base: str) -> str:
             market += " (closed)"
         out.append(f"  {s.get('name', '?')!s:<16} {s.get('state', '?')!s:<12} {market:<20} "
                    f"last data {_age(s.get('data_age_s'))}")
+    sandbox = st.get("sandbox") or {}
+    if sandbox.get("state") == "degraded":
+        missing = "; ".join(f"{k} ({v})" for k, v in (sandbox.get("missing") or {}).items())
+        out.append(f"sandbox: DEGRADED, strategies run without: {missing}")
+    elif sandbox.get("state") == "on":
+        out.append("sandbox: every layer on")
     out.append("rounds:")
     for market, r in sorted((st.get("rounds") or {}).items()):
         last = (f"{_time(r.get('last_ts'))} ({_age(r.get('last_age_s'))})"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -139,14 +138,6 @@ async def test_socket_is_stopped() -> None:
         server.close()
 
 
-def test_network_namespace_when_available() -> None:
-    from agents.alphaforgebench.sandbox import network_isolation, worker_command
-
-    argv = worker_command(SandboxLimits())
-    assert ("unshare" in argv[0]) == (network_isolation() == "namespace")
-    assert "unshare" not in worker_command(SandboxLimits(network_namespace=False))[0]
-
-
 async def test_socket_through_a_library_module_is_stopped() -> None:
     # pandas keeps a reference to the os module: the audit hook stops what the AST cannot see.
     code = ("import pandas as pd\n\ndef generate_signal(df):\n"
@@ -161,17 +152,21 @@ async def test_socket_through_a_library_module_is_stopped() -> None:
         await w.close()
 
 
-async def test_file_write_is_stopped(tmp_path: Path) -> None:
-    target = tmp_path / "written.txt"
+@pytest.mark.parametrize("where", ["host", "/tmp/written.txt", "/sandbox/lib/written.txt"])
+async def test_file_write_is_stopped(tmp_path: Path, where: str) -> None:
+    # A host path (not even visible in the sandbox), the sandbox's private /tmp, its read-only
+    # library directory: each write fails in the strategy, and nothing appears on the host.
+    target = str(tmp_path / "written.txt") if where == "host" else where
     code = ("import pandas as pd\n\ndef generate_signal(df):\n"
-            f"    df.to_csv({str(target)!r})\n"
+            f"    df.to_csv({target!r})\n"
             "    return {'signal': 1, 'position': 1.0}\n")
     w = StrategyWorker(validate_code(code), LIMITS)
     try:
         got = await w.run_bar(BARS)
-        with pytest.raises(ValueError, match="writing files is not allowed"):
+        with pytest.raises(ValueError, match="the strategy raised"):
             check_result(got["AAPL"])
-        assert not target.exists()
+        assert not (tmp_path / "written.txt").exists()
+        assert not Path(target).exists()
     finally:
         await w.close()
 
@@ -253,11 +248,13 @@ def test_the_audit_hook_refuses_sockets_writes_and_foreign_reads() -> None:
     assert roots and all(os.path.isabs(r) for r in roots)
 
 
-async def test_the_network_namespace_has_no_route(tmp_path: Path) -> None:
-    from agents.alphaforgebench.sandbox import network_isolation, worker_command
+async def test_the_network_namespace_alone_has_no_route() -> None:
+    # The sandbox's command with a plain probe in place of the worker (no seccomp filter, no
+    # audit hook): only the namespace stands between it and a server listening on the host.
+    from agents.alphaforgebench.isolation import bwrap_argv, current_policy
 
-    if network_isolation() != "namespace":
-        pytest.skip("unshare --net does not work here (not root?): the audit hook alone applies")
+    bwrap = current_policy().bwrap
+    assert bwrap is not None, "bubblewrap is not installed"
     hits: list[int] = []
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -266,14 +263,17 @@ async def test_the_network_namespace_has_no_route(tmp_path: Path) -> None:
 
     server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    prefix = worker_command(SandboxLimits())[:3]  # unshare --net --
+    argv = bwrap_argv(bwrap, {})
+    exe = argv[argv.index("--") + 1]
     probe = ("import socket\ns = socket.socket()\ns.settimeout(2)\n"
-             f"print(s.connect_ex(('127.0.0.1', {port})))\n")
+             f"print(s.connect_ex(('127.0.0.1', {port})), socket.if_nameindex())\n")
     proc = await asyncio.create_subprocess_exec(
-        *prefix, sys.executable, "-I", "-c", probe, stdout=asyncio.subprocess.PIPE)
+        *argv[:argv.index("--") + 1], exe, "-I", "-S", "-c", probe,
+        stdout=asyncio.subprocess.PIPE)
     out, _ = await proc.communicate()
     server.close()
-    assert int(out.strip()) != 0 and hits == []
+    code, interfaces = out.decode().split(" ", 1)
+    assert int(code) != 0 and hits == [] and interfaces.strip() == "[(1, 'lo')]"
 
 
 # -- strict answers (issue 26, point 4) ---------------------------------------------------------
