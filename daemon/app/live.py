@@ -21,6 +21,7 @@ import structlog
 from daemon.app.components import Component
 from daemon.config.settings import Config
 from daemon.core.events import FUNDAMENTALS, HISTORY, MARKET, NEWS, PRICE, RESOLUTION
+from daemon.core.faults import report_fault
 from daemon.engine.engine import Engine, freeze_heap
 from daemon.store.store import Store, StoreWriteError
 from daemon.timing.clock import LiveClock
@@ -308,8 +309,8 @@ class LiveDaemon:
 
             try:
                 await record_abandoned(self.engine)
-            except Exception:
-                log.exception("recording abandoned decisions failed")
+            except Exception as exc:  # e.g. the store is unreachable while stopping
+                report_fault(log, "round_store", "recording abandoned decisions failed", exc)
 
     async def _stop_components(self) -> None:
         """Stop the components, last started first; one failing does not stop the others."""

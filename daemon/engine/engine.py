@@ -12,7 +12,8 @@ foreign write lock beyond ``store.busy_timeout``) leaves no trace in the books (
 book is rolled back to its state before the round, re-marked with the current prices) and its
 agents are recorded with outcome ``error`` and the reason by the next commit that succeeds.
 While the store is faulted, no agent is asked: each due round first retries a write, and is
-recorded as ``error`` too if that fails.
+recorded as ``error`` too if that fails; so is a round that cannot read the store (PostgreSQL
+gone). Every fault is one log line and a count (:mod:`daemon.core.faults`).
 
 Why one module over 500 lines: the engine is one class whose methods share the books, slots, jobs
 and checkpoint it restores and commits together; a round is :mod:`.rounds`, protocol work lives in
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -36,6 +38,7 @@ from daemon.config.markets import CostConfig, ScheduleConfig
 from daemon.config.settings import Config
 from daemon.core.bus import Bus
 from daemon.core.events import DecisionEvent, Event, ResolutionEvent
+from daemon.core.faults import one_line, report_fault
 from daemon.core.price_columns import PriceColumns
 from daemon.engine.rounds import AgentSlot, DecisionRound
 from daemon.market.state import HISTORY_DAYS, MarketState
@@ -392,8 +395,9 @@ class Engine:
         if kind == "capital" and self.capital is not None:
             try:
                 await self.capital.on_job(market, fire_ts, missed)
-            except Exception:
-                log.exception("capitalbench job failed", job=job_id, fire_ts=fire_ts)
+            except Exception as exc:
+                report_fault(log, "job", "capitalbench job failed", exc, job=job_id,
+                             fire_ts=fire_ts)
             return
         if self.stop_on_store_fault and self.job_write_failed is not None:
             return
@@ -419,10 +423,20 @@ class Engine:
             if before is not None:
                 self._roll_back_book(market, before, resolved_before)
                 await self._hold_failed(market, fire_ts, str(exc))
-            log.error("round not stored: trading halted until the store is writable again",
-                      job=job_id, fire_ts=fire_ts, error=str(exc))
-        except Exception:
-            log.exception("job failed", job=job_id, fire_ts=fire_ts)
+            report_fault(log, "round_store", "round not stored: trading halted until the store "
+                         "is writable again", job=job_id, fire_ts=fire_ts, error=str(exc))
+        except (sqlite3.Error, OSError) as exc:  # a read the store could not answer (PgError)
+            if before is not None:  # reads come before any rebalance: the book is unchanged
+                await self._hold_failed(market, fire_ts, f"store unreadable: {one_line(exc)}")
+            report_fault(log, "round_store", "job could not read the store; its agents are "
+                         "recorded as error once the store answers", exc, job=job_id,
+                         fire_ts=fire_ts)
+        except Exception as exc:
+            if before is not None:
+                self._roll_back_book(market, before, resolved_before)
+                await self._hold_failed(market, fire_ts, f"round failed: {one_line(exc)}")
+            report_fault(log, "job", "job failed", exc, job=job_id, fire_ts=fire_ts)
+            log.debug("job failure traceback", job=job_id, exc_info=True)
 
     async def _hold_failed(self, market: str, scheduled_ts: float, reason: str) -> None:
         """Remember the undecided agents of a round that could not be stored."""
@@ -458,7 +472,14 @@ class Engine:
         log.warning("book rolled back to its state before the failed round", market=market)
 
     async def mark(self, market: str, ts: float) -> None:
-        """Record every agent's mark-to-market equity (daily snapshot) in one commit."""
+        """Record every agent's mark-to-market equity (daily snapshot) in one commit.
+
+        CASH first accrues the market's risk-free rate of one period (issue 27, point 6).
+        """
+        mc = getattr(self.config.markets, market)
+        if mc.risk_free_rate:
+            async with self.book_lock:
+                self.books[market].accrue(mc.risk_free_rate / mc.periods_per_year)
         rc = RoundCommit()
         self.add_equity_rows(rc, market, ts, "daily")
         await self.commit(rc)
@@ -507,6 +528,9 @@ class Engine:
             await self._commit(rc)
 
     async def _commit(self, rc: RoundCommit) -> None:
+        # Take the failed slots now: another job may add some while this commit awaits.
+        slots, self._failed_slots = self._failed_slots, {}
+        slots = await self._undecided(slots)
         rc.books = {m: b.state() for m, b in self.books.items()}
         rc.checkpoint = self.checkpoint()
         resolutions, self._pending_resolutions = self._pending_resolutions, []
@@ -514,8 +538,6 @@ class Engine:
             (ev.question_id, ev.market, ev.ts, dict(ev.payouts), ev.source)
             for ev, _ in resolutions
         ]
-        # Take the failed slots now: another job may add some while this commit awaits.
-        slots, self._failed_slots = self._failed_slots, {}
         held = self._failed_decisions(rc, slots)
         retried = self._retry_equity
         self._retry_equity = []
@@ -541,6 +563,27 @@ class Engine:
                     scheduled_ts=d.scheduled_ts, outcome=d.outcome, reason=d.reason))
         if not self.stop_on_store_fault:
             self.job_write_failed = None
+
+    async def _undecided(self, slots: dict[tuple[str, float], tuple[tuple[str, ...], str]]
+                         ) -> dict[tuple[str, float], tuple[tuple[str, ...], str]]:
+        """Return the failed slots without the agents the store has a decision of (a commit
+        whose answer was lost with the connection may have been stored after all).
+
+        A read that fails puts the slots back and raises :class:`StoreWriteError`.
+        """
+        out = {}
+        try:
+            for (market, ts), (agents, reason) in slots.items():
+                done = await self.store.decided(market, ts) if agents else set()
+                left = tuple(a for a in agents if a not in done)
+                if left:
+                    out[(market, ts)] = (left, reason)
+        except (sqlite3.Error, OSError) as exc:
+            for key, value in slots.items():
+                self._failed_slots.setdefault(key, value)
+            raise StoreWriteError(f"{self.store.path}: store unreadable: {one_line(exc)}"
+                                  ) from None
+        return out
 
     def _failed_decisions(self, rc: RoundCommit,
                           slots: dict[tuple[str, float], tuple[tuple[str, ...], str]]

@@ -233,6 +233,8 @@ class PgConnection:
         self.session_sql: list[str] = []
         """Statements that set up a (re)opened session (``lock_timeout``)."""
         self._tx_open = False
+        self._lost = False
+        """Whether the connection is lost and its loss logged (until a reconnect succeeds)."""
         self._pk: dict[str, tuple[list[str], bool, bool]] = {}
         """table -> (primary-key columns, has an identity ``id``, has a ``rowid`` column)"""
 
@@ -331,12 +333,16 @@ class PgConnection:
 
         if self.reopen is None:
             raise PgError("connection to PostgreSQL lost")
-        log.warning("postgresql connection lost; reconnecting", url=self.url, scope=self.scope)
+        if not self._lost:  # one line per outage, however many attempts it takes
+            log.warning("postgresql connection lost; reconnecting", url=self.url,
+                        scope=self.scope)
+            self._lost = True
         try:
             fresh = await self.reopen()
         except StoreOpenError as exc:
             raise PgError(str(exc)) from None
         self.con = fresh.con
+        self._lost = False
         async with self.lock:
             with pg_errors():
                 for stmt in self.session_sql:

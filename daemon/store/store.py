@@ -33,6 +33,7 @@ import aiosqlite
 import structlog
 
 from daemon.core.events import Event
+from daemon.core.faults import report_fault
 from daemon.core.price_bursts import columns_row
 from daemon.core.price_columns import PriceColumns
 from daemon.core.sparse_rows import encode_allocation
@@ -120,6 +121,8 @@ class Store(StoreQueries):
         """Why the last write failed (one line), None once a write succeeded again."""
         self._tx = asyncio.Lock()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._orphans: set[asyncio.Task[None]] = set()
+        """In-flight writes whose caller was cancelled (nobody awaits their outcome)."""
         self._flush_task: asyncio.Task[None] | None = None
         # -- bounded event buffer and spill at stop (daemon/store/spill.py) --
         self.max_buffered_events = DEFAULT_MAX_BUFFERED_EVENTS
@@ -387,8 +390,27 @@ class Store(StoreQueries):
 
         task = asyncio.ensure_future(run())
         self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-        await asyncio.shield(task)
+        task.add_done_callback(self._settled)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                self._orphans.add(task)  # finishes without its caller: see _settled
+            raise
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        """Forget a finished write. One whose caller was cancelled meanwhile (a stop) has
+        nobody to raise its failure to: it is reported here in one line and counted (never
+        asyncio's "Task exception was never retrieved" and a traceback)."""
+        self._inflight.discard(task)
+        orphan = task in self._orphans
+        self._orphans.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieved whatever happens
+        if exc is not None and orphan:
+            report_fault(log, "background_write", "store write of a stopped caller failed",
+                         exc, path=self.path)
 
     def _failed(self, exc: BaseException | str) -> StoreWriteError:
         """Return the one-line error of a failed write; log it once per fault (until a write
@@ -399,8 +421,8 @@ class Store(StoreQueries):
                      f"{self.busy_timeout:g}s: store.busy_timeout)")
         msg = f"{self.path}: store write failed: {text}"
         if self.fault is None:
-            log.error("store write failed; trading halts until the store is writable again",
-                      error=msg, buffered_events=self._buffered)
+            report_fault(log, "store_write", "store write failed; trading halts until the "
+                         "store is writable again", error=msg, buffered_events=self._buffered)
         self.fault = msg
         return StoreWriteError(msg)
 

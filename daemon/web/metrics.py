@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 from daemon.alerts.kinds import ALERT_KINDS
 from daemon.alerts.rules import market_open, source_market, state_name
 from daemon.core.events import ALERT, DECISION, FILL, MARKET, NEWS, PRICE, RESOLUTION, STATUS
+from daemon.core.faults import FAULTS, KINDS
 from scoring.stats.metrics import PerformanceSummary, periods_per_year, summarise
 
 if TYPE_CHECKING:
@@ -285,8 +286,8 @@ class PerformanceCache:
         book = self.engine.books.get(market)
         start = book.initial_cash if book is not None else (min(pts.values()) if pts else 0.0)
         values = [start, *(pts[t] for t in sorted(pts))]
-        rf = (self.engine.config.markets.equity.risk_free_rate if market == "equity" else 0.0)
         cfg = getattr(self.engine.config.markets, market, None)
+        rf = float(getattr(cfg, "risk_free_rate", 0.0) or 0.0)  # what cash accrues (issue 27)
         periods = int(getattr(cfg, "periods_per_year", 0) or periods_per_year(market))
         return summarise(values, periods, rf)
 
@@ -603,6 +604,12 @@ class EngineCollector(Collector):
                                   "Buffered market events dropped (oldest first): the buffer"
                                   " was full during a store fault (store.max_buffered_events)",
                                   value=float(getattr(store, "events_dropped", 0)))
+        faults = CounterMetricFamily(f"{PREFIX}_faults",
+                                     "Faults the daemon survived, logged in one line each, by "
+                                     "kind (daemon/core/faults.py)", labels=["kind"])
+        for kind in KINDS:
+            faults.add_metric([kind], float(FAULTS[kind]))
+        yield faults
         yield GaugeMetricFamily(f"{PREFIX}_clock_timestamp_seconds",
                                 "Engine clock (wall time live, simulated time in a replay)",
                                 value=eng.clock.now())

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from daemon.alerts.config import AlertsConfig, parse_alerts_config
 from daemon.alerts.delivery import build_notifiers
 from daemon.alerts.rules import AlertMonitor
+from daemon.core.faults import report_fault
 from daemon.web.http import HttpServer
 from daemon.web.loop_lag import LoopLagMonitor
 from daemon.web.metrics import (
@@ -263,5 +264,5 @@ class Observability:
                     await self.board.refresh()
                 if self.server is not None and self.server.board_cache is not None:
                     self.server.board_cache.refresh()  # recomputes only after marks or rounds
-            except Exception:
-                log.exception("performance refresh failed")
+            except Exception as exc:  # e.g. the store's server went away: retried next time
+                report_fault(log, "performance_refresh", "performance refresh failed", exc)
