@@ -11,9 +11,9 @@ The pieces are shared with ``paperarena replay-evaluate`` (events received over 
 applies one event at a time in offset order and finishes the run, whatever the event source.
 
 A database remembers what it replays (:func:`run_fingerprint`: the result-affecting config,
-the recording's name and header, the window and the agents): a resume with anything different
-is refused with one line naming what differs, and a replay that finished says so instead of
-replaying nothing. A store write that fails stops the replay with one line (the resume repeats
+the recording's name, header and content hash, the window and the agents): a resume with
+anything different is refused with one line naming what differs, and a replay that finished
+says so instead of replaying nothing. A store write that fails stops the replay with one line (the resume repeats
 the failed round); a damaged recording stops it after its last whole event.
 """
 
@@ -63,16 +63,38 @@ FINGERPRINT_SECTIONS = ("markets", "agents", "scheduler", "alerts")
 _META_FINGERPRINT = "replay_fingerprint"
 _META_CONFIG = "replay_config"
 _META_COMPLETE = "replay_complete"
+_CONTENT = "recording content"
+
+
+#: Bytes read at once while hashing a recording.
+_CHUNK = 1 << 20
+
+
+def content_digest(path: str | Path, limit: int | None = None) -> dict[str, Any]:
+    """Return ``{"bytes": n, "sha256": hex}`` of the file's first ``limit`` bytes (all of it
+    by default), read in chunks (a recording is never held in memory)."""
+    h = hashlib.sha256()
+    n = 0
+    with open(path, "rb") as f:
+        while limit is None or n < limit:
+            chunk = f.read(_CHUNK if limit is None else min(_CHUNK, limit - n))
+            if not chunk:
+                break
+            h.update(chunk)
+            n += len(chunk)
+    return {"bytes": n, "sha256": h.hexdigest()}
 
 
 def run_fingerprint(config: Config, *, recording: str, header: str | None = None,
                     window: tuple[float | None, float | None] | None = None,
-                    agent_ids: list[str] | None = None) -> dict[str, Any]:
+                    agent_ids: list[str] | None = None,
+                    content: dict[str, Any] | None = None) -> dict[str, Any]:
     """Return what a replay's result depends on (None: not known, not compared)."""
     return {
         "config": hashlib.sha256(_config_json(config).encode()).hexdigest(),
         "recording": recording,
         "recording header": header,
+        "recording content": content,
         "window": None if window is None else list(window),
         "agents": None if agent_ids is None else sorted(agent_ids),
     }
@@ -98,7 +120,7 @@ def _differences(stored: dict[str, Any], current: dict[str, Any], stored_cfg: st
     out: list[str] = []
     for key, value in current.items():
         before = stored.get(key)
-        if value is None or before is None or before == value:
+        if value is None or before is None or before == value or key == _CONTENT:
             continue
         if key == "config" and stored_cfg is not None:
             paths = _config_diff(json.loads(stored_cfg), json.loads(current_cfg))
@@ -152,11 +174,13 @@ async def replay_session(
     recording_header: str | None = None,
     window: tuple[float | None, float | None] | None = None,
     scope: str = "all",
+    recording_path: str | None = None,
 ) -> AsyncIterator[ReplayContext]:
     """Open ``db``, build and restore the engine, start scheduler, bus and components.
 
     Refuse a database holding a replay with another fingerprint (:func:`run_fingerprint`)
-    naming what differs; raise :class:`ReplayComplete` if it holds this replay, finished. On
+    naming what differs; raise :class:`ReplayComplete` if it holds this replay, finished (a
+    ``recording_path`` is known by its content: :func:`content_digest`). On
     exit, stop the components, the bus and close the store (nothing is committed here:
     :meth:`ReplayDriver.finish` does it). A database error while starting is a
     :class:`ReplayError` naming the database.
@@ -166,9 +190,11 @@ async def replay_session(
     engine: Engine | None = None
     ready = False
     try:
+        content = (None if recording_path is None
+                   else await asyncio.to_thread(content_digest, recording_path))
         await _check_fingerprint(store, str(db), run_fingerprint(
             config, recording=recording_name, header=recording_header, window=window,
-            agent_ids=agent_ids), _config_json(config))
+            agent_ids=agent_ids, content=content), _config_json(config), recording_path)
         clock = SimClock(start)
         engine = Engine(config, clock=clock, store=store, bus=bus)
         engine.stop_on_store_fault = True
@@ -214,8 +240,14 @@ async def replay_session(
             await store.close()
 
 
-async def _check_fingerprint(store: Store, db: str, fp: dict[str, Any], cfg_json: str) -> None:
-    """Refuse a database holding another replay; raise :class:`ReplayComplete` if finished."""
+async def _check_fingerprint(store: Store, db: str, fp: dict[str, Any], cfg_json: str,
+                             path: str | None = None) -> None:
+    """Refuse a database holding another replay; raise :class:`ReplayComplete` if finished.
+
+    A recording is the same when its content is (name and header alike are not enough: a
+    header-only file is not the full one). An unfinished replay of a file that the new one
+    extends (a download cut short, then complete) resumes.
+    """
     stored = await store.get_meta(_META_FINGERPRINT)
     if stored is None:
         runs = await store.fetchall("SELECT recording FROM runs WHERE mode='replay' LIMIT 1")
@@ -230,10 +262,20 @@ async def _check_fingerprint(store: Store, db: str, fp: dict[str, Any], cfg_json
     if diff:
         raise ReplayError(f"{db} holds a replay with a different {'; '.join(diff)}: "
                           "use a new --db")
+    done = await store.get_meta(_META_COMPLETE)
+    before, now = json.loads(stored).get(_CONTENT), fp.get(_CONTENT)
+    if before is not None and now is not None and before != now:
+        extends = (done is None and path is not None and now["bytes"] > before["bytes"]
+                   and await asyncio.to_thread(content_digest, path, before["bytes"]) == before)
+        if not extends:
+            raise ReplayError(
+                f"{db} holds a {'finished' if done is not None else 'started'} replay of "
+                f"{fp['recording']} with other content (sha256 {before['sha256'][:12]}, "
+                f"{before['bytes']} bytes; this file: sha256 {now['sha256'][:12]}, "
+                f"{now['bytes']} bytes): use a new --db")
     merged = json.loads(stored) | {k: v for k, v in fp.items() if v is not None}
     if merged != json.loads(stored):
         await store.set_meta({_META_FINGERPRINT: json.dumps(merged, sort_keys=True)})
-    done = await store.get_meta(_META_COMPLETE)
     if done is not None:
         events = json.loads(done).get("events", "?")
         raise ReplayComplete(
@@ -356,7 +398,8 @@ async def replay(
     try:
         async with replay_session(config, db, recording_name=Path(rec).name, start=start,
                                   agent_ids=agent_ids, version=version, components=components,
-                                  recording_header=header_sha, window=window) as ctx:
+                                  recording_header=header_sha, window=window,
+                                  recording_path=rec) as ctx:
             t0 = time.perf_counter()
             driver = ReplayDriver(ctx, start=start, end=end, speed=speed)
             n = await _drive(driver, rec, ctx.offset, header.end, _want_progress(progress),

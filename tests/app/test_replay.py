@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -218,3 +219,32 @@ def test_finished_database_says_so_and_a_different_run_is_refused(
     r = cli("replay", str(path), "--config", str(cfg_path), *args, "--end", "2026-11-05")
     assert r.returncode == 2 and "window" in r.stderr
     assert cli("report", "--db", str(db), "--json").stdout == before
+
+
+def test_a_recording_is_known_by_its_content_not_its_name_and_header(
+    rec: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A header-only file and the full file share name and header: the full one is not
+    "already complete" after the header-only one (issue 28, point 5)."""
+    import gzip
+
+    path, cfg_path = rec
+    text = gzip.decompress(path.read_bytes())
+    head_dir = tmp_path / "head"
+    head_dir.mkdir()
+    head_only = head_dir / path.name
+    head_only.write_bytes(gzip.compress(text[: text.index(b"\n") + 1]))
+    db = tmp_path / "h.db"
+    args = ("--config", str(cfg_path), "--db", str(db), "--no-progress")
+    r = cli("replay", str(head_only), *args)
+    assert r.returncode == 0, r.stderr
+    r = cli("replay", str(path), *args)
+    assert r.returncode == 2, r.stderr
+    lines = _error_lines(r.stderr)
+    assert len(lines) == 1, r.stderr
+    assert f"replay of {path.name} with other content" in lines[0], lines
+    assert f"this file: sha256 {hashlib.sha256(path.read_bytes()).hexdigest()[:12]}" in lines[0]
+    assert "already complete" not in r.stderr and "use a new --db" in lines[0]
+    # The same file again is the same replay: already complete.
+    r = cli("replay", str(head_only), *args)
+    assert r.returncode == 0 and "already complete (0 events)" in r.stderr, r.stderr
