@@ -111,6 +111,8 @@ class StoredConfig:
 class ReadOnlyEngine:
     """What the HTTP server reads of an engine, over a store opened for reading."""
 
+    read_only = True
+
     def __init__(self, store: ReadOnlyStore) -> None:
         """Serve ``store``; :meth:`poll` reads its agents and clock."""
         self.store = store

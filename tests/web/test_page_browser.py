@@ -191,6 +191,11 @@ def click(drv: Any, css: str) -> None:
     wait(drv, attempt, f"click {css}")
 
 
+def streaming(drv: Any) -> bool:
+    """Return whether the page's update stream is open."""
+    return bool(drv.find_element(By.ID, "conn").get_attribute("data-state") == "live")
+
+
 def loaded(drv: Any) -> int:
     return int(drv.execute_script("return Number(document.body.dataset.loaded || 0)"))
 
@@ -198,7 +203,7 @@ def loaded(drv: Any) -> int:
 def test_page_loads_and_matches_the_report(arena: Arena, browser: Any) -> None:
     browser.get(arena.url + "/")
     wait(browser, lambda d: loaded(d) >= 1 and cells(d, "equity"), "leaderboard rendered")
-    wait(browser, lambda d: d.find_element(By.ID, "conn").text == "live", "event stream open")
+    wait(browser, streaming, "event stream open")
     report = report_json(arena.db)
     page = cells(browser, "equity")
     mine = [r for r in report["rows"] if r["market"] == "equity"]
@@ -224,8 +229,7 @@ def test_page_loads_and_matches_the_report(arena: Arena, browser: Any) -> None:
 
 def test_a_new_fill_appears_without_a_reload(arena: Arena, browser: Any) -> None:
     browser.get(arena.url + "/")
-    wait(browser, lambda d: loaded(d) >= 1 and d.find_element(By.ID, "conn").text == "live",
-         "page live")
+    wait(browser, lambda d: loaded(d) >= 1 and streaming(d), "page live")
     browser.execute_script("window.__same_page = true")
     before = {c["_agent"]: c["decisions"] for c in cells(browser, "equity")}
     arena.run(arena.next_day())
@@ -357,3 +361,60 @@ def test_one_chart_shows_every_agent_and_the_benchmark(arena: Arena, browser: An
     ).get_attribute("class") == "toggle on", "1D range")
     assert len(legend(browser, "equity")) == 4
     assert browser.execute_script("return window.__pwned") is None
+
+
+def test_the_badge_follows_the_sources_not_the_stream(arena: Arena, browser: Any) -> None:
+    """Every source down: "no data" though the page's stream is open; the line says which."""
+    from tests.web.test_alerts import FakeSource
+
+    assert arena.obs is not None
+    down = [FakeSource(name, state="down", market="polymarket") for name in ("clob", "news")]
+    arena.obs.sources[:] = down
+    try:
+        browser.get(arena.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "badge").text == "no data", "no data")
+        wait(browser, lambda d: d.find_element(By.ID, "conn").get_attribute("data-state")
+             == "live", "stream open")
+        line = browser.find_element(By.ID, "summary").text
+        assert line.startswith("0/2 sources live · clob down") and "news down" in line
+        assert "next equity round" in line
+        down[0].state = "live"
+        browser.refresh()
+        wait(browser, lambda d: d.find_element(By.ID, "badge").text == "stale", "stale")
+        down[1].state = "live"
+        browser.refresh()
+        wait(browser, lambda d: d.find_element(By.ID, "badge").text == "live", "live")
+        assert browser.find_element(By.ID, "summary").text.startswith("2/2 sources live")
+    finally:
+        arena.obs.sources[:] = []
+
+
+def test_a_board_with_nothing_ranked_says_why_and_when_the_next_round_is(
+        arena: Arena, browser: Any) -> None:
+    assert arena.obs is not None and arena.obs.server is not None
+    cache = arena.obs.server.board_cache
+    assert cache is not None
+    compute = cache.compute
+
+    def none_ranked(path: Any) -> dict[str, Any]:
+        board = compute(path)
+        for row in board["rows"]:
+            row.update(provisional=True, rank=None, provisional_reason="too few days")
+        return board
+
+    cache.compute = none_ranked
+    cache.stamp = None
+    try:
+        browser.get(arena.url + "/")
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "p.empty-why"), "reason")
+        text = browser.find_element(By.CSS_SELECTOR, "p.empty-why[data-market='equity']").text
+        status = arena.run(arena.obs.server.page.status())
+        due = status["rounds"]["equity"]["next_ts"]
+        from datetime import UTC, datetime
+
+        when = datetime.fromtimestamp(due, UTC).strftime("%Y-%m-%d %H:%MZ")
+        assert text.startswith("Nothing ranked yet: every agent is still provisional")
+        assert f"The next equity round is due {when} (in " in text
+    finally:
+        cache.compute = compute
+        cache.stamp = None

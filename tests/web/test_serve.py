@@ -59,6 +59,10 @@ async def test_serve_answers_the_page_and_api_and_follows_new_commits(tmp_path: 
                 assert (await r.json())["total"] == 2
             async with http.get(url + "/api/agents/nobody") as r:
                 assert r.status == 404
+            async with http.get(url + "/api/status") as r:
+                status = await r.json()
+                assert status["read_only"] is True and status["sources"] == []
+                assert status["rounds"]["equity"]["last_ts"] == T0 + HOUR + 60
             async with http.get(url + "/readyz") as r:
                 assert r.status == 503 and "read-only" in (await r.json())["store"]
             async with http.get(url + "/api/events") as events:

@@ -222,6 +222,8 @@
     renderCurrent(data);
     renderCharts(data);
     renderProtocol(await getJSON("/api/leaderboard").catch(() => null));
+    const status = await getJSON("/api/status").catch(() => null);
+    if (status && !status.error) PA.renderHealth(status);
     await loadDecisions();
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }

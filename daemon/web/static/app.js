@@ -4,6 +4,15 @@
 (() => {
   const {el, pct, num, money, time, age, counts, clear, getJSON, live, finite} = PA;
   const MAX_ACTIVITY = 60;
+  let lastStatus = null;
+
+  /** Why a market has nothing ranked yet, and when its next round is due (from /api/status). */
+  function emptyReason(market, marks) {
+    const r = ((lastStatus && lastStatus.rounds) || {})[market] || {};
+    const next = finite(r.next_ts) ? ` The next ${market} round is due ${PA.time(r.next_ts)} (${PA.inOrAgo(r.next_ts - lastStatus.clock)}).` : "";
+    const why = !r.last_ts ? "no decision round has run yet" : !marks ? "no agent has been marked yet (a mark follows each round and each market close)" : "every agent is still provisional (too few valid decisions or scored days)";
+    return `Nothing ranked yet: ${why}.${next}`;
+  }
 
   function isProvisional(row) { return Boolean(row.provisional); }
   function provisionalReason(row) {
@@ -40,9 +49,9 @@
     const liveRows = Array.isArray(board.live) ? board.live : [];
     const markets = [...new Set([...Object.keys(board.markets || {}), ...rows.map((r) => r.market), ...liveRows.map((r) => r.market)])];
     const regime = document.getElementById("regime");
-    regime.textContent = board.regime && board.regime.label
+    regime.textContent = board.regime && board.regime.label && board.regime.index_days > 0
       ? `regime: ${board.regime.label} (equal-weight index ${pct(board.regime.index_return)} over ${board.regime.index_days} days)`
-      : "";
+      : "regime: not known yet (it needs daily marks of the equity market)";
     for (const market of markets) {
       const mrows = rows.filter((r) => r.market === market);
       const ranked = mrows.filter((r) => !isProvisional(r));
@@ -81,12 +90,18 @@
       const best = info.best_asset ? `best asset ${info.best_asset.length > 16 ? info.best_asset.slice(0, 14) + "…" : info.best_asset} ${pct(info.best_asset_return)}` : "";
       root.append(el("section", {class: "board", "data-market": market},
         el("h2", {}, market, el("span", {class: "meta"}, `${finite(info.marks) ? info.marks : 0} marks${best ? " · " + best : ""}`)),
+        ranked.length ? null : el("p", {class: "note empty-why", "data-market": market}, emptyReason(market, info.marks)),
         el("div", {class: "scroll"}, el("table", {class: "leaderboard", "data-market": market}, el("thead", {}, head), body))));
     }
-    if (!markets.length) root.append(el("p", {class: "note"}, "No agents yet."));
+    if (!markets.length) {
+      const due = Object.keys((lastStatus && lastStatus.rounds) || {}).map((m) => emptyReason(m, 0));
+      root.append(el("p", {class: "note empty-why"}, due.length ? due.join(" ") : "No agents yet."));
+    }
   }
 
   function renderStatus(st) {
+    PA.renderHealth(st);
+    lastStatus = st;
     const sources = clear(document.querySelector("#sources tbody"));
     for (const s of st.sources || []) {
       sources.append(el("tr", {"data-source": s.name},
@@ -137,6 +152,7 @@
 
   async function load() {
     const [board, status, chart] = await Promise.all([getJSON("/api/leaderboard"), getJSON("/api/status"), getJSON("/api/chart")]);
+    if (status && !status.error) renderStatus(status);
     if (chart && !chart.error) PACHART.render(document.getElementById("market-charts"), chart);
     if (board && board.error) {
       PA.showError(`leaderboard: ${board.error}`);
@@ -145,7 +161,6 @@
       PA.showError("");
       renderBoards(board || {});
     }
-    if (status && !status.error) renderStatus(status);
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }
 

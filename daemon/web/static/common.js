@@ -84,7 +84,10 @@ const PA = (() => {
       if (again) { again = false; refresh(); }
     }
     const conn = document.getElementById("conn");
-    const setConn = (state) => { if (conn) { conn.dataset.state = state; conn.textContent = state; } };
+    const STREAM = {live: "updating", reconnecting: "reconnecting", connecting: "connecting"};
+    const setConn = (state) => {
+      if (conn) { conn.dataset.state = state; conn.textContent = STREAM[state] || state; }
+    };
     const es = new EventSource("/api/events");
     es.addEventListener("open", () => setConn("live"));
     es.addEventListener("error", () => setConn("reconnecting"));
@@ -101,9 +104,61 @@ const PA = (() => {
     return {refresh, source: es};
   }
 
+  /**
+   * The data's state from /api/status's sources (never from the page's own stream): "live" when
+   * every source is live or its market closed and one is live, "stale" when some are not,
+   * "no data" when none is live, "closed" when none is live and every market is closed,
+   * "read-only" for `paperarena serve`, "no sources" when the process has none (a replay).
+   */
+  function dataState(st) {
+    const sources = (st && st.sources) || [];
+    if (st && st.read_only) return "read-only";
+    if (!sources.length) return "no sources";
+    const live = sources.filter((s) => s.state === "live").length;
+    if (!live) return sources.every((s) => s.market_open === false) ? "closed" : "no data";
+    return sources.every((s) => s.state === "live" || s.market_open === false) ? "live" : "stale";
+  }
+
+  /** "in 12 min" / "3 h ago" from seconds ahead (negative: past). */
+  function inOrAgo(s) {
+    if (!finite(s)) return "";
+    const a = Math.abs(s);
+    const txt = a < 90 ? `${Math.round(a)} s` : a < 5400 ? `${Math.round(a / 60)} min` : a < 172800 ? `${(a / 3600).toFixed(1)} h` : `${(a / 86400).toFixed(1)} d`;
+    return s >= 0 ? `in ${txt}` : `${txt} ago`;
+  }
+
+  /** One line: sources live out of all, each one that is not and its last data, next rounds. */
+  function summaryLine(st) {
+    const sources = (st && st.sources) || [];
+    const parts = [];
+    if (st && st.read_only) parts.push("a stored run served read-only (paperarena serve): no sources, no rounds");
+    else if (!sources.length) parts.push("no live sources in this process");
+    else {
+      const live = sources.filter((s) => s.state === "live");
+      parts.push(`${live.length}/${sources.length} sources live`);
+      for (const s of sources.filter((x) => x.state !== "live")) {
+        parts.push(`${s.name} ${s.state}${s.market_open === false ? " (market closed)" : ""}, last data ${age(s.data_age_s)}`);
+      }
+    }
+    for (const [market, r] of Object.entries((st && st.rounds) || {})) {
+      if (finite(r.next_ts)) parts.push(`next ${market} round ${time(r.next_ts)} (${inOrAgo(r.next_ts - st.clock)})`);
+    }
+    return parts.join(" · ");
+  }
+
+  /** Set the header's data badge and the summary line from /api/status. */
+  function renderHealth(st) {
+    const badge = document.getElementById("badge");
+    const state = dataState(st);
+    if (badge) { badge.dataset.state = state; badge.textContent = state; }
+    const line = document.getElementById("summary");
+    if (line) line.textContent = summaryLine(st);
+    return state;
+  }
+
   const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
     "#ff9da7", "#9c755f", "#bab0ac", "#86bc86", "#d37295", "#a0cbe8", "#ffbe7d", "#8cd17d"];
 
   return {el, svg, pct, num, money, time, age, counts, clear, showError, getJSON, live, finite,
-    PALETTE};
+    PALETTE, dataState, renderHealth, inOrAgo};
 })();
