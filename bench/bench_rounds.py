@@ -148,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     """Print the rounds benchmark."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--agents", default="100,1000", help="comma-separated round sizes")
     a = ap.parse_args(argv)
-    print(json.dumps(run(rounds=a.rounds), indent=2))
+    sizes = tuple(int(x) for x in a.agents.split(","))
+    print(json.dumps(run(sizes, rounds=a.rounds), indent=2))
     return 0
 
 

@@ -46,6 +46,7 @@ from daemon.core.bus import Bus
 from daemon.core.events import DecisionEvent, FillEvent, Market
 from daemon.core.logs import redact_text
 from daemon.core.sparse_rows import asset_list, encode_allocation, fill_columns
+from daemon.engine.round_gc import no_full_collection
 from daemon.market.coverage import PriceCoverage, format_age
 from daemon.market.open_fill import at_prices, missing_open_reason
 from daemon.market.state import MarketState
@@ -161,7 +162,8 @@ class DecisionRound:
         """Run (or record as missed) the round scheduled at ``scheduled_ts``."""
         self.in_flight[scheduled_ts] = tuple(self.engine.slots[self.market])
         try:
-            result = await self._run(scheduled_ts, missed=missed)
+            with no_full_collection():  # no full GC scan stalls prices mid-round
+                result = await self._run(scheduled_ts, missed=missed)
         except Exception:
             self.in_flight.pop(scheduled_ts, None)
             raise

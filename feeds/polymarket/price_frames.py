@@ -15,20 +15,27 @@ refused later, when the top is taken (:meth:`PolymarketDecoder._tops`).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from feeds.source_contract import DecodeResult
 
-if TYPE_CHECKING:
-    from feeds.polymarket.decode import TokenBook
-
 __all__ = ["FastChange", "FastEvent", "apply_price_changes", "price_change_events"]
 
 _INF = math.inf
 _NAN = math.nan
+
+
+class BookLevels(Protocol):
+    """What the fast path updates of a book (:class:`~feeds.polymarket.decode.TokenBook`)."""
+
+    bids: dict[float, float]
+    asks: dict[float, float]
+    hint_bid: float | None
+    hint_ask: float | None
 
 
 class FastChange(msgspec.Struct, gc=False):
@@ -67,7 +74,7 @@ def price_change_events(frame: str | bytes) -> list[FastEvent] | None:
     return events
 
 
-def apply_price_changes(events: list[FastEvent], books: dict[str, TokenBook], res: DecodeResult,
+def apply_price_changes(events: list[FastEvent], books: Mapping[str, BookLevels], res: DecodeResult,
                         touched: dict[str, float]) -> int:
     """Apply ``events`` to ``books``; record each touched token's ts in ``touched``, count errors
     and rejections in ``res``; return the number of deltas dropped (token without a book)."""
