@@ -10,8 +10,8 @@
 
 The venv is (re)installed when pyproject.toml changes. ``test`` also installs what the end-to-end
 tests need from Debian packages (Prometheus, Alertmanager, Mosquitto, Chromium and its driver,
-ShellCheck) when run as root; elsewhere it says what to install and those tests are skipped with
-that reason.
+ShellCheck, bubblewrap for the strategy sandbox) when run as root; elsewhere it says what to
+install and those tests are skipped with that reason.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ APT_PACKAGES = {
     "chromium": "chromium",  # the live page's browser tests (tests/web/test_page_browser.py)
     "chromedriver": "chromium-driver",
     "shellcheck": "shellcheck",  # deploy/install.sh's lint (tests/project/test_install.py)
+    "bwrap": "bubblewrap",  # the AlphaForgeBench strategy sandbox (agents/alphaforgebench/)
+    "systemd-analyze": "systemd",  # the unit's syscall filter, for the sandbox-under-unit test
 }
 
 

@@ -133,6 +133,19 @@ install_venv() {
     'from importlib.metadata import version; print(version("paperarena"))') into $VENV"
 }
 
+install_system_packages() {
+  # The strategy sandbox (AlphaForgeBench) needs bubblewrap and libseccomp (Debian packages).
+  if command -v bwrap >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q libseccomp.so.2; then
+    return
+  fi
+  if [[ -z "$PREFIX" && $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2 >/dev/null
+    say "installed bubblewrap and libseccomp2 (the strategy sandbox)"
+  else
+    say "install the Debian packages bubblewrap and libseccomp2 for the strategy sandbox"
+  fi
+}
+
 install_config() {
   install -d -m 0755 "$ETC"
   if [[ -e "$ETC/config.toml" ]]; then
@@ -203,6 +216,7 @@ if [[ $uninstall -eq 1 ]]; then
   do_uninstall
   exit 0
 fi
+install_system_packages
 install_venv
 install_config
 install_units

@@ -12,7 +12,8 @@ before any strategy code exists and reported on its first line (:func:`missing_l
 - ``user namespace``, ``pid namespace``, ``network namespace``, ``capabilities``: seen from
   inside (uid 65534, pid 2, only a loopback interface, ``sethostname`` refused);
 - ``seccomp``: the allow-list of :mod:`agents.alphaforgebench.seccomp_policy`, loaded by the
-  worker through libseccomp before the code, and seen refusing a socket.
+  worker through libseccomp before the code, and seen refusing a socket;
+- ``limits``: address space, file size 0, open files and processes 0, read back lowered.
 
 :func:`probe` starts one worker at start-up (``check-config``, ``run``, ``replay``) and says which
 layers this host cannot give. Unless ``[sandbox] allow_degraded = true`` an AlphaForgeBench
@@ -46,7 +47,7 @@ LIB, WORKER_INSIDE = "/sandbox/lib", "/sandbox/worker.py"
 SANDBOX_UID = 65534
 #: Every layer, in the order they are reported.
 LAYERS = ("bubblewrap", "user namespace", "pid namespace", "network namespace",
-          "capabilities", "seccomp")
+          "capabilities", "seccomp", "limits")
 #: The worker's whole environment: no provider key or other secret reaches it.
 CHILD_ENV = {"LC_ALL": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
              "MKL_NUM_THREADS": "1", "NUMEXPR_MAX_THREADS": "1", "HOME": "/tmp"}
@@ -207,6 +208,8 @@ def missing_layers(report: Any, bubblewrap: bool) -> dict[str, str]:
         out["capabilities"] = str(report.get("caps"))[:200]
     if report.get("seccomp") != "on":
         out["seccomp"] = str(report.get("seccomp"))[:200]
+    if report.get("limits") != "on":
+        out["limits"] = str(report.get("limits"))[:200]
     return out
 
 

@@ -334,7 +334,12 @@ def main() -> int:
     _limit(resource.RLIMIT_NOFILE, int(limits["nofile"]))
     _limit(resource.RLIMIT_NPROC, 0)
     cpu_s = float(limits["cpu_s"])
+    want = {"RLIMIT_AS": int(limits["memory_mb"]) * 1024 * 1024, "RLIMIT_FSIZE": 0,
+            "RLIMIT_NOFILE": int(limits["nofile"]), "RLIMIT_NPROC": 0}
     report = layers(seccomp_policy.install)
+    unset = [name for name, value in want.items()
+             if resource.getrlimit(getattr(resource, name))[0] > value]
+    report["limits"] = "on" if not unset else "off: not lowered: " + ", ".join(unset)
     roots = read_roots()
     # From here on the hook applies to everything, the worker's own code included: no
     # reference to it is kept, and it has no switch (see make_guard).
