@@ -99,6 +99,17 @@ class _Server:
         await asyncio.wait_for(self.proc.wait(), 20)
 
 
+def rss_mb() -> float:
+    """Return the process's resident memory now, in MB (0 where unknown)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
 def raw_decode(frames: list[bytes]) -> float:
     """Return the seconds a bare msgspec decode of every frame to builtins takes."""
     dec = msgspec.json.Decoder().decode
@@ -160,6 +171,7 @@ async def _one_run(server: _Server, info: dict[str, Any], n_agents: int, n_token
     from daemon.core.events import PRICE
 
     cfg = _config(info, n_agents, db, n_tokens)
+    rss0 = rss_mb()
     daemon = role_daemon(cfg, "all", db=str(db))
     await daemon.start()
     try:
@@ -205,7 +217,9 @@ async def _one_run(server: _Server, info: dict[str, Any], n_agents: int, n_token
         sent = await server.answer()
         got = bus.published_by_class.get(PRICE, 0) - published0
         current = _equity_current(book)
+        rss1 = rss_mb()
         return {
+            "rss_mb_before_daemon": rss0, "rss_mb_after_ingest": rss1,
             "events": expected, "events_on_bus": got, "frames": len(frames),
             "connections": prep["connections"], "real_s": dt, "real_cpu_s": cpu,
             "store_tail_flush_s": t_end - t_read,
@@ -276,6 +290,8 @@ def run(agents: int = 1000, n_tokens: int = 500, n_frames: int = 20_000, repeats
         "page_clients": runs[0]["page_clients"],
         "every_event_on_the_bus": all(r["events_on_bus"] == r["events"] for r in runs),
         "equity_and_peak_current_after_every_batch": all(r["equity_current"] for r in runs),
+        "rss_mb_before_daemon": round(runs[0]["rss_mb_before_daemon"], 1),
+        "rss_mb_after_ingest": round(runs[0]["rss_mb_after_ingest"], 1),
         "load_average_1m": [round(r["load_before"], 2) for r in runs]
         + [round(runs[-1]["load_after"], 2)],
         "target_real_vs_raw": TARGET_REAL_VS_RAW, "target_decoder_vs_raw": TARGET_DECODER_VS_RAW,

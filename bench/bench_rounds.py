@@ -88,12 +88,14 @@ def p99(xs: list[float]) -> float:
     return xs[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else float("nan")
 
 
-async def measure(agents: int, rounds: int, db: Path) -> dict:
-    """Run ``rounds`` rounds of ``agents`` agents; return round time and latency figures."""
+async def measure(agents: int, rounds: int, db: Path, extra_agents: tuple[dict, ...] = ()
+                  ) -> dict:
+    """Run ``rounds`` rounds of ``agents`` agents (and ``extra_agents``, config tables); return
+    round time and latency figures."""
     kinds = ("equal_weight", "buy_and_hold")
     cfg = parse_config({"markets": {"equity": {"assets": ASSETS}},
                         "agents": [{"id": f"a{k}", "kind": kinds[k % 2]}
-                                   for k in range(agents)]})
+                                   for k in range(agents)] + list(extra_agents)})
     store = await Store.open(db)
     await store.begin_run(mode="bench", version="0", config={}, recording=None, started_ts=T)
     clock = SimClock(T - 120)
@@ -119,6 +121,7 @@ async def measure(agents: int, rounds: int, db: Path) -> dict:
                 idle.extend((await probe.during(took))[1])
     finally:
         await eng.bus.stop()
+        await eng.close_agents()
         await store.close()
     ms = 1e3
     return {

@@ -1,7 +1,8 @@
 """Run every benchmark and print one JSON document (machine, date, figures beside floors).
 
-    python3 dev.py bench            # all
+    python3 dev.py bench            # all but the scale table and the soak
     python3 dev.py bench replay     # only the named ones
+    python3 dev.py bench scale      # the scale table (docs/benchmarks.md)
 """
 
 from __future__ import annotations
@@ -30,8 +31,12 @@ BENCHES = {
     "equity_decode": "bench_equity_decode",
     "mqtt": "bench_mqtt",
     "reconnect": "bench_reconnect",
+    "plugins": "bench_plugins",
+    "scale": "bench_scale",
     "soak": "soak",
 }
+#: Run only when named: long (the soak replays a day; the scale table runs 10 configurations).
+ON_REQUEST = ("scale", "soak")
 
 
 def machine() -> dict:
@@ -56,7 +61,7 @@ def machine() -> dict:
 
 def main(argv: list[str]) -> int:
     """Run the selected benchmarks."""
-    wanted = argv or [k for k in BENCHES if k != "soak"]
+    wanted = argv or [k for k in BENCHES if k not in ON_REQUEST]
     out: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine(),
                  "results": {}}
     for name in wanted:
