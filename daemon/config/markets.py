@@ -103,6 +103,13 @@ class ScheduleConfig(_Frozen):
         return v
 
 
+#: The annual risk-free rate of a market: bounded, finite (checked when the config is loaded).
+RiskFreeRate = Annotated[float, Field(ge=-0.05, le=0.5, allow_inf_nan=False)]
+RISK_FREE_DOC = ("annual risk-free rate (default 0): CASH accrues risk_free_rate / "
+                 "periods_per_year at every daily mark, and Sharpe, Sortino, ranks and the "
+                 "leaderboard's tests use the returns in excess of that same rate")
+
+
 class PolymarketQuestion(_Frozen):
     """A Polymarket binary question fixed in the config (id with its YES/NO token ids)."""
 
@@ -120,9 +127,7 @@ class EquityMarketConfig(_Frozen):
     initial_cash: Annotated[float, Field(gt=0)] = Field(default=1000.0, description="USD per agent")
     cost: CostConfig = CostConfig()
     schedule: ScheduleConfig = ScheduleConfig(kind="nyse")
-    risk_free_rate: Annotated[float, Field(ge=-0.05, le=0.5)] = Field(
-        default=0.04, description="annual risk-free rate used by Sharpe/Sortino"
-    )
+    risk_free_rate: RiskFreeRate = Field(default=0.0, description=RISK_FREE_DOC)
     periods_per_year: Annotated[int, Field(ge=1, le=366)] = Field(
         default=252, description="periods a year that annualise this market's daily figures "
         "(volatility, Sharpe, Sortino, annualised return); 252 is LiveTradeBench's convention "
@@ -176,6 +181,7 @@ class PolymarketMarketConfig(_Frozen):
     questions: tuple[PolymarketQuestion, ...] = Field(
         default=(), description="fixed questions; empty = discovered by the feed / recording"
     )
+    risk_free_rate: RiskFreeRate = Field(default=0.0, description=RISK_FREE_DOC)
     periods_per_year: Annotated[int, Field(ge=1, le=366)] = Field(
         default=252, description="periods a year that annualise this market's daily figures "
         "(volatility, Sharpe, Sortino, annualised return); 252 is LiveTradeBench's convention "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,12 +33,15 @@ from scoring.stats.benchmarks import (
     rolling_k_delta,
     rolling_k_return,
 )
-from scoring.stats.diversification import class_correlations, diversification
-from scoring.stats.inference import bootstrap_ci, relative_figures
+from scoring.stats.diversification import (
+    class_correlations,
+    diversification,
+    signed_question_exposures,
+)
+from scoring.stats.inference import relative_figures
 from scoring.stats.metrics import (
     drawdown_series,
     periods_per_year,
-    sharpe,
     simple_returns,
     summarise,
 )
@@ -47,9 +50,6 @@ FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sor
           "sortino_stockbench",
           "max_drawdown", "calmar", "win_rate", "mean_turnover", "target_turnover", "flip_rate")
 
-BOOTSTRAP_N = 1000
-BOOTSTRAP_LEVEL = 0.95
-BOOTSTRAP_SEED = 0
 VAR_LEVEL = 0.95
 VAR_WINDOW = 60
 VAR_MIN_PERIODS = 20
@@ -75,26 +75,29 @@ MIN_ANNUALISED_DAYS = 20
 
 
 def _model_cost(calls: Sequence[tuple[float, Any, Any, Any, Any]], lo: float, hi: float,
-                cumulative: float | None) -> dict[str, Any]:
+                cumulative: float | None, capital: float) -> dict[str, Any]:
     """Return the cost of intelligence of the calls scheduled inside the window.
 
     Tokens and USD are sums over the calls (a call without a known cost adds nothing; the sum
     is ``None`` when no call has one), latency the mean over the calls that report one;
-    ``return_per_usd`` is the cumulative return divided by the USD spent (``None`` when
-    nothing was spent).
+    ``llm_cost_share`` is the USD spent as a share of the initial capital ``capital`` and
+    ``net_return`` the cumulative return minus it (the return had the model been paid from
+    the portfolio); both ``None`` when no call has a cost or the capital is unknown.
     """
     inside = [c for c in calls if lo <= c[0] <= hi]
     costs = [float(c[4]) for c in inside if c[4] is not None]
     lats = [float(c[3]) for c in inside if c[3] is not None]
     usd = float(sum(costs)) if costs else None
+    share = usd / capital if usd is not None and capital > 0 else None
     return {
         "llm_calls": len(inside),
         "llm_tokens_in": int(sum(int(c[1] or 0) for c in inside)),
         "llm_tokens_out": int(sum(int(c[2] or 0) for c in inside)),
         "llm_cost_usd": usd,
         "llm_latency_mean_s": float(np.mean(lats)) if lats else None,
-        "return_per_usd": (cumulative / usd if usd and cumulative is not None
-                           and math.isfinite(cumulative) else None),
+        "llm_cost_share": share,
+        "net_return": (cumulative - share if share is not None and cumulative is not None
+                       and math.isfinite(cumulative) else None),
     }
 
 
@@ -185,12 +188,17 @@ def _capitalbench(values: Sequence[float], assets: Sequence[str], prices: np.nda
 
 
 def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
-                     assets: list[str], returns: np.ndarray) -> dict[str, float]:
+                     assets: list[str], returns: np.ndarray,
+                     questions: Mapping[str, Sequence[str]] | None = None) -> dict[str, float]:
     """Return the mean over marks of s_intra / s_inter / s_corr of the portfolio held.
 
     ``h`` and ``pz`` are the units and prices panels (CASH last); correlations come from the
-    window's mark-to-mark asset returns ``returns``.
+    window's mark-to-mark asset returns ``returns``. With ``questions`` (Polymarket: question
+    -> its YES and NO tokens) each question is one signed exposure
+    (:func:`scoring.stats.diversification.signed_question_exposures`).
     """
+    if questions is not None:
+        return _question_diversification(h * pz, assets, returns, questions)
     panel = np.column_stack([returns, np.zeros(returns.shape[0])])
     names = [*assets, CASH]
     cls = {**{a: classes.get(a, a) for a in assets}, CASH: "cash"}
@@ -205,6 +213,40 @@ def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
             continue
         w = {names[j]: float(x / v) for j, x in enumerate(row) if x / v > _HELD_EPS}
         for k, x in diversification(w, corr).items():
+            if math.isfinite(x):
+                acc[k].append(x)
+    return {k: float(np.mean(v)) if v else _NAN for k, v in acc.items()}
+
+
+def _question_diversification(held: np.ndarray, assets: list[str], returns: np.ndarray,
+                              questions: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """Return the mean s_intra / s_inter / s_corr with questions as the unit of exposure.
+
+    A question's series is its YES token's mark-to-mark return (its NO token's, negated, when
+    the YES token has no price); every question is its own class, so one question held is
+    concentrated (``rho_intra`` 1); the held exposure is ``w_YES - w_NO``, signed.
+    """
+    col = {a: j for j, a in enumerate(assets)}
+    names = sorted(q for q, toks in questions.items() if any(t in col for t in toks))
+    acc: dict[str, list[float]] = {"s_intra": [], "s_inter": [], "s_corr": []}
+    if returns.shape[0] < 2 or not names:
+        return {k: _NAN for k in acc}
+    series = np.full((returns.shape[0], len(names)), np.nan)
+    for i, q in enumerate(names):
+        toks = list(questions[q])
+        if toks and toks[0] in col and np.isfinite(returns[:, col[toks[0]]]).sum() >= 2:
+            series[:, i] = returns[:, col[toks[0]]]
+        elif len(toks) > 1 and toks[1] in col:
+            series[:, i] = -returns[:, col[toks[1]]]
+    panel = np.column_stack([series, np.zeros(series.shape[0])])
+    corr = class_correlations(panel, [*names, CASH], {**{q: q for q in names}, CASH: "cash"})
+    for row in held:
+        v = float(row.sum())
+        if not v > 0:
+            continue
+        w = {a: float(row[j] / v) for a, j in col.items()}
+        w[CASH] = float(row[-1] / v)
+        for k, x in signed_question_exposures(w, questions, corr).items():
             if math.isfinite(x):
                 acc[k].append(x)
     return {k: float(np.mean(v)) if v else _NAN for k, v in acc.items()}
@@ -225,12 +267,6 @@ def _profile(agent_cfg: Mapping[str, Any], mdd: float, var95: float) -> dict[str
         }
     return {"risk_profile": base.name, "max_drawdown_limit": own.max_drawdown,
             "profile_alignment": profile_alignment(mdd, var95, own), "profile_checks": checks}
-
-
-def _ci(r: np.ndarray, stat: Callable[[np.ndarray], float]) -> list[float]:
-    """Return the seeded bootstrap interval of ``stat`` over the daily returns."""
-    lo, hi = bootstrap_ci(r, stat, n_boot=BOOTSTRAP_N, level=BOOTSTRAP_LEVEL, seed=BOOTSTRAP_SEED)
-    return [lo, hi]
 
 
 def _by_regime(r: np.ndarray, labels: Sequence[str]) -> dict[str, dict[str, float | int]]:
@@ -324,8 +360,12 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
     weights = [f.weights for f in fills]
     n = _periods(store.markets_cfg, market)
     start_value = initial.get(market) or (pts[0][1] if pts else 0.0)
-    values = [start_value] + [v for _, v, _ in pts] if from_start else [v for _, v, _ in pts]
+    # Issue 27, point 9: the initial cash starts the series only at a first fill strictly
+    # before the first mark; otherwise the first mark does (no zero-length period).
     first_fill = store.fills[key][0] if store.fills.get(key) else None
+    from_start = bool(from_start and pts and first_fill is not None
+                      and first_fill.ts < pts[0][0])
+    values = [start_value] + [v for _, v, _ in pts] if from_start else [v for _, v, _ in pts]
     traded = [f.traded_value for f in fills if f is not first_fill]  # building it: not counted
     summary = summarise(values, n, rf.get(market, 0.0), weights, traded).to_dict()
     r = simple_returns(values)
@@ -343,7 +383,9 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         score, regret = _capitalbench([v for _, v, _ in pts], panel.assets, prices)
         figures |= {"capitalbench_score": score, "regret": regret}
         figures |= _diversification(h, pz, classes.get(market, {}), panel.assets,
-                                    _asset_returns(prices))
+                                    _asset_returns(prices),
+                                    store.questions.get(market, {}) if market == "polymarket"
+                                    else None)
         if market == "polymarket":
             figures |= _brier(store, market, mark_ts, h * pz, [*panel.assets, CASH], hi)
     else:
@@ -375,9 +417,8 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         "annualised_flag": int(r.size) < MIN_ANNUALISED_DAYS,
         "current_drawdown": float(dd[-1]) if dd.size else None,
         "mean_daily_return": float(np.mean(r)) if r.size else None,
-        "cumulative_return_ci": _ci(r, lambda x: float(np.prod(1.0 + x) - 1.0)),
-        "mean_daily_return_ci": _ci(r, lambda x: float(np.mean(x))),
-        "sharpe_ci": _ci(r, lambda x: sharpe(x, n, rf.get(market, 0.0))),
+        "cumulative_excess_return": (float(np.prod(1.0 + r - rf.get(market, 0.0) / n) - 1.0)
+                                     if r.size else None),
         **figures,
         "var_95": var95,
         **_profile(agent_cfg, mdd if mdd is not None else _NAN, var95),
@@ -385,13 +426,14 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         "consistency": consistency,
         "brier": figures.pop("brier", None),
         "brier_questions": figures.pop("brier_questions", 0 if market == "polymarket" else None),
-        **_model_cost(store.llm.get(key, []), lo, hi, summary["cumulative_return"]),
+        "brier_annulled": figures.pop("brier_annulled", 0 if market == "polymarket" else None),
+        **_model_cost(store.llm.get(key, []), lo, hi, summary["cumulative_return"],
+                      start_value),
         "relative": _relative(r, ends, store.bench.get(market, {}), n),
     }
     curve = None
     if pts:
-        first = min([pts[0][0]] + [f.ts for f in fills[:1]])
-        ts = ([first] if from_start else []) + mark_ts
+        ts = ([first_fill.ts] if from_start and first_fill is not None else []) + mark_ts
         cash_pts = ([start_value] if from_start else []) + [c for _, _, c in pts]
         before = [f for f in store.fills.get(key, []) if f.ts < lo]
         # The allocation in force when the window opens starts the allocation chart.
@@ -427,10 +469,13 @@ def _brier(store: _Store, market: str, mark_ts: Sequence[float], held: np.ndarra
     For every question resolved at or before ``hi`` with an agent mark before its resolution,
     the forecast is the position at the last such mark: ``p(YES) = (1 + w_YES - w_NO) / 2``
     with ``w`` the token's share of the portfolio value (no position: 0.5, no view). The
-    outcome is the YES token's payout. Brier = mean of ``(p - outcome)^2``.
+    outcome is the YES token's payout. Brier = mean of ``(p - outcome)^2``. A question
+    annulled (a payout other than 0 or 1, e.g. 50/50) has no outcome to forecast: it is left
+    out and counted in ``brier_annulled``.
     """
     col = {a: j for j, a in enumerate(assets)}
     errors: list[float] = []
+    annulled = 0
     members = store.questions.get(market, {})
     for ts, payouts in store.resolutions.get(market, []):
         if ts > hi:
@@ -446,12 +491,15 @@ def _brier(store: _Store, market: str, mark_ts: Sequence[float], held: np.ndarra
             if len(tokens) < 2 or tokens[0] not in payouts:
                 continue
             yes, no = tokens[0], tokens[1]
+            if float(payouts[yes]) not in (0.0, 1.0):
+                annulled += 1
+                continue
             w_yes = float(row[col[yes]]) / value if yes in col else 0.0
             w_no = float(row[col[no]]) / value if no in col else 0.0
             p = min(1.0, max(0.0, (1.0 + w_yes - w_no) / 2.0))
             errors.append((p - float(payouts[yes])) ** 2)
     return {"brier": float(np.mean(errors)) if errors else None,
-            "brier_questions": len(errors)}
+            "brier_questions": len(errors), "brier_annulled": annulled}
 
 
 def _benchmark_asset(markets_cfg: Mapping[str, Any], market: str) -> str:

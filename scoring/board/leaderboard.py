@@ -51,7 +51,8 @@ from scoring.board.figures import (
     _window_regime,
 )
 from scoring.board.load import AgentCurves, Key, Report, _load_store
-from scoring.board.rank import _compare, _rank, _standing
+from scoring.board.rank import _rank, _standing
+from scoring.board.significance import infer
 from scoring.board.text import _clean, _conventions
 from scoring.stats.benchmarks import ROLLING_KS
 
@@ -79,7 +80,9 @@ LIVE_FIELDS: tuple[str, ...] = (
     *(f"rolling_k_delta_{k}" for k in ROLLING_KS),
     "consistency_mean_l1", "consistency_std_l1", "valid_decision_rate", "provisional",
     "llm_calls", "llm_tokens_in", "llm_tokens_out", "llm_cost_usd", "llm_latency_mean_s",
-    "return_per_usd", "vs_next_p_value", "excess_return_ew", "beta_ew", "tracking_error_ew",
+    "llm_cost_share", "net_return", "vs_next_p_value", "vs_next_p_value_holm",
+    "cumulative_excess_return", "psr", "dsr", "min_trl", "rank_top1", "rank_top3",
+    "rank_p_to_best", "in_mcs", "excess_return_ew", "beta_ew", "tracking_error_ew",
     "information_ratio_ew", "brier",
 )  # fmt: skip
 
@@ -104,7 +107,9 @@ def report_of(con: sqlite3.Connection, *,
     if min_days is None:
         min_days = int(store.board_cfg.get("min_days", MIN_DAYS))
     cfg = store.markets_cfg
-    rf = {"equity": float(cfg.get("equity", {}).get("risk_free_rate", 0.0)), "polymarket": 0.0}
+    # One risk-free convention (issue 27, point 6): CASH accrued each market's configured rate.
+    rf = {m: float((cfg.get(m) or {}).get("risk_free_rate", 0.0)) for m in ("equity",
+                                                                          "polymarket")}
     initial = {m: float(cfg.get(m, {}).get("initial_cash", 0.0)) for m in rf}
     classes = _asset_classes(store)
     store.bench = {m: _benchmarks(store, m) for m in store.panels}
@@ -123,7 +128,9 @@ def report_of(con: sqlite3.Connection, *,
             curves[key] = curve
     markets = {m: _market_summary(store, m, lo, hi) for m in sorted({r["market"] for r in rows})}
     _rank(rows)
-    _compare(rows, curves, store.agents_cfg)
+    inferred = infer(rows, curves, store.agents_cfg, rf, {m: _periods(cfg, m) for m in markets})
+    for m, extra in inferred.items():
+        markets[m] |= extra
     regime = _window_regime(eq_marks, eq_index, eq_labels, lo, hi)
     board = _clean({
         "conventions": _conventions(rf, min_valid_rate, min_days,
@@ -171,6 +178,11 @@ def live_figures(board: dict[str, Any]) -> dict[Key, dict[str, float]]:
         flat["consistency_std_l1"] = probe.get("std_l1")
         flat["provisional"] = 1.0 if r.get("provisional") else 0.0
         flat["vs_next_p_value"] = (r.get("vs_next") or {}).get("p_value")
+        flat["vs_next_p_value_holm"] = (r.get("vs_next") or {}).get("p_value_holm")
+        stab = r.get("rank_stability") or {}
+        flat["rank_top1"], flat["rank_top3"] = stab.get("top1"), stab.get("top3")
+        flat["rank_p_to_best"] = stab.get("p_to_best")
+        flat["in_mcs"] = None if r.get("in_mcs") is None else float(bool(r["in_mcs"]))
         ew = (r.get("relative") or {}).get("equal_weight") or {}
         for name in ("excess_return", "beta", "tracking_error", "information_ratio"):
             flat[f"{name}_ew"] = ew.get(name)

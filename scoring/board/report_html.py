@@ -68,6 +68,7 @@ table{border-collapse:collapse;font-size:12px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}
 th{background:#f4f4f4}td.l,th.l{text-align:left}
 .note{font-size:12px;color:#555}.tie{color:#b35900;font-weight:bold}
+.mcs{background:#eef5ff;border-left:4px solid #3b78c2;padding:4px 8px}
 tr.provisional td{color:#777;background:#fafafa}td.provisional{font-style:italic}
 .charts{display:flex;flex-wrap:wrap;gap:8px}
 svg.chart{background:#fff;border:1px solid #e3e3e3}
@@ -359,7 +360,15 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("model cost", "cost of intelligence",
      "USD spent on model calls in the window; tokens in / out"),
     ("mean latency", "cost of intelligence", "mean latency of a model call"),
-    ("return per $", "cost of intelligence", _LEGEND["ret/$"]),
+    ("cost % / net", "cost of intelligence", f"{_LEGEND['cost %']} / {_LEGEND['net']}"),
+    ("PSR / DSR", "significance", f"{_LEGEND['PSR']} / {_LEGEND['DSR']}"),
+    ("minTRL", "significance", _LEGEND["minTRL"]),
+    ("#1 / top3", "significance", f"{_LEGEND['#1']} / {_LEGEND['top3']}"),
+    ("p to best", "significance", "one-sided block-bootstrap p-value of the best agent's lead "
+     "(raw; Holm-adjusted in --json)"),
+    ("MCS", "significance", _LEGEND["MCS"]),
+    ("vs next p (Holm)", "significance", "paired block-bootstrap p-value of the return "
+     "difference with the next agent, raw (Holm-adjusted); Sharpe difference the same"),
 )
 _LEFT = {"agent", "kind", "profile (alignment)"}
 
@@ -392,8 +401,9 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
     out = ["<div class='scroll'><table class='leaderboard'>", head]
     for r in rows:
         vs = r.get("vs_next") or {}
-        p = vs.get("p_value")
-        detail = (f" (p = {p:.3f}, {vs.get('days')} days)" if p is not None else "")
+        p = vs.get("p_value_holm")
+        detail = (f" (Holm-adjusted p = {p:.3f}, {vs.get('days')} days)" if p is not None
+                  else "")
         tie = (f" <span class='tie' title='not significantly ahead of the next rank{detail}'>"
                "≈</span>") if r.get("tied_with_next") else ""
         probe = r.get("consistency") or {}
@@ -438,7 +448,8 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             f"<td>{_usd(r.get('llm_cost_usd'))} <span class='note'>({r.get('llm_tokens_in', 0)}"
             f" / {r.get('llm_tokens_out', 0)} tok)</span></td>"
             f"<td>{_secs(r.get('llm_latency_mean_s'))}</td>"
-            f"<td>{_num(r.get('return_per_usd'))}</td></tr>"
+            f"<td>{_pct(r.get('llm_cost_share'), 3)} / {_pct(r.get('net_return'))}</td>"
+            + significance_cells(r) + "</tr>"
         )
     out.append("</table></div>")
     provisional = [r for r in rows if r.get("provisional")]
@@ -447,6 +458,43 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             f"{_esc(r['agent'])}: {_esc(r.get('provisional_reason') or '')}"
             for r in provisional) + ".</p>")
     return "".join(out)
+
+
+def _p(x: float | None) -> str:
+    """Format a p-value (3 decimals; '< 0.0001' below)."""
+    if x is None:
+        return "–"
+    return "&lt; 0.0001" if x < 1e-4 else f"{x:.3f}"
+
+
+def significance_cells(r: Mapping[str, Any]) -> str:
+    """Return the significance cells of a row: PSR / DSR, MinTRL, rank stability, MCS, tests."""
+    stab = r.get("rank_stability") or {}
+    vs = r.get("vs_next") or {}
+    days = r.get("min_trl_days")
+    trl = ("never" if r.get("psr") is not None else "–") if days is None else (
+        f"{days}" + ("" if r.get("distinguishable") else
+                     " <span class='note' title='fewer days than the minimum track record "
+                     "length: not yet distinguishable'>(not yet)</span>"))
+    mcs = "–" if r.get("in_mcs") is None else ("<b>in</b>" if r["in_mcs"] else "out")
+    share = (f"{_pct(stab.get('top1'), 1).lstrip('+')} / {_pct(stab.get('top3'), 1).lstrip('+')}"
+             if stab else "–")
+    tests = ("–" if not vs else f"{_p(vs.get('p_value'))} ({_p(vs.get('p_value_holm'))}); "
+             f"Sharpe {_p(vs.get('sharpe_p_value'))} ({_p(vs.get('sharpe_p_value_holm'))})")
+    return (f"<td>{_num(r.get('psr'), 3)} / {_num(r.get('dsr'), 3)}</td><td>{trl}</td>"
+            f"<td>{share}</td><td>{_p(stab.get('p_to_best'))}</td><td>{mcs}</td>"
+            f"<td>{tests}</td>")
+
+
+def mcs_band(info: Mapping[str, Any]) -> str:
+    """Return the market's Model Confidence Set as a band above its table ('' without one)."""
+    mcs = info.get("mcs") or {}
+    if not mcs.get("agents"):
+        return ""
+    return (f"<p class='mcs'><b>{100 * mcs.get('level', 0.9):.0f}% Model Confidence Set</b> "
+            "(Hansen, Lunde and Nason; agents not distinguishable from the best over "
+            f"{mcs.get('days')} days): {_esc(', '.join(mcs['agents']))}. "
+            f"{info.get('comparisons', 0)} paired comparisons, Holm-adjusted.</p>")
 
 
 def _regime_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -489,7 +537,7 @@ def _market_section(report: Report, market: str, colours: Mapping[str, str]) -> 
     info = board.get("markets", {}).get(market, {})
     best = info.get("best_asset")
     out = [f"<section data-market='{_esc(market)}'><h2>{_esc(market)}</h2>",
-           _leaderboard_table(rows, colours)]
+           mcs_band(info), _leaderboard_table(rows, colours)]
     if best is not None:
         out.append(f"<p class='note'>Best asset over the window: {_esc(labels.get(best, best))}"
                    f" ({_pct(info.get('best_asset_return'))}); CapitalBench score = 100 × "
@@ -559,13 +607,17 @@ def render_html(report: Report) -> str:
         "Sortino and the annualised return annualise with "
         + (", ".join(f"{n} periods a year ({_esc(m)})" for m, n in
                      sorted(conv.get("periods_per_year", {}).items())) or "-")
-        + ". Intervals are 95% percentile bootstraps "
+        + "; risk-free rate a year " + (", ".join(
+            f"{100 * x:.2f}% ({_esc(m)})" for m, x in sorted(conv.get("risk_free_rate", {})
+                                                           .items())) or "-")
+        + " (cash accrues it; Sharpe, Sortino, ranks and tests use excess returns)."
+        " Intervals are 95% percentile stationary block bootstraps "
         f"({conv.get('bootstrap', {}).get('n')} resamples of the daily returns, seed "
-        f"{conv.get('bootstrap', {}).get('seed')}). ≈ after a rank: the paired "
-        "bootstrap of the return difference with the next agent (same resampled days) has a "
-        "95% interval containing 0, or the two share fewer than "
-        f"{conv.get('significance', {}).get('min_days')} days: the order is not "
-        "significant. Composite: StockBench "
+        f"{conv.get('bootstrap', {}).get('seed')}, block length by Politis-White). ≈ after a "
+        "rank: the paired block bootstrap of the excess-return difference with the next "
+        "agent is not significant once Holm-adjusted over the market's comparisons (p ≥ "
+        f"{conv.get('significance', {}).get('level', 0.05)}), or the two share fewer than "
+        f"{conv.get('significance', {}).get('min_days')} days. Composite: StockBench "
         "Eq. 4 across the market's agents. Consistency: mean pairwise L1 distance of "
         "repeated answers to one frozen prompt (lower is more consistent). Valid: share of "
         "the rounds the agent was asked that it answered with an applied allocation or a "

@@ -11,9 +11,6 @@ import numpy as np
 
 from scoring.board.extras import extras_text
 from scoring.board.figures import (
-    BOOTSTRAP_LEVEL,
-    BOOTSTRAP_N,
-    BOOTSTRAP_SEED,
     MIN_ANNUALISED_DAYS,
     NOT_ASKED_OUTCOMES,
     REGIME_MIN_RETURNS,
@@ -24,14 +21,26 @@ from scoring.board.figures import (
     VAR_MIN_PERIODS,
     VAR_WINDOW,
 )
-from scoring.board.rank import BASELINE_KINDS, MIN_PAIRED_DAYS, _share
+from scoring.board.rank import _share
+from scoring.board.significance import (
+    BASELINE_KINDS,
+    BOOTSTRAP_LEVEL,
+    BOOTSTRAP_N,
+    BOOTSTRAP_SEED,
+    MCS_SIZE,
+    MIN_PAIRED_DAYS,
+    MIN_TRL_LEVEL,
+    SIGNIFICANCE,
+    TOP_K,
+)
 
 #: Every column of the text table (and its HTML twin), explained once: the legend of the table,
 #: the HTML report and docs/scoring.md. Drawdowns print negative, like the drawdown chart.
 LEGEND: tuple[tuple[str, str], ...] = (
-    ("#", "rank by cumulative return among the market's non-provisional agents; '~' after it: "
-          "not significantly ahead of the next (paired bootstrap: the 95% interval of the "
-          "difference contains 0, or fewer than 20 common days); '-': provisional, not ranked"),
+    ("#", "rank by cumulative excess return (over the risk-free rate) among the market's "
+          "non-provisional agents; '~' after it: not significantly ahead of the next (paired "
+          "stationary block bootstrap, Holm-adjusted p >= 0.05 over the market's comparisons, "
+          "or fewer than 20 common days); '-': provisional, not ranked"),
     ("return", "cumulative return over the window, v_T / v_0 - 1"),
     ("sharpe", "annualised Sharpe ratio of the daily returns, (mean - rf) / std * sqrt(N)"),
     ("sortino", "annualised standard Sortino ratio: downside deviation over all days below rf"),
@@ -43,8 +52,18 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("days", "daily marks in the window"),
     ("valid", "valid-decision rate: ok or hold among the rounds the agent was asked"),
     ("decisions", "decision outcomes in the window"),
-    ("return 95% CI", "95% percentile bootstrap interval of the cumulative return"),
-    ("sharpe 95% CI", "95% percentile bootstrap interval of the Sharpe ratio"),
+    ("return 95% CI", "95% percentile interval of the cumulative return (stationary block "
+                      "bootstrap, 10,000 draws)"),
+    ("sharpe 95% CI", "95% percentile interval of the Sharpe ratio (same draws)"),
+    ("PSR", "Probabilistic Sharpe Ratio: P(true Sharpe > 0) given skewness and kurtosis"),
+    ("DSR", "Deflated Sharpe Ratio: PSR against the best Sharpe expected from as many "
+            "unskilled agents as the market has"),
+    ("minTRL", "minimum track record length in days for Sharpe > 0 at 95%; '!' after it: "
+               "the agent has fewer days (not yet distinguishable)"),
+    ("#1", "share of resamples in which the agent is ranked first (rank stability)"),
+    ("top3", "share of resamples in which the agent is among the first three"),
+    ("MCS", "'in': inside the market's 90% Model Confidence Set (not distinguishable from "
+            "the best)"),
     ("comp", "StockBench composite score (z(CR) + z(-MDD) + z(Sortino StockBench)) / 3"),
     ("capb", "CapitalBench score: 100 * window return / best asset's window return"),
     ("s_corr", "PortBench correlation-aware diversification, 0.5 s_intra + 0.5 s_inter"),
@@ -55,7 +74,8 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("consist", "consistency probe: mean pairwise L1 distance of repeated answers (lower is "
                 "more consistent)"),
     ("model $", "USD spent on model calls scheduled in the window (stored llm_calls)"),
-    ("ret/$", "cumulative return per USD of model cost (return / model $)"),
+    ("cost %", "model cost as a share of the initial capital"),
+    ("net", "cumulative return net of the model cost (return - cost %)"),
 )
 
 
@@ -99,10 +119,19 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
         "periods_per_year": dict(periods),
         "ddof": 1,
         "risk_free_rate": dict(rf),
+        "risk_free": "CASH accrues risk_free_rate / periods_per_year at every daily mark; "
+                     "Sharpe, Sortino, ranks and every test use the excess returns "
+                     "r - risk_free_rate / periods_per_year",
         "bootstrap": {"n": BOOTSTRAP_N, "level": BOOTSTRAP_LEVEL, "seed": BOOTSTRAP_SEED,
-                      "over": "daily returns, i.i.d. resampling"},
-        "rank": "by cumulative_return among the non-provisional agents; tied_with_next unless "
-                "the paired bootstrap of the difference with the next agent (vs_next) is "
+                      "over": "daily excess returns, stationary block bootstrap (Politis-"
+                              "Romano; arch.bootstrap.StationaryBootstrap), expected block "
+                              "length the median Politis-White estimate of the series "
+                              "resampled (arch.bootstrap.optimal_block_length); one seeded draw "
+                              "per market and set of days, shared by every agent",
+                      "p_value": "from the resampled null (draws centred on the estimate), "
+                                 "never below 1 / (n + 1)"},
+        "rank": "by cumulative_excess_return among the non-provisional agents; tied_with_next "
+                "unless the Holm-adjusted comparison with the next agent (vs_next) is "
                 "significant",
         "relative": {
             "benchmarks": {m: sorted(store_bench, key=lambda b: b != "equal_weight")
@@ -112,19 +141,44 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
                        "information_ratio = mean(r - b) / std(r - b) * sqrt(N); ddof 1",
             "equal_weight": "mean mark-to-mark return of the market's assets priced at both "
                             "marks, rebalanced daily"},
-        "brier": "Polymarket only: mean over the questions resolved in the window of "
+        "brier": "Polymarket only: questions annulled (a payout other than 0 or 1) left out "
+                 "and counted in brier_annulled; mean over the questions resolved in the window of "
                  "(p - outcome)^2, p(YES) = (1 + w_YES - w_NO) / 2 from the portfolio weights "
                  "held at the agent's last mark before the resolution (no position: 0.5), "
                  "outcome = the YES token's payout",
         "significance": {
-            "method": "paired bootstrap of the difference of cumulative returns over the "
-                      "days both agents have, with the shared seeded i.i.d. resamples of "
-                      "bootstrap (n, level, seed); 95% percentile interval and two-sided "
-                      "p-value min(1, 2 min(P(d<=0), P(d>=0)))",
+            "method": "paired stationary block bootstrap over the days both agents have "
+                      "(bootstrap): the difference of cumulative excess returns (p_value) and "
+                      "of Sharpe ratios (sharpe_p_value; sharpe_hac_p_value: Ledoit-Wolf 2008 "
+                      "HAC test, Bartlett kernel); 95% percentile intervals, two-sided p-values "
+                      "from the resampled null",
+            "multiplicity": "Holm over one family per market and test: the distinct pairs "
+                            "compared (vs_next, vs_baselines), provisional ones left out; "
+                            "p_value_holm / sharpe_p_value_holm; the raw p-values are kept",
+            "level": SIGNIFICANCE,
             "min_days": MIN_PAIRED_DAYS,
             "rule": "a comparison with fewer than min_days common daily returns is provisional "
-                    "and claims nothing; otherwise significant when its interval excludes 0",
+                    "and claims nothing; otherwise significant when its Holm-adjusted p-value "
+                    "is below level",
             "baselines": list(BASELINE_KINDS)},
+        "sharpe_tests": {
+            "psr": "Probabilistic Sharpe Ratio against 0 (Bailey and Lopez de Prado 2012) of "
+                   "the daily excess returns",
+            "dsr": "Deflated Sharpe Ratio (Bailey and Lopez de Prado 2014), trials = the "
+                   "market's agents, variance of their daily Sharpe ratios (ddof 1)",
+            "min_trl": f"minimum track record length (daily returns) for Sharpe > 0 at "
+                       f"{MIN_TRL_LEVEL:.0%}; distinguishable once the returns reach it "
+                       "(min_days stays the floor of the ranking)"},
+        "rank_stability": f"share of resamples (the draws over the days every ranked agent has) "
+                          f"in which the agent has the highest cumulative excess return (top1) "
+                          f"and is among the first {TOP_K} (top{TOP_K}); p_to_best: one-sided "
+                          "bootstrap p-value of the best agent's lead (p_to_best_holm: Holm "
+                          "over the market)",
+        "mcs": {"level": 1.0 - MCS_SIZE,
+                "method": "Model Confidence Set (Hansen, Lunde and Nason 2011), T_max "
+                          "statistic as arch.bootstrap.MCS(method='max'), losses = minus the "
+                          "daily excess returns of the ranked agents over the days all have, "
+                          "the same draws; the set: markets[m].mcs.agents"},
         "sortino": {
             "headline": "standard: (mean(r) - rf) / sqrt(mean over all days of min(r - rf, 0)^2)"
                         " * sqrt(N), rf = rf_annual / N (AlphaForgeBench, reference libraries)",
@@ -146,7 +200,10 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
                            "with the whole class's correlations of mark-to-mark asset returns "
                            "over the window; one held class: s_inter 0; all-cash marks not "
                            "scored; mean over marks; CASH is its own class; Polymarket: one "
-                           "class per question",
+                           "signed exposure w_YES - w_NO per question (the matched part counts "
+                           "as cash), each question its own class",
+        "model_cost": "llm_cost_share = llm_cost_usd / initial capital; net_return = "
+                      "cumulative_return - llm_cost_share",
         "var": {"level": VAR_LEVEL, "window": VAR_WINDOW, "min_periods": VAR_MIN_PERIODS},
         "regime": {"index": "equal-weight mean of the equity universe's mark-to-mark returns",
                    "window": REGIME_WINDOW, "min_returns": REGIME_MIN_RETURNS},
@@ -169,7 +226,8 @@ def _header(conv: Mapping[str, Any]) -> str:
     rf = conv.get("risk_free_rate") or {}
     ann = ", ".join(f"{m} {n}" for m, n in sorted(periods.items())) or "-"
     rates = ", ".join(f"{m} {100 * rf.get(m, 0.0):.2f}%" for m in sorted(periods)) or "-"
-    return (f"annualisation (periods a year): {ann}; risk-free rate a year: {rates}; "
+    return (f"annualisation (periods a year): {ann}; risk-free rate a year (cash accrues it; "
+            f"Sharpe, Sortino, ranks and tests use excess returns): {rates}; "
             "daily simple returns from the daily marks")
 
 
@@ -219,7 +277,7 @@ def to_table(board: dict[str, Any]) -> str:
         )
     head2 = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return 95% CI':>20}{'sharpe 95% CI':>18}"
              f"{'comp':>7}{'capb':>8}{'s_corr':>8}{'VaR95':>9}{'align':>7}{'d1':>9}"
-             f"{'consist':>9}{'model $':>10}{'ret/$':>9}")
+             f"{'consist':>9}{'model $':>10}{'cost %':>9}{'net':>10}")
     lines += ["", head2, "-" * len(head2)]
     for r in board["rows"]:
         probe = r.get("consistency") or {}
@@ -231,8 +289,9 @@ def to_table(board: dict[str, Any]) -> str:
             f"{num(r.get('s_corr')):>8}{pct(r.get('var_95')):>9}"
             f"{num(r.get('profile_alignment')):>7}{pct(d1):>9}"
             f"{num(probe.get('mean_l1')):>9}{usd(r.get('llm_cost_usd')):>10}"
-            f"{num(r.get('return_per_usd')):>9}"
+            f"{pct(r.get('llm_cost_share')):>9}{pct(r.get('net_return')):>10}"
         )
+    lines += ["", *significance_table(board)]
     provisional = [r for r in board["rows"] if r.get("provisional")]
     if provisional:
         lines += ["", "provisional (not ranked):"]
@@ -245,10 +304,63 @@ def to_table(board: dict[str, Any]) -> str:
     lines += ["", "columns:"] + [f"  {k:<{width}}  {v}" for k, v in LEGEND]
     lines += ["", f"regime: {reg.get('label', REGIME_UNKNOWN)} (equal-weight index "
                   f"{pct(reg.get('index_return'))} over {reg.get('index_days', 0)} days); "
-                  "'~' after a rank: not significantly ahead of the next (paired bootstrap); "
+                  "'~' after a rank: not significantly ahead of the next (block bootstrap, "
+                  "Holm-adjusted); "
                   "valid: share of valid decisions (ok or hold) among the rounds asked"]
     if board.get("capitalbench"):  # hook: CapitalBench rounds (agents/capitalbench/scores.py)
         from agents.capitalbench.scores import to_text
 
         lines.append(to_text(board["capitalbench"]).rstrip("\n"))
     return "\n".join(lines) + "\n" + extras_text(board)
+
+
+def _trl(r: Mapping[str, Any]) -> str:
+    """Return the MinTRL cell: days, '!' when the agent has fewer, '-' when undefined."""
+    days = r.get("min_trl_days")
+    if days is None:
+        return "never" if r.get("psr") is not None else "-"
+    return f"{days}{'' if r.get('distinguishable') else '!'}"
+
+
+def significance_table(board: Mapping[str, Any]) -> list[str]:
+    """Return the third table (Sharpe tests, rank stability, MCS) and each market's MCS band."""
+
+    def p3(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    def share(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    head = (f"{'market':<11}{'#':>4}  {'agent':<20}{'PSR':>7}{'DSR':>7}{'minTRL':>8}"
+            f"{'#1':>8}{'top3':>8}{'p best':>8}{'MCS':>5}{'p next':>9}{'holm':>8}"
+            f"{'sharpe p':>10}{'holm':>8}")
+    lines = [head, "-" * len(head)]
+    for r in board["rows"]:
+        stab = r.get("rank_stability") or {}
+        vs = r.get("vs_next") or {}
+        tied = "~" if r.get("tied_with_next") else ""
+        rank = "-" if r.get("rank") is None else f"{r['rank']}{tied}"
+        mcs = "" if r.get("in_mcs") is None else ("in" if r["in_mcs"] else "out")
+        lines.append(
+            f"{r['market']:<11}{rank:>4}  {r['agent'][:19]:<20}{p3(r.get('psr')):>7}"
+            f"{p3(r.get('dsr')):>7}{_trl(r):>8}{share(stab.get('top1')):>8}"
+            f"{share(stab.get('top3')):>8}{p3(stab.get('p_to_best')):>8}{mcs:>5}"
+            f"{p3(vs.get('p_value')):>9}{p3(vs.get('p_value_holm')):>8}"
+            f"{p3(vs.get('sharpe_p_value')):>10}{p3(vs.get('sharpe_p_value_holm')):>8}")
+    lines.append("")
+    lines += mcs_lines(board)
+    return lines
+
+
+def mcs_lines(board: Mapping[str, Any]) -> list[str]:
+    """Return one line per market naming its Model Confidence Set (the band of the best)."""
+    out = []
+    for m, sec in sorted((board.get("markets") or {}).items()):
+        mcs = sec.get("mcs") or {}
+        if not mcs.get("agents"):
+            continue
+        out.append(f"{m}: {100 * mcs.get('level', 0.9):.0f}% Model Confidence Set "
+                   f"({mcs.get('days', 0)} days, block length "
+                   f"{(mcs.get('block_length') or 1.0):.1f}): {', '.join(mcs['agents'])}; "
+                   f"{sec.get('comparisons', 0)} comparisons, Holm-adjusted")
+    return out

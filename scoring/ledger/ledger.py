@@ -388,6 +388,20 @@ class Book:
         self._dirty = False
         return full
 
+    def accrue(self, rate: float) -> None:
+        """Grow every agent's cash by ``rate`` (the risk-free rate of one period) and re-mark.
+
+        The engine calls it at each daily mark with ``risk_free_rate / periods_per_year``, the
+        per-period rate the Sharpe ratio subtracts; 0 (the default rate) changes nothing.
+        """
+        x = float(rate)
+        if not math.isfinite(x) or x <= -1.0:
+            raise ValueError(f"rate must be finite and > -1, got {rate!r}")
+        if x == 0.0:
+            return
+        self._cash[: self._na] *= 1.0 + x
+        self.mark()
+
     def value(self, agent: str) -> float:
         """Return the current (incremental) value of ``agent``."""
         if self._dirty:

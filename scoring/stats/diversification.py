@@ -29,6 +29,7 @@ __all__ = [
     "s_corr",
     "s_inter",
     "s_intra",
+    "signed_question_exposures",
 ]
 
 #: ``s_inter`` of a portfolio with fewer than two weighted classes: no hedging credit.
@@ -246,3 +247,47 @@ def diversification_from_returns(
     ``s_inter = 0``, all cash is NaN.
     """
     return diversification(weights, class_correlations(returns, assets, asset_classes))
+
+
+def signed_question_exposures(weights: Mapping[str, float],
+                              questions: Mapping[str, Sequence[str]],
+                              corr: ClassCorrelations) -> dict[str, float]:
+    """Return ``{"s_intra", "s_inter", "s_corr"}`` of a Polymarket book, one exposure a question.
+
+    A question's YES and NO tokens are mirror images, so they are one signed exposure:
+    ``e_q = w_YES - w_NO`` (``questions[q]`` lists the YES token first). The question's weight
+    is ``|e_q|``; the matched part ``w_YES + w_NO - |e_q|`` pays out whatever happens and counts
+    as cash. ``corr`` holds the correlations of the questions' YES series, each question its
+    own class (the unit of diversification: one question held has ``rho_intra`` 1, so it
+    scores as concentrated), plus ``CASH``; a cross correlation is signed by both exposures
+    (a NO position hedges a YES position on a positively correlated question). All NaN when
+    no question is held (nothing at risk) or a needed correlation is undefined.
+    """
+    nan_result = {"s_intra": _NAN, "s_inter": _NAN, "s_corr": _NAN}
+    cash = float(weights.get("CASH", 0.0))
+    class_weights: dict[str, float] = {}
+    sign: dict[str, float] = {}
+    for q, toks in questions.items():
+        w_yes = float(weights.get(toks[0], 0.0)) if toks else 0.0
+        w_no = float(weights.get(toks[1], 0.0)) if len(toks) > 1 else 0.0
+        e = w_yes - w_no
+        cash += w_yes + w_no - abs(e)
+        if abs(e) > 1e-12:
+            if q not in corr.classes:
+                raise ValueError(f"question {q!r} missing from the correlations")
+            class_weights[q] = abs(e)
+            sign[q] = 1.0 if e > 0 else -1.0
+    if not class_weights:
+        return nan_result
+    if cash > 1e-12:
+        class_weights["cash"] = cash
+        sign["cash"] = 1.0
+    held = sorted(class_weights)
+    pairs = {(c, d): corr.cross.get((c, d), _NAN) * sign[c] * sign[d]
+             for i, c in enumerate(held) for d in held[i + 1 :]}
+    intra = {c: corr.intra.get(c, 0.0 if c == "cash" else _NAN) for c in held}
+    if not all(math.isfinite(x) for x in [*intra.values(), *pairs.values()]):
+        return nan_result
+    si = s_intra(class_weights, intra)
+    se = s_inter(class_weights, pairs)
+    return {"s_intra": si, "s_inter": se, "s_corr": 0.5 * si + 0.5 * se}

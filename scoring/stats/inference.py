@@ -1,17 +1,22 @@
-"""Statistical inference on return series (pure numpy).
+"""Statistical inference on return series: the stationary block bootstrap and its tests.
 
-Implements the seeded percentile bootstrap confidence interval of a statistic, the paired
-bootstrap of the difference between two agents over the same days (interval and two-sided
-p-value), and an agent's figures relative to a benchmark (excess return, beta, tracking error,
-information ratio). Every convention is stated in the docstrings and in ``docs/scoring.md``.
-Series too short for a measure give NaN rather than raising; series of different lengths raise
-``ValueError``.
+Resampling is ``arch``'s (:class:`arch.bootstrap.StationaryBootstrap`, Politis and Romano 1994,
+with the expected block length of :func:`arch.bootstrap.optimal_block_length`, Politis and White
+2004 with Patton, Politis and White 2009's correction). The draws are seeded and returned as an
+index matrix so that one draw serves every agent of a market (each statistic is then a product
+of the count matrix with the agents' return matrix). Percentile intervals, two-sided paired
+p-values from the resampled null (never below ``1 / (B + 1)``) and an agent's figures relative
+to a benchmark (excess return, beta, tracking error, information ratio) are here. Every
+convention is stated in the docstrings and in ``docs/scoring.md``. Series too short for a
+measure give NaN rather than raising; series of different lengths raise ``ValueError``.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -19,63 +24,155 @@ from numpy.typing import ArrayLike
 from scoring.stats.metrics import DDOF, STD_ZERO_RTOL
 
 __all__ = [
+    "BOOTSTRAP_REPS",
+    "MIN_BLOCK_OBS",
+    "block_length",
     "bootstrap_ci",
+    "null_p_value",
     "paired_bootstrap",
     "relative_figures",
+    "resample_counts",
+    "stationary_indices",
 ]
 
 _NAN = float("nan")
+
+#: Default number of bootstrap draws (issue 27: at least 10,000).
+BOOTSTRAP_REPS = 10_000
+#: Fewer observations than this: no Politis-White estimate, the block length is 1 (i.i.d.).
+MIN_BLOCK_OBS = 10
+
+
+def block_length(x: ArrayLike) -> float:
+    """Return the stationary bootstrap's expected block length for ``x`` (Politis-White).
+
+    ``x`` is one series or a ``T x k`` matrix (one column per series); the result is the median
+    of :func:`arch.bootstrap.optimal_block_length`'s ``stationary`` column over the columns
+    with at least :data:`MIN_BLOCK_OBS` finite, non-constant values (a column's non-finite
+    values are dropped), clipped to ``[1, T]``. 1 (i.i.d. resampling) when no column qualifies.
+    """
+    from arch.bootstrap import optimal_block_length
+
+    a = np.asarray(x, dtype=float)
+    cols = a.reshape(-1, 1) if a.ndim == 1 else a
+    found: list[float] = []
+    for j in range(cols.shape[1]):
+        c = cols[:, j][np.isfinite(cols[:, j])]
+        if c.size < MIN_BLOCK_OBS or float(np.std(c)) <= STD_ZERO_RTOL * max(
+                1.0, abs(float(np.mean(c)))):
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            b = float(optimal_block_length(c)["stationary"].iloc[0])
+        if math.isfinite(b):
+            found.append(min(max(b, 1.0), float(c.size)))
+    return float(np.median(found)) if found else 1.0
+
+
+def stationary_indices(n_obs: int, block: float, reps: int = BOOTSTRAP_REPS, seed: int = 0
+                       ) -> np.ndarray:
+    """Return ``reps x n_obs`` day indices of seeded stationary bootstrap draws.
+
+    The draws of ``arch.bootstrap.StationaryBootstrap(block, arange(n_obs), seed=seed)``, in
+    order: blocks of geometric length with mean ``block`` starting at uniform days, wrapping
+    around the end. ``block = 1`` is i.i.d. resampling.
+    """
+    from arch.bootstrap import StationaryBootstrap
+
+    if n_obs < 1 or reps < 1:
+        return np.empty((max(reps, 0), max(n_obs, 0)), dtype=np.int64)
+    # arch types block_size as int; the stationary bootstrap takes any expected length >= 1.
+    expected = cast("int", max(float(block), 1.0))
+    bs = StationaryBootstrap(expected, np.arange(n_obs), seed=seed)
+    return np.vstack([np.asarray(d[0][0], dtype=np.int64) for d in bs.bootstrap(reps)])
+
+
+def resample_counts(idx: np.ndarray, n_obs: int) -> np.ndarray:
+    """Return the ``reps x n_obs`` matrix of how often each day is drawn in each resample.
+
+    A statistic that is a sum over the drawn days is then ``counts @ x``, for every column of
+    ``x`` at once.
+    """
+    reps = idx.shape[0]
+    counts = np.zeros((reps, n_obs))
+    np.add.at(counts, (np.repeat(np.arange(reps), idx.shape[1]), idx.reshape(-1)), 1.0)
+    return counts
+
+
+def null_p_value(estimate: float, draws: ArrayLike, *, one_sided: bool = False) -> float:
+    """Return the bootstrap p-value of ``estimate`` against the resampled null.
+
+    The null distribution is the draws centred on the estimate (``d* - d``): two-sided
+    ``(1 + #{|d* - d| >= |d|}) / (B + 1)``, one-sided (H0: ``d <= 0``)
+    ``(1 + #{d* - d >= d}) / (B + 1)``, ``B`` the number of finite draws; never below
+    ``1 / (B + 1)``. NaN when the estimate or every draw is not finite.
+    """
+    d = np.asarray(draws, dtype=float).reshape(-1)
+    d = d[np.isfinite(d)]
+    if d.size == 0 or not math.isfinite(estimate):
+        return _NAN
+    centred = d - estimate
+    hits = (np.count_nonzero(centred >= estimate) if one_sided
+            else np.count_nonzero(np.abs(centred) >= abs(estimate)))
+    return float((1 + hits) / (d.size + 1))
+
+
+def _quantiles(stats: np.ndarray, level: float) -> tuple[float, float]:
+    """Return the percentile interval of the finite ``stats`` (NaN, NaN if none)."""
+    s = stats[np.isfinite(stats)]
+    if s.size == 0:
+        return _NAN, _NAN
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(s, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
 
 
 def bootstrap_ci(
     returns: ArrayLike,
     stat: Callable[[np.ndarray], float],
-    n_boot: int = 1000,
+    n_boot: int = BOOTSTRAP_REPS,
     level: float = 0.95,
     seed: int = 0,
+    *,
+    block: float | None = None,
 ) -> tuple[float, float]:
-    """Return a percentile bootstrap interval ``(lo, hi)`` for ``stat`` over ``returns``.
+    """Return a percentile stationary-bootstrap interval ``(lo, hi)`` of ``stat``.
 
-    Resamples the finite returns i.i.d. with replacement ``n_boot`` times using
-    ``numpy.random.default_rng(seed)`` (deterministic given ``seed``) and takes the
-    ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the finite statistics.
+    Resamples the finite returns ``n_boot`` times with :func:`stationary_indices` (block length
+    ``block``, default :func:`block_length` of the returns; seeded, so deterministic) and takes
+    the ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of the finite statistics.
     ``(NaN, NaN)`` for fewer than two returns or when no resample gives a finite statistic.
     """
     r = np.asarray(returns, dtype=float).reshape(-1)
     r = r[np.isfinite(r)]
     if r.size < 2 or n_boot < 1:
         return _NAN, _NAN
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, r.size, size=(n_boot, r.size))
-    stats = np.array([float(stat(r[row])) for row in idx])
-    stats = stats[np.isfinite(stats)]
-    if stats.size == 0:
-        return _NAN, _NAN
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
+    b = block_length(r) if block is None else block
+    idx = stationary_indices(r.size, b, n_boot, seed)
+    return _quantiles(np.array([float(stat(r[row])) for row in idx]), level)
 
 
 def paired_bootstrap(
     a: ArrayLike,
     b: ArrayLike,
     stat: Callable[[np.ndarray], float],
-    n_boot: int = 1000,
+    n_boot: int = BOOTSTRAP_REPS,
     level: float = 0.95,
     seed: int = 0,
     *,
     vectorised: bool = False,
+    block: float | None = None,
 ) -> tuple[float, float, float]:
-    """Return ``(lo, hi, p)`` of ``stat(a) - stat(b)`` under a paired bootstrap.
+    """Return ``(lo, hi, p)`` of ``stat(a) - stat(b)`` under a paired stationary bootstrap.
 
     ``a`` and ``b`` are aligned return series (the same days); a day where either is not finite
-    is dropped. Each resample draws day indices i.i.d. with replacement, exactly the draws of
-    :func:`bootstrap_ci` with the same ``seed`` (so every pair of agents with the same days
-    shares the resamples), and applies them to both series, keeping the days paired. The
-    interval is the percentile interval of the finite differences; the two-sided p-value is
-    ``min(1, 2 * min(P(d <= 0), P(d >= 0)))`` over them. All NaN with fewer than two days or
-    no finite difference. With ``vectorised=True`` ``stat`` takes the ``n_boot x days`` matrix
-    of resamples and returns one value per row (same result, faster).
+    is dropped. Each resample draws the same day indices for both series
+    (:func:`stationary_indices`, block length ``block`` or :func:`block_length` of both
+    columns), keeping the days paired. The interval is the percentile interval of the finite
+    resampled differences; ``p`` the two-sided :func:`null_p_value` of the observed
+    difference. All NaN with fewer than two days or no finite difference. With
+    ``vectorised=True`` ``stat`` takes the ``n_boot x days`` matrix of resamples and returns
+    one value per row (same result, faster).
     """
     x = np.asarray(a, dtype=float).reshape(-1)
     y = np.asarray(b, dtype=float).reshape(-1)
@@ -85,18 +182,18 @@ def paired_bootstrap(
     x, y = x[keep], y[keep]
     if x.size < 2 or n_boot < 1:
         return _NAN, _NAN, _NAN
-    idx = np.random.default_rng(seed).integers(0, x.size, size=(n_boot, x.size))
+    bl = block_length(np.column_stack([x, y])) if block is None else block
+    idx = stationary_indices(x.size, bl, n_boot, seed)
     if vectorised:
         d = np.asarray(stat(x[idx]), dtype=float) - np.asarray(stat(y[idx]), dtype=float)
+        est = float(np.asarray(stat(x[None, :]))[0] - np.asarray(stat(y[None, :]))[0])
     else:
         d = np.array([float(stat(x[row])) - float(stat(y[row])) for row in idx])
-    d = d[np.isfinite(d)]
-    if d.size == 0:
+        est = float(stat(x)) - float(stat(y))
+    lo, hi = _quantiles(d, level)
+    if not math.isfinite(lo):
         return _NAN, _NAN, _NAN
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(d, [alpha, 1.0 - alpha])
-    p = min(1.0, 2.0 * min(float(np.mean(d <= 0.0)), float(np.mean(d >= 0.0))))
-    return float(lo), float(hi), p
+    return lo, hi, null_p_value(est, d)
 
 
 def relative_figures(returns: ArrayLike, bench: ArrayLike, periods: int) -> dict[str, float]:

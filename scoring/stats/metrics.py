@@ -143,7 +143,8 @@ def sortino(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
     the target contributes 0), and Sortino ``= (mean(r) - rf) / DD * sqrt(N)``. This is the
     convention of AlphaForgeBench (Table 10, with its DD read per period) and of the reference
     libraries (e.g. empyrical's ``sortino_ratio`` with ``required_return = rf``). NaN when there
-    are no returns or no return below the target (``DD = 0``).
+    are no returns or no return below the target (``DD`` numerically zero: an all-cash agent
+    whose cash accrues ``rf`` is never below it, whatever the rounding of its marks).
     """
     r = _as_1d(returns)
     if r.size == 0:
@@ -151,7 +152,7 @@ def sortino(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
     target = rf_annual / periods
     down = np.minimum(r - target, 0.0)
     dd = math.sqrt(float(np.mean(down**2)))
-    if not math.isfinite(dd) or dd == 0.0:
+    if not math.isfinite(dd) or _std_is_zero(dd, float(np.mean(r)) - target):
         return _NAN
     return (float(np.mean(r)) - target) / dd * math.sqrt(periods)
 

@@ -24,8 +24,7 @@ from scoring.board.leaderboard import LIVE_FIELDS
 from scoring.board.report_html import render_html
 from scoring.board.text import to_json, to_table
 from scoring.stats.benchmarks import composite_rank, historical_var, regime_label
-from scoring.stats.inference import bootstrap_ci
-from scoring.stats.metrics import sharpe, simple_returns
+from scoring.stats.metrics import simple_returns
 
 T0 = datetime(2026, 11, 2, 21, tzinfo=UTC).timestamp()  # a close mark (16:00 ET)
 DAY = 86400.0
@@ -242,32 +241,62 @@ def walk(tmp_path: Path) -> tuple[Path, dict[str, list[float]]]:
     return db, prices
 
 
+def _arch_draws(excess: np.ndarray, reps: int = 10_000) -> np.ndarray:
+    """Return the stationary-bootstrap day indices the report should use, from arch directly.
+
+    Block length: the median Politis-White estimate over the non-constant columns (issue 27).
+    """
+    from arch.bootstrap import StationaryBootstrap, optimal_block_length
+
+    n = excess.shape[0]
+    blocks = [min(max(float(optimal_block_length(c)["stationary"].iloc[0]), 1.0), n)
+              for c in excess.T if np.std(c) > 1e-12]
+    block = float(np.median(blocks)) if blocks else 1.0
+    bs = StationaryBootstrap(block, np.arange(n), seed=0)  # type: ignore[arg-type]
+    return np.array([d[0][0] for d in bs.bootstrap(reps)])
+
+
 def test_confidence_intervals_and_tie_rule(walk: tuple[Path, dict[str, list[float]]]) -> None:
     db, _ = walk
     board = leaderboard(db)
     rows = board["rows"]
     con = sqlite3.connect(db)
+    # Every agent fills at mark 0 itself: the series start there (40 returns, issue 27.9).
+    rets = {r["agent"]: simple_returns([v for (v,) in con.execute(
+        "SELECT value FROM equity WHERE agent=? ORDER BY ts", (r["agent"],))]) for r in rows}
+    names = sorted(rets)
+    excess = np.column_stack([rets[a] for a in names]) - 0.04 / 252
+    idx = _arch_draws(excess)
+    q = [0.025, 0.975]
     for r in rows:
-        values = [1000.0] + [v for (v,) in con.execute(
-            "SELECT value FROM equity WHERE agent=? ORDER BY ts", (r["agent"],))]
-        ret = simple_returns(values)
-        want = bootstrap_ci(ret, lambda x: sharpe(x, 252, 0.04), 1000, 0.95, 0)
+        ret = rets[r["agent"]]
+        x = ret - 0.04 / 252
+        xs = x[idx]
+        sd = xs.std(axis=1, ddof=1)
         if r["agent"] == "cash":  # zero std: Sharpe undefined in every resample
-            assert r["sharpe_ci"] == [None, None] and math.isnan(want[0])
+            assert r["sharpe_ci"] == [None, None]
         else:
-            assert r["sharpe_ci"] == pytest.approx(list(want))
+            want = np.quantile(xs.mean(axis=1) / sd * math.sqrt(252), q)
+            assert r["sharpe_ci"] == pytest.approx(list(want), rel=1e-9)
         assert r["mean_daily_return_ci"] == pytest.approx(
-            list(bootstrap_ci(ret, np.mean, 1000, 0.95, 0)))
+            list(np.quantile(ret[idx].mean(axis=1), q)), rel=1e-9, abs=1e-15)
+        assert r["cumulative_return_ci"] == pytest.approx(
+            list(np.quantile(np.prod(1 + ret[idx], axis=1) - 1, q)), rel=1e-9, abs=1e-15)
         assert r["mean_daily_return"] == pytest.approx(float(np.mean(ret)))
-        lo, hi = r["cumulative_return_ci"]
-        assert lo <= hi
         assert r["var_95"] == pytest.approx(historical_var(ret, 0.95, 60, min_periods=20))
-    # Issue 17.5: ties come from the paired bootstrap with the next agent, not from overlapping
-    # own intervals (tests/scoring/test_scoring_conventions.py derives it by hand).
+    # Ties come from the paired block bootstrap with the next agent, Holm-adjusted over the
+    # market's comparisons (tests/scoring/test_significance.py checks the procedure).
     for a, b in itertools.pairwise(rows):
-        assert a["vs_next"]["agent"] == b["agent"] and a["vs_next"]["days"] == 41
-        lo, hi = a["vs_next"]["difference_ci"]
-        assert a["tied_with_next"] == (lo <= 0 <= hi)
+        vs = a["vs_next"]
+        assert vs["agent"] == b["agent"] and vs["days"] == 40
+        xa, xb = rets[a["agent"]] - 0.04 / 252, rets[b["agent"]] - 0.04 / 252
+        d_hat = np.prod(1 + xa) - np.prod(1 + xb)
+        d = np.prod(1 + xa[idx], axis=1) - np.prod(1 + xb[idx], axis=1)
+        assert vs["difference_ci"] == pytest.approx(list(np.quantile(d, q)), rel=1e-9)
+        p = (1 + np.sum(np.abs(d - d_hat) >= abs(d_hat))) / (len(d) + 1)
+        assert vs["p_value"] == pytest.approx(p)
+        assert vs["p_value_holm"] >= vs["p_value"]
+        assert a["tied_with_next"] == (vs["p_value_holm"] >= 0.05)
     assert rows[-1]["tied_with_next"] is False and rows[-1]["vs_next"] is None
     steady = rows_by_agent(board)["steady"]
     assert steady["rank"] == 1 and steady["cumulative_return_ci"][0] > 0

@@ -93,11 +93,14 @@ def test_leaderboard_headline_is_standard_and_composite_uses_stockbench(tmp_path
                 agents_cfg=AGENTS_CFG, classes={"A": "x", "B": "y"})
     board = leaderboard(db)
     rows = rows_by_agent(board)
-    # allA: 1000 (initial), 1000, 1100, 990, 1089 -> r = 0, 0.1, -0.1, 0.1: mean 0.025.
-    # Standard: downside sqrt(0.01 / 4) = 0.05 -> 0.5 * sqrt(252) = 7.9372539.
-    # StockBench: one loss day, sqrt(0.01) = 0.1 -> 0.25 * sqrt(252) = 3.9686270.
-    assert rows["allA"]["sortino"] == pytest.approx(0.5 * SQRT252)
-    assert rows["allA"]["sortino_stockbench"] == pytest.approx(0.25 * SQRT252)
+    # allA fills at mark 0 itself, so its series starts there (issue 27, point 9: no
+    # zero-length period from the initial cash at the same time): 1000, 1100, 990, 1089 ->
+    # r = 0.1, -0.1, 0.1: mean 0.1/3. Standard: downside sqrt(0.01 / 3) -> Sortino
+    # (0.1/3) / sqrt(0.01/3) * sqrt(252) = sqrt(1/3) * sqrt(252) = 9.1651514.
+    # StockBench: one loss day, sqrt(0.01) = 0.1 -> (1/3) * sqrt(252) = 5.2915026.
+    assert rows["allA"]["sortino"] == pytest.approx(math.sqrt(1 / 3) * SQRT252)
+    assert rows["allA"]["sortino_stockbench"] == pytest.approx(SQRT252 / 3)
+    assert rows["allA"]["n_periods"] == 3
     nan = float("nan")
 
     def v(x: float | None) -> float:
@@ -148,8 +151,9 @@ def test_daily_rebalanced_equal_weight_turns_over_although_its_target_never_move
     # Mark 1: A 110, B 50: value 1050, 525 each: sell 25 of A, buy 25 of B -> 50 traded.
     # Mark 2: A 99, B 60: 472.5 + 630 = 1102.5, 551.25 each -> 2 * 78.75 = 157.5 traded.
     # Mark 3: A 99, B 66: 551.25 + 606.375 = 1157.625, 578.8125 each -> 2 * 27.5625 = 55.125.
-    # Series 1000 (initial), 1000, 1050, 1102.5, 1157.625: mean 1062.025; 4 daily returns.
-    want = (50 + 157.5 + 55.125) / 1062.025 / 4  # 0.0618220...
+    # Series 1000 (mark 0: the fill is at the mark, so the initial cash adds no period),
+    # 1050, 1102.5, 1157.625: mean 1077.53125; 3 daily returns.
+    want = (50 + 157.5 + 55.125) / 1077.53125 / 3  # 0.0812428...
     assert row["mean_turnover"] == pytest.approx(want)
     assert row["target_turnover"] == pytest.approx(0.0, abs=1e-12)
 
@@ -158,8 +162,8 @@ def test_switching_agent_turnover_and_window(hand: Path) -> None:
     board = leaderboard(hand)
     sw = rows_by_agent(board)["switch"]
     # Fills: mark 0 buys 1000 of A (first: not counted), mark 1 swaps 1100 A for B (2200
-    # traded), mark 2 swaps 1320 B for A (2640). Series 1000, 1000, 1100, 1320, 1320: mean 1148.
-    assert sw["mean_turnover"] == pytest.approx(4840 / 1148 / 4)
+    # traded), mark 2 swaps 1320 B for A (2640). Series 1000, 1100, 1320, 1320: mean 1185.
+    assert sw["mean_turnover"] == pytest.approx(4840 / 1185 / 3)
     assert sw["target_turnover"] == pytest.approx(2.0)
     assert "target_turnover" in board["conventions"]["turnover"]
 
@@ -219,8 +223,8 @@ def test_leaderboard_annualises_per_market_and_says_so(tmp_path: Path,
     board = leaderboard(db)
     n = periods or 252  # an older store without the setting gets the default
     half = rows_by_agent(board)["half"]
-    # half: 1000, 1000, 1050, 1095, 1155 -> the Sharpe of these returns with N = n.
-    r = simple_returns([1000, 1000, 1050, 1095, 1155])
+    # half: 1000, 1050, 1095, 1155 (it fills at mark 0) -> the Sharpe of these returns.
+    r = simple_returns([1000, 1050, 1095, 1155])
     assert half["sharpe"] == pytest.approx(sharpe(r, n))
     assert half["volatility"] == pytest.approx(float(np.std(r, ddof=1)) * math.sqrt(n))
     assert board["conventions"]["periods_per_year"] == {"polymarket": n}
@@ -393,17 +397,22 @@ def test_cost_of_intelligence_beside_the_returns(tmp_path: Path) -> None:
     _add_calls(db, marks)
     board = leaderboard(db)
     sw = rows_by_agent(board)["switch"]
-    # 3 calls, 450 tokens in, 60 out, $0.04, latency (1 + 3 + 8) / 3 = 4 s; return 32 %:
-    # 0.32 / 0.04 = 8 (return per USD), P&L 320 USD / 0.04 = 8000 USD per USD.
+    # 3 calls, 450 tokens in, 60 out, $0.04, latency (1 + 3 + 8) / 3 = 4 s; return 32 %.
+    # Issue 27.8: the cost as a share of the 1000 USD capital, 0.004 %, and the return net of
+    # it, 32 % - 0.004 % (a return divided by dollars depended on the capital and window).
     assert sw["llm_calls"] == 3
     assert (sw["llm_tokens_in"], sw["llm_tokens_out"]) == (450, 60)
     assert sw["llm_cost_usd"] == pytest.approx(0.04)
     assert sw["llm_latency_mean_s"] == pytest.approx(4.0)
-    assert sw["return_per_usd"] == pytest.approx(8.0)
+    assert sw["llm_cost_share"] == pytest.approx(0.04 / 1000)
+    assert sw["net_return"] == pytest.approx(0.32 - 0.04 / 1000)
+    assert "return_per_usd" not in sw
     half = rows_by_agent(board)["half"]
-    assert half["llm_cost_usd"] == 0.0 and half["return_per_usd"] is None  # free: undefined
+    assert half["llm_cost_usd"] == 0.0 and half["llm_cost_share"] == 0.0
+    assert half["net_return"] == pytest.approx(half["cumulative_return"])
     cash = rows_by_agent(board)["cash"]
     assert cash["llm_calls"] == 0 and cash["llm_cost_usd"] is None
+    assert cash["llm_cost_share"] is None and cash["net_return"] is None
     # The window applies: only the call of mark 2 is inside [mark 2, mark 3].
     late = rows_by_agent(leaderboard(db, window=(marks[2], marks[3])))["switch"]
     assert late["llm_calls"] == 1 and late["llm_cost_usd"] is None
@@ -413,23 +422,30 @@ def test_cost_of_intelligence_beside_the_returns(tmp_path: Path) -> None:
     assert "model cost" in html and "$0.0400" in html
     figs = live_figures(db)[("switch", "equity")]
     assert figs["llm_cost_usd"] == pytest.approx(0.04)
-    assert figs["return_per_usd"] == pytest.approx(8.0)
+    assert figs["llm_cost_share"] == pytest.approx(0.04 / 1000)
 
 
 # ----------------------------------------------------------------------------- 5. significance
 
 
 def test_paired_bootstrap_by_hand() -> None:
+    from arch.bootstrap import StationaryBootstrap
+
     a = np.array([0.01, -0.02, 0.03, 0.0, 0.015])
-    same = paired_bootstrap(a, a.copy(), lambda x: float(np.prod(1 + x) - 1))
+    same = paired_bootstrap(a, a.copy(), lambda x: float(np.prod(1 + x) - 1), 2000)
     assert same == (0.0, 0.0, 1.0)  # identical: every resampled difference is 0
     b = a - 0.001  # a beats b on every day: every resample's difference is positive
-    lo, hi, p = paired_bootstrap(a, b, lambda x: float(np.prod(1 + x) - 1))
-    assert 0 < lo <= hi and p == 0.0
-    # The resamples are the seeded i.i.d. index draws of bootstrap_ci (shared by every pair).
-    idx = np.random.default_rng(0).integers(0, 5, size=(1000, 5))
+    lo, hi, p = paired_bootstrap(a, b, lambda x: float(np.prod(1 + x) - 1), 2000)
+    # The resamples: arch's seeded stationary bootstrap (5 days: too few for Politis-White,
+    # block length 1); the p-value from the centred resampled null, never below 1/(B+1).
+    bs = StationaryBootstrap(1, np.arange(5), seed=0)
+    idx = np.array([x[0][0] for x in bs.bootstrap(2000)])
     d = np.prod(1 + a[idx], axis=1) - np.prod(1 + b[idx], axis=1)
+    d_hat = np.prod(1 + a) - np.prod(1 + b)
+    assert 0 < lo <= hi
     assert (lo, hi) == pytest.approx(tuple(np.quantile(d, [0.025, 0.975])))
+    assert p == pytest.approx((1 + np.sum(np.abs(d - d_hat) >= d_hat)) / 2001)
+    assert p >= 1 / 2001
     assert all(math.isnan(x) for x in paired_bootstrap(a[:1], b[:1], np.mean))
 
 
@@ -450,7 +466,8 @@ def test_paired_difference_separates_agents_whose_own_intervals_overlap(tmp_path
     assert ci_p[0] <= ci_b[1]  # the agents' own intervals overlap...
     assert plus["rank"] == 1 and plus["vs_next"]["agent"] in ("base", "bh")
     assert plus["vs_next"]["difference_ci"][0] > 0  # ...but the paired difference does not
-    assert plus["vs_next"]["p_value"] == 0.0 and plus["vs_next"]["days"] == 41
+    assert plus["vs_next"]["p_value"] == pytest.approx(1 / 10_001)  # the floor 1 / (B + 1)
+    assert plus["vs_next"]["p_value_holm"] < 0.05 and plus["vs_next"]["days"] == 40
     assert plus["tied_with_next"] is False
     # base and bh hold the same asset: difference 0, p 1, tied.
     first = min(base, rows["bh"], key=lambda r: r["rank"])
@@ -552,7 +569,7 @@ def test_no_brier_score_outside_polymarket(hand: Path) -> None:
 def test_annualised_figures_are_flagged_under_a_trading_month(hand: Path) -> None:
     board = leaderboard(hand)
     a = rows_by_agent(board)["allA"]
-    assert a["n_periods"] == 4 and a["annualised_flag"] is True  # 4 returns < 20
+    assert a["n_periods"] == 3 and a["annualised_flag"] is True  # 3 returns < 20
     line = next(x for x in to_table(board).splitlines() if " allA " in x)
     assert "*" in line
     assert board["conventions"]["min_days_annualised"] == 20
@@ -562,9 +579,11 @@ def test_annualised_figures_are_flagged_under_a_trading_month(hand: Path) -> Non
 def test_json_carries_each_agents_equity_series(hand: Path) -> None:
     board = leaderboard(hand)
     series = board["series"]["equity"]["switch"]
-    # The initial cash, then one value per daily mark: 1000, 1000, 1100, 1320, 1320.
-    assert [v for _, v in series] == [1000.0, 1000.0, 1100.0, 1320.0, 1320.0]
-    assert [t for t, _ in series][1:] == sorted(t for t, _ in series)[1:]
+    # One value per daily mark: 1000, 1100, 1320, 1320. The first fill is at mark 0 itself, so
+    # the initial cash adds no point at the same time (issue 27, point 9).
+    assert [v for _, v in series] == [1000.0, 1100.0, 1320.0, 1320.0]
+    ts = [t for t, _ in series]
+    assert ts == sorted(set(ts))
 
 
 def test_allocation_tooltips_name_the_asset_and_its_weight(hand: Path) -> None:

@@ -1,0 +1,361 @@
+"""Inference of the leaderboard: block-bootstrap intervals, paired tests, Holm, ranks, MCS.
+
+Per market, the daily **excess** returns (``r - rf / N``, the risk-free convention of the
+Sharpe ratio) of every agent are resampled by one seeded stationary block bootstrap
+(:mod:`scoring.stats.inference`, ``arch``'s draws, block length by Politis-White) per set of
+days: the draws are a count matrix applied to all agents' returns at once. From them:
+
+* each row's 95% intervals of the cumulative return, the mean daily return and the Sharpe ratio;
+* paired comparisons (``vs_next``, ``vs_baselines``) of the cumulative excess return and of the
+  Sharpe ratio over the days both agents have, two-sided p-values from the resampled null; the
+  market's comparisons are one family per test with Holm-adjusted p-values
+  (:func:`scoring.stats.multiple.holm`), which decide every significance mark;
+* rank stability of the ranked agents: the share of resamples in which each is #1 and in the
+  top 3, and its one-sided p-value to the best;
+* the Model Confidence Set at 90% (Hansen, Lunde and Nason) of the ranked agents' daily losses;
+* per row the Probabilistic and Deflated Sharpe Ratios and the minimum track record length
+  (:mod:`scoring.stats.sharpe_tests`).
+
+Conventions: docs/scoring.md, section "Significance".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from scoring.board.load import _NAN, AgentCurves, Key
+from scoring.stats.inference import (
+    BOOTSTRAP_REPS,
+    block_length,
+    null_p_value,
+    resample_counts,
+    stationary_indices,
+)
+from scoring.stats.metrics import DDOF, STD_ZERO_RTOL, simple_returns
+from scoring.stats.multiple import holm, model_confidence_set
+from scoring.stats.sharpe_tests import (
+    deflated_sharpe,
+    min_track_record,
+    probabilistic_sharpe,
+    sharpe_difference_hac,
+    sharpe_moments,
+)
+
+#: Draws of every interval and test; their seed; the level of the intervals.
+BOOTSTRAP_N = BOOTSTRAP_REPS
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_LEVEL = 0.95
+#: Holm-adjusted p-values below this are significant (family-wise error rate per market).
+SIGNIFICANCE = 0.05
+#: Size of the Model Confidence Set test: the set is the agents not distinguishable from the
+#: best at 90%.
+MCS_SIZE = 0.10
+#: Rank stability counts the resamples in which an agent is #1 and in the top TOP_K.
+TOP_K = 3
+#: Level of the minimum track record length (Bailey and López de Prado).
+MIN_TRL_LEVEL = 0.95
+#: Fewer common daily returns than this: a comparison makes no claim (``provisional``).
+MIN_PAIRED_DAYS = 20
+#: Agent kinds that are baselines: every agent is compared with each one in its market.
+BASELINE_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "momentum",
+                                   "sixty_forty", "risk_parity", "equal_risk_contribution",
+                                   "min_variance")
+_CHUNK = 256  # columns per matrix product (bounds the memory of a large market)
+
+
+@dataclass
+class _Draws:
+    """One seeded set of stationary-bootstrap draws over a set of days, with cached stats."""
+
+    days: np.ndarray  # bool mask over the market's days
+    counts: np.ndarray  # B x T
+    block: float
+    cum: dict[int, np.ndarray] = field(default_factory=dict)  # cumulative excess return
+    shp: dict[int, np.ndarray] = field(default_factory=dict)  # annualised Sharpe
+
+
+class _Market:
+    """The excess returns of one market's agents on the union of their days."""
+
+    def __init__(self, returns: Mapping[str, Mapping[float, float]], rf: float, periods: int):
+        self.agents = sorted(returns)
+        self.col = {a: j for j, a in enumerate(self.agents)}
+        self.days = sorted({t for r in returns.values() for t in r})
+        pos = {t: i for i, t in enumerate(self.days)}
+        raw = np.full((len(self.days), len(self.agents)), np.nan)
+        for a, r in returns.items():
+            for t, x in r.items():
+                raw[pos[t], self.col[a]] = x
+        raw[~np.isfinite(raw)] = np.nan
+        self.raw = raw
+        self.excess = raw - rf / periods
+        self.has = np.isfinite(raw)
+        self.periods = periods
+        self._draws: dict[bytes, _Draws] = {}
+
+    def draws(self, mask: np.ndarray) -> _Draws | None:
+        """Return the draws over the days of ``mask`` (cached); None with fewer than 2 days."""
+        n = int(mask.sum())
+        if n < 2:
+            return None
+        key = mask.tobytes()
+        if key not in self._draws:
+            cols = np.flatnonzero(self.has[mask].all(axis=0))
+            block = block_length(self.excess[np.ix_(mask, cols)]) if cols.size else 1.0
+            idx = stationary_indices(n, block, BOOTSTRAP_N, BOOTSTRAP_SEED)
+            self._draws[key] = _Draws(mask, resample_counts(idx, n), block)
+        return self._draws[key]
+
+    def stats(self, d: _Draws, cols: Iterable[int]) -> None:
+        """Fill the resampled cumulative excess return and Sharpe of ``cols`` on ``d``."""
+        todo = sorted({j for j in cols if j not in d.cum})
+        n = int(d.days.sum())
+        for s in range(0, len(todo), _CHUNK):
+            part = todo[s : s + _CHUNK]
+            x = self.excess[np.ix_(d.days, np.asarray(part, dtype=np.intp))]
+            cum = np.expm1(d.counts @ np.log1p(np.maximum(x, -1.0 + 1e-12)))
+            centre = x.mean(axis=0)
+            xc = x - centre  # centred first: a constant column has exactly zero spread
+            mc = d.counts @ xc / n
+            mean = mc + centre
+            var = (d.counts @ xc**2 - n * mc**2) / (n - DDOF)
+            sd = np.sqrt(np.maximum(var, 0.0))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                shp = mean / sd * math.sqrt(self.periods)
+            shp[sd <= STD_ZERO_RTOL * np.maximum(1.0, np.abs(mean))] = np.nan
+            cum_rows, shp_rows = np.ascontiguousarray(cum.T), np.ascontiguousarray(shp.T)
+            for i, j in enumerate(part):  # one contiguous row of B draws per agent
+                d.cum[j] = cum_rows[i]
+                d.shp[j] = shp_rows[i]
+
+    def estimate(self, mask: np.ndarray, j: int) -> tuple[float, float]:
+        """Return the observed cumulative excess return and Sharpe of column ``j`` on ``mask``."""
+        x = self.excess[mask, j]
+        cum = float(np.prod(1.0 + x) - 1.0)
+        sd = float(np.std(x, ddof=DDOF)) if x.size > 1 else _NAN
+        m = float(np.mean(x)) if x.size else _NAN
+        ok = math.isfinite(sd) and sd > STD_ZERO_RTOL * max(1.0, abs(m))
+        return cum, (m / sd * math.sqrt(self.periods) if ok else _NAN)
+
+
+def _quantiles(x: np.ndarray, level: float = BOOTSTRAP_LEVEL) -> np.ndarray:
+    """Return the percentile intervals (``k x 2``) of the finite values of each row of ``x``
+    (``k x B``); NaN where a row has none."""
+    a = (1.0 - level) / 2.0
+    q = [a, 1.0 - a]
+    fin = np.isfinite(x)
+    whole = fin.all(axis=1)
+    out = np.full((x.shape[0], 2), np.nan)
+    if whole.any():
+        out[whole] = np.quantile(x[whole], q, axis=1).T
+    for i in np.flatnonzero(~whole):  # a row with undefined draws: its finite ones only
+        row = x[i][fin[i]]
+        if row.size:
+            out[i] = np.quantile(row, q)
+    return out
+
+
+def _intervals(mk: _Market, agents: Sequence[str]) -> dict[str, dict[str, list[float]]]:
+    """Return each agent's block-bootstrap intervals over its own days.
+
+    Agents with the same days share one draw; their statistics are matrix products with the
+    draw counts, a chunk of columns at a time.
+    """
+    nan2 = [_NAN, _NAN]
+    out = {a: {"cumulative_return_ci": nan2, "mean_daily_return_ci": nan2, "sharpe_ci": nan2}
+           for a in agents}
+    groups: dict[bytes, list[int]] = {}
+    for a in agents:
+        groups.setdefault(mk.has[:, mk.col[a]].tobytes(), []).append(mk.col[a])
+    for cols in groups.values():
+        d = mk.draws(mk.has[:, cols[0]])
+        if d is None:
+            continue
+        n = int(d.days.sum())
+        for s in range(0, len(cols), _CHUNK):
+            part = cols[s : s + _CHUNK]
+            raw = mk.raw[np.ix_(d.days, np.asarray(part, dtype=np.intp))]
+            cum = _quantiles(np.expm1(d.counts @ np.log1p(np.maximum(raw, -1.0 + 1e-12))).T)
+            mean = _quantiles((d.counts @ raw / n).T)
+            mk.stats(d, part)
+            shp = _quantiles(np.vstack([d.shp[j] for j in part]))
+            for i, j in enumerate(part):
+                out[mk.agents[j]] = {"cumulative_return_ci": cum[i].tolist(),
+                                     "mean_daily_return_ci": mean[i].tolist(),
+                                     "sharpe_ci": shp[i].tolist()}
+    return out
+
+
+def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Return the paired comparison of every ``(a, b)`` over the days both have."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    todo: list[tuple[tuple[str, str], np.ndarray]] = []
+    for a, b in dict.fromkeys(wanted):
+        ja, jb = mk.col[a], mk.col[b]
+        mask = mk.has[:, ja] & mk.has[:, jb]
+        n = int(mask.sum())
+        vs: dict[str, Any] = {"agent": b, "days": n, "difference": _NAN,
+                              "difference_ci": [_NAN, _NAN], "p_value": _NAN,
+                              "sharpe_difference": _NAN, "sharpe_p_value": _NAN,
+                              "sharpe_hac_p_value": _NAN,
+                              "provisional": n < MIN_PAIRED_DAYS}
+        out[(a, b)] = vs
+        d = mk.draws(mask)
+        if d is None:
+            continue
+        mk.stats(d, [ja, jb])
+        (ca, sa), (cb, sb) = mk.estimate(mask, ja), mk.estimate(mask, jb)
+        dc = d.cum[ja] - d.cum[jb]
+        ds = d.shp[ja] - d.shp[jb]
+        _, _, hac = sharpe_difference_hac(mk.excess[mask, ja], mk.excess[mask, jb])
+        vs |= {"difference": ca - cb, "p_value": null_p_value(ca - cb, dc),
+               "sharpe_difference": sa - sb, "sharpe_p_value": null_p_value(sa - sb, ds),
+               "sharpe_hac_p_value": hac}
+        todo.append(((a, b), dc))
+    for s in range(0, len(todo), _CHUNK):
+        part = todo[s : s + _CHUNK]
+        qc = _quantiles(np.vstack([dc for _, dc in part]))
+        for i, (key, _) in enumerate(part):
+            out[key]["difference_ci"] = qc[i].tolist()
+    return out
+
+
+def _holm_family(comparisons: Sequence[tuple[str, str, dict[str, Any]]], name: str) -> None:
+    """Set ``<name>_holm`` of every comparison: Holm over the market's distinct pairs.
+
+    A pair compared twice (as ``vs_next`` and ``vs_baselines``) is one member of the family;
+    provisional comparisons (too few days) claim nothing and stay out (their adjusted p is
+    null).
+    """
+    members: dict[frozenset[str], float] = {}
+    for a, b, vs in comparisons:
+        if not vs["provisional"] and math.isfinite(vs[name]):
+            members.setdefault(frozenset((a, b)), vs[name])
+    keys = sorted(members, key=sorted)
+    adjusted = dict(zip(keys, holm([members[k] for k in keys]), strict=True))
+    for a, b, vs in comparisons:
+        vs[f"{name}_holm"] = adjusted.get(frozenset((a, b)), _NAN)
+
+
+def _significant(p: float) -> bool:
+    """Tell whether a Holm-adjusted p-value claims a difference."""
+    return math.isfinite(p) and p < SIGNIFICANCE
+
+
+def _track_record(rows: Sequence[dict[str, Any]], excess: Mapping[str, np.ndarray]) -> None:
+    """Set PSR, DSR (trials: the market's agents) and the minimum track record length."""
+    srs = [sharpe_moments(excess[r["agent"]])[0] for r in rows]
+    finite = [s for s in srs if math.isfinite(s)]
+    var = float(np.var(finite, ddof=DDOF)) if len(finite) > 1 else 0.0
+    for r in rows:
+        x = excess[r["agent"]]
+        trl = min_track_record(x, 0.0, MIN_TRL_LEVEL)
+        r["psr"] = probabilistic_sharpe(x, 0.0)
+        r["dsr"] = deflated_sharpe(x, len(rows), var)
+        r["min_trl"] = trl if math.isfinite(trl) else None
+        r["min_trl_days"] = None if not math.isfinite(trl) else math.ceil(trl)
+        # Distinguishable once the returns outnumber the MinTRL (an SR <= 0 never is).
+        r["distinguishable"] = bool(x.size >= trl)  # False for a NaN or infinite MinTRL
+
+
+def _stability(mk: _Market, ranked: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Set rank stability and Model Confidence Set membership; return the market's MCS."""
+    cols = [mk.col[r["agent"]] for r in ranked]
+    mask = mk.has[:, cols].all(axis=1) if cols else np.zeros(len(mk.days), dtype=bool)
+    d = mk.draws(mask) if len(cols) >= 1 else None
+    for r in ranked:
+        r |= {"rank_stability": None, "in_mcs": None, "mcs_p_value": None}
+    out: dict[str, Any] = {"level": 1.0 - MCS_SIZE, "agents": [], "days": int(mask.sum()),
+                           "block_length": None}
+    if d is None:
+        return out
+    out["block_length"] = d.block
+    mk.stats(d, cols)
+    cum = np.vstack([d.cum[j] for j in cols]).T
+    est = [mk.estimate(mask, j)[0] for j in cols]
+    first = np.argmax(cum, axis=1)
+    k = min(TOP_K, len(cols))
+    top = np.argpartition(-cum, k - 1, axis=1)[:, :k] if len(cols) > k else None
+    best = cum[:, 0]
+    p_best = [null_p_value(est[0] - est[i], best - cum[:, i], one_sided=True)
+              for i in range(1, len(cols))]
+    adj = holm(p_best)
+    for i, r in enumerate(ranked):
+        in_top = 1.0 if top is None else float(np.mean((top == i).any(axis=1)))
+        r["rank_stability"] = {
+            "top1": float(np.mean(first == i)), f"top{TOP_K}": in_top,
+            "p_to_best": None if i == 0 else p_best[i - 1],
+            "p_to_best_holm": None if i == 0 else adj[i - 1]}
+    if len(cols) < 2:
+        ranked[0]["in_mcs"] = True
+        out["agents"] = [ranked[0]["agent"]]
+        return out
+    losses = -mk.excess[np.ix_(mask, np.asarray(cols, dtype=np.intp))]
+    included, pvals = model_confidence_set(losses, d.counts, MCS_SIZE)
+    for i, r in enumerate(ranked):
+        r["in_mcs"] = bool(included[i])
+        r["mcs_p_value"] = pvals[i]
+    out["agents"] = [r["agent"] for i, r in enumerate(ranked) if included[i]]
+    return out
+
+
+def _daily(curve: AgentCurves | None) -> dict[float, float]:
+    """Return the curve's daily returns keyed by the mark each one ends at."""
+    if curve is None:
+        return {}
+    return dict(zip(curve.ts[1:], simple_returns(curve.values).tolist(), strict=True))
+
+
+def infer(rows: list[dict[str, Any]], curves: Mapping[Key, AgentCurves],
+          agents_cfg: Mapping[str, Mapping[str, Any]], rf: Mapping[str, float],
+          periods: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    """Set every row's intervals, comparisons, rank stability, MCS and Sharpe tests.
+
+    ``rows`` are ranked already (``rank`` set, provisional rows without one). Returns per
+    market ``{"mcs": ..., "block_length": ..., "comparisons": ...}`` for the market section.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for market in sorted({r["market"] for r in rows}):
+        mine = [r for r in rows if r["market"] == market]
+        n = int(periods.get(market, 252))
+        mk = _Market({r["agent"]: _daily(curves.get((r["agent"], market))) for r in mine},
+                     float(rf.get(market, 0.0)), n)
+        excess = {a: mk.excess[mk.has[:, mk.col[a]], mk.col[a]] for a in mk.agents}
+        intervals = _intervals(mk, [r["agent"] for r in mine])
+        for r in mine:
+            r |= intervals[r["agent"]]
+        _track_record(mine, excess)
+        ranked = sorted((r for r in mine if r.get("rank") is not None), key=lambda r: r["rank"])
+        baselines = [r["agent"] for r in mine
+                     if (agents_cfg.get(r["agent"]) or {}).get("kind") in BASELINE_KINDS]
+        wanted = [(r["agent"], nxt["agent"]) for r, nxt in pairwise(ranked)]
+        wanted += [(r["agent"], b) for r in mine for b in baselines if b != r["agent"]]
+        done = _pairs(mk, wanted)
+        comparisons: list[tuple[str, str, dict[str, Any]]] = []
+        for r in mine:
+            r["vs_next"] = None
+        for r, nxt in pairwise(ranked):
+            r["vs_next"] = dict(done[(r["agent"], nxt["agent"])])
+            comparisons.append((r["agent"], nxt["agent"], r["vs_next"]))
+        for r in mine:
+            r["vs_baselines"] = {b: dict(done[(r["agent"], b)]) for b in baselines
+                                 if b != r["agent"]}
+            comparisons += [(r["agent"], b, vs) for b, vs in r["vs_baselines"].items()]
+        _holm_family(comparisons, "p_value")
+        _holm_family(comparisons, "sharpe_p_value")
+        for _, _, vs in comparisons:
+            vs["significant"] = _significant(vs["p_value_holm"])
+            vs["sharpe_significant"] = _significant(vs["sharpe_p_value_holm"])
+        for r in ranked:
+            r["tied_with_next"] = r["vs_next"] is not None and not r["vs_next"]["significant"]
+        mcs = _stability(mk, ranked)
+        family = len({frozenset((a, b)) for a, b, vs in comparisons
+                      if math.isfinite(vs["p_value_holm"])})
+        out[market] = {"mcs": mcs, "comparisons": family}
+    return out

@@ -1,0 +1,169 @@
+"""Tests on Sharpe ratios: PSR, DSR, minimum track record length, a HAC Sharpe difference.
+
+Bailey and López de Prado's Probabilistic Sharpe Ratio and minimum track record length ("The
+Sharpe Ratio Efficient Frontier", Journal of Risk 15(2), 2012) and Deflated Sharpe Ratio
+("The Deflated Sharpe Ratio", Journal of Portfolio Management 40(5), 2014), and Ledoit and
+Wolf's HAC test of the difference of two Sharpe ratios ("Robust performance hypothesis testing
+with the Sharpe ratio", Journal of Empirical Finance 15, 2008, Section 3.1). Inputs are
+per-period (not annualised) excess returns; ``scipy.stats.norm`` gives the normal quantiles.
+Pure numpy otherwise. Undefined figures are NaN, never an exception.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from scoring.stats.metrics import DDOF, STD_ZERO_RTOL
+
+__all__ = [
+    "EULER_GAMMA",
+    "deflated_sharpe",
+    "expected_max_sharpe",
+    "min_track_record",
+    "probabilistic_sharpe",
+    "sharpe_difference_hac",
+    "sharpe_moments",
+]
+
+#: The Euler-Mascheroni constant of the expected maximum Sharpe ratio (DSR).
+EULER_GAMMA = 0.5772156649015329
+_NAN = float("nan")
+
+
+def _norm_cdf(x: float) -> float:
+    """Return the standard normal distribution function at ``x``."""
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def _norm_ppf(q: float) -> float:
+    """Return the standard normal quantile of ``q`` (``scipy.stats.norm.ppf``)."""
+    from scipy.stats import norm
+
+    return float(norm.ppf(q))
+
+
+def sharpe_moments(returns: ArrayLike) -> tuple[float, float, float, int]:
+    """Return ``(SR, skewness, kurtosis, T)`` of per-period returns.
+
+    ``SR = mean / std(ddof=1)`` per period (not annualised); skewness ``E[(r - m)^3] / s^3``
+    and kurtosis ``E[(r - m)^4] / s^4`` (not excess: 3 for a normal) with the population
+    ``s``. SR (and the moments) NaN for fewer than three finite returns or a zero std.
+    """
+    r = np.asarray(returns, dtype=float).reshape(-1)
+    r = r[np.isfinite(r)]
+    if r.size < 3:
+        return _NAN, _NAN, _NAN, int(r.size)
+    m = float(np.mean(r))
+    sd = float(np.std(r, ddof=DDOF))
+    if sd <= STD_ZERO_RTOL * max(1.0, abs(m)):
+        return _NAN, _NAN, _NAN, int(r.size)
+    c = r - m
+    s0 = math.sqrt(float(np.mean(c**2)))
+    return m / sd, float(np.mean(c**3)) / s0**3, float(np.mean(c**4)) / s0**4, int(r.size)
+
+
+def _dispersion(sr: float, skew: float, kurt: float) -> float:
+    """Return ``1 - skew SR + (kurt - 1) / 4 SR^2`` (the non-normal variance factor)."""
+    return 1.0 - skew * sr + (kurt - 1.0) / 4.0 * sr**2
+
+
+def probabilistic_sharpe(returns: ArrayLike, benchmark: float = 0.0) -> float:
+    """Return the Probabilistic Sharpe Ratio ``P(SR > benchmark)`` (per-period benchmark).
+
+    ``PSR = Phi((SR - SR*) sqrt(T - 1) / sqrt(1 - g3 SR + (g4 - 1) / 4 SR^2))`` with the
+    moments of :func:`sharpe_moments`. NaN when SR is undefined or the factor is not positive.
+    """
+    sr, g3, g4, n = sharpe_moments(returns)
+    if not math.isfinite(sr):
+        return _NAN
+    f = _dispersion(sr, g3, g4)
+    if not f > 0.0:
+        return _NAN
+    return _norm_cdf((sr - benchmark) * math.sqrt(n - 1) / math.sqrt(f))
+
+
+def expected_max_sharpe(sr_variance: float, trials: int) -> float:
+    """Return the expected maximum per-period SR of ``trials`` unskilled strategies.
+
+    ``SR0 = sqrt(V) ((1 - g) Phi^-1(1 - 1/N) + g Phi^-1(1 - 1/(N e)))`` with ``g`` the
+    Euler-Mascheroni constant (Bailey and López de Prado 2014, Eq. 2 of the DSR). 0 for a single
+    trial or no dispersion; NaN for a non-finite variance.
+    """
+    if not math.isfinite(sr_variance) or sr_variance < 0.0:
+        return _NAN
+    if trials < 2 or sr_variance == 0.0:
+        return 0.0
+    z1 = _norm_ppf(1.0 - 1.0 / trials)
+    z2 = _norm_ppf(1.0 - 1.0 / (trials * math.e))
+    return math.sqrt(sr_variance) * ((1.0 - EULER_GAMMA) * z1 + EULER_GAMMA * z2)
+
+
+def deflated_sharpe(returns: ArrayLike, trials: int, sr_variance: float) -> float:
+    """Return the Deflated Sharpe Ratio: the PSR against :func:`expected_max_sharpe`.
+
+    ``sr_variance`` is the variance of the per-period SRs across the ``trials`` strategies
+    tried (the agents of the market).
+    """
+    sr0 = expected_max_sharpe(sr_variance, trials)
+    return probabilistic_sharpe(returns, sr0) if math.isfinite(sr0) else _NAN
+
+
+def min_track_record(returns: ArrayLike, benchmark: float = 0.0, level: float = 0.95) -> float:
+    """Return the minimum track record length (in periods) for ``SR > benchmark`` at ``level``.
+
+    ``MinTRL = 1 + (1 - g3 SR + (g4 - 1) / 4 SR^2) (z_level / (SR - SR*))^2``; ``inf`` when the
+    observed SR does not exceed the benchmark (no track record is long enough); NaN when SR is
+    undefined.
+    """
+    sr, g3, g4, _ = sharpe_moments(returns)
+    if not math.isfinite(sr):
+        return _NAN
+    if sr <= benchmark:
+        return math.inf
+    f = _dispersion(sr, g3, g4)
+    if not f > 0.0:
+        return _NAN
+    return 1.0 + f * (_norm_ppf(level) / (sr - benchmark)) ** 2
+
+
+def sharpe_difference_hac(a: ArrayLike, b: ArrayLike, lags: int | None = None
+                          ) -> tuple[float, float, float]:
+    """Return ``(difference, standard error, two-sided p)`` of ``SR(a) - SR(b)`` (HAC).
+
+    Ledoit and Wolf (2008, Section 3.1): the delta method on ``(mean a, mean b, E[a^2],
+    E[b^2])`` (population moments, per period), with a Bartlett-kernel HAC estimate of their
+    covariance over ``lags`` lags (default the Newey-West rule ``floor(4 (T/100)^(2/9))``) and
+    the small-sample factor ``T / (T - 4)``; ``p = 2 (1 - Phi(|d| / se))``. A day where either
+    series is not finite is dropped. NaN with fewer than 6 days or a zero variance.
+    """
+    x = np.asarray(a, dtype=float).reshape(-1)
+    y = np.asarray(b, dtype=float).reshape(-1)
+    if x.shape != y.shape:
+        raise ValueError(f"paired series differ in length: {x.size} and {y.size}")
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = x.size
+    if n < 6:
+        return _NAN, _NAN, _NAN
+    mx, my = float(np.mean(x)), float(np.mean(y))
+    gx, gy = float(np.mean(x**2)), float(np.mean(y**2))
+    vx, vy = gx - mx**2, gy - my**2
+    if vx <= STD_ZERO_RTOL**2 or vy <= STD_ZERO_RTOL**2:
+        return _NAN, _NAN, _NAN
+    diff = mx / math.sqrt(vx) - my / math.sqrt(vy)
+    grad = np.array([gx / vx**1.5, -gy / vy**1.5, -mx / (2.0 * vx**1.5), my / (2.0 * vy**1.5)])
+    v = np.column_stack([x - mx, y - my, x**2 - gx, y**2 - gy])
+    lag = int(4.0 * (n / 100.0) ** (2.0 / 9.0)) if lags is None else int(lags)
+    psi = v.T @ v / n
+    for j in range(1, min(lag, n - 1) + 1):
+        g = v[j:].T @ v[:-j] / n
+        psi += (1.0 - j / (lag + 1.0)) * (g + g.T)
+    psi *= n / (n - 4.0)
+    var = float(grad @ psi @ grad) / n
+    if not var > 0.0:
+        return diff, _NAN, _NAN
+    se = math.sqrt(var)
+    return diff, se, 2.0 * (1.0 - _norm_cdf(abs(diff) / se))
