@@ -4,8 +4,8 @@
 
 - ``GET /api/agents``: the running agents with their live figures;
 - ``GET /api/agents/{id}?limit=&kind=``: equity curve, allocations (fills), recent decisions,
-  alerts and model usage, read from the tables of the scope owning the agent (:meth:`_tables_of`,
-  also used by the live page);
+  alerts, model usage and ``assets`` (each Polymarket token's question title and side), read
+  from the tables of the scope owning the agent (:meth:`_tables_of`, also used by the live page);
 - ``POST /api/agents/{id}/resume``: resume an agent halted after a drawdown breach (JSON body
   ``{}`` or ``{"market": ..., "by": ...}``, read within ``[http] body_timeout``).
 """
@@ -23,6 +23,7 @@ from aiohttp import web
 from daemon.core.sparse_rows import fill_map
 from daemon.web.json import BadRequest
 from daemon.web.json import json_response as _json
+from daemon.web.labels import AssetLabels, assets_in
 from daemon.web.metrics import portfolio_rows
 
 if TYPE_CHECKING:
@@ -45,6 +46,14 @@ class AgentApi:
     monitor: AlertMonitor | None
     performance: PerformanceCache | None
     _queries: asyncio.Semaphore
+    _asset_labels: AssetLabels | None = None
+
+    @property
+    def asset_labels(self) -> AssetLabels:
+        """Return the server's Polymarket token names (created on first use)."""
+        if self._asset_labels is None:
+            self._asset_labels = AssetLabels()
+        return self._asset_labels
 
     async def handle_agents(self, request: web.Request) -> web.Response:
         """Return every running agent with its live figures."""
@@ -125,7 +134,7 @@ class AgentApi:
             if self.performance is not None:
                 item["performance"] = self.performance.summary(r.market, agent).to_dict()
             current.append(item)
-        return _json({
+        out: dict[str, Any] = {
             "agent": agent,
             "current": current,
             "equity": [{"market": m, "ts": ts, "kind": k, "value": v, "cash": c}
@@ -143,7 +152,10 @@ class AgentApi:
                        for ts, k, s, m, v, lim, msg in alerts],
             "llm": [{"market": m, "calls": n, "tokens_in": ti, "tokens_out": to,
                      "cost_usd": c} for m, n, ti, to, c in llm],
-        })
+        }
+        # Polymarket tokens by question title and side (the ids stay the keys).
+        out["assets"] = await self.asset_labels.labels(store.fetchall, assets_in(out))
+        return _json(out)
 
     async def handle_resume(self, request: web.Request) -> web.Response:
         """Resume an agent halted after a drawdown breach (operator action)."""

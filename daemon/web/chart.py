@@ -8,7 +8,8 @@
 - :func:`board_with_benchmarks` is the leaderboard cache's computation: the leaderboard of the
   store plus ``benchmark_curves``, the equal-weight index of each market (the mean return of the
   assets priced at both of two consecutive daily marks, rebalanced at each, as the leaderboard's
-  ``equal_weight`` benchmark), compounded from the first daily mark.
+  ``equal_weight`` benchmark), compounded from the first daily mark. ``assets`` names the
+  leaderboard's best assets (Polymarket: question title and side, :mod:`daemon.web.labels`).
 """
 
 from __future__ import annotations
@@ -115,18 +116,23 @@ class ChartApi:
                 pts[-1][1] = value
             else:
                 pts.append([ts, value])
-        bench: dict[str, Any] = {}
+        board: dict[str, Any] = {}
         cache = srv.board_cache
         if cache is not None:
             try:
-                bench = (await cache.get()).get("benchmark_curves") or {}
+                board = await cache.get()
             except Exception:  # no board yet (an empty store): the chart goes without
-                bench = {}
+                board = {}
+        bench = board.get("benchmark_curves") or {}
+        best = {str(info.get("best_asset")) for info in (board.get("markets") or {}).values()
+                if isinstance(info, dict) and info.get("best_asset")}
         names: set[str] = set(curves) | ({market} if market else set())
         out: dict[str, Any] = {}
         for m in sorted(names):
             marks = bench.get(m) or []
             out[m] = {"agents": {a: thin(p) for a, p in sorted(curves.get(m, {}).items())},
                       "benchmark": {"name": "equal_weight", "points": marks} if marks else None}
-        return {"markets": out}
+        # The board's best assets by name (Polymarket: question title and side).
+        labels = await srv.asset_labels.labels(srv.engine.store.fetchall, best)
+        return {"markets": out, "assets": labels}
 

@@ -22,15 +22,17 @@ Routes added to the daemon's HTTP server (:class:`daemon.web.http.HttpServer`):
 - ``GET /api/chart``: every agent's value per market and the benchmark, for the page's combined
   chart (:mod:`daemon.web.chart`; uPlot, vendored with its licence in ``static/vendor/``).
 - ``GET /api/agents/{id}/decisions?offset=&limit=``: one page of an agent's decisions, newest
-  first, with the full audit trail (reason, raw answer, input hash, the headlines the agent saw,
-  every model call with tokens, cost and latency) and the total count.
+  first, with the full audit trail (reason, the model's ``reasoning`` per step, raw answer, input
+  hash, the headlines the agent saw, every model call with tokens, cost and latency) and the
+  total count.
+- ``GET /api/agents/{id}/positions`` and ``/trades``: open positions and completed trades
+  (:mod:`daemon.web.positions`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 import time
 from collections import Counter, deque
@@ -43,11 +45,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 from aiohttp import web
 
-from agents.stored_input import INPUT_COLUMNS
 from daemon.alerts.rules import market_open, source_market, state_name
-from daemon.core.sparse_rows import fill_map
 from daemon.web.chart import ChartApi
+from daemon.web.decisions import DecisionsApi
 from daemon.web.metrics import portfolio_rows
+from daemon.web.positions import PositionsApi
 
 if TYPE_CHECKING:
     from daemon.alerts.rules import AlertMonitor
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from daemon.core.price_columns import PriceColumns
     from daemon.engine.engine import Engine
     from daemon.web.board_cache import BoardCache
+    from daemon.web.labels import AssetLabels
 
 log = structlog.get_logger(__name__)
 
@@ -75,8 +78,6 @@ KEEPALIVE = 15.0
 MAX_CLIENTS = 16
 #: Recent decisions and fills carried by one ``update`` message at most.
 RECENT = 20
-#: Largest page of decisions ``/api/agents/{id}/decisions`` returns.
-MAX_PAGE = 100
 #: Bus patterns the stream listens to (prices count as marks).
 PATTERNS = ("decision.#", "fill.#", "resolution.#", "alert.#", "status.#")
 """What the page's subscriber takes; prices are only counted, by a tap (``price.#``) that reads a
@@ -117,6 +118,11 @@ class PageHost(Protocol):
 
     async def _tables_of(self, agent: str) -> Callable[[str], str] | None:
         """Return the table namer of ``agent``'s scope (``None``: unknown agent)."""
+        ...
+
+    @property
+    def asset_labels(self) -> AssetLabels:
+        """Return the Polymarket token names (:mod:`daemon.web.labels`)."""
         ...
 
 
@@ -287,6 +293,8 @@ class Page:
         self.server = server
         self.events = LiveEvents(server)
         self.chart = ChartApi(server)
+        self.decisions = DecisionsApi(server)
+        self.positions = PositionsApi(server)
         self.files: dict[str, Path] = {}
         if WEB_DIR.is_dir():
             self.files = {p.name: p for p in WEB_DIR.iterdir()
@@ -307,8 +315,9 @@ class Page:
         app.router.add_get("/static/vendor/{name}", self.handle_vendor)
         app.router.add_get("/api/events", self.events.handle)
         app.router.add_get("/api/status", self.handle_status)
-        app.router.add_get("/api/agents/{id}/decisions", self.handle_decisions)
+        app.router.add_get("/api/agents/{id}/decisions", self.decisions.handle_decisions)
         self.chart.add_routes(app)
+        self.positions.add_routes(app)
 
     def start(self) -> None:
         """Start the event stream's flusher."""
@@ -418,107 +427,3 @@ class Page:
                 reason = row.get("provisional_reason") or (flag if isinstance(flag, str) else "")
                 out[(str(row.get("agent")), str(row.get("market")))] = str(reason or "provisional")
         return out
-
-    async def handle_decisions(self, request: web.Request) -> web.Response:
-        """Return one page of an agent's decisions with the full audit trail."""
-        from daemon.web.json import BadRequest
-        from daemon.web.json import json_response as _json
-
-        srv = self.server
-        agent = request.match_info["id"]
-        t = await srv._tables_of(agent)  # on a shared store: the owner's scope
-        if t is None:
-            return _json({"error": f"unknown agent {agent!r}"}, 404)
-        unknown = sorted(set(request.query) - {"offset", "limit", "market"})
-        if unknown:
-            raise BadRequest(f"unknown query parameter {unknown[0][:40]!r} "
-                             "(use offset, limit, market)")
-        offset = _int_param(request, "offset", 0, BadRequest)
-        limit = max(1, min(MAX_PAGE, _int_param(request, "limit", 20, BadRequest)))
-        market = request.query.get("market")
-        where, params = ("agent=?", [agent]) if market is None else (
-            "agent=? AND market=?", [agent, market])
-        store = srv.engine.store
-        async with srv._queries:
-            total = (await store.fetchall(
-                f"SELECT COUNT(*) FROM {t('decisions')} WHERE {where}", tuple(params)))[0][0]
-            rows = await store.fetchall(
-                "SELECT d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,"
-                f" {INPUT_COLUMNS}, d.input_sha256, d.raw_output, d.allocation_json,"
-                f" d.template_version, d.attempts, d.duration_s, s.assets_json"
-                f" FROM {t('decisions')} d"
-                f" LEFT JOIN {t('observations')} o ON o.sha256 = d.observation_sha256"
-                f" LEFT JOIN {t('asset_sets')} s ON s.sha256 = o.assets_sha256"
-                f" WHERE d.{where.replace(' AND ', ' AND d.')}"
-                " ORDER BY d.scheduled_ts DESC, d.market LIMIT ? OFFSET ?",
-                (*params, limit, offset))
-            calls: dict[tuple[str, float], list[dict[str, Any]]] = {}
-            if rows:
-                lo = min(r[1] for r in rows)
-                hi = max(r[1] for r in rows)
-                for (m, st, attempt, ts, model, raw, err, finish, ti, to, lat,
-                     cost, step, sha, outcome, parsed) in await store.fetchall(
-                        "SELECT market, scheduled_ts, attempt, ts, model, raw_response, error,"
-                        " finish_reason, tokens_in, tokens_out, latency_s, cost_usd, step,"
-                        " input_sha256, outcome, parsed_json FROM"
-                        f" {t('llm_calls')} WHERE agent=? AND scheduled_ts BETWEEN ? AND ?"
-                        " ORDER BY id", (agent, lo, hi)):
-                    calls.setdefault((m, st), []).append({
-                        "attempt": attempt, "ts": ts, "model": model, "raw_response": raw,
-                        "error": err, "finish_reason": finish, "tokens_in": ti,
-                        "tokens_out": to, "latency_s": lat, "cost_usd": cost,
-                        "step": step, "input_sha256": sha, "outcome": outcome,
-                        "parsed": _loads(parsed)})
-        decisions = []
-        for (m, st, dt, outcome, reason, input_json, market_json, sha, raw, alloc, template,
-             attempts, duration, assets) in rows:
-            decisions.append({
-                "market": m, "scheduled_ts": st, "decided_ts": dt, "outcome": outcome,
-                "reason": reason, "input_sha256": sha, "raw_output": raw,
-                "allocation": _allocation(alloc, assets), "template_version": template,
-                "attempts": attempts, "duration_s": duration,
-                "headlines": _headlines(market_json or input_json),
-                "calls": calls.get((m, st), [])})
-        return _json({"agent": agent, "total": total, "offset": offset, "limit": limit,
-                      "decisions": decisions})
-
-
-def _int_param(request: web.Request, name: str, default: int, error: type[Exception]) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 9):
-        raise error(f"{name} must be a non-negative integer, got {raw[:40]!r}")
-    return int(raw)
-
-
-def _loads(text: str | None) -> Any:
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def _allocation(text: str | None, assets_json: str | None) -> Any:
-    """Return a stored allocation keyed by asset id (v11 rows index the round's assets)."""
-    if text is not None and text.startswith("["):
-        try:
-            return fill_map(text, assets_json)
-        except (ValueError, TypeError):
-            return None
-    return _loads(text)
-
-
-def _headlines(input_json: str | None) -> list[dict[str, Any]]:
-    """Return the news items of a stored observation: key, time, headline, source."""
-    obs = _loads(input_json)
-    if not isinstance(obs, dict) or not isinstance(obs.get("news"), dict):
-        return []
-    out = []
-    for key, items in obs["news"].items():
-        for item in items if isinstance(items, list) else []:
-            if isinstance(item, list) and len(item) >= 3:
-                out.append({"key": key, "ts": item[0], "headline": item[1], "source": item[2]})
-    return out[:50]

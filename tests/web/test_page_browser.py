@@ -418,3 +418,39 @@ def test_a_board_with_nothing_ranked_says_why_and_when_the_next_round_is(
     finally:
         cache.compute = compute
         cache.stamp = None
+
+
+def test_agent_page_shows_positions_trades_and_reasoning_from_the_store(
+        arena: Arena, browser: Any) -> None:
+    """Positions match the engine's book, trades the stored fills; reasoning renders as text."""
+    import sqlite3
+
+    assert arena.engine is not None
+    browser.get(arena.url + "/agent/llm1")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#positions tbody tr[data-asset]")
+         and "trades)" in d.find_element(By.ID, "trades-page").text, "positions and trades")
+    book = arena.engine.books["equity"]
+    i = book.agent_index("llm1")
+    held = {a: float(book.holdings[i][j]) for j, a in enumerate(book.assets)
+            if book.holdings[i][j] > 0}
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#positions tbody tr[data-asset]')].map((tr) =>"
+        " [tr.dataset.asset, [...tr.children].map((td) => td.innerText.trim())])")
+    assert {a for a, _ in rows} == set(held) == {"AAA", "BBB"}
+    for asset, tds in rows:
+        assert float(tds[2]) == pytest.approx(held[asset], rel=1e-3)  # units
+        assert tds[7].endswith("%") and not tds[7].startswith("+")  # weight, unsigned
+    with sqlite3.connect(arena.db) as con:
+        fills = con.execute("SELECT COUNT(*) FROM fills WHERE agent='llm1'").fetchone()[0]
+    page = browser.find_element(By.ID, "trades-page").text
+    total = int(page.split("(")[1].split()[0])
+    assert fills >= 1 and total >= 2  # the first fill bought both assets
+    first = browser.find_elements(By.CSS_SELECTOR, "#trades tbody tr[data-asset]")
+    assert len(first) == min(20, total)
+    assert {tr.find_elements(By.TAG_NAME, "td")[3].text for tr in first} <= {"buy", "sell"}
+    reasoning = wait(browser, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#decisions .reasoning')].map((e) => e.textContent)"
+    ), "reasoning rendered")
+    assert all(r == XSS_ANSWER for r in reasoning)  # the hostile text, as text
+    assert not browser.find_elements(By.CSS_SELECTOR, "#decisions script, #decisions img")
+    assert browser.execute_script("return window.__pwned") is None

@@ -52,7 +52,7 @@
   }
 
   /** Stacked bars of the weights after each fill. */
-  function allocationChart(fills) {
+  function allocationChart(fills, labels) {
     const W = 460, H = 170, L = 62, R = 10, T = 22, B = 26;
     const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img"});
     const label = svg("text", {x: L, y: 14, class: "title"});
@@ -70,7 +70,7 @@
         const h = w * (H - T - B);
         const r = svg("rect", {x: (L + i * bw).toFixed(1), y: (H - B - acc - h).toFixed(1), width: Math.max(0.5, bw - (bw > 3 ? 1 : 0)).toFixed(1), height: h.toFixed(1), fill: a === "CASH" ? "#c9ced6" : PALETTE[j % PALETTE.length]});
         const tip = svg("title", {});
-        tip.textContent = `${time(f.scheduled_ts)} ${a} ${pct(w)}`;
+        tip.textContent = `${time(f.scheduled_ts)} ${PA.assetText(a, labels, 200)} ${PA.share(w)}`;
         r.append(tip);
         box.append(r);
         acc += h;
@@ -82,7 +82,7 @@
       box.append(t);
     }
     const legend = el("div", {class: "legend"}, ...assets.slice(0, 20).map((a, j) => el("span", {},
-      el("i", {class: "swatch", "data-color": j}), a.length > 18 ? a.slice(0, 16) + "…" : a)));
+      el("i", {class: "swatch", "data-color": j}), PA.assetEl(a, labels, 30))));
     legend.querySelectorAll("i.swatch").forEach((s) => {
       const j = Number(s.dataset.color);
       s.style.background = assets[j] === "CASH" ? "#c9ced6" : PALETTE[j % PALETTE.length];
@@ -99,7 +99,7 @@
       let peak = -Infinity;
       const dd = pts.map(([t, v]) => { peak = Math.max(peak, v); return [t, peak > 0 ? Math.min(0, v / peak - 1) : 0]; });
       const fills = (data.allocations || []).filter((f) => f.market === market).sort((a, b) => a.scheduled_ts - b.scheduled_ts);
-      const [alloc, legend] = allocationChart(fills);
+      const [alloc, legend] = allocationChart(fills, data.assets);
       root.append(el("div", {class: "market-charts", "data-market": market},
         el("h2", {}, `${market}`),
         el("div", {class: "chart-row"},
@@ -112,13 +112,13 @@
   function renderCurrent(data) {
     const body = clear(document.querySelector("#current tbody"));
     for (const c of data.current || []) {
-      const weights = Object.entries(c.weights || {}).filter(([, w]) => w > 0.0005).sort((a, b) => b[1] - a[1]).map(([a, w]) => `${a.length > 14 ? a.slice(0, 12) + "…" : a} ${pct(w)}`).join(", ");
+
       body.append(el("tr", {"data-market": c.market},
         el("td", {}, c.market), el("td", {class: "num"}, money(c.value)), el("td", {class: "num"}, pct(c.return_ratio)),
         el("td", {class: finite(c.drawdown) && c.drawdown >= c.limit ? "num warn" : "num"}, pct(c.drawdown).replace("+", "")),
         el("td", {class: "num"}, pct(c.limit).replace("+", "")), el("td", {class: "num"}, pct(c.cash_ratio).replace("+", "")),
         el("td", {class: `status s-${c.status}`}, c.status, c.reason ? el("div", {class: "why"}, c.reason) : null),
-        el("td", {class: "text"}, weights || "-")));
+        el("td", {class: "text", "data-field": "weights"}, ...PA.weightList(c.weights, data.assets))));
     }
     const llm = clear(document.querySelector("#llm tbody"));
     for (const u of data.llm || []) {
@@ -165,6 +165,9 @@
 
   function audit(d) {
     const parts = [];
+    for (const r of d.reasoning || []) {
+      parts.push(el("div", {class: "reasoning", "data-step": r.step}, (d.reasoning.length > 1 ? el("b", {}, `${r.step}: `) : null), r.text));
+    }
     if (d.reason) parts.push(el("div", {class: "reason"}, d.reason));
     const key = `${d.market}|${d.scheduled_ts}`;
     const details = el("details", {class: "audit", "data-key": key}, el("summary", {}, `audit: input ${d.input_sha256 ? d.input_sha256.slice(0, 12) : "-"}${d.calls.length ? `, ${d.calls.length} call${d.calls.length > 1 ? "s" : ""}` : ""}`));
@@ -192,12 +195,10 @@
     const open = new Set([...body.querySelectorAll("details[open]")].map((d) => d.dataset.key));
     clear(body);
     for (const d of page.decisions || []) {
-      const alloc = d.allocation && typeof d.allocation === "object"
-        ? Object.entries(d.allocation).filter(([, w]) => w > 0.0005).sort((a, b) => b[1] - a[1]).slice(0, 6).map(([a, w]) => `${a.length > 12 ? a.slice(0, 10) + "…" : a} ${pct(w)}`).join(", ")
-        : "-";
+      const alloc = d.allocation && typeof d.allocation === "object" ? PA.weightList(d.allocation, page.assets, 6) : ["-"];
       body.append(el("tr", {class: `outcome o-${d.outcome}`, "data-ts": d.scheduled_ts},
         el("td", {}, time(d.scheduled_ts)), el("td", {}, d.market),
-        el("td", {class: `o o-${d.outcome}`}, d.outcome), el("td", {class: "text"}, alloc),
+        el("td", {class: `o o-${d.outcome}`}, d.outcome), el("td", {class: "text"}, ...alloc),
         el("td", {class: "text"}, ...audit(d)),
         el("td", {class: "num"}, d.attempts), el("td", {class: "num"}, `${num(d.duration_s, 2)} s`)));
     }
@@ -207,6 +208,44 @@
     document.getElementById("page").textContent = `page ${Math.floor(offset / PAGE) + 1} of ${pages} (${total} decisions)`;
     document.getElementById("newer").disabled = offset <= 0;
     document.getElementById("older").disabled = offset + PAGE >= total;
+  }
+
+  const signed = (x) => (finite(x) ? `${x >= 0 ? "+" : "-"}${money(Math.abs(x))}` : "-");
+  const units = (x) => (finite(x) ? (Math.abs(x) >= 100 ? x.toFixed(2) : x.toPrecision(4)) : "-");
+  const price = (x) => (finite(x) ? (x < 10 ? x.toFixed(4) : money(x)) : "-");
+
+  function renderPositions(data) {
+    const body = clear(document.querySelector("#positions tbody"));
+    for (const p of data.positions || []) {
+      body.append(el("tr", {"data-market": p.market, "data-asset": p.asset},
+        el("td", {}, p.market), el("td", {class: "text"}, PA.assetEl(p.asset, data.assets)),
+        el("td", {class: "num", "data-field": "units"}, units(p.units)), el("td", {class: "num"}, price(p.avg_price)),
+        el("td", {class: "num"}, price(p.price)), el("td", {class: "num"}, money(p.value)),
+        el("td", {class: finite(p.unrealized_pnl) && p.unrealized_pnl < 0 ? "num neg" : "num pos"}, signed(p.unrealized_pnl)),
+        el("td", {class: "num"}, PA.share(p.weight))));
+    }
+    if (!(data.positions || []).length) body.append(el("tr", {}, el("td", {colspan: 8}, "no open positions (all cash)")));
+  }
+
+  let tradesOffset = 0;
+  let tradesTotal = 0;
+  async function loadTrades() {
+    const page = await getJSON(`${base}/trades?offset=${tradesOffset}&limit=${PAGE}`);
+    if (page && page.error) throw new Error(page.error);
+    tradesTotal = page.total || 0;
+    const body = clear(document.querySelector("#trades tbody"));
+    for (const t of page.trades || []) {
+      body.append(el("tr", {"data-market": t.market, "data-asset": t.asset, "data-ts": t.ts},
+        el("td", {}, time(t.ts)), el("td", {}, t.market), el("td", {class: "text"}, PA.assetEl(t.asset, page.assets)),
+        el("td", {class: `side-${t.side}`}, t.side), el("td", {class: "num", "data-field": "units"}, units(t.units)),
+        el("td", {class: "num"}, price(t.price)), el("td", {class: "num"}, money(t.fee)),
+        el("td", {class: finite(t.realized_pnl) && t.realized_pnl < 0 ? "num neg" : "num"}, signed(t.realized_pnl))));
+    }
+    if (!(page.trades || []).length) body.append(el("tr", {}, el("td", {colspan: 8}, "no trades yet")));
+    const pages = Math.max(1, Math.ceil(tradesTotal / PAGE));
+    document.getElementById("trades-page").textContent = `page ${Math.floor(tradesOffset / PAGE) + 1} of ${pages} (${tradesTotal} trades)`;
+    document.getElementById("trades-newer").disabled = tradesOffset <= 0;
+    document.getElementById("trades-older").disabled = tradesOffset + PAGE >= tradesTotal;
   }
 
   async function loadDecisions() {
@@ -221,6 +260,9 @@
     PA.showError("");
     renderCurrent(data);
     renderCharts(data);
+    const positions = await getJSON(`${base}/positions`).catch(() => null);
+    if (positions && !positions.error) renderPositions(positions);
+    await loadTrades();
     renderProtocol(await getJSON("/api/leaderboard").catch(() => null));
     const status = await getJSON("/api/status").catch(() => null);
     if (status && !status.error) PA.renderHealth(status);
@@ -228,6 +270,8 @@
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }
 
+  document.getElementById("trades-newer").addEventListener("click", () => { tradesOffset = Math.max(0, tradesOffset - PAGE); loadTrades().catch((e) => PA.showError(String(e.message || e))); });
+  document.getElementById("trades-older").addEventListener("click", () => { if (tradesOffset + PAGE < tradesTotal) { tradesOffset += PAGE; loadTrades().catch((e) => PA.showError(String(e.message || e))); } });
   document.getElementById("newer").addEventListener("click", () => { offset = Math.max(0, offset - PAGE); loadDecisions().catch((e) => PA.showError(String(e.message || e))); });
   document.getElementById("older").addEventListener("click", () => { if (offset + PAGE < total) { offset += PAGE; loadDecisions().catch((e) => PA.showError(String(e.message || e))); } });
 

@@ -5,6 +5,7 @@
   const {el, pct, num, money, time, age, counts, clear, getJSON, live, finite} = PA;
   const MAX_ACTIVITY = 60;
   let lastStatus = null;
+  let assetNames = {};
 
   /** Why a market has nothing ranked yet, and when its next round is due (from /api/status). */
   function emptyReason(market, marks) {
@@ -87,7 +88,7 @@
       for (const lv of liveRows.filter((l) => l.market === market && !mrows.some((r) => r.agent === l.agent))) {
         addRow({agent: lv.agent, market, provisional: "no marks yet"}, true);
       }
-      const best = info.best_asset ? `best asset ${info.best_asset.length > 16 ? info.best_asset.slice(0, 14) + "…" : info.best_asset} ${pct(info.best_asset_return)}` : "";
+      const best = info.best_asset ? `best asset ${PA.assetText(info.best_asset, assetNames, 50)} ${pct(info.best_asset_return)}` : "";
       root.append(el("section", {class: "board", "data-market": market},
         el("h2", {}, market, el("span", {class: "meta"}, `${finite(info.marks) ? info.marks : 0} marks${best ? " · " + best : ""}`)),
         ranked.length ? null : el("p", {class: "note empty-why", "data-market": market}, emptyReason(market, info.marks)),
@@ -153,7 +154,10 @@
   async function load() {
     const [board, status, chart] = await Promise.all([getJSON("/api/leaderboard"), getJSON("/api/status"), getJSON("/api/chart")]);
     if (status && !status.error) renderStatus(status);
-    if (chart && !chart.error) PACHART.render(document.getElementById("market-charts"), chart);
+    if (chart && !chart.error) {
+      assetNames = chart.assets || {};
+      PACHART.render(document.getElementById("market-charts"), chart);
+    }
     if (board && board.error) {
       PA.showError(`leaderboard: ${board.error}`);
       renderBoards({live: board.live || []});

@@ -89,6 +89,10 @@ const PA = (() => {
       if (conn) { conn.dataset.state = state; conn.textContent = STREAM[state] || state; }
     };
     const es = new EventSource("/api/events");
+    // A page left (or kept in the back-forward cache) closes its stream: a browser holds only
+    // six connections per host, and streams left open would block the next page's requests.
+    window.addEventListener("pagehide", () => es.close());
+    window.addEventListener("pageshow", (ev) => { if (ev.persisted) location.reload(); });
     es.addEventListener("open", () => setConn("live"));
     es.addEventListener("error", () => setConn("reconnecting"));
     es.addEventListener("hello", () => refresh());
@@ -156,9 +160,33 @@ const PA = (() => {
     return state;
   }
 
+  /** A share of a whole (weights, cash): never signed. */
+  const share = (x) => (finite(x) ? `${Math.abs(x * 100).toFixed(2)}%` : "-");
+
+  /** An asset's display name: a Polymarket token's question title (cut to `max`) and side. */
+  function assetText(id, labels, max = 40) {
+    const l = (labels || {})[id];
+    if (!l) return id.length > 16 ? `${id.slice(0, 14)}…` : id;
+    const q = l.question.length > max ? `${l.question.slice(0, max - 1)}…` : l.question;
+    return `${q} ${l.side}`;
+  }
+
+  /** An asset as a span: its short name, the full title and side (or id) on hover. */
+  function assetEl(id, labels, max = 40) {
+    const l = (labels || {})[id];
+    return el("span", {class: "asset", "data-asset": id, title: l ? `${l.question} ${l.side}` : id}, assetText(id, labels, max));
+  }
+
+  /** Weights as "name 50.00%, ..." elements, largest first (at most `n`). */
+  function weightList(weights, labels, n = 12) {
+    const rows = Object.entries(weights || {}).filter(([, w]) => Number(w) > 0.0005).sort((a, b) => b[1] - a[1]).slice(0, n);
+    if (!rows.length) return ["-"];
+    return rows.flatMap(([a, w], i) => [i ? ", " : null, assetEl(a, labels), ` ${share(w)}`]).filter((x) => x !== null);
+  }
+
   const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
     "#ff9da7", "#9c755f", "#bab0ac", "#86bc86", "#d37295", "#a0cbe8", "#ffbe7d", "#8cd17d"];
 
   return {el, svg, pct, num, money, time, age, counts, clear, showError, getJSON, live, finite,
-    PALETTE, dataState, renderHealth, inOrAgo};
+    PALETTE, dataState, renderHealth, inOrAgo, share, assetText, assetEl, weightList};
 })();
