@@ -423,3 +423,56 @@ def test_the_engine_keeps_the_closes_a_strategy_looks_back_on() -> None:
     short = {**agent, "strategy": {"lookback": 10}}
     assert history_days(parse_config({"agents": [short]})) == HISTORY_DAYS
     assert history_days(parse_config({"agents": [{"id": "bh", "kind": "buy_and_hold"}]})) == 30
+
+
+#: The review's exfiltration: read every process's environment (the daemon's above all) and
+#: the daemon's files, reversed so redaction would miss it, into the decision's reason.
+EXFILTRATE = """
+import pandas as pd
+
+def generate_signal(df):
+    os = pd.io.common.os
+    found = []
+    for pid in ['self', '1', '2', str(os.getppid())] + os.listdir('/proc'):
+        for name in ('environ', 'cmdline'):
+            try:
+                fd = os.open('/proc/%s/%s' % (pid, name), 0)
+                found.append(os.read(fd, 65536).decode(errors='replace'))
+            except Exception as e:
+                found.append(str(e)[:20])
+    found.append(str(dict(os.environ)))
+    raise ValueError('LEAK ' + ' '.join(found)[::-1][:250])
+"""
+
+
+async def test_a_replayed_strategy_cannot_carry_the_provider_key_out(
+        tmp_path: Any, monkeypatch: Any, capfd: pytest.CaptureFixture[str]) -> None:
+    # Through the daemon's own replay, with the model answering the hostile code: the key is in
+    # the daemon's environment; it must appear nowhere in the store, the log or the API.
+    import sqlite3
+    import tomllib
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from daemon.app.replay import replay
+    from daemon.config.settings import parse_config
+
+    canary = "sk-canary-6c1f0b2e9d"
+    root = Path(__file__).resolve().parents[2]
+    data = tomllib.loads((root / "examples" / "alphaforgebench.toml").read_text())
+    monkeypatch.setenv("LOCAL_LLM_KEY", canary)
+    async with StrategyModel([EXFILTRATE]) as model:
+        data["agents"][0].update(api_base=model.api_base, timeout=10)
+        cfg = parse_config(data)
+        end = datetime(2026, 10, 24, tzinfo=UTC).timestamp()  # the first 5 sessions
+        await replay(root / "examples" / "sample.jsonl.gz", cfg, tmp_path / "af.db",
+                     progress=False, window=(None, end))
+    con = sqlite3.connect(tmp_path / "af.db")
+    reasons = [r for (r,) in con.execute(
+        "SELECT reason FROM decisions WHERE agent='alphaforge' AND reason LIKE '%LEAK%'")]
+    assert reasons, "the hostile strategy did not run"
+    dump = "\n".join(con.iterdump())
+    con.close()
+    out, err = capfd.readouterr()
+    for text in (dump, out, err):
+        assert canary not in text and canary[::-1] not in text
