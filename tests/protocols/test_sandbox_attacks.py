@@ -339,15 +339,17 @@ async def main():
 asyncio.run(main())
 """
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    while not line.startswith("PID "):  # the worker's log lines come first
+    try:
+        assert proc.stdout is not None
         line = proc.stdout.readline()
-    bwrap_pid = int(line.split()[1])
-    children = _descendants(bwrap_pid)
-    assert children, "the sandbox has no process"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+        while line and not line.startswith("PID "):  # the worker's log lines come first
+            line = proc.stdout.readline()
+        bwrap_pid = int(line.split()[1])
+        children = _descendants(bwrap_pid)
+        assert children, "the sandbox has no process"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     import time
 
     deadline = time.monotonic() + 60  # a hang guard: the kernel acts at once
