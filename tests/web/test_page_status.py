@@ -101,3 +101,28 @@ async def test_status_without_a_daemon_is_one_line_and_exit_1() -> None:
     code, out, err = await status("--url", "http://127.0.0.1:9")
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and "no daemon answering at http://127.0.0.1:9/api/status" in err
+
+
+async def test_a_degraded_sandbox_shows_in_api_status_and_status(tmp_path: Path) -> None:
+    # The start-up check configured the process as degraded (allow_degraded = true on a host
+    # without bubblewrap): /api/status and `paperarena status` say so with the missing layers.
+    from agents.alphaforgebench import isolation
+
+    saved = (isolation._policy, isolation._state)
+    d = await start_daemon(tmp_path, sources=[FakeSource("yahoo", market="equity")])
+    try:
+        code, out, _ = await status("--url", str(d.obs.url), "--json")
+        assert code == 0 and json.loads(out)["sandbox"] == {"state": "unused", "missing": {}}
+        isolation.configure(isolation.SandboxPolicy(bwrap=None, tolerated=frozenset(
+            {"bubblewrap", "seccomp"})), {"bubblewrap": "not found", "seccomp": "off: refused"})
+        code, out, _ = await status("--url", str(d.obs.url), "--json")
+        assert json.loads(out)["sandbox"] == {
+            "state": "degraded", "missing": {"bubblewrap": "not found",
+                                             "seccomp": "off: refused"}}
+        code, out, err = await status("--url", str(d.obs.url))
+        assert code == 0, err
+        assert ("sandbox: DEGRADED, strategies run without: bubblewrap (not found); seccomp"
+                " (off: refused)") in out.splitlines()
+    finally:
+        isolation._policy, isolation._state = saved
+        await stop_daemon(d)
