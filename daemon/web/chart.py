@@ -9,7 +9,8 @@
   store plus ``benchmark_curves``, the equal-weight index of each market (the mean return of the
   assets priced at both of two consecutive daily marks, rebalanced at each, as the leaderboard's
   ``equal_weight`` benchmark), compounded from the first daily mark. ``assets`` names the
-  leaderboard's best assets (Polymarket: question title and side, :mod:`daemon.web.labels`).
+  leaderboard's best assets (Polymarket: question title and side, :mod:`daemon.web.labels`),
+  ``trades`` each agent's rebalances that traded, per market (the leaderboard's trades column).
 """
 
 from __future__ import annotations
@@ -107,6 +108,13 @@ class ChartApi:
         async with srv._queries:
             rows = await srv.engine.store.fetchall(
                 f"SELECT market, agent, ts, value FROM equity{where} ORDER BY ts, kind", params)
+            traded = await srv.engine.store.fetchall(
+                "SELECT market, agent, COUNT(*) FROM fills WHERE traded_value > 0"
+                + ("" if market is None else " AND market=?") + " GROUP BY market, agent",
+                params)
+        trades: dict[str, dict[str, int]] = {}
+        for m, agent, n in traded:
+            trades.setdefault(m, {})[agent] = int(n)
         curves: dict[str, dict[str, list[list[float]]]] = {}
         for m, agent, ts, value in rows:
             if value is None or not math.isfinite(value):
@@ -134,5 +142,5 @@ class ChartApi:
                       "benchmark": {"name": "equal_weight", "points": marks} if marks else None}
         # The board's best assets by name (Polymarket: question title and side).
         labels = await srv.asset_labels.labels(srv.engine.store.fetchall, best)
-        return {"markets": out, "assets": labels}
+        return {"markets": out, "assets": labels, "trades": trades}
 

@@ -159,6 +159,10 @@ def pct(x: float | None) -> str:
     return f"{'+' if x >= 0 else '-'}{abs(x * 100):.2f}%"
 
 
+def share(x: float | None) -> str:
+    return "-" if x is None else f"{abs(x * 100):.2f}%"
+
+
 def num(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -205,6 +209,11 @@ def test_page_loads_and_matches_the_report(arena: Arena, browser: Any) -> None:
     wait(browser, lambda d: loaded(d) >= 1 and cells(d, "equity"), "leaderboard rendered")
     wait(browser, streaming, "event stream open")
     report = report_json(arena.db)
+    import sqlite3
+
+    with sqlite3.connect(arena.db) as con:
+        traded = dict(con.execute("SELECT agent, COUNT(*) FROM fills WHERE market='equity'"
+                                  " AND traded_value > 0 GROUP BY agent").fetchall())
     page = cells(browser, "equity")
     mine = [r for r in report["rows"] if r["market"] == "equity"]
     # Ranked agents in the report's order, then the provisional ones without a rank.
@@ -217,9 +226,13 @@ def test_page_loads_and_matches_the_report(arena: Arena, browser: Any) -> None:
         else:
             assert c["rank"] == f"{r['rank']}{'~' if r['tied_with_next'] else ''}"
         assert c["cumulative_return"] == pct(r["cumulative_return"])
-        assert c["max_drawdown"] == pct(r["max_drawdown"])
+        assert c["max_drawdown"] == share(r["max_drawdown"])  # a loss: never signed
         assert c["sharpe"] == num(r["sharpe"])
-        assert c["volatility"] == pct(r["volatility"])
+        assert c["volatility"] == share(r["volatility"])
+        assert c["costs"] == f"{r['costs']:,.2f}"
+        assert c["llm_cost_usd"] == ("-" if r.get("llm_cost_usd") is None
+                                     else f"{r['llm_cost_usd']:.4f}")
+        assert c["trades"] == str(traded.get(r["agent"], 0))
         assert c["days"] == str(r["days"])
         assert c["decisions"] == ", ".join(f"{k}={v}" for k, v in sorted(r["decisions"].items()))
     status = {s.get_attribute("data-market"): s.text
@@ -454,3 +467,35 @@ def test_agent_page_shows_positions_trades_and_reasoning_from_the_store(
     assert all(r == XSS_ANSWER for r in reasoning)  # the hostile text, as text
     assert not browser.find_elements(By.CSS_SELECTOR, "#decisions script, #decisions img")
     assert browser.execute_script("return window.__pwned") is None
+
+
+def test_leaderboard_sorts_by_any_column_filters_by_agent_and_market(arena: Arena,
+                                                                     browser: Any) -> None:
+    browser.get(arena.url + "/")
+    wait(browser, lambda d: loaded(d) >= 1 and len(cells(d, "equity")) == 3, "leaderboard")
+
+    def shown() -> list[tuple[str, float]]:
+        return [(r["_agent"], float(r["cumulative_return"].rstrip("%")))
+                for r in cells(browser, "equity") if r["rank"] != "—"]
+
+    def visible() -> list[str]:
+        return list(browser.execute_script(
+            "return [...document.querySelectorAll('table.leaderboard tbody tr')]"
+            ".filter((tr) => !tr.hidden).map((tr) => tr.dataset.agent)"))
+
+    click(browser, "table.leaderboard th[data-sort='cumulative_return']")
+    wait(browser, lambda d: d.find_elements(
+        By.CSS_SELECTOR, "th[data-sort='cumulative_return'][aria-sort='descending']"), "sorted")
+    down = shown()
+    assert [x for _, x in down] == sorted((x for _, x in down), reverse=True)
+    click(browser, "table.leaderboard th[data-sort='cumulative_return']")
+    wait(browser, lambda d: d.find_elements(
+        By.CSS_SELECTOR, "th[data-sort='cumulative_return'][aria-sort='ascending']"), "reversed")
+    assert [x for _, x in shown()] == sorted(x for _, x in down)
+    browser.find_element(By.ID, "search").send_keys("llm")
+    wait(browser, lambda d: visible() == ["llm1"], "search")
+    assert [b.get_attribute("data-market") for b in browser.find_elements(
+        By.CSS_SELECTOR, "#market-tabs button")] == ["all", "equity"]
+    click(browser, "#market-tabs button[data-market='equity']")
+    assert browser.find_element(By.CSS_SELECTOR, "section.board[data-market='equity']"
+                                ).is_displayed()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.web.test_page_browser import CHROMEDRIVER, CHROMIUM, ROOT, legend, wait
+from tests.web.test_page_browser import click as click_css
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the dev extra)")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
@@ -126,6 +127,11 @@ def test_sample_index_has_every_agent_on_each_chart_and_fits(served: Served, chr
     assert "best asset Will " in meta.text and ("YES" in meta.text or "NO" in meta.text)
     assert chrome.execute_script("return window.innerWidth") == width
     assert overflow(chrome) == 0, f"{overflow(chrome)} px too wide at {width} px"
+    click_css(chrome, "#market-tabs button[data-market='polymarket']")
+    wait(chrome, lambda d: not d.find_element(
+        By.CSS_SELECTOR, "section.board[data-market='equity']").is_displayed(), "equity hidden")
+    assert chrome.find_element(By.CSS_SELECTOR, "section.market-chart[data-market='polymarket']"
+                               ).is_displayed()
 
 
 @pytest.mark.parametrize("width", [1400, 390])

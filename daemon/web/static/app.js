@@ -6,6 +6,8 @@
   const MAX_ACTIVITY = 60;
   let lastStatus = null;
   let assetNames = {};
+  let tradeCounts = {};
+  let lastBoard = {};
 
   /** Why a market has nothing ranked yet, and when its next round is due (from /api/status). */
   function emptyReason(market, marks) {
@@ -35,15 +37,61 @@
     ["95% CI", "cumulative_return_ci", (ci) => (Array.isArray(ci) && ci.length === 2 && finite(ci[0]) ? `[${pct(ci[0])}, ${pct(ci[1])}]` : "-")],
     ["sharpe", "sharpe", (x) => num(x)],
     ["sortino", "sortino", (x) => num(x)],
-    ["max dd", "max_drawdown", pct],
-    ["vol", "volatility", pct],
-    ["win", "win_rate", pct],
+    ["max dd", "max_drawdown", PA.share],
+    ["vol", "volatility", PA.share],
+    ["win", "win_rate", PA.share],
     ["turnover", "mean_turnover", (x) => num(x)],
     ["days", "days", (x) => (finite(x) ? String(x) : "-")],
+    ["trades", "trades", (x) => (finite(x) ? String(x) : "-")],
+    ["fees", "costs", money],
+    ["model $", "llm_cost_usd", (x) => (finite(x) ? num(x, 4) : "-")],
     ["decisions", "decisions", counts],
   ];
+  const TITLES = {max_drawdown: "largest fall from a peak (a loss, unsigned)", trades: "rebalances that traded",
+    costs: "trading costs paid (USD)", llm_cost_usd: "model calls' cost (USD)"};
+
+  // Filters and sorting, kept across live updates.
+  const view = {market: "all", search: "", sortKey: null, sortDir: -1};
+  function sortValue(r, key) {
+    const v = r[key];
+    if (Array.isArray(v)) return finite(v[0]) ? v[0] : null;
+    if (v && typeof v === "object") return Object.values(v).reduce((a, b) => a + (Number(b) || 0), 0);
+    return finite(v) ? v : typeof v === "string" ? v : null;
+  }
+  function sortRows(rows) {
+    if (!view.sortKey) return rows;
+    return [...rows].sort((a, b) => {
+      const x = sortValue(a, view.sortKey), y = sortValue(b, view.sortKey);
+      if (x === null || y === null) return (x === null) - (y === null);
+      return (x < y ? -1 : x > y ? 1 : 0) * view.sortDir;
+    });
+  }
+  function applyFilters() {
+    const q = view.search.trim().toLowerCase();
+    for (const sec of document.querySelectorAll("section.board, section.market-chart")) {
+      sec.hidden = view.market !== "all" && sec.dataset.market !== view.market;
+    }
+    for (const tr of document.querySelectorAll("table.leaderboard tbody tr")) {
+      tr.hidden = Boolean(q) && !(tr.dataset.agent || "").toLowerCase().includes(q);
+    }
+    for (const b of document.querySelectorAll("#market-tabs button")) b.classList.toggle("on", b.dataset.market === view.market);
+  }
+  function renderTabs(markets) {
+    const tabs = document.getElementById("market-tabs");
+    const have = [...tabs.querySelectorAll("button")].map((b) => b.dataset.market).join("|");
+    const want = ["all", ...markets];
+    if (have !== want.join("|")) {
+      clear(tabs);
+      for (const m of want) {
+        const b = el("button", {type: "button", class: "toggle", "data-market": m}, m);
+        b.addEventListener("click", () => { view.market = m; applyFilters(); });
+        tabs.append(b);
+      }
+    }
+  }
 
   function renderBoards(board) {
+    lastBoard = board;
     const root = document.getElementById("boards");
     clear(root);
     const rows = Array.isArray(board.rows) ? board.rows : [];
@@ -54,13 +102,22 @@
       ? `regime: ${board.regime.label} (equal-weight index ${pct(board.regime.index_return)} over ${board.regime.index_days} days)`
       : "regime: not known yet (it needs daily marks of the equity market)";
     for (const market of markets) {
-      const mrows = rows.filter((r) => r.market === market);
+      const mrows = rows.filter((r) => r.market === market).map((r) => ({...r, trades: ((tradeCounts[market] || {})[r.agent]) || 0}));
       const ranked = mrows.filter((r) => !isProvisional(r));
       const prov = mrows.filter(isProvisional);
       const rk = rateKey(mrows);
       const info = (board.markets || {})[market] || {};
       const head = el("tr", {}, el("th", {}, "#"), el("th", {}, "agent"),
-        ...COLUMNS.map(([label]) => el("th", {}, label)),
+        ...COLUMNS.map(([label, key]) => {
+          const th = el("th", {class: "sortable", "data-sort": key, title: TITLES[key] || `sort by ${label}`,
+            "aria-sort": view.sortKey === key ? (view.sortDir > 0 ? "ascending" : "descending") : null},
+          label, view.sortKey === key ? (view.sortDir > 0 ? " ▲" : " ▼") : "");
+          th.addEventListener("click", () => {
+            if (view.sortKey === key) view.sortDir = -view.sortDir; else { view.sortKey = key; view.sortDir = -1; }
+            renderBoards(lastBoard);
+          });
+          return th;
+        }),
         rk ? el("th", {title: "share of valid decisions"}, "valid") : null,
         el("th", {title: "mark-to-market value now"}, "value"), el("th", {title: "current drawdown from the peak / the agent's limit"}, "dd / limit"), el("th", {}, "status"));
       const body = el("tbody");
@@ -82,8 +139,8 @@
           el("td", {"data-field": "status", class: `status s-${lv.status || "unknown"}`}, lv.status || "-"));
         body.append(tr);
       };
-      ranked.forEach((r) => addRow(r, false));
-      prov.forEach((r) => addRow(r, true));
+      sortRows(ranked).forEach((r) => addRow(r, false));
+      sortRows(prov).forEach((r) => addRow(r, true));
       // Agents running but not yet on the leaderboard (no marks yet).
       for (const lv of liveRows.filter((l) => l.market === market && !mrows.some((r) => r.agent === l.agent))) {
         addRow({agent: lv.agent, market, provisional: "no marks yet"}, true);
@@ -94,6 +151,8 @@
         ranked.length ? null : el("p", {class: "note empty-why", "data-market": market}, emptyReason(market, info.marks)),
         el("div", {class: "scroll"}, el("table", {class: "leaderboard", "data-market": market}, el("thead", {}, head), body))));
     }
+    renderTabs(markets);
+    applyFilters();
     if (!markets.length) {
       const due = Object.keys((lastStatus && lastStatus.rounds) || {}).map((m) => emptyReason(m, 0));
       root.append(el("p", {class: "note empty-why"}, due.length ? due.join(" ") : "No agents yet."));
@@ -156,6 +215,7 @@
     if (status && !status.error) renderStatus(status);
     if (chart && !chart.error) {
       assetNames = chart.assets || {};
+      tradeCounts = chart.trades || {};
       PACHART.render(document.getElementById("market-charts"), chart);
     }
     if (board && board.error) {
@@ -168,5 +228,6 @@
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
   }
 
+  document.getElementById("search").addEventListener("input", (ev) => { view.search = ev.target.value; applyFilters(); });
   live(load, addActivity);
 })();
