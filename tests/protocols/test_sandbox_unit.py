@@ -117,3 +117,19 @@ def test_a_layer_the_worker_reports_missing_is_named(layer: str) -> None:
     assert set(missing_layers({"ready": True}, bubblewrap=True)) == {
         "user namespace", "pid namespace", "network namespace", "capabilities", "seccomp",
         "limits"}
+
+
+@pytest.mark.parametrize("cmd", ["replay", "run"])
+def test_run_and_replay_refuse_before_anything_starts(tmp_path: Path, cmd: str) -> None:
+    db = tmp_path / "af.db"
+    args = (["replay", str(ROOT / "examples" / "sample.jsonl.gz")] if cmd == "replay"
+            else ["run", "--duration", "5"])
+    done = subprocess.run(
+        [str(BIN / "paperarena"), *args, "--config", str(CONFIG), "--db", str(db)],
+        capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path,
+        env={"PATH": _without_bwrap(tmp_path), "HOME": str(tmp_path), "LOCAL_LLM_KEY": "x",
+             "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "sandbox: missing bubblewrap" in lines[0], done.stderr
+    assert not db.exists()  # refused before the store was opened

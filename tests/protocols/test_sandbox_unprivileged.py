@@ -1,9 +1,11 @@
-"""The sandbox tests again as an unprivileged user: ``nobody``, no capability, no_new_privs.
+"""The sandbox tests again as the shipped unit runs them: unprivileged, under its syscall filter.
 
 When the suite runs as root (as in CI), this runs the attack suite and the sandbox's own tests
-in a child pytest as uid 65534 (tests/unprivileged.py): bubblewrap then makes its namespaces as
-an ordinary user would, and every attack must be contained the same way. When the suite already
-runs unprivileged, those files ran as that user in the suite itself.
+in a child pytest as uid 65534 with no capability and no_new_privs (tests/unprivileged.py),
+under the system-call filter and namespace restrictions of systemd/paperarena.service
+(tests/unit_filter.py): bubblewrap then makes its namespaces as the service would, and every
+attack must be contained the same way. When the suite already runs unprivileged, those files
+ran as that user in the suite itself.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def test_the_sandbox_tests_pass_as_nobody() -> None:
                "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         cmd = [sys.executable, str(ROOT / "tests" / "unprivileged.py"), sys.base_prefix,
                str(ROOT), "--", "sh", "-c", 'echo "uid=$(id -u)"; exec "$@"', "sh",
+               sys.executable, str(ROOT / "tests" / "unit_filter.py"),
+               str(ROOT / "systemd" / "paperarena.service"), "--",
                sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                "-n", "0", "-p", "no:warnings", f"--basetemp={home}/t", *FILES]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env,
