@@ -26,7 +26,9 @@ body is not sent within ``[http] body_timeout``, 413 beyond ``[http] max_body``,
 JSON. A client gets ``[http] header_timeout`` to send its headers (and as keep-alive idle time)
 before its connection is closed; beyond ``[http] max_connections`` open connections a new one is
 answered 503 and closed, except ``GET /healthz``, still answered there (a busy daemon is alive);
-at most ``[http] max_queries`` API requests read the database at once.
+an event stream beyond its share is answered 503 before it takes a connection; every refusal is
+a 503 with a JSON body, never a reset; at most ``[http] max_queries`` API requests read the
+database at once.
 
 This module owns the application, its routes, middleware and lifecycle; the connection-level
 plumbing (bounded site, one-line protocol errors, busy answers) is :mod:`daemon.web.server`, the
@@ -137,6 +139,8 @@ class HttpServer(AgentApi):
             self._inc(name, 500)
             return _json({"error": "internal error"}, 500)
         self._inc(name, resp.status)
+        if resp.status == 503 and not resp.prepared:
+            resp.force_close()  # a refusal frees its connection at once (a storm retries)
         return resp
 
     def _inc(self, handler: str, code: int) -> None:
@@ -155,7 +159,8 @@ class HttpServer(AgentApi):
         await runner.setup()
         site = BoundedSite(runner, self.host, self.port,
                            max_connections=self.settings.max_connections,
-                           health=self.health, header_timeout=self.settings.header_timeout)
+                           health=self.health, header_timeout=self.settings.header_timeout,
+                           streams=self._stream_refusal)
         try:
             await site.start()
         except OSError as exc:
@@ -184,6 +189,13 @@ class HttpServer(AgentApi):
             self._runner = None
         if self.board_cache is not None:
             await self.board_cache.close()
+
+    def _stream_refusal(self) -> str | None:
+        """Return why a new event stream would be refused now (None: it would be served)."""
+        events = self.page.events
+        if events.clients >= events.limit:
+            return f"too many event streams (at most {events.limit}), retry shortly"
+        return None
 
     # -- handlers -----------------------------------------------------------------------------
     async def handle_metrics(self, request: web.Request) -> web.Response:

@@ -126,11 +126,17 @@ async def test_slow_clients_are_dropped_after_the_header_timeout(tmp_path: Path)
 
 
 async def test_connections_beyond_the_limit_get_503(tmp_path: Path) -> None:
-    d = await start_daemon(tmp_path, make_config(max_connections=3, header_timeout="0.5s"))
+    d = await start_daemon(tmp_path, make_config(max_connections=3, header_timeout="2s"))
     assert d.obs.server is not None
-    idle = [await asyncio.open_connection("127.0.0.1", d.obs.server.port) for _ in range(3)]
+    idle = []
+    for _ in range(3):  # kept alive after a request: each holds a connection
+        reader, writer = await asyncio.open_connection("127.0.0.1", d.obs.server.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        idle.append((reader, writer))
     try:
-        await asyncio.sleep(0.1)
         answer = await raw(d, b"GET /api/leaderboard HTTP/1.1\r\nHost: x\r\n\r\n")
         assert answer.startswith(b"HTTP/1.1 503"), answer
         assert b"too many connections" in answer
