@@ -152,3 +152,22 @@ def test_sample_agent_page_names_questions_and_fits(served: Served, chrome: Any,
         "return /[0-9]{40,}/.test(document.querySelector('main').innerText)")
     assert chrome.execute_script("return window.innerWidth") == width
     assert overflow(chrome) == 0, f"{overflow(chrome)} px too wide at {width} px"
+
+
+def test_the_screenshot_script_writes_the_pages(served: Served, chrome: Any,
+                                                 tmp_path: Path) -> None:
+    """docs/screenshots.py regenerates the docs' screenshots (here into a temporary folder)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("screenshots", ROOT / "docs" / "screenshots.py")
+    assert spec is not None and spec.loader is not None
+    shots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shots)
+    written = shots.shoot(served.url, tmp_path, chrome)
+    assert [p.name for p in written] == ["leaderboard-page.png", "agent-page.png",
+                                         "leaderboard-page-390.png"]
+    for p in written:
+        head = p.read_bytes()[:24]
+        assert head[:8] == b"\x89PNG\r\n\x1a\n"
+        width = int.from_bytes(head[16:20], "big")
+        assert width == (390 if p.name.endswith("-390.png") else 1400)
