@@ -354,6 +354,8 @@ def infer(rows: list[dict[str, Any]], curves: Mapping[Key, AgentCurves],
             vs["sharpe_significant"] = _significant(vs["sharpe_p_value_holm"])
         for r in ranked:
             r["tied_with_next"] = r["vs_next"] is not None and not r["vs_next"]["significant"]
+        for r in mine:  # provisional rows: not ranked, no stability, not in the set
+            r |= {"rank_stability": None, "in_mcs": None, "mcs_p_value": None}
         mcs = _stability(mk, ranked)
         family = len({frozenset((a, b)) for a, b, vs in comparisons
                       if math.isfinite(vs["p_value_holm"])})

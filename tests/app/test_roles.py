@@ -54,9 +54,13 @@ pytestmark = requires_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS = (("bh", "ew"), ("mom", "cash"))
-#: Leaderboard fields computed across the agents of one database (rank, composite, ties).
+#: Leaderboard fields computed across the agents of one database (rank, composite, ties; since
+#: issue 27 the Deflated Sharpe Ratio's trials, rank stability, the Model Confidence Set and the
+#: intervals, whose block length is the market's: the median over its agents).
 CROSS_AGENT = frozenset({"rank", "tied_with_next", "composite_score", "composite_rank",
-                         "vs_next", "vs_baselines"})
+                         "vs_next", "vs_baselines", "dsr", "rank_stability", "in_mcs",
+                         "mcs_p_value", "cumulative_return_ci", "mean_daily_return_ci",
+                         "sharpe_ci"})
 TEST_CONFIG = TINY_CONFIG + "\n[http]\nenabled = false\n"
 
 

@@ -153,6 +153,10 @@ async def test_api_and_metrics_expose_rate_and_provisional(tmp_path: Path) -> No
         r = rows(board)
         assert r["ew"]["valid_decision_rate"] == 0.0 and r["ew"]["provisional"] is True
         assert r["bh"]["valid_decision_rate"] == 1.0
+        # Issue 27: the API carries the report's inference (MCS band, rank stability, PSR...).
+        mcs = board["markets"]["equity"]["mcs"]
+        assert mcs["level"] == pytest.approx(0.9) and set(mcs["agents"]) <= {"bh"}
+        assert {"rank_stability", "in_mcs", "psr", "dsr", "min_trl"} <= set(r["bh"])
         assert d.obs.board is not None
         await d.obs.board.refresh()
         m = await d.metrics()

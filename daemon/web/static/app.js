@@ -126,7 +126,7 @@
         const lv = liveOf(r.agent);
         const rank = provisional ? "—" : (finite(r.rank) ? `${r.rank}${r.tied_with_next ? "~" : ""}` : "-");
         const tr = el("tr", {"data-agent": r.agent, "data-market": market, class: provisional ? "provisional" : null},
-          el("td", {"data-field": "rank", class: "rank"}, rank),
+          el("td", {"data-field": "rank", class: "rank", title: PASIG.stabilityTitle(r) || null}, rank),
           el("td", {"data-field": "agent"}, el("a", {href: `/agent/${encodeURIComponent(r.agent)}`}, r.agent),
             provisional ? el("span", {class: "badge", title: provisionalReason(r)}, "provisional") : null,
             provisional && provisionalReason(r) ? el("div", {class: "why"}, provisionalReason(r)) : null),
@@ -148,6 +148,7 @@
       const best = info.best_asset ? `best asset ${PA.assetText(info.best_asset, assetNames, 50)} ${pct(info.best_asset_return)}` : "";
       root.append(el("section", {class: "board", "data-market": market},
         el("h2", {}, market, el("span", {class: "meta"}, `${finite(info.marks) ? info.marks : 0} marks${best ? " · " + best : ""}`)),
+        PASIG.mcsBand(info, el),
         ranked.length ? null : el("p", {class: "note empty-why", "data-market": market}, emptyReason(market, info.marks)),
         el("div", {class: "scroll"}, el("table", {class: "leaderboard", "data-market": market}, el("thead", {}, head), body))));
     }
