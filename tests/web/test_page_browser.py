@@ -261,7 +261,10 @@ def test_agent_page_opens_and_never_runs_untrusted_text(arena: Arena, browser: A
     wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#decisions tbody tr[data-ts]"),
          "decisions rendered")
     assert browser.find_element(By.ID, "agent-id").text == "llm1"
-    assert browser.find_elements(By.CSS_SELECTOR, "#charts svg.chart path")
+    wait(browser, lambda d: len(d.find_elements(  # equity and drawdown, drawn by uPlot
+        By.CSS_SELECTOR, "#charts .market-charts[data-market='equity'] .agent-chart canvas")) == 2,
+        "agent charts")
+    assert browser.find_elements(By.CSS_SELECTOR, "#charts svg.chart rect")  # allocations
     click(browser, "#decisions details.audit summary")
     text = browser.execute_script(
         "return document.querySelector('#decisions details.audit').innerText")
@@ -458,9 +461,10 @@ def test_agent_page_shows_positions_trades_and_reasoning_from_the_store(
     page = browser.find_element(By.ID, "trades-page").text
     total = int(page.split("(")[1].split()[0])
     assert fills >= 1 and total >= 2  # the first fill bought both assets
-    first = browser.find_elements(By.CSS_SELECTOR, "#trades tbody tr[data-asset]")
-    assert len(first) == min(20, total)
-    assert {tr.find_elements(By.TAG_NAME, "td")[3].text for tr in first} <= {"buy", "sell"}
+    sides = browser.execute_script(  # read in one go (a live update may redraw the table)
+        "return [...document.querySelectorAll('#trades tbody tr[data-asset]')]"
+        ".map((tr) => tr.children[3].textContent)")
+    assert len(sides) == min(20, total) and set(sides) <= {"buy", "sell"}
     reasoning = wait(browser, lambda d: d.execute_script(
         "return [...document.querySelectorAll('#decisions .reasoning')].map((e) => e.textContent)"
     ), "reasoning rendered")

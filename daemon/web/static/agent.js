@@ -12,43 +12,23 @@
   document.getElementById("agent-id").textContent = agent;
   document.title = `paperarena: ${agent}`;
 
-  /** A line chart of [ts, y] points as an SVG element. */
-  function lineChart(points, {title, fmt, color, zeroLine}) {
-    const W = 460, H = 170, L = 62, R = 10, T = 22, B = 26;
-    const box = svg("svg", {viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img"});
-    const label = svg("text", {x: L, y: 14, class: "title"});
-    label.textContent = title;
-    box.append(label);
-    if (points.length < 1) {
-      const t = svg("text", {x: W / 2, y: H / 2, "text-anchor": "middle", class: "axis"});
-      t.textContent = "no data yet";
-      box.append(t);
-      return box;
-    }
-    const xs = points.map((p) => p[0]);
-    const ys = points.map((p) => p[1]);
-    let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
-    let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
-    if (zeroLine) { y0 = Math.min(y0, 0); y1 = Math.max(y1, 0); }
-    if (x1 === x0) x1 = x0 + 1;
-    if (y1 === y0) { const pad = Math.abs(y1) * 0.01 || 0.01; y1 += zeroLine ? 0 : pad; y0 -= pad; }
-    const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
-    const sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
-    box.append(svg("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, class: "grid"}));
-    box.append(svg("line", {x1: L, y1: T, x2: L, y2: H - B, class: "grid"}));
-    for (const [y, v] of [[sy(y1), y1], [sy(y0), y0]]) {
-      const t = svg("text", {x: L - 4, y: y + 4, "text-anchor": "end", class: "axis"});
-      t.textContent = fmt(v);
-      box.append(t);
-    }
-    for (const [x, v, anchor] of [[L, x0, "start"], [W - R, x1, "end"]]) {
-      const t = svg("text", {x, y: H - 8, "text-anchor": anchor, class: "axis"});
-      t.textContent = time(v).slice(0, 10);
-      box.append(t);
-    }
-    const d = points.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
-    box.append(svg("path", {d, fill: "none", stroke: color, "stroke-width": 1.6}));
-    return box;
+  // Line charts drawn by the vendored uPlot (static/vendor/, MIT); rebuilt on every reload.
+  const plots = [];
+
+  /** A line chart of [ts, y] points: a box, and a function drawing it once the box is placed. */
+  function lineChart(points, {title, fmt, color}) {
+    const box = el("div", {class: "chart-box agent-chart", "data-chart": title}, el("p", {class: "note"}, title));
+    const draw = () => {
+      if (!points.length) { box.append(el("p", {class: "note"}, "no data yet")); return; }
+      const width = Math.max(200, box.clientWidth || 400);
+      plots.push(new uPlot({
+        width, height: 180, scales: {x: {time: true}}, cursor: {points: {size: 5}},
+        axes: [{}, {values: (u, ticks) => ticks.map(fmt), size: 64}],
+        series: [{value: (u, ts) => (finite(ts) ? time(ts) : "-")},
+          {label: title, stroke: color, width: 1.6, value: (u, y) => fmt(y)}],
+      }, [points.map((p) => p[0]), points.map((p) => p[1])], box));
+    };
+    return [box, draw];
   }
 
   /** Stacked bars of the weights after each fill. */
@@ -91,7 +71,9 @@
   }
 
   function renderCharts(data) {
+    while (plots.length) plots.pop().destroy();
     const root = clear(document.getElementById("charts"));
+    const draws = [];
     const markets = [...new Set([...(data.current || []).map((c) => c.market), ...(data.equity || []).map((e) => e.market)])];
     for (const market of markets) {
       const eq = (data.equity || []).filter((e) => e.market === market && finite(e.value)).sort((a, b) => a.ts - b.ts);
@@ -100,13 +82,14 @@
       const dd = pts.map(([t, v]) => { peak = Math.max(peak, v); return [t, peak > 0 ? Math.min(0, v / peak - 1) : 0]; });
       const fills = (data.allocations || []).filter((f) => f.market === market).sort((a, b) => a.scheduled_ts - b.scheduled_ts);
       const [alloc, legend] = allocationChart(fills, data.assets);
+      const [equityBox, drawEquity] = lineChart(pts, {title: "equity (USD)", fmt: money, color: "#4e79a7"});
+      const [ddBox, drawDd] = lineChart(dd, {title: "drawdown from peak", fmt: (x) => (finite(x) ? PA.share(x) : "-"), color: "#e15759"});
+      draws.push(drawEquity, drawDd);
       root.append(el("div", {class: "market-charts", "data-market": market},
         el("h2", {}, `${market}`),
-        el("div", {class: "chart-row"},
-          lineChart(pts, {title: "equity (USD)", fmt: money, color: "#4e79a7"}),
-          lineChart(dd, {title: "drawdown from peak", fmt: pct, color: "#e15759", zeroLine: true}),
-          el("div", {}, alloc, legend))));
+        el("div", {class: "chart-row"}, equityBox, ddBox, el("div", {}, alloc, legend))));
     }
+    draws.forEach((draw) => draw());
   }
 
   function renderCurrent(data) {
