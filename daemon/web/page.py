@@ -276,6 +276,10 @@ def _summary(cls: str, ev: Event) -> dict[str, Any]:
         value = getattr(ev, name, None)
         if value is not None and value != "":
             out[name] = value[:300] if isinstance(value, str) else value
+    trades = getattr(ev, "trades", None)
+    if isinstance(trades, dict):  # a fill: how many assets it bought and sold
+        out["bought"] = sum(1 for q in trades.values() if q > 0)
+        out["sold"] = sum(1 for q in trades.values() if q < 0)
     return out
 
 

@@ -248,6 +248,11 @@ def test_a_new_fill_appears_without_a_reload(arena: Arena, browser: Any) -> None
     arena.run(arena.next_day())
     wait(browser, lambda d: d.find_elements(
         By.CSS_SELECTOR, '#activity li[data-type="fill"][data-agent="ew"]'), "fill in activity")
+    fill = browser.execute_script(
+        "return document.querySelector('#activity li[data-type=\"fill\"][data-agent=\"ew\"]')"
+        ".textContent")
+    assert "kept its holdings" in fill or " asset" in fill or "sold " in fill, fill
+    assert "traded 0.00" not in fill
     wait(browser, lambda d: {c["_agent"]: c["decisions"] for c in cells(d, "equity")}["ew"]
          != before["ew"], "table updated")
     assert browser.execute_script("return window.__same_page") is True  # never reloaded

@@ -195,7 +195,8 @@
   function addActivity(msg) {
     const list = document.getElementById("activity");
     for (const ev of msg.recent || []) {
-      const what = ev.type === "fill" ? `traded ${money(ev.traded_value)}, value ${money(ev.value_after)}`
+      const moved = [ev.bought ? `bought ${ev.bought} asset${ev.bought > 1 ? "s" : ""}` : "", ev.sold ? `sold ${ev.sold}` : ""].filter(Boolean).join(", ");
+      const what = ev.type === "fill" ? (ev.traded_value > 0 ? `${moved || "traded"} for ${money(ev.traded_value)}, value ${money(ev.value_after)}` : `kept its holdings, value ${money(ev.value_after)}`)
         : ev.type === "decision" ? ev.outcome
           : ev.type === "resolution" ? `question ${ev.question_id} resolved`
             : `${ev.kind || ""} ${ev.severity || ""}`;
