@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.web.test_page_browser import CHROMEDRIVER, CHROMIUM, ROOT, legend, wait
+from tests.web.test_page_browser import CHROMEDRIVER, CHROMIUM, ROOT, wait
 from tests.web.test_page_browser import click as click_css
+from tests.web.test_page_views_browser import legend
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the dev extra)")
 from selenium.webdriver.chrome.service import Service  # noqa: E402

@@ -1,0 +1,200 @@
+"""The live page's views of issue 30 in Chromium, over the same kind of daemon as
+test_page_browser.py (its fixtures, a daemon of this module's own): the combined chart, the
+badge from the sources' health, an empty board's reason, positions, trades and reasoning, sorting
+and filters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.web.test_page_browser import (
+    XSS_ANSWER,
+    Arena,
+    cells,
+    chromium,
+    click,
+    loaded,
+    running_arena,
+    wait,
+)
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the dev extra)")
+from selenium.webdriver.common.by import By  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Arena]:
+    yield from running_arena(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    yield from chromium()
+
+
+def legend(drv: Any, market: str) -> list[tuple[str, str]]:
+    """Return the combined chart's legend of ``market`` as (label, value) pairs (x excluded)."""
+    return [tuple(p) for p in drv.execute_script(
+        "return [...document.querySelectorAll(`section.market-chart[data-market='${arguments[0]}']"
+        " .u-legend tr.u-series`)].slice(1).map((tr) => [tr.querySelector('.u-label').textContent,"
+        " tr.querySelector('.u-value').textContent])", market)]
+
+
+def test_one_chart_shows_every_agent_and_the_benchmark(arena: Arena, browser: Any) -> None:
+    """A line per agent plus the dashed benchmark; hover shows every value; $/% and ranges."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    browser.get(arena.url + "/")
+    wait(browser, lambda d: loaded(d) >= 1 and len(legend(d, "equity")) == 4, "chart drawn")
+    assert [label for label, _ in legend(browser, "equity")] == [
+        "cash", "ew", "llm1", "benchmark (equal weight)"]
+    assert browser.execute_script(  # a canvas drawn by the vendored uPlot, under the CSP
+        "return typeof uPlot === 'function' && !!document.querySelector("
+        "\"section.market-chart[data-market='equity'] canvas\")")
+    def hover(d: Any, dx: int = 0) -> None:
+        over = d.find_element(By.CSS_SELECTOR, "section.market-chart[data-market='equity'] .u-over")
+        ActionChains(d).move_to_element(over).move_by_offset(dx, 0).perform()
+
+    hover(browser)
+    wait(browser, lambda d: all(v not in ("", "-", "--") for _, v in legend(d, "equity")),
+         "hover shows every series' value")
+    assert all(v[0].isdigit() for _, v in legend(browser, "equity"))  # dollars
+    click(browser, "section.market-chart[data-market='equity'] button[data-value='return']")
+    hover(browser, 5)
+    wait(browser, lambda d: all(v.endswith("%") for _, v in legend(d, "equity")),
+         "% mode")
+    click(browser, "section.market-chart[data-market='equity'] button[data-value='1D']")
+    wait(browser, lambda d: d.find_element(
+        By.CSS_SELECTOR, "section.market-chart[data-market='equity'] button[data-value='1D']"
+    ).get_attribute("class") == "toggle on", "1D range")
+    assert len(legend(browser, "equity")) == 4
+    assert browser.execute_script("return window.__pwned") is None
+
+
+def test_the_badge_follows_the_sources_not_the_stream(arena: Arena, browser: Any) -> None:
+    """Every source down: "no data" though the page's stream is open; the line says which."""
+    from tests.web.test_alerts import FakeSource
+
+    assert arena.obs is not None
+    down = [FakeSource(name, state="down", market="polymarket") for name in ("clob", "news")]
+    arena.obs.sources[:] = down
+    try:
+        browser.get(arena.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "badge").text == "no data", "no data")
+        wait(browser, lambda d: d.find_element(By.ID, "conn").get_attribute("data-state")
+             == "live", "stream open")
+        line = browser.find_element(By.ID, "summary").text
+        assert line.startswith("0/2 sources live · clob down") and "news down" in line
+        assert "next equity round" in line
+        down[0].state = "live"
+        browser.refresh()
+        wait(browser, lambda d: d.find_element(By.ID, "badge").text == "stale", "stale")
+        down[1].state = "live"
+        browser.refresh()
+        wait(browser, lambda d: d.find_element(By.ID, "badge").text == "live", "live")
+        assert browser.find_element(By.ID, "summary").text.startswith("2/2 sources live")
+    finally:
+        arena.obs.sources[:] = []
+
+
+def test_a_board_with_nothing_ranked_says_why_and_when_the_next_round_is(
+        arena: Arena, browser: Any) -> None:
+    assert arena.obs is not None and arena.obs.server is not None
+    cache = arena.obs.server.board_cache
+    assert cache is not None
+    compute = cache.compute
+
+    def none_ranked(path: Any) -> dict[str, Any]:
+        board = compute(path)
+        for row in board["rows"]:
+            row.update(provisional=True, rank=None, provisional_reason="too few days")
+        return board
+
+    cache.compute = none_ranked
+    cache.stamp = None
+    try:
+        browser.get(arena.url + "/")
+        wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "p.empty-why"), "reason")
+        text = browser.find_element(By.CSS_SELECTOR, "p.empty-why[data-market='equity']").text
+        status = arena.run(arena.obs.server.page.status())
+        due = status["rounds"]["equity"]["next_ts"]
+        from datetime import UTC, datetime
+
+        when = datetime.fromtimestamp(due, UTC).strftime("%Y-%m-%d %H:%MZ")
+        assert text.startswith("Nothing ranked yet: every agent is still provisional")
+        assert f"The next equity round is due {when} (in " in text
+    finally:
+        cache.compute = compute
+        cache.stamp = None
+
+
+def test_agent_page_shows_positions_trades_and_reasoning_from_the_store(
+        arena: Arena, browser: Any) -> None:
+    """Positions match the engine's book, trades the stored fills; reasoning renders as text."""
+    import sqlite3
+
+    assert arena.engine is not None
+    browser.get(arena.url + "/agent/llm1")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#positions tbody tr[data-asset]")
+         and "trades)" in d.find_element(By.ID, "trades-page").text, "positions and trades")
+    book = arena.engine.books["equity"]
+    i = book.agent_index("llm1")
+    held = {a: float(book.holdings[i][j]) for j, a in enumerate(book.assets)
+            if book.holdings[i][j] > 0}
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#positions tbody tr[data-asset]')].map((tr) =>"
+        " [tr.dataset.asset, [...tr.children].map((td) => td.innerText.trim())])")
+    assert {a for a, _ in rows} == set(held) == {"AAA", "BBB"}
+    for asset, tds in rows:
+        assert float(tds[2]) == pytest.approx(held[asset], rel=1e-3)  # units
+        assert tds[7].endswith("%") and not tds[7].startswith("+")  # weight, unsigned
+    with sqlite3.connect(arena.db) as con:
+        fills = con.execute("SELECT COUNT(*) FROM fills WHERE agent='llm1'").fetchone()[0]
+    page = browser.find_element(By.ID, "trades-page").text
+    total = int(page.split("(")[1].split()[0])
+    assert fills >= 1 and total >= 2  # the first fill bought both assets
+    sides = browser.execute_script(  # read in one go (a live update may redraw the table)
+        "return [...document.querySelectorAll('#trades tbody tr[data-asset]')]"
+        ".map((tr) => tr.children[3].textContent)")
+    assert len(sides) == min(20, total) and set(sides) <= {"buy", "sell"}
+    reasoning = wait(browser, lambda d: d.execute_script(
+        "return [...document.querySelectorAll('#decisions .reasoning')].map((e) => e.textContent)"
+    ), "reasoning rendered")
+    assert all(r == XSS_ANSWER for r in reasoning)  # the hostile text, as text
+    assert not browser.find_elements(By.CSS_SELECTOR, "#decisions script, #decisions img")
+    assert browser.execute_script("return window.__pwned") is None
+
+
+def test_leaderboard_sorts_by_any_column_filters_by_agent_and_market(arena: Arena,
+                                                                     browser: Any) -> None:
+    browser.get(arena.url + "/")
+    wait(browser, lambda d: loaded(d) >= 1 and len(cells(d, "equity")) == 3, "leaderboard")
+
+    def shown() -> list[tuple[str, float]]:
+        return [(r["_agent"], float(r["cumulative_return"].rstrip("%")))
+                for r in cells(browser, "equity") if r["rank"] != "—"]
+
+    def visible() -> list[str]:
+        return list(browser.execute_script(
+            "return [...document.querySelectorAll('table.leaderboard tbody tr')]"
+            ".filter((tr) => !tr.hidden).map((tr) => tr.dataset.agent)"))
+
+    click(browser, "table.leaderboard th[data-sort='cumulative_return']")
+    wait(browser, lambda d: d.find_elements(
+        By.CSS_SELECTOR, "th[data-sort='cumulative_return'][aria-sort='descending']"), "sorted")
+    down = shown()
+    assert [x for _, x in down] == sorted((x for _, x in down), reverse=True)
+    click(browser, "table.leaderboard th[data-sort='cumulative_return']")
+    wait(browser, lambda d: d.find_elements(
+        By.CSS_SELECTOR, "th[data-sort='cumulative_return'][aria-sort='ascending']"), "reversed")
+    assert [x for _, x in shown()] == sorted(x for _, x in down)
+    browser.find_element(By.ID, "search").send_keys("llm")
+    wait(browser, lambda d: visible() == ["llm1"], "search")
+    assert [b.get_attribute("data-market") for b in browser.find_elements(
+        By.CSS_SELECTOR, "#market-tabs button")] == ["all", "equity"]
+    click(browser, "#market-tabs button[data-market='equity']")
+    assert browser.find_element(By.CSS_SELECTOR, "section.board[data-market='equity']"
+                                ).is_displayed()
