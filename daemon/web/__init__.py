@@ -6,7 +6,9 @@ routes :mod:`.agent_api`, JSON answers :mod:`.json`), the event loop's heartbeat
 in ``static/``, its combined chart :mod:`.chart` drawn with the vendored uPlot), the cached
 leaderboard (:mod:`.board_cache`), the Prometheus metrics (:mod:`.metrics`), the component that
 serves them with the alerts (:mod:`.observability`), ``paperarena status`` (:mod:`.status`, a
-client of the API) and ``paperarena serve`` (:mod:`.readonly`: the page over any store).
+client of the API) and ``paperarena serve`` (:mod:`.readonly`: the page over any store); the
+page's routes beyond its own module: :mod:`.decisions`, :mod:`.positions` (rebuilt from the
+fills), :mod:`.labels` (Polymarket tokens by question), over :mod:`.host`.
 
 May import: everything but the roof.
 """

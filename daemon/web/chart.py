@@ -25,7 +25,7 @@ from daemon.web.json import BadRequest
 from daemon.web.json import json_response as _json
 
 if TYPE_CHECKING:
-    from daemon.web.page import PageHost
+    from daemon.web.host import Host
 
 #: Points per agent the chart answer carries at most.
 MAX_POINTS = 2000
@@ -85,7 +85,7 @@ def board_with_benchmarks(path: str | Path) -> dict[str, Any]:
 class ChartApi:
     """The ``/api/chart`` route of the page (see the module doc)."""
 
-    def __init__(self, server: PageHost) -> None:
+    def __init__(self, server: Host) -> None:
         """Answer from ``server``'s store and leaderboard cache."""
         self.server = server
 

@@ -19,7 +19,7 @@ from daemon.core.sparse_rows import fill_map
 from daemon.web.labels import assets_in
 
 if TYPE_CHECKING:
-    from daemon.web.page import PageHost
+    from daemon.web.host import Host
 
 #: Largest page of decisions the route returns.
 MAX_PAGE = 100
@@ -28,7 +28,7 @@ MAX_PAGE = 100
 class DecisionsApi:
     """The ``/api/agents/{id}/decisions`` route."""
 
-    def __init__(self, server: PageHost) -> None:
+    def __init__(self, server: Host) -> None:
         """Answer from ``server``'s store."""
         self.server = server
 

@@ -32,7 +32,7 @@ from daemon.web.labels import assets_in
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from daemon.web.page import PageHost
+    from daemon.web.host import Host
 
 #: Largest page of trades one request returns.
 MAX_TRADES = 200
@@ -135,7 +135,7 @@ def replay_trades(fills: list[tuple[Any, ...]], resolutions: list[tuple[float, d
 class PositionsApi:
     """The ``/api/agents/{id}/positions`` and ``/trades`` routes (see the module doc)."""
 
-    def __init__(self, server: PageHost) -> None:
+    def __init__(self, server: Host) -> None:
         """Answer from ``server``'s store and books."""
         self.server = server
 
