@@ -12,10 +12,16 @@ from collections.abc import Callable
 from daemon.core.bus import Bus
 from daemon.core.events import Event
 
+#: The least time a wait gives its condition: waits are bound by events, and their timeout is
+#: only a guard against a hang, never a speed requirement (a loaded machine is slow).
+HANG_GUARD = 60.0
 
-async def wait_for(pred: Callable[[], bool], timeout: float = 5.0, interval: float = 0.01) -> None:
-    """Poll ``pred`` until true or raise TimeoutError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+
+async def wait_for(pred: Callable[[], bool], timeout: float = HANG_GUARD,
+                   interval: float = 0.01) -> None:
+    """Poll ``pred`` until true or raise TimeoutError after ``timeout`` seconds (at least
+    :data:`HANG_GUARD`: a hang guard, not a speed requirement)."""
+    deadline = time.monotonic() + max(timeout, HANG_GUARD)
     while not pred():
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met in time")

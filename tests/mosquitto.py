@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import HANG_GUARD
+
 HOST = "127.0.0.1"
 PORT = 1883
 SYSTEM_CONF = "/etc/mosquitto/mosquitto.conf"
@@ -51,9 +53,11 @@ requires_broker = pytest.mark.skipif(
 )
 
 
-async def until(pred: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Wait until ``pred()`` holds, failing the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+async def until(pred: Callable[[], bool], timeout: float = HANG_GUARD,
+                what: str = "condition") -> None:
+    """Wait until ``pred()`` holds, failing the test after ``timeout`` seconds (at least
+    :data:`~tests.helpers.HANG_GUARD`: a hang guard, not a speed requirement)."""
+    deadline = time.monotonic() + max(timeout, HANG_GUARD)
     while not pred():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")

@@ -264,7 +264,7 @@ async def test_timeout_is_retried(server: FakeLlmServer, monkeypatch: pytest.Mon
     assert (d.outcome, d.attempts) == ("ok", 2)
     assert "timeout" in d.calls[0]["error"].lower()
     assert d.raw_responses == ("", GOOD)
-    assert d.calls[0]["latency_s"] < 1.5
+    assert d.calls[0]["latency_s"] < 2.0  # it did not wait for the late answer
 
 
 async def test_timeout_always_is_an_error(

@@ -245,7 +245,7 @@ async def test_a_blocked_plugin_in_a_daemon_round_is_an_error_and_healthz_stays_
             statuses.append((await d.get("/healthz"))[0])
             await asyncio.sleep(0.2)
         assert statuses and set(statuses) == {200}, statuses
-        assert d.obs.lag.max_lag < 0.5, d.obs.lag.max_lag
+        assert d.obs.lag.max_lag < 1.5, d.obs.lag.max_lag  # the plugin blocks 3 s
         await eng.close_agents()
         assert not stuck.thread.is_alive()
     finally:

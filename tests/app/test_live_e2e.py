@@ -74,6 +74,7 @@ from feeds.recording import iter_events, read_header
 from feeds.source_contract import SourceState
 from scoring.ledger.ledger import Book
 from tests.fakes.scenario import Scenario, wait_until
+from tests.helpers import HANG_GUARD
 
 pytestmark = pytest.mark.slow
 
@@ -676,7 +677,7 @@ async def test_stop_while_the_store_is_writing_stops_cleanly(tmp_path: Path) -> 
         await wait_until(lambda: flusher.cancelling() > 0, 5, "stop() cancelling the flusher")
         other.execute("ROLLBACK")  # the slow write can proceed now
         locked = False
-        await asyncio.wait_for(stopping, 10)
+        await asyncio.wait_for(stopping, HANG_GUARD)
     finally:
         if locked:
             other.execute("ROLLBACK")

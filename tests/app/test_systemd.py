@@ -25,6 +25,7 @@ from daemon.app.components import default_components
 from daemon.app.live import STOP_GRACE, LiveDaemon
 from daemon.app.systemd import SystemdNotifier, notify, watchdog_interval
 from daemon.config.settings import parse_config
+from tests.helpers import HANG_GUARD, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "systemd"
@@ -55,8 +56,8 @@ class Listener:
     def texts(self) -> list[str]:
         return [m for _, m in self.messages]
 
-    def wait_for(self, needle: str, timeout: float = 10.0) -> float:
-        deadline = time.monotonic() + timeout
+    def wait_for(self, needle: str, timeout: float = HANG_GUARD) -> float:
+        deadline = time.monotonic() + max(timeout, HANG_GUARD)
         while time.monotonic() < deadline:
             for t, m in list(self.messages):
                 if needle in m:
@@ -205,8 +206,7 @@ async def test_live_daemon_sends_ready_after_the_scheduler_runs(
     try:
         listener.wait_for("READY=1")
         assert seen == {"scheduler_running": True, "store_open": True}
-        await asyncio.sleep(0.3)
-        assert "WATCHDOG=1" in listener.texts()
+        await wait_for(lambda: "WATCHDOG=1" in listener.texts())  # pings come (no set pause)
     finally:
         await daemon.stop()
     listener.wait_for("STOPPING=1")

@@ -13,7 +13,7 @@ from daemon.core.events import Event, NewsEvent, PriceEvent
 from daemon.core.price_columns import PriceColumns
 from feeds.source_contract import DecodeResult
 from tests.feeds.test_connection import KVAdapter, KVServer, make, server  # noqa: F401
-from tests.helpers import wait_for
+from tests.helpers import HANG_GUARD, wait_for
 
 
 def _columns(*prices: tuple[str, float], bid: float | None = 0.1) -> PriceColumns:
@@ -119,7 +119,7 @@ async def test_the_read_loop_keeps_each_event_between_the_prices_around_it(
     assert order == expect  # every price, each news item before its own frame's price
     assert sum(batches) == n and len(batches) < n / 4  # bursts published together
     await src.stop()
-    await asyncio.wait_for(task, 2)
+    await asyncio.wait_for(task, HANG_GUARD)
 
 
 def test_columns_split_keeps_the_rest_in_order() -> None:

@@ -18,6 +18,7 @@ from daemon.timing.clock import SimClock
 from daemon.timing.nyse import NY, NyseCalendar, get_nyse_calendar
 from daemon.timing.schedule import LiveScheduler, SimScheduler
 from daemon.timing.triggers import NyseSessionTrigger, ScheduleSpec, fire_times, make_trigger
+from tests.helpers import HANG_GUARD
 
 HOUR = 3600.0
 
@@ -498,10 +499,10 @@ async def test_live_blocked_loop_reports_missed_and_never_runs_late() -> None:
     sched.add_job("tick", make_trigger(ScheduleSpec(kind="interval", every_seconds=1.0)), rec)
     sched.start()
     try:
-        await asyncio.wait_for(rec.ran.wait(), timeout=3.0)
+        await asyncio.wait_for(rec.ran.wait(), timeout=HANG_GUARD)
         first = rec.runs()[0]
         time.sleep(1.5)  # block the loop well past first+1 (by more than the grace)
-        await _wait_for(lambda: first + 2 in rec.runs(), timeout=3.0)
+        await _wait_for(lambda: first + 2 in rec.runs(), timeout=HANG_GUARD)
     finally:
         await sched.shutdown()
     assert first + 1 in rec.missed()
@@ -522,9 +523,9 @@ async def test_live_overlapping_run_is_reported_missed() -> None:
     sched.add_job("tick", make_trigger(ScheduleSpec(kind="interval", every_seconds=1.0)), rec)
     sched.start()
     try:
-        await asyncio.wait_for(rec.ran.wait(), timeout=3.0)
+        await asyncio.wait_for(rec.ran.wait(), timeout=HANG_GUARD)
         first = rec.runs()[0]
-        await _wait_for(lambda: first + 2 in rec.runs(), timeout=3.5)
+        await _wait_for(lambda: first + 2 in rec.runs(), timeout=HANG_GUARD)
     finally:
         await sched.shutdown()
     assert first + 1 in rec.missed()

@@ -29,6 +29,7 @@ from typing import Any
 from tests.fakes.news_server import FakeNews, RssItem, rss_document
 from tests.fakes.polymarket_server import Book, FakePolymarket, change, gamma_market, price_change
 from tests.fakes.yahoo_server import FakeYahoo, chart_payload, pricing_frame
+from tests.helpers import HANG_GUARD
 
 __all__ = ["QuestionSpec", "Scenario", "WallClockPolymarket", "wait_until"]
 
@@ -71,7 +72,9 @@ DEFAULT_QUESTIONS: tuple[QuestionSpec, ...] = (
 async def wait_until(
     pred: Callable[[], bool], timeout: float, what: str, interval: float = 0.02
 ) -> None:
-    """Poll ``pred()`` until true; fail with ``what`` after ``timeout`` seconds."""
+    """Poll ``pred()`` until true; fail with ``what`` after ``timeout`` seconds (at least
+    :data:`~tests.helpers.HANG_GUARD`: a hang guard, not a speed requirement)."""
+    timeout = max(timeout, HANG_GUARD)
     deadline = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > deadline:

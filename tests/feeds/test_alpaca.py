@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from daemon.core.bus import Bus
 from daemon.core.events import Event, PriceEvent, SourceStatus
@@ -181,8 +182,8 @@ def test_credentials_never_in_repr_and_required(monkeypatch: pytest.MonkeyPatch)
 
 async def test_auth_subscribe_and_live_only_after_authenticated(fake: FakeAlpaca) -> None:
     bus, seen = collecting_bus()
-    fake.auth_delay = 0.3
-    src = make_source(fake, ["AAPL", "MSFT"], bus)
+    fake.auth_delay = 2.0  # far longer than the pause below, however slow the machine
+    src = make_source(fake, ["AAPL", "MSFT"], bus, open_timeout=30.0)
     async with running(src):
         await wait_for(lambda: len(fake.conns) == 1)
         await asyncio.sleep(0.15)
@@ -214,24 +215,32 @@ async def test_auth_subscribe_and_live_only_after_authenticated(fake: FakeAlpaca
 async def test_auth_failure_is_down_with_long_backoff(fake: FakeAlpaca) -> None:
     bus, seen = collecting_bus()
     src = make_source(fake, ["AAPL"], bus, secret="WRONG", auth_penalty=10.0)
-    async with running(src):
-        await wait_for(lambda: "down" in states(seen))
-        assert src.state is SourceState.DOWN and src.adapter.auth_failed
-        await asyncio.sleep(0.3)
-        assert len(fake.attempts) == 1  # cap 10 x 0.05 = 0.5 s before the next try
-        await wait_for(lambda: len(fake.attempts) == 2, 2.0)
-        fake.secret = "WRONG"  # credentials fixed on the server side: the next auth succeeds
-        await wait_for(lambda: src.state is SourceState.LIVE, 3.0)
-        assert not src.adapter.auth_failed
+    with capture_logs() as logs:
+        async with running(src):
+            await wait_for(lambda: "down" in states(seen))
+            assert src.state is SourceState.DOWN and src.adapter.auth_failed
+            await wait_for(lambda: len(fake.attempts) == 2)
+            # cap 10 x 0.05 = 0.5 s before the next try (MaxRng: the cap), and it waited it
+            delay = next(e["delay"] for e in logs if e["event"] == "feed shard disconnected")
+            assert delay == 0.5 and fake.attempts[1] - fake.attempts[0] >= 0.49
+            fake.secret = "WRONG"  # credentials fixed on the server side: the next auth works
+            await wait_for(lambda: src.state is SourceState.LIVE)
+            assert not src.adapter.auth_failed
 
 
 async def attempt_gap(fake: FakeAlpaca) -> float:
+    """Return the delay the source chose after its first failed attempt (logged with it), once
+    it made the next attempt: the chosen delay, not the wall time (a busy machine adds to it)."""
     fake.attempts.clear()
     bus = Bus()
     src = make_source(fake, ["AAPL"], bus)
-    async with running(src):
-        await wait_for(lambda: len(fake.attempts) >= 2, 3.0)
-    return fake.attempts[1] - fake.attempts[0]
+    with capture_logs() as logs:
+        async with running(src):
+            await wait_for(lambda: len(fake.attempts) >= 2)
+    gap = fake.attempts[1] - fake.attempts[0]
+    delay = next(e["delay"] for e in logs if e["event"] == "feed shard disconnected")
+    assert gap >= delay - 0.01  # it did wait the delay it chose
+    return float(delay)
 
 
 async def test_connection_limit_and_http_429_back_off_longer(fake: FakeAlpaca) -> None:
@@ -246,8 +255,8 @@ async def test_connection_limit_and_http_429_back_off_longer(fake: FakeAlpaca) -
     fake.reject_status = None
     fake.error_on_connect = 406
     limited_406 = await attempt_gap(fake)
-    assert plain < 0.15
-    assert limited_429 >= 0.19 and limited_406 >= 0.19
+    assert plain == 0.05  # MaxRng: every delay is its cap
+    assert limited_429 == 0.2 and limited_406 == 0.2
     adapter = AlpacaStreamAdapter(AlpacaSettings(), "k", "s")
     adapter.last_error = 406
     assert adapter.backoff_penalty(None, 1008) == 4.0

@@ -28,7 +28,7 @@ from feeds.source_contract import (
     aggregate_state,
     http_status_of,
 )
-from tests.helpers import wait_for
+from tests.helpers import HANG_GUARD, wait_for
 
 FAST = BackoffPolicy(initial=0.02, maximum=0.1, multiplier=2.0, reset_after=0.5)
 
@@ -273,7 +273,7 @@ async def test_streams_publishes_and_counts(server: KVServer) -> None:
     assert src.counters.last_data_ts is not None
     assert adapter.opened == [["A", "B"]]
     await src.stop()
-    await asyncio.wait_for(task, 2)
+    await asyncio.wait_for(task, HANG_GUARD)
 
 
 async def test_refused_backs_off_then_down_and_keeps_retrying() -> None:

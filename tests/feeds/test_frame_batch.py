@@ -15,7 +15,7 @@ from feeds.frame_batch import MAX_BATCH_FRAMES, FrameBatcher
 from scoring.ledger.held import held_entries, use_held, value_change
 from scoring.ledger.ledger import Book
 from tests.feeds.test_connection import KVAdapter, KVServer, make, server  # noqa: F401
-from tests.helpers import wait_for
+from tests.helpers import HANG_GUARD, wait_for
 
 
 def price(asset: str, p: float) -> PriceEvent:
@@ -89,7 +89,7 @@ async def test_the_read_loop_batches_a_burst_from_a_real_socket(server: KVServer
     assert len(batches) < n / 4  # frames read together were published together
     assert max(batches) <= MAX_BATCH_FRAMES
     await src.stop()
-    await asyncio.wait_for(task, 2)
+    await asyncio.wait_for(task, HANG_GUARD)
 
 
 def _holdings(rng: np.random.Generator, na: int, nx: int, per_agent: int) -> np.ndarray:

@@ -218,7 +218,6 @@ async def test_google_429_backs_off_then_recovers(fake: FakeNews) -> None:
     fake.fail_next(2, 429)
     s = settings_for(fake, rate_limit_penalty=4.0, poll_interval=10.0)
     (poller,) = build_news_sources(s, {"AAPL": "AAPL"}, bus=bus, now=time.time)
-    t0 = time.monotonic()
     async with running(poller):
         await wait_for(lambda: len(news(seen)) == 1, 5.0)
     assert len(fake.requests) == 3  # the same request, retried after each 429
@@ -227,7 +226,6 @@ async def test_google_429_backs_off_then_recovers(fake: FakeNews) -> None:
     sts = [e.state for e in seen if isinstance(e, SourceStatus)]
     assert sts == ["connecting", "backing_off", "live"]
     assert poller.state is SourceState.LIVE
-    assert time.monotonic() - t0 < 3.0
 
 
 async def test_retry_after_is_honoured(fake: FakeNews) -> None:

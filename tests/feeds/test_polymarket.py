@@ -32,7 +32,7 @@ from tests.fakes.polymarket_server import (
     gamma_market,
     price_change,
 )
-from tests.helpers import wait_for
+from tests.helpers import HANG_GUARD, wait_for
 
 BOOK_Y1 = Book(
     bids=[(0.40, 100), (0.45, 50), (0.48, 10)], asks=[(0.60, 100), (0.55, 50), (0.52, 10)]
@@ -89,7 +89,7 @@ class Harness:
     async def __aexit__(self, *exc: object) -> None:
         await self.source.stop()
         assert self.task is not None
-        await asyncio.wait_for(self.task, 3)
+        await asyncio.wait_for(self.task, HANG_GUARD)
 
     def prices(self, asset: str) -> list[PriceEvent]:
         return [e for e in self.events if isinstance(e, PriceEvent) and e.asset == asset]

@@ -117,7 +117,7 @@ async def test_slow_clients_are_dropped_after_the_header_timeout(tmp_path: Path)
         t0 = time.monotonic()
         answer = await raw(d, (f"POST {RESUME} HTTP/1.1\r\nHost: x\r\nContent-Type: "
                                "application/json\r\nContent-Length: 100\r\n\r\n{").encode())
-        assert time.monotonic() - t0 < 5.0
+        assert time.monotonic() - t0 < 9.0  # not aiohttp's fixed 10 s
         assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
         assert b"not received within 0.3s" in answer
         assert (await d.get("/healthz"))[0] == 200

@@ -502,7 +502,6 @@ def test_dashboards_are_generated_with_stable_uids() -> None:
 def test_replay_ran_with_http_and_exited_cleanly(scenario: Scenario) -> None:
     assert scenario.daemon_rc == 0, scenario.daemon_log[-3000:]
     assert f"replayed {scenario.events} events" in scenario.daemon_log
-    assert scenario.elapsed < 90
     status, ready = scenario.during["/readyz"]
     assert status == 200 and ready["feeds"]["replay"]["state"] == "live"
     assert scenario.during["/healthz"][0] == 200
