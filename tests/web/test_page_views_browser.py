@@ -198,3 +198,24 @@ def test_leaderboard_sorts_by_any_column_filters_by_agent_and_market(arena: Aren
     click(browser, "#market-tabs button[data-market='equity']")
     assert browser.find_element(By.CSS_SELECTOR, "section.board[data-market='equity']"
                                 ).is_displayed()
+
+
+def test_a_degraded_sandbox_is_a_banner_above_the_fold(arena: Arena, browser: Any) -> None:
+    """allow_degraded on a host without a layer: the page says so, as text, until it is on."""
+    from agents.alphaforgebench import isolation
+
+    saved = (isolation._policy, isolation._state)
+    try:
+        browser.get(arena.url + "/")
+        wait(browser, lambda d: d.find_element(By.ID, "summary").text != "", "summary")
+        assert not browser.find_elements(By.ID, "sandbox-warning")
+        isolation.configure(isolation.SandboxPolicy(bwrap=None, tolerated=frozenset(
+            {"bubblewrap"})), {"bubblewrap": "<b>not found</b>"})
+        browser.refresh()
+        wait(browser, lambda d: d.find_elements(By.ID, "sandbox-warning"), "banner")
+        banner = browser.find_element(By.ID, "sandbox-warning")
+        assert banner.text == ("Sandbox DEGRADED: AlphaForgeBench strategies run without "
+                               "bubblewrap (<b>not found</b>) ([sandbox] allow_degraded = true).")
+        assert banner.location["y"] < browser.find_element(By.ID, "summary").location["y"]
+    finally:
+        isolation._policy, isolation._state = saved

@@ -157,7 +157,25 @@ const PA = (() => {
     if (badge) { badge.dataset.state = state; badge.textContent = state; }
     const line = document.getElementById("summary");
     if (line) line.textContent = summaryLine(st);
+    renderSandbox(st, line);
     return state;
+  }
+
+  /** A banner above the summary while strategy code runs without a sandbox layer. */
+  function renderSandbox(st, line) {
+    let banner = document.getElementById("sandbox-warning");
+    const sb = st.sandbox || {};
+    if (sb.state !== "degraded") {
+      if (banner) banner.remove();
+      return;
+    }
+    if (!banner) {
+      banner = el("p", {id: "sandbox-warning", class: "error", role: "alert"});
+      if (line && line.parentNode) line.parentNode.insertBefore(banner, line);
+      else document.body.prepend(banner);
+    }
+    const missing = Object.entries(sb.missing || {}).map(([k, v]) => `${k} (${v})`).join("; ");
+    banner.textContent = `Sandbox DEGRADED: AlphaForgeBench strategies run without ${missing} ([sandbox] allow_degraded = true).`;
   }
 
   /** A share of a whole (weights, cash): never signed. */
