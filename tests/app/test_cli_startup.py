@@ -93,9 +93,9 @@ def readonly_mount(made_db: Path) -> Iterator[str]:
 
 
 def _in_namespace(prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = " ".join(["timeout", "20", sys.executable, "-m", "daemon.app.cli", *args])
+    cmd = " ".join(["timeout", "120", sys.executable, "-m", "daemon.app.cli", *args])
     return subprocess.run(["unshare", "-m", "sh", "-c", prefix + cmd], cwd=ROOT,
-                          capture_output=True, text=True, timeout=40)
+                          capture_output=True, text=True, timeout=150)
 
 
 def test_read_only_file_system(readonly_mount: str, tmp_path: Path) -> None:
