@@ -426,6 +426,7 @@ class Engine:
             report_fault(log, "round_store", "round not stored: trading halted until the store "
                          "is writable again", job=job_id, fire_ts=fire_ts, error=str(exc))
         except (sqlite3.Error, OSError) as exc:  # a read the store could not answer (PgError)
+            self.job_write_failed = f"{store.path}: store unreadable: {one_line(exc)}"
             if before is not None:  # reads come before any rebalance: the book is unchanged
                 await self._hold_failed(market, fire_ts, f"store unreadable: {one_line(exc)}")
             report_fault(log, "round_store", "job could not read the store; its agents are "
