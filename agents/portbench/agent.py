@@ -40,6 +40,7 @@ from agents.llm_output import InvalidOutput, extract_json
 from agents.portfolio_baselines import returns_panel
 from agents.prompting import _Ctx
 from agents.stepwise import StepwiseAgent, flat, load_prompt_set
+from agents.validation import SUM_EPSILON, SUM_TOLERANCE
 from daemon.core.logs import redact_text
 from scoring.stats.benchmarks import RISK_PROFILES, historical_var
 from scoring.stats.diversification import corr_matrix
@@ -55,7 +56,7 @@ SIGNAL_THRESHOLD = 0.2
 COST_BPS = 15.0
 #: Largest single-asset drift that needs no rebalancing (the paper's S5 trigger).
 DRIFT_THRESHOLD = 0.05
-#: Slack on "weights sum to at most 1" and on the profile limits (float rounding only).
+#: Slack on the profile limits (float rounding only).
 TOLERANCE = 1e-6
 #: Trading days per year, for annualised volatility.
 YEAR_DAYS = 252
@@ -218,7 +219,10 @@ def check_weights(
     """Return S3's full target (every asset plus CASH) or raise :class:`InvalidOutput`.
 
     Rules: known tickers only, each with a buy signal and a price; weights finite and >= 0,
-    summing to at most 1 (the rest is CASH); the investor profile's limits kept.
+    summing to at most 1 (the rest is CASH); a sum above 1 by at most
+    :data:`~agents.validation.SUM_TOLERANCE` (rounding, e.g. six weights of 0.1667) is
+    renormalised to 1, as the other protocols do; the investor profile's limits kept (after
+    renormalising).
     """
     obj = _answer(answer, finish_reason, "weights")
     raw = obj["weights"]
@@ -241,13 +245,27 @@ def check_weights(
             raise InvalidOutput(f"no price for {t}: cannot trade it now")
         out[t] = w
     total = math.fsum(out.values())
-    if total > 1.0 + TOLERANCE:
-        raise InvalidOutput(f"weights sum to {total:.4f}, more than 1")
+    if total > 1.0 + SUM_TOLERANCE + SUM_EPSILON:
+        raise InvalidOutput(
+            f"weights sum to {total:.4f}, more than 1 (tolerance {SUM_TOLERANCE:g})")
+    if total > 1.0:
+        out = {a: w / total for a, w in out.items()}
+        total = math.fsum(out.values())
     out[CASH] = max(0.0, 1.0 - total)
     problem = profile.violation(out)
     if problem:
         raise InvalidOutput(problem)
     return out
+
+
+def answer_breaches(errors: Sequence[str]) -> dict[str, int]:
+    """Return how many of the weights stage's answers (``errors``: ``""`` for the valid one)
+    broke the equity cap and the bond floor, for the profile alignment score."""
+    return {
+        "answers": len(errors),
+        "equity_cap": sum(1 for e in errors if "equity cap of the" in e),
+        "bond_floor": sum(1 for e in errors if "bond floor of the" in e),
+    }
 
 
 def check_risk(answer: str, finish_reason: str | None) -> Risk:
@@ -310,7 +328,7 @@ class PortBenchAgent(StepwiseAgent):
         if isinstance(run, AgentDecision):
             return run
         summary: dict[str, Any] = {
-            "protocol": PROTOCOL, "profile": profile.name,
+            "protocol": PROTOCOL, "profile": profile.name, "lookback": self.cfg.cov_window,
             "current": {a: obs.weights.get(a, 0.0) for a in [*assets, CASH]},
         }
 
@@ -344,6 +362,8 @@ class PortBenchAgent(StepwiseAgent):
             run, "weights", weights_text,
             lambda a, f: check_weights(a, f, obs, signals, profile),
         )
+        summary["alignment"] = answer_breaches([a.error for a in s3.attempts
+                                                if a.kind in ("ok", "invalid")])
         if not s3.ok:
             return self._failed(run, s3, version, summary)
         target: dict[str, float] = s3.parsed

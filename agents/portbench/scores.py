@@ -14,11 +14,15 @@ the store (the last recorded price of each UTC day):
 - S4 ``max(0, 1 - |tau - tau*| / max(tau, tau*, 1e-4))``: executed turnover (0 when the risk
   monitor kept the portfolio) against the turnover to ``w*``;
 - S5 ``0.5 * d + 0.5 * clip(1 - (e_VaR + e_DD) / 2, 0, 1)``: the rebalance decision against the
-  5 % drift rule and the relative errors of the VaR and drawdown estimates against historical
-  simulation over the lookback window (known at decision time, so never pending);
+  5 % drift rule applied to the oracle weights ``w*`` (their largest change from the current
+  weights) and the relative errors of the VaR and drawdown estimates against historical
+  simulation of ``w*`` over the lookback window (the paper's ground truth: pending like S1..S4);
 - CEPS ``clip(mean - 0.1 * sum of drops, 0, 1)`` (:func:`ceps`).
 
-S1..S4 and CEPS need the horizon's closes: until the horizon has passed they are ``None`` (pending).
+The lookback window is the agent's ``cov_window`` (stored in the workflow as ``lookback``;
+:data:`LOOKBACK` for workflows stored before it was).
+
+S1..S5 and CEPS need the horizon's closes: until the horizon has passed they are ``None`` (pending).
 Delayed scoring: the daemon stores them in ``stage_scores`` once the horizon has passed
 (:mod:`agents.portbench.stage_scoring`, through :func:`score_rows`, the single computation); the
 report reads those rows and shows a decision without them as pending. A store without the table is
@@ -40,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from daemon.core.price_bursts import read_prices
+from scoring.stats.benchmarks import historical_var
 from scoring.stats.diversification import diversification_from_returns
 
 CASH = "CASH"
@@ -49,8 +54,11 @@ VIEW_SCALE = 0.10
 SIGNAL_THRESHOLD = 0.2
 #: Daily closes after the decision that make up the scoring horizon (default).
 HORIZON = 5
-#: Daily closes before the decision that make up the lookback window.
+#: Daily returns before the decision that make up the lookback window, for workflows that do
+#: not store theirs (``lookback``, the agent's ``cov_window``).
 LOOKBACK = 60
+#: Largest single-asset drift that needs no rebalancing (the paper's S5 trigger).
+DRIFT_THRESHOLD = 0.05
 #: Iteration cap of the maximum-Sharpe solver.
 MAX_SHARPE_ITERATIONS = 100_000
 #: Annual risk-free rate of the maximum-Sharpe reference.
@@ -107,6 +115,19 @@ def s5_score(answer: Mapping[str, Any], truth: Mapping[str, Any]) -> float:
         for k in ("var_95", "max_drawdown")
     ]
     return 0.5 * d + 0.5 * min(1.0, max(0.0, 1.0 - sum(errs) / 2.0))
+
+
+def oracle_risk(hist: np.ndarray, weights: Sequence[float], drift: float) -> dict[str, Any]:
+    """Return S5's ground truth: the one-day 95 % VaR and maximum drawdown of ``weights`` by
+    historical simulation over ``hist`` (``T x A`` daily returns, CASH earning 0) and the drift
+    rule's rebalance flag (``drift`` above :data:`DRIFT_THRESHOLD`)."""
+    if hist.shape[0] == 0:
+        return {"var_95": None, "max_drawdown": None, "rebalance": drift > DRIFT_THRESHOLD}
+    port = hist @ np.asarray(weights, dtype=float)
+    nav = np.concatenate(([1.0], np.cumprod(1.0 + port)))
+    dd = float(np.min(nav / np.maximum.accumulate(nav) - 1.0))
+    var = historical_var(port, window=port.size, min_periods=1)
+    return {"var_95": var, "max_drawdown": dd, "rebalance": drift > DRIFT_THRESHOLD}
 
 
 def project_hyperplane_orthant(z: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -206,8 +227,6 @@ def score_decision(
     scores: dict[str, float | None] = dict.fromkeys(STAGES)
     if "failed_step" in summary or "risk" not in summary:
         return StageScores(ts, scores, None, failed=True)
-    if "risk" in summary:
-        scores["S5"] = s5_score(summary["risk"], summary["risk_truth"])
     views: Mapping[str, float] = summary.get("views", {})
     assets = sorted(views)
     fut = _window(closes, assets, ts, before=False, n=horizon)
@@ -219,7 +238,8 @@ def score_decision(
     if "signals" in summary:
         scores["S2"] = s2_score(summary["signals"], truth)
     if "weights" in summary:
-        past = _window(closes, assets, ts, before=True, n=LOOKBACK)
+        lookback = int(summary.get("lookback", LOOKBACK))
+        past = _window(closes, assets, ts, before=True, n=lookback)
         hist = past[1:] / past[:-1] - 1.0 if past.shape[0] > 2 else np.zeros((0, len(assets)))
         fret = fut[1:] / fut[:-1] - 1.0
         buys = [i for i, a in enumerate(assets) if summary["signals"].get(a) == "buy"]
@@ -243,6 +263,9 @@ def score_decision(
         tau = summary["execution"]["turnover"] if summary.get("applied") else 0.0
         tau_star = math.fsum(abs(oracle[a] - current.get(a, 0.0)) for a in assets)
         scores["S4"] = s4_score(tau, tau_star) if "risk" in summary else None
+        drift = max((abs(oracle[a] - current.get(a, 0.0)) for a in assets), default=0.0)
+        risk_gt = oracle_risk(hist, [oracle[a] for a in assets], drift)
+        scores["S5"] = s5_score(summary["risk"], risk_gt)
     done = [scores[s] for s in STAGES]
     if any(v is None for v in done):
         return StageScores(ts, scores, None)
@@ -363,9 +386,8 @@ def score_connection(
 
     ``stored`` (and no ``classes``, and the horizon the daemon stores, :data:`HORIZON`): the
     scores the daemon stored in ``stage_scores`` once each decision's horizon had passed; a
-    decision without them is pending (its S5, known at decision time, computed from the
-    workflow). A store without the table (before schema v9), or ``stored=False``: every score
-    computed from the store now.
+    decision without them is pending. A store without the table (before schema v9), or
+    ``stored=False``: every score computed from the store now.
     """
     protocol, own = portbench_agents(
         con.execute("SELECT config_json FROM runs ORDER BY id").fetchall())
@@ -385,7 +407,7 @@ def score_connection(
         row = kept.get((agent, ts))
         if row is not None and "CEPS" in row and all(s in row for s in STAGES):
             got = StageScores(ts, {s: row[s] for s in STAGES}, row["CEPS"])
-        else:  # not scored yet: no future close read (S5 needs none)
+        else:  # not scored yet: pending (every stage needs the oracle's future closes)
             got = score_decision(summary, ts, {}, own.get(agent, {}), horizon=horizon)
         out.setdefault(agent, []).append(got)
     return out

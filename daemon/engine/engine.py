@@ -73,10 +73,20 @@ def schedule_spec(cfg: ScheduleConfig) -> ScheduleSpec:
                         at=cfg.at, timezone=cfg.timezone)
 
 
+#: Agent kinds whose rolling covariance window (``cov_window``) is read from the history.
+_WINDOWED_KINDS = frozenset({"risk_parity", "equal_risk_contribution", "min_variance"})
+
+
 def history_days(config: Config) -> int:
-    """Return the daily closes kept per asset: 30, or what an AlphaForgeBench strategy's
-    lookback needs (its frame is those closes plus the current price)."""
+    """Return the daily closes kept per asset: 30, or more when an agent's window needs them.
+
+    An AlphaForgeBench strategy's frame is its lookback's closes plus the current price; a
+    PortBench agent's or covariance baseline's ``cov_window`` returns need ``cov_window + 1``
+    closes (issue 29: the window is never capped by the history kept).
+    """
     need = [a.strategy.lookback - 1 for a in config.agents if a.protocol == "alphaforgebench"]
+    need += [a.cov_window + 1 for a in config.agents
+             if a.protocol == "portbench" or a.kind in _WINDOWED_KINDS]
     return max([HISTORY_DAYS, *need])
 
 

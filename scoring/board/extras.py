@@ -9,6 +9,9 @@ that apply to the store, so a board without them is unchanged:
   counts and the pending count per stage (:mod:`agents.portbench.scores`, horizon
   :data:`~agents.portbench.scores.HORIZON` daily closes, every decision of the store; the
   scores the daemon stored once each horizon had passed, :mod:`agents.portbench.stage_scoring`);
+- ``portbench_profiles``: per ``portbench`` agent its profile alignment score, per model the
+  adaptation score and, in a stress window, each agent's stress CEPS against the window's
+  threshold (:mod:`agents.portbench.profile_scores`; issue 29);
 - ``stress_gate``: per equity agent the drawdown against its profile's tolerance, for stores of a
   PortBench evaluation (:mod:`agents.portbench.stress_gate`);
 - ``alphaforge``: AlphaForgeBench versions and the latest instability run, without the per-run
@@ -26,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.alphaforgebench.report import board_section, html_section
+from agents.portbench.profile_scores import profile_html, profile_lines, read_profile_scores
 from agents.portbench.report import gate_html, portbench_html, portbench_lines
 from agents.portbench.scores import score_connection, summarise
 from agents.portbench.stress_gate import format_gate, wants_gate, window_gate
@@ -40,6 +44,10 @@ def board_extras(con: sqlite3.Connection, rows: Sequence[Mapping[str, Any]],
     if portbench:
         out["portbench"] = portbench
     ceps = {a: {"CEPS": m.get("CEPS")} for a, m in portbench.items()}
+    profiles = read_profile_scores(con, agents_cfg, {a: m.get("CEPS") for a, m in
+                                                     portbench.items()})
+    if profiles:  # issue 29: PAS, adaptation, stress CEPS (Table 6)
+        out["portbench_profiles"] = profiles
     groups = run_groups(rows, agents_cfg, ceps if ceps else None)
     if groups:
         out["run_groups"] = groups
@@ -55,6 +63,7 @@ def extras_text(board: Mapping[str, Any]) -> str:
     """Return the text blocks of the extras (``""`` when the board has none)."""
     lines = (format_groups(board.get("run_groups") or [])
              + portbench_lines(board.get("portbench") or {})
+             + profile_lines(board.get("portbench_profiles") or {})
              + format_gate(board.get("stress_gate") or {}))
     return "\n".join(lines) + "\n" if lines else ""
 
@@ -97,6 +106,7 @@ def extras_html(board: Mapping[str, Any]) -> str:
             "<th class='l'>market</th><th class='l'>group</th><th>runs</th><th>return</th>"
             "<th>Sharpe</th><th>max drawdown</th><th>composite</th><th>valid</th>", rows))
     out.append(portbench_html(board.get("portbench") or {}))
+    out.append(profile_html(board.get("portbench_profiles") or {}))
     out.append(gate_html(board.get("stress_gate") or {}))
     out.append(html_section(board.get("alphaforge")))
     return "".join(out)

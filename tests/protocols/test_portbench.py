@@ -129,6 +129,9 @@ async def test_equity_cap_is_enforced_and_named(server: FakeLlmServer, monkeypat
     retry = server.prompts()[3]
     assert "equity cap of the conservative profile broken: equities and crypto 60.0% > 40%" in retry
     assert d.allocation == pytest.approx({"SPY": 0.4, "TLT": 0.6, "GLD": 0.0, CASH: 0.0})
+    # The breach is kept for the profile alignment score (one of two answers broke the cap).
+    assert json.loads(d.raw_output)["alignment"] == {"answers": 2, "equity_cap": 1,
+                                                     "bond_floor": 0}
 
 
 async def test_bond_floor_breach_holds_naming_the_limit(
@@ -143,7 +146,9 @@ async def test_bond_floor_breach_holds_naming_the_limit(
         "step weights: invalid output: bond floor of the conservative profile broken: bonds and"
         " cash (CASH included) 30.0% < 40% (attempt 2 of 2)"
     )
-    assert json.loads(d.raw_output)["failed_step"] == "weights"
+    summary = json.loads(d.raw_output)
+    assert summary["failed_step"] == "weights"
+    assert summary["alignment"] == {"answers": 2, "equity_cap": 0, "bond_floor": 2}
     assert server.steps == ["views", "signals", "weights", "weights"]
 
 
@@ -284,14 +289,14 @@ async def test_example_config_replays_the_sample(
     assert w.get("GLD", 0.0) == 0.0 and w.get("BTC-USD", 0.0) == 0.0
     assert "bonds" in views_prompt and "crypto" in views_prompt and "BTC-USD" in views_prompt
     con.close()
-    # Stage scores from the store: S5 at once; S1..S4 and CEPS once 2 later closes exist, the
-    # last decisions of the window pending.
+    # Stage scores from the store: S1..S5 and CEPS once 2 later closes exist (S5 against the
+    # oracle's weights, issue 29), the last decisions of the window pending.
     from agents.portbench.scores import format_table, summarise
     from daemon.store.reports import portbench_scores
 
     by_agent = portbench_scores(str(tmp_path / "pb.db"), horizon=2)
     m = summarise(by_agent["portbench"])
-    assert m["decisions"] == outcomes["ok"] and m["S5_pending"] == 0
+    assert m["decisions"] == outcomes["ok"] and m["S5_pending"] == m["pending"]
     assert 1 <= m["pending"] < m["decisions"] and m["CEPS"] is not None
     assert all(0.0 <= m[s] <= 1.0 for s in ("S1", "S2", "S3", "S4", "S5")), m
     assert "pending" not in format_table(by_agent).splitlines()[1]
@@ -319,6 +324,24 @@ async def test_example_config_replays_the_sample(
     assert board["portbench"]["portbench"]["decisions"] == outcomes["ok"]
     assert set(board["stress_gate"]) >= {"portbench", "min_variance", "equal_weight"}
     assert board["stress_gate"]["portbench"]["tolerance"] == pytest.approx(0.20)
+    # Profile alignment (issue 29): the mean over decisions of the equity-cap, bond-floor and
+    # VaR-limit checks, recomputed from the stored workflows (no stress window: 2026).
+    con = sqlite3.connect(tmp_path / "pb.db")
+    checks = []
+    for (raw,) in con.execute("SELECT raw_output FROM decisions WHERE agent='portbench'"
+                              " AND outcome='ok'"):
+        s = json.loads(raw)
+        n, a = s["alignment"]["answers"], s["alignment"]
+        c = [1 - a["equity_cap"] / n, 1 - a["bond_floor"] / n]
+        if s["risk_truth"]["var_95"] is not None:
+            c.append(1.0 if s["risk_truth"]["var_95"] >= -0.02 else 0.0)
+        checks.append(sum(c) / len(c))
+    con.close()
+    pas = board["portbench_profiles"]["pas"]["portbench"]
+    assert pas["PAS"] == pytest.approx(sum(checks) / len(checks)) and pas["profile"] == "balanced"
+    assert pas["decisions"] == outcomes["ok"] and "stress_ceps" not in board["portbench_profiles"]
+    assert "PortBench profile alignment (PAS" in report
     page = html.read_text()
     assert "PortBench stage scores" in page and "Stress gate" in page
+    assert "PortBench profile alignment</h2>" in page
     assert "<section class='portbench'><h2>PortBench stage scores</h2>" in page

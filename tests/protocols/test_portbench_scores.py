@@ -86,8 +86,8 @@ CLASSES = {"SPY": "equities", "TLT": "bonds", "GLD": "commodities"}
 def test_scores_wait_for_the_horizon() -> None:
     early = score_decision(SUMMARY, T, closes(3), CLASSES, horizon=5)
     assert early.pending and early.ceps is None
-    assert early.scores["S5"] == 1.0
-    assert [early.scores[s] for s in ("S1", "S2", "S3", "S4")] == [None] * 4
+    # S5's ground truth comes from the oracle's weights (issue 29): pending like S1..S4.
+    assert [early.scores[s] for s in ("S1", "S2", "S3", "S4", "S5")] == [None] * 5
 
 
 def test_scores_after_the_horizon() -> None:
@@ -111,10 +111,24 @@ def test_scores_after_the_horizon() -> None:
     assert sc.scores["S3"] == pytest.approx(0.5 * s_acc + 0.5 * corr)
     tau_star = abs(w_star[0] - 0.5) + w_star[1]  # from SPY 50 % / CASH 50 % to w*
     assert sc.scores["S4"] == pytest.approx(1.0 - abs(0.4 - tau_star) / max(0.4, tau_star))
+    # S5 against the oracle: its portfolio's returns over the lookback (CASH earns 0), the
+    # 5th percentile (linear interpolation, by hand), its drawdown, its drift from the current.
+    port = [w_star[0] * r[0] + w_star[1] * r[1] for r in hist]
+    srt, k = sorted(port), 0.05 * (len(port) - 1)
+    var = srt[int(k)] + (k - int(k)) * (srt[int(k) + 1] - srt[int(k)])
+    nav, peak, dd = 1.0, 1.0, 0.0
+    for r in port:
+        nav *= 1.0 + r
+        peak = max(peak, nav)
+        dd = min(dd, nav / peak - 1.0)
+    drift = max(abs(w_star[0] - 0.5), abs(w_star[1]))
+    e = (abs(-0.01 - var) / abs(var) + abs(-0.02 - dd) / abs(dd)) / 2.0
+    s5 = 0.5 * float(drift > 0.05) + 0.5 * min(1.0, max(0.0, 1.0 - e))
+    assert sc.scores["S5"] == pytest.approx(s5)
     s = [sc.scores[k] for k in ("S1", "S2", "S3", "S4", "S5")]
     assert sc.ceps == pytest.approx(ceps(s))
     m = summarise([sc, score_decision(SUMMARY, T + 3 * DAY, closes(5), CLASSES, horizon=5)])
-    assert m["pending"] == 1 and m["S1_pending"] == 1 and m["S5_pending"] == 0
+    assert m["pending"] == 1 and m["S1_pending"] == 1 and m["S5_pending"] == 1
     assert m["S1"] == pytest.approx(0.85) and m["CEPS"] == pytest.approx(sc.ceps)
     table = format_table({"pb": [sc]})
     assert table.splitlines()[1].startswith("pb") and "0.850" in table
