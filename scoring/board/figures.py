@@ -189,7 +189,8 @@ def _capitalbench(values: Sequence[float], assets: Sequence[str], prices: np.nda
 
 def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
                      assets: list[str], returns: np.ndarray,
-                     questions: Mapping[str, Sequence[str]] | None = None) -> dict[str, float]:
+                     questions: Mapping[str, Sequence[str]] | None = None,
+                     cache: dict[Any, Any] | None = None) -> dict[str, float]:
     """Return the mean over marks of s_intra / s_inter / s_corr of the portfolio held.
 
     ``h`` and ``pz`` are the units and prices panels (CASH last); correlations come from the
@@ -198,14 +199,19 @@ def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
     (:func:`scoring.stats.diversification.signed_question_exposures`).
     """
     if questions is not None:
-        return _question_diversification(h * pz, assets, returns, questions)
+        return _question_diversification(h * pz, assets, returns, questions, cache)
     panel = np.column_stack([returns, np.zeros(returns.shape[0])])
     names = [*assets, CASH]
     cls = {**{a: classes.get(a, a) for a in assets}, CASH: "cash"}
     acc: dict[str, list[float]] = {"s_intra": [], "s_inter": [], "s_corr": []}
     if panel.shape[0] < 2:
         return {k: _NAN for k in acc}
-    corr = class_correlations(panel, names, cls)  # the whole class's, once for the window
+    key = ("assets", returns.shape, returns.tobytes())  # the same window: the same classes
+    corr = cache.get(key) if cache is not None else None
+    if corr is None:
+        corr = class_correlations(panel, names, cls)  # the whole class's, once for the window
+        if cache is not None:
+            cache[key] = corr
     held = h * pz
     for row in held:
         v = float(row.sum())
@@ -219,7 +225,8 @@ def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
 
 
 def _question_diversification(held: np.ndarray, assets: list[str], returns: np.ndarray,
-                              questions: Mapping[str, Sequence[str]]) -> dict[str, float]:
+                              questions: Mapping[str, Sequence[str]],
+                              cache: dict[Any, Any] | None = None) -> dict[str, float]:
     """Return the mean s_intra / s_inter / s_corr with questions as the unit of exposure.
 
     A question's series is its YES token's mark-to-mark return (its NO token's, negated, when
@@ -239,7 +246,13 @@ def _question_diversification(held: np.ndarray, assets: list[str], returns: np.n
         elif len(toks) > 1 and toks[1] in col:
             series[:, i] = -returns[:, col[toks[1]]]
     panel = np.column_stack([series, np.zeros(series.shape[0])])
-    corr = class_correlations(panel, [*names, CASH], {**{q: q for q in names}, CASH: "cash"})
+    key = ("questions", tuple(names), panel.shape, panel.tobytes())
+    corr = cache.get(key) if cache is not None else None
+    if corr is None:
+        corr = class_correlations(panel, [*names, CASH],
+                                  {**{q: q for q in names}, CASH: "cash"})
+        if cache is not None:
+            cache[key] = corr
     for row in held:
         v = float(row.sum())
         if not v > 0:
@@ -385,7 +398,7 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         figures |= _diversification(h, pz, classes.get(market, {}), panel.assets,
                                     _asset_returns(prices),
                                     store.questions.get(market, {}) if market == "polymarket"
-                                    else None)
+                                    else None, store.corr_cache)
         if market == "polymarket":
             figures |= _brier(store, market, mark_ts, h * pz, [*panel.assets, CASH], hi)
     else:

@@ -109,6 +109,8 @@ class _Store:
     llm: dict[Key, list[tuple[float, Any, Any, Any, Any]]] = field(default_factory=dict)
     """Model calls per (agent, market): (scheduled_ts, tokens_in, tokens_out, latency_s,
     cost_usd)."""
+    corr_cache: dict[Any, Any] = field(default_factory=dict)
+    """Class correlations of a window's asset returns, computed once for every agent."""
 
 
 # ----------------------------------------------------------------------------- loading
