@@ -61,6 +61,10 @@ from daemon.core.logs import redact_text, register_secret
 
 log = structlog.get_logger(__name__)
 
+#: The key sent to a model server at a loopback ``api_base`` when no key is configured (not a
+#: secret: LiteLLM's OpenAI-compatible providers only need some key to make the call).
+LOOPBACK_PLACEHOLDER_KEY = "paperarena-loopback-no-key"
+
 #: HTTP statuses worth retrying (timeout, conflict, rate limit); 5xx are retried too.
 RETRY_STATUSES = frozenset({408, 409, 429})
 #: Seconds added to the configured timeout before the call is cancelled from outside.
@@ -291,21 +295,22 @@ class LlmAgent:
                 usage=_usage(()),
                 template_version=template_version,
             )
-        api_key: str | None = None
-        if self.cfg.api_key_env:
-            api_key = os.environ.get(self.cfg.api_key_env)
-            if not api_key and self.cfg.api_base and is_loopback_url(self.cfg.api_base):
-                api_key = "none"  # a local server: no key needed (start-up allowed it)
-            if not api_key:
-                return AgentDecision(
-                    allocation=None,
-                    outcome="error",
-                    reason=f"environment variable {self.cfg.api_key_env} (api_key_env) is not set",
-                    attempts=0,
-                    usage=_usage(()),
-                    template_version=template_version,
-                )
+        api_key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None
+        if api_key:
             register_secret(api_key)  # never stored nor logged, even if a model echoes it
+        elif self.cfg.api_base and is_loopback_url(self.cfg.api_base):
+            # A local server needs no key, but LiteLLM's OpenAI-compatible providers refuse to
+            # call without one ("Missing credentials"): a placeholder, for loopback hosts only.
+            api_key = LOOPBACK_PLACEHOLDER_KEY
+        elif self.cfg.api_key_env:
+            return AgentDecision(
+                allocation=None,
+                outcome="error",
+                reason=f"environment variable {self.cfg.api_key_env} (api_key_env) is not set",
+                attempts=0,
+                usage=_usage(()),
+                template_version=template_version,
+            )
         return DecisionRun(obs=obs, day=day, api_key=api_key)
 
     async def decide(self, obs: Observation) -> AgentDecision:
