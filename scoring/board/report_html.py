@@ -402,7 +402,7 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
     for r in rows:
         vs = r.get("vs_next") or {}
         p = vs.get("p_value_holm")
-        detail = (f" (Holm-adjusted p = {p:.3f}, {vs.get('days')} days)" if p is not None
+        detail = (f" (Holm-adjusted p = {_p(p)}, {vs.get('days')} days)" if p is not None
                   else "")
         tie = (f" <span class='tie' title='not significantly ahead of the next rank{detail}'>"
                "≈</span>") if r.get("tied_with_next") else ""

@@ -326,7 +326,9 @@ def significance_table(board: Mapping[str, Any]) -> list[str]:
     """Return the third table (Sharpe tests, rank stability, MCS) and each market's MCS band."""
 
     def p3(x: float | None) -> str:
-        return "-" if x is None else f"{x:.3f}"
+        if x is None:
+            return "-"
+        return "<.0001" if x < 1e-4 else f"{x:.3f}"  # never 0: at least 1 / (B + 1)
 
     def share(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"

@@ -369,3 +369,38 @@ def test_polymarket_store_single_question_and_annulled_brier(tmp_path: Path) -> 
     # q2 was annulled 50/50: out of the Brier score, counted apart.
     assert rows["yes"]["brier_questions"] == 1 and rows["yes"]["brier_annulled"] == 1
     assert rows["yes"]["brier"] == pytest.approx(0.0)
+
+
+# ----------------------------------------------------------------------------- replayed
+
+
+def test_replayed_cash_accrues_the_rate_and_scores_no_negative_ratio(tmp_path: Path) -> None:
+    import asyncio
+
+    from daemon.app.replay import replay
+    from daemon.config.settings import load_config
+    from tests.recordings import TINY_CONFIG, make_recording
+
+    rec = tmp_path / "rec.jsonl.gz"
+    make_recording(rec, days=6)
+    cfg_path = tmp_path / "rf.toml"
+    cfg_path.write_text(TINY_CONFIG.replace(
+        '[markets.equity]\n', '[markets.equity]\nrisk_free_rate = 0.05\n').replace(
+        '[markets.polymarket]\n', '[markets.polymarket]\nrisk_free_rate = 0.05\n')
+        + "\n[http]\nenabled = false\n")
+    db = tmp_path / "rf.db"
+    asyncio.run(replay(rec, load_config(cfg_path), db, progress=False))
+    con = sqlite3.connect(db)
+    for market in ("equity", "polymarket"):
+        cash = [v for (v,) in con.execute(
+            "SELECT value FROM equity WHERE agent='cash' AND market=? AND kind='daily'"
+            " ORDER BY ts", (market,))]
+        assert len(cash) >= 3
+        # Every daily mark grows the cash by the rate of one period, 0.05 / 252.
+        assert np.diff(cash) / np.array(cash[:-1]) == pytest.approx(0.05 / 252, rel=1e-9)
+    board = leaderboard(db)
+    assert board["conventions"]["risk_free_rate"] == {"equity": 0.05, "polymarket": 0.05}
+    for r in board["rows"]:
+        if r["agent"] == "cash":
+            assert r["sharpe"] is None and r["sortino"] is None  # never -sqrt(252)
+            assert r["cumulative_excess_return"] == pytest.approx(0.0, abs=1e-12)
