@@ -90,6 +90,22 @@ LIVE_FIELDS: tuple[str, ...] = (
 # ----------------------------------------------------------------------------- the board
 
 
+def _risk_free(cfg: dict[str, Any]) -> dict[str, float]:
+    """Return each market's risk-free rate a year: the rate its CASH accrued.
+
+    Since issue 27 every stored config names ``risk_free_rate`` in both markets and the engine
+    accrues it on cash. A store written before (its Polymarket section has no rate) never
+    accrued one, whatever its equity section states: its rate is 0, the one convention for
+    cash, Sharpe, Sortino, ranks and tests.
+    """
+    poly = cfg.get("polymarket")
+    if isinstance(poly, dict) and poly and "risk_free_rate" not in poly:
+        return {"equity": 0.0, "polymarket": 0.0}
+    return {m: float((cfg.get(m) or {}).get("risk_free_rate", 0.0))
+            for m in ("equity", "polymarket")}
+
+
+
 def report_of(con: sqlite3.Connection, *,
               window: tuple[float | None, float | None] = (None, None),
               min_valid_rate: float | None = None, min_days: int | None = None) -> Report:
@@ -108,8 +124,7 @@ def report_of(con: sqlite3.Connection, *,
         min_days = int(store.board_cfg.get("min_days", MIN_DAYS))
     cfg = store.markets_cfg
     # One risk-free convention (issue 27, point 6): CASH accrued each market's configured rate.
-    rf = {m: float((cfg.get(m) or {}).get("risk_free_rate", 0.0)) for m in ("equity",
-                                                                          "polymarket")}
+    rf = _risk_free(cfg)
     initial = {m: float(cfg.get(m, {}).get("initial_cash", 0.0)) for m in rf}
     classes = _asset_classes(store)
     store.bench = {m: _benchmarks(store, m) for m in store.panels}

@@ -404,3 +404,23 @@ def test_replayed_cash_accrues_the_rate_and_scores_no_negative_ratio(tmp_path: P
         if r["agent"] == "cash":
             assert r["sharpe"] is None and r["sortino"] is None  # never -sqrt(252)
             assert r["cumulative_excess_return"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_store_from_before_the_accrual_uses_no_rate(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    build_store(db, {"A": [100.0, 101.0, 103.0, 102.0, 104.0]},
+                {"a": {0: {"A": 1.0}}, "cash": {0: {"CASH": 1.0}}}, rf=0.04)
+    con = sqlite3.connect(db)
+    (cfg_json,) = con.execute("SELECT config_json FROM runs").fetchone()
+    cfg = json.loads(cfg_json)
+    cfg["markets"]["polymarket"] = {"initial_cash": 500.0}  # no rate: written before issue 27
+    con.execute("UPDATE runs SET config_json=?", (json.dumps(cfg),))
+    con.commit()
+    con.close()
+    board = leaderboard(db)
+    # Its cash never accrued the stated 4 %: the report uses 0, so all cash is not -sqrt(252).
+    assert board["conventions"]["risk_free_rate"] == {"equity": 0.0, "polymarket": 0.0}
+    cash = rows_by_agent(board)["cash"]
+    assert cash["sortino"] is None and cash["sharpe"] is None
+    r = np.array([101 / 100, 103 / 101, 102 / 103, 104 / 102]) - 1
+    assert rows_by_agent(board)["a"]["sharpe"] == pytest.approx(sharpe(r, 252, 0.0))
