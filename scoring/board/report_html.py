@@ -25,6 +25,7 @@ from typing import Any
 
 from scoring.board.extras import extras_html
 from scoring.board.load import AgentCurves, Report
+from scoring.board.significance_html import mcs_band, p_text, significance_cells
 from scoring.board.text import LEGEND
 from scoring.stats.benchmarks import CASH, ROLLING_KS
 
@@ -402,7 +403,7 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
     for r in rows:
         vs = r.get("vs_next") or {}
         p = vs.get("p_value_holm")
-        detail = (f" (Holm-adjusted p = {_p(p)}, {vs.get('days')} days)" if p is not None
+        detail = (f" (Holm-adjusted p = {p_text(p)}, {vs.get('days')} days)" if p is not None
                   else "")
         tie = (f" <span class='tie' title='not significantly ahead of the next rank{detail}'>"
                "≈</span>") if r.get("tied_with_next") else ""
@@ -458,43 +459,6 @@ def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, 
             f"{_esc(r['agent'])}: {_esc(r.get('provisional_reason') or '')}"
             for r in provisional) + ".</p>")
     return "".join(out)
-
-
-def _p(x: float | None) -> str:
-    """Format a p-value (3 decimals; '< 0.0001' below)."""
-    if x is None:
-        return "–"
-    return "&lt; 0.0001" if x < 1e-4 else f"{x:.3f}"
-
-
-def significance_cells(r: Mapping[str, Any]) -> str:
-    """Return the significance cells of a row: PSR / DSR, MinTRL, rank stability, MCS, tests."""
-    stab = r.get("rank_stability") or {}
-    vs = r.get("vs_next") or {}
-    days = r.get("min_trl_days")
-    trl = ("never" if r.get("psr") is not None else "–") if days is None else (
-        f"{days}" + ("" if r.get("distinguishable") else
-                     " <span class='note' title='fewer days than the minimum track record "
-                     "length: not yet distinguishable'>(not yet)</span>"))
-    mcs = "–" if r.get("in_mcs") is None else ("<b>in</b>" if r["in_mcs"] else "out")
-    share = (f"{_pct(stab.get('top1'), 1).lstrip('+')} / {_pct(stab.get('top3'), 1).lstrip('+')}"
-             if stab else "–")
-    tests = ("–" if not vs else f"{_p(vs.get('p_value'))} ({_p(vs.get('p_value_holm'))}); "
-             f"Sharpe {_p(vs.get('sharpe_p_value'))} ({_p(vs.get('sharpe_p_value_holm'))})")
-    return (f"<td>{_num(r.get('psr'), 3)} / {_num(r.get('dsr'), 3)}</td><td>{trl}</td>"
-            f"<td>{share}</td><td>{_p(stab.get('p_to_best'))}</td><td>{mcs}</td>"
-            f"<td>{tests}</td>")
-
-
-def mcs_band(info: Mapping[str, Any]) -> str:
-    """Return the market's Model Confidence Set as a band above its table ('' without one)."""
-    mcs = info.get("mcs") or {}
-    if not mcs.get("agents"):
-        return ""
-    return (f"<p class='mcs'><b>{100 * mcs.get('level', 0.9):.0f}% Model Confidence Set</b> "
-            "(Hansen, Lunde and Nason; agents not distinguishable from the best over "
-            f"{mcs.get('days')} days): {_esc(', '.join(mcs['agents']))}. "
-            f"{info.get('comparisons', 0)} paired comparisons, Holm-adjusted.</p>")
 
 
 def _regime_table(rows: Sequence[Mapping[str, Any]]) -> str:
