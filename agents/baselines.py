@@ -7,7 +7,10 @@ token with the higher price; YES on a tie).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
+
+import numpy as np
 
 from agents.base import CASH, AgentDecision, Observation
 
@@ -123,3 +126,42 @@ class Momentum:
         scored.sort(key=lambda x: (-x[0], x[1]))
         chosen = [a for _, a in scored[: self.top_k]]
         return _decision(equal_weights(chosen), f"momentum top {len(chosen)}")
+
+
+class RandomGuess:
+    """Allocate at random, seeded: the chance baseline (LiveTradeBench asks whether LLM agents
+    are merely random guessers).
+
+    Each decision draws weights over the priced assets and CASH from a flat Dirichlet
+    distribution (every split of the account equally likely); on Polymarket it first picks a
+    side of each question at random (a side without a price gives way to the other). The
+    generator is seeded from ``seed``, the agent id and the decision time, so a decision is the
+    same in every replay and after a restart, whatever ran before it.
+    """
+
+    def __init__(self, agent_id: str, *, seed: int = 0) -> None:
+        self.id = agent_id
+        self.seed = seed
+
+    def rng(self, obs: Observation) -> np.random.Generator:
+        """Return the generator of the decision ``obs`` asks for."""
+        return np.random.default_rng([self.seed, zlib.crc32(f"{self.id}/{obs.market}".encode()),
+                                      round(obs.decision_ts * 1000)])
+
+    async def decide(self, obs: Observation) -> AgentDecision:
+        """Return random weights over the investable assets and CASH."""
+        rng = self.rng(obs)
+        if obs.questions:
+            slots = []
+            for q in obs.questions:
+                first, other = (q.yes, q.no) if rng.integers(2) == 0 else (q.no, q.yes)
+                if first in obs.prices:
+                    slots.append(first)
+                elif other in obs.prices:
+                    slots.append(other)
+        else:
+            slots = [a for a in obs.assets if a in obs.prices]
+        w = rng.dirichlet(np.ones(len(slots) + 1))
+        weights = {a: float(x) for a, x in zip(slots, w[:-1], strict=True)}
+        weights[CASH] = float(w[-1])
+        return _decision(weights, f"random guess (seed {self.seed})")

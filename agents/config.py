@@ -55,12 +55,12 @@ PROFILE_LIMITS: dict[str, AllocationLimits] = {
 
 AgentKind = Literal[
     "buy_and_hold", "equal_weight", "cash", "momentum", "llm", "http",
-    "sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance",
+    "sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance", "random_guess",
 ]  # fmt: skip
 #: The agent kinds built into paperarena; any other ``kind`` names an installed plugin.
 BUILTIN_KINDS: tuple[str, ...] = (
     "buy_and_hold", "equal_weight", "cash", "momentum", "llm", "http",
-    "sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance",
+    "sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance", "random_guess",
 )  # fmt: skip
 
 
@@ -171,6 +171,10 @@ class AgentConfig(_Frozen):
     # momentum
     lookback_days: Annotated[int, Field(ge=1, le=250)] = 5
     top_k: Annotated[int, Field(ge=1, le=100)] = 3
+    # random_guess
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = Field(
+        default=0, description="random_guess: the seed of its draws (with its id and the time)"
+    )
     # covariance baselines (risk_parity, equal_risk_contribution, min_variance)
     cov_window: Annotated[int, Field(ge=2, le=250)] = Field(
         default=60, description="daily returns in the rolling covariance window (default 60)"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from agents.base import Agent
-from agents.baselines import AllCash, BuyAndHold, EqualWeightRebalanced, Momentum
+from agents.baselines import AllCash, BuyAndHold, EqualWeightRebalanced, Momentum, RandomGuess
 from agents.config import BUILTIN_KINDS, AgentConfig
 
 
@@ -26,6 +26,8 @@ def build_agent(cfg: AgentConfig, *, clock: Callable[[], float] | None = None) -
         return BuyAndHold(cfg.id)
     if cfg.kind == "momentum":
         return Momentum(cfg.id, lookback=cfg.lookback_days, top_k=cfg.top_k)
+    if cfg.kind == "random_guess":
+        return RandomGuess(cfg.id, seed=cfg.seed)
     if cfg.kind == "sixty_forty":
         from agents.portfolio_baselines import SixtyForty
 

@@ -133,7 +133,8 @@ def test_plugin_settings_are_validated_by_the_plugins_model(site: Path, tmp_path
 @pytest.mark.parametrize(("kind", "line"), [
     ("nope", "agents.0.kind: unknown agent kind 'nope': not built in (buy_and_hold,"
              " equal_weight, cash, momentum, llm, http, sixty_forty, risk_parity,"
-             " equal_risk_contribution, min_variance) and no installed package registers it in"
+             " equal_risk_contribution, min_variance, random_guess) and no installed package"
+             " registers it in"
              " the entry-point group 'paperarena.agents'"),
     ("broken", "agents.0.kind: agent t: plugin 'broken' (broken_plugin:Agent) failed to load:"
                " RuntimeError: half-installed package"),
