@@ -65,7 +65,7 @@ MIN_PAIRED_DAYS = 20
 #: Agent kinds that are baselines: every agent is compared with each one in its market.
 BASELINE_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "momentum",
                                    "sixty_forty", "risk_parity", "equal_risk_contribution",
-                                   "min_variance")
+                                   "min_variance", "random_guess")
 _CHUNK = 256  # columns per matrix product (bounds the memory of a large market)
 
 
