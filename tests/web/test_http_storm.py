@@ -90,3 +90,37 @@ async def test_a_reconnect_storm_gets_200_or_503_never_a_reset(tmp_path: Path) -
     assert api["200"] >= 0.95 * sum(api.values()), api
     for body in bodies:
         assert json.loads(body)["error"], body
+
+
+async def test_a_refused_stream_holds_no_connection_even_if_its_client_stays(
+        tmp_path: Path) -> None:
+    d = await start_daemon(tmp_path, make_config(max_connections=8))
+    assert d.obs.server is not None and d.obs.server._runner is not None
+    port = d.obs.server.port
+    served = d.obs.server._runner.server
+    assert served is not None
+    limit = d.obs.server.page.events.limit
+    opened: list[asyncio.StreamWriter] = []
+    try:
+        for _ in range(limit):  # every stream the API may spare
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            opened.append(writer)
+            writer.write(b"GET /api/events HTTP/1.1\r\nHost: x\r\n\r\n")
+            await reader.readuntil(b"event: hello")
+        for _ in range(3 * limit):  # refused streams whose clients keep their sockets open
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            opened.append(writer)
+            writer.write(b"GET /api/events HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            body = await reader.readexactly(length)
+            assert head.startswith(b"HTTP/1.1 503"), head
+            assert "too many event streams" in json.loads(body)["error"]
+            assert len(served.connections) == limit  # the refused one holds none
+            assert await reader.read() == b""  # the server ended it, though the client stays
+        status, _ = await _ask(port, "/api/agents")
+        assert status == "200"
+    finally:
+        for writer in opened:
+            writer.close()
+        await stop_daemon(d)
