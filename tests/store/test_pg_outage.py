@@ -138,3 +138,32 @@ def test_every_slot_has_one_row_through_a_postgresql_outage(tmp_path: Path) -> N
     assert errors and all("store" in r[3] for r in errors), rows  # the outage's slots
     assert all(r[1] < back_at for r in errors), (back_at, errors)  # none once it answers
     assert {r[2] for r in rows} <= {"skipped", "error", "missed", "abandoned"}, rows
+
+
+def test_a_stop_during_the_outage_logs_no_traceback(tmp_path: Path) -> None:
+    """SIGTERM while PostgreSQL is unreachable: the stop says what it could not store in one
+    line each (the rounds since the last stored one are the next start's ``missed``)."""
+    port = free_port()
+    (tmp_path / "c.toml").write_text(CONFIG + f"\n[http]\nenabled = true\nport = {port}\n")
+    log_path = tmp_path / "daemon.log"
+    with pg_database() as real, cut_proxy(real) as (url, proxy), open(log_path, "w") as log:
+        daemon = subprocess.Popen([sys.executable, "-m", "daemon.app.cli", "run", "--config",
+                                   str(tmp_path / "c.toml"), "--db", url],
+                                  cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}", timeout=HANG)
+            _wait(lambda: len({r[1] for r in _rows(real)}) >= 1, "a slot before the outage")
+            proxy.cut()
+            _wait(lambda: "store write failed" in log_path.read_text()
+                  or "could not read the store" in log_path.read_text(), "the fault is logged")
+            daemon.send_signal(signal.SIGTERM)
+            code = daemon.wait(HANG)
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+                daemon.wait()
+    text = log_path.read_text()
+    assert code != 0, text[-3000:]  # it could not commit its end: said, not hidden
+    assert "Traceback" not in text, text[-4000:]
+    assert "never retrieved" not in text, text[-4000:]
+    assert "daemon stopping" in text
