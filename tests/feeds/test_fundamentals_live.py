@@ -20,6 +20,7 @@ from daemon.core.bus import Bus
 from feeds.alpaca import MissingCredentialError
 from feeds.fundamentals import FundamentalsSettings, FundamentalsSource
 from feeds.health import SourceHealth
+from tests.helpers import HANG_GUARD
 from tests.protocols.test_stockbench_fundamentals import FakeProviders
 
 STOCKS = ["AAPL", "MSFT", "NVDA"]
@@ -80,7 +81,7 @@ async def test_live_daemon_polls_fundamentals_into_the_store(tmp_path: Path) -> 
         try:
             fund = [s for s in daemon.sources if isinstance(s, FundamentalsSource)]
             assert len(fund) == 1
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + HANG_GUARD
             while fund[0].state != "live" and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             assert fund[0].state == "live"
@@ -132,7 +133,7 @@ async def test_a_failed_poll_is_down_with_its_reason_and_retried(tmp_path: Path)
     src = FundamentalsSource(settings, ["AAPL"], publish)
     assert src.state == "connecting" and src.provides_prices is False
     task = asyncio.ensure_future(src.run())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + HANG_GUARD
     while src.errors < 2 and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     task.cancel()

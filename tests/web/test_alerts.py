@@ -38,6 +38,7 @@ from daemon.engine.engine import Engine
 from daemon.store.store import Store
 from daemon.timing.clock import LiveClock, SimClock
 from daemon.web.observability import Observability
+from tests.helpers import wait_for
 
 ASSETS = ("AAA", "BBB")
 #: Tuesday 2026-11-03 15:00 UTC: the NYSE is open.
@@ -309,10 +310,7 @@ async def test_a_live_breach_inside_the_interval_is_raised_without_another_price
         await prices(1.0)  # past the interval: checked, no breach
         assert monitor.raised == []
         await prices(0.5)  # a crash inside the interval, and then nothing
-        for _ in range(40):
-            if {a.agent for a in monitor.raised} >= {"ew", "bh"}:
-                break
-            await asyncio.sleep(0.1)
+        await wait_for(lambda: {a.agent for a in monitor.raised} >= {"ew", "bh"})
         assert {(a.kind, a.agent) for a in monitor.raised} == {
             (DRAWDOWN_BREACH, "ew"), (DRAWDOWN_BREACH, "bh")}
     finally:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from daemon.web import http as http_mod
 from daemon.web.metrics import LlmUsage, Metrics
 from daemon.web.observability import Observability
 from daemon.web.server import HttpBindError
+from tests.helpers import HANG_GUARD
 from tests.web.test_alerts import (
     SATURDAY,
     T0,
@@ -252,7 +254,8 @@ async def test_readyz_checks_store_and_feeds(tmp_path: Path,
         assert status == 503 and "store write probe" in body["store"]
         con.execute("ROLLBACK")
         con.close()
-        for _ in range(50):  # the probe still in flight gets through once the lock is gone
+        deadline = time.monotonic() + HANG_GUARD  # a hang guard only
+        while time.monotonic() < deadline:  # the probe in flight gets through once unlocked
             status, body = await d.get("/readyz")
             if status == 200:
                 break

@@ -43,6 +43,7 @@ from aiohttp import web
 
 from daemon.core.events import PriceEvent
 from feeds.recording import RecordingHeader, RecordingWriter
+from tests.helpers import HANG_GUARD
 from tests.llm_server import FakeLlmServer, answer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -394,7 +395,7 @@ async def run_scenario(tmp: Path) -> Scenario:
                     await asyncio.wait_for(daemon.wait(), 0.01)
             sc.daemon_rc = daemon.returncode
             # Alertmanager posts the Prometheus alert to the sink (it fired during the replay).
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + HANG_GUARD
             while time.monotonic() < deadline and not any(
                 a["labels"].get("alertname") == "PaperarenaDrawdownBreach"
                 for msg in received["/alertmanager"] for a in msg.get("alerts", [])
