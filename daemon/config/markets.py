@@ -54,10 +54,12 @@ class ScheduleConfig(_Frozen):
     at: str = Field(default="00:00", description="daily: wall time HH:MM in timezone")
     timezone: str = Field(default="America/New_York", description="IANA timezone of times/at")
     # issue 13 (StockBench): fill at the session's opening price
-    fill_at: Literal["latest", "session_open"] = Field(
-        default="latest", description="nyse: 'latest' fills at the latest price; 'session_open'"
-        " shows and fills at each stock's first regular-session price of the session (a round"
-        " before every stock has one is skipped); see docs/protocol-stockbench.md",
+    fill_at: Literal["latest", "session_open", "next_price"] = Field(
+        default="latest", description="'latest' fills at the latest price; 'session_open'"
+        " (nyse) shows and fills at each stock's first regular-session price of the session (a"
+        " round before every stock has one is skipped; docs/protocol-stockbench.md);"
+        " 'next_price' fills at each asset's first price after the decision (LiveTradeBench's"
+        " Eq. 2; docs/llm-agents.md)",
     )
 
     @model_validator(mode="after")

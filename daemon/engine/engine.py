@@ -421,6 +421,8 @@ class Engine:
                 else:
                     self._retry_equity.extend(self._equity_rows(market, fire_ts, "daily"))
                 return
+        if market in self.rounds:  # issue 29: fills due at the next prices
+            await self.rounds[market].fill_next_prices()
         before = self.books[market].state() if kind == "decide" else None
         resolved_before = set(self.state.resolved)
         try:

@@ -46,6 +46,7 @@ from daemon.core.bus import Bus
 from daemon.core.events import DecisionEvent, FillEvent, Market
 from daemon.core.logs import redact_text
 from daemon.core.sparse_rows import asset_list, encode_allocation, fill_columns
+from daemon.engine.next_fill import NEXT_PRICE_REASON, NextPriceFills
 from daemon.engine.round_gc import no_full_collection
 from daemon.market.coverage import PriceCoverage, format_age
 from daemon.market.open_fill import at_prices, missing_open_reason
@@ -157,6 +158,8 @@ class DecisionRound:
         """Agent -> its last fills as (scheduled_ts, (ts, weights, value after)), oldest first."""
         self._recent_limit: dict[str, int] = {}
         """Agent -> how many fills :attr:`_recent_fills` holds at most."""
+        self.next_fills: NextPriceFills | None = None
+        """The targets waiting for their next prices (``fill_at = "next_price"``; issue 29)."""
 
     async def run(self, scheduled_ts: float, *, missed: bool = False) -> RoundResult:
         """Run (or record as missed) the round scheduled at ``scheduled_ts``."""
@@ -295,8 +298,9 @@ class DecisionRound:
                     except InvalidAllocation as exc:
                         checked[agent_id] = exc
             targets = [(a, t) for a, t in checked.items() if not isinstance(t, InvalidAllocation)]
+            later = mc.schedule.fill_at == "next_price"  # filled by NextPriceFills
             with at_prices(book, opens):  # the session's opening prices, if so scheduled
-                applied = rebalance_many(book, targets)
+                applied = rebalance_many(book, [] if later else targets)
             slot_of = {a: i for i, (a, _) in enumerate(targets)}
             for agent_id, _ in calls:
                 await pause()
@@ -309,8 +313,10 @@ class DecisionRound:
                         outcome, reason = "invalid", str(got)
                     else:
                         allocation = got
-                        res = applied[slot_of[agent_id]]
-                        if isinstance(res, RebalanceRejected):
+                        res = None if later else applied[slot_of[agent_id]]
+                        if res is None:
+                            reason = NEXT_PRICE_REASON
+                        elif isinstance(res, RebalanceRejected):
                             outcome, reason = "rejected", str(res)
                         else:
                             trades = {a: q for a, q in zip(res.assets, res.trades.tolist(),
@@ -360,11 +366,26 @@ class DecisionRound:
                                 outcome=outcome, reason=reason)
             eng.add_equity_rows(rc, market, now, "decision")
             await eng.commit(rc, locked=True)
+            if later:
+                if self.next_fills is None:
+                    self.next_fills = NextPriceFills(eng, market, self.fill_next_prices)
+                self.next_fills.defer(now, scheduled_ts, [
+                    (a, t, observations[a].holdings) for a, t in targets])
         pause = _Pauser(self._monotonic)  # from the commit's end: what follows yields too
         await self._remember(rc.fills, pause)
         await self._publish(events, pause)
         self._log(result)
         return result
+
+    async def fill_next_prices(self) -> None:
+        """Fill the targets waiting for their next prices (``fill_at = "next_price"``), keep
+        the fills in the agents' memory and publish them."""
+        if self.next_fills is None or not self.next_fills.pending:
+            return
+        fills, events = await self.next_fills.settle_or_roll_back()
+        pause = _Pauser(self._monotonic)
+        await self._remember(fills, pause)
+        await self._publish(list(events), pause)
 
     async def _recent(self, agents: list[str], slots: Mapping[str, AgentSlot]
                       ) -> dict[str, list[tuple[float, dict[str, float], float]]]:
