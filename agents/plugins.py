@@ -18,7 +18,8 @@ Isolation: each plugin agent has a worker of its own, a daemon thread running it
 (started when the agent is built, stopped by :meth:`GuardedAgent.aclose`, which the engine calls
 when it closes or replaces its agents). ``decide`` runs there, never on the daemon's loop, and
 the daemon waits for it under the deadline: a plugin that blocks (``time.sleep``, a CPU loop,
-synchronous I/O) holds only its own thread, and its decision is ``error`` at the deadline; an
+synchronous I/O) holds only its own thread (and, looping, the GIL for at most
+:data:`SWITCH_INTERVAL_S` at a time), and its decision is ``error`` at the deadline; an
 answer that comes later is dropped. Until that late call has returned, each new decision of the
 agent is ``error`` at once ("still busy"), without asking the plugin: it would only queue
 behind the blocked call. Calls within their deadline may overlap (the same agent in two markets'
@@ -32,6 +33,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import sys
 import threading
 from collections.abc import Coroutine
 from importlib.metadata import EntryPoint, entry_points
@@ -51,6 +53,16 @@ REASON_CHARS = 300
 #: Seconds :meth:`GuardedAgent.aclose` waits for the worker thread to end. A plugin still
 #: blocked then keeps its thread until it returns (a daemon thread: the process does not wait).
 CLOSE_GRACE_S = 2.0
+#: The interpreter's thread switch interval while plugin workers exist (CPython's default is
+#: 5 ms): a plugin looping on the CPU holds the GIL for at most this long before the daemon's
+#: event loop gets it back, so it adds about this much to a price's latency, not 5 ms per turn.
+SWITCH_INTERVAL_S = 0.0005
+
+
+def _shorten_switch_interval() -> None:
+    """Lower ``sys.setswitchinterval`` to :data:`SWITCH_INTERVAL_S` (never raise it)."""
+    if sys.getswitchinterval() > SWITCH_INTERVAL_S:
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 class PluginError(ValueError):
@@ -154,6 +166,7 @@ class _Worker:
         self.ended: concurrent.futures.Future[None] = concurrent.futures.Future()
         """Done when the thread has closed its loop."""
         self.closed = False
+        _shorten_switch_interval()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
 

@@ -250,3 +250,24 @@ async def test_a_blocked_plugin_in_a_daemon_round_is_an_error_and_healthz_stays_
         assert not stuck.thread.is_alive()
     finally:
         await stop_daemon(d)
+
+
+async def test_a_plugin_worker_shortens_the_thread_switch_interval(
+    plugins: Path, closing: list[GuardedAgent],
+) -> None:
+    # CPython hands the GIL over every 5 ms by default: a plugin looping on the CPU would hold
+    # the daemon's loop that long at each turn. With a plugin worker the interval is 0.5 ms.
+    import sys
+
+    from agents import plugins as plugin_module
+
+    saved = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.005)
+        guarded(closing, "spinner", timeout=0.3, settings={"seconds": 0.01})
+        assert sys.getswitchinterval() == pytest.approx(plugin_module.SWITCH_INTERVAL_S)
+        sys.setswitchinterval(0.0001)  # an operator's own shorter interval is kept
+        guarded(closing, "spinner", timeout=0.3, settings={"seconds": 0.01})
+        assert sys.getswitchinterval() == pytest.approx(0.0001)
+    finally:
+        sys.setswitchinterval(saved)
