@@ -22,6 +22,7 @@ KINDS = {
     "performance_refresh": "the metrics' periodic read of the store failed",
     "round_store": "a decision round could not read or write the store",
     "job": "a scheduled job failed for another reason",
+    "http_store": "an HTTP request could not read the store (answered 503)",
     "background_write": "a store write no caller waited for failed (e.g. while stopping)",
 }
 

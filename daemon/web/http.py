@@ -20,7 +20,8 @@ Routes (bound to 127.0.0.1 by default, ``[http] host/port``):
 - ``POST /api/agents/{id}/resume`` (operator action; JSON body ``{}`` or ``{"market": ...}``,
   ``Content-Type: application/json`` required): resume an agent halted after a drawdown breach.
 
-Every error answers JSON ``{"error": "<one line>"}``: 400 for a malformed request (bad JSON,
+Every error answers JSON ``{"error": "<one line>"}``: 503 while the store cannot be read (its
+server gone: one log line, counted as fault ``http_store``), 400 for a malformed request (bad JSON,
 wrong types, unknown keys, bad query values), 404/405 for an unknown route or method, 408 when a
 body is not sent within ``[http] body_timeout``, 413 beyond ``[http] max_body``, 415 without
 JSON. A client gets ``[http] header_timeout`` to send its headers (and as keep-alive idle time)
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -51,6 +53,8 @@ from prometheus_client.exposition import choose_encoder
 
 from daemon.alerts.rules import market_open, source_market, state_name
 from daemon.config.runtime import HttpConfig
+from daemon.core.faults import one_line, report_fault
+from daemon.store.dbfile import StoreOpenError
 from daemon.web.agent_api import AgentApi
 from daemon.web.board_cache import BoardCache
 from daemon.web.json import BadRequest
@@ -133,6 +137,13 @@ class HttpServer(AgentApi):
                 exc.reason.lower())
             resp = _json({"error": " ".join(str(reason).split())}, exc.status)
             resp.headers.extend((k, v) for k, v in exc.headers.items() if k == "Allow")
+            return resp
+        except (sqlite3.Error, StoreOpenError) as exc:  # the store went away (PgError...)
+            report_fault(log, "http_store", "http request could not read the store", exc,
+                         path=request.path)
+            self._inc(name, 503)
+            resp = _json({"error": f"store unavailable, retry shortly: {one_line(exc)}"}, 503)
+            resp.force_close()
             return resp
         except Exception:
             log.exception("http handler failed", path=request.path)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -81,6 +83,20 @@ def _wait(pred: Callable[[], bool], what: str) -> None:
         time.sleep(0.1)
 
 
+#: API paths asked during the outage.
+API = ("/api/status", "/api/leaderboard", "/api/agents", "/api/agents/bh",
+       "/api/agents/bh/decisions", "/healthz", "/metrics")
+
+
+def _status(url: str) -> tuple[int, str]:
+    """Return the status and the error (if any) of a GET."""
+    try:
+        with urllib.request.urlopen(url, timeout=HANG) as resp:
+            return int(resp.status), ""
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), json.loads(exc.read())["error"]
+
+
 def _metric(base: str, name: str) -> dict[str, float]:
     with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
         text = resp.read().decode()
@@ -106,6 +122,8 @@ def test_every_slot_has_one_row_through_a_postgresql_outage(tmp_path: Path) -> N
             cut_at = time.time()
             _wait(lambda: "store write failed" in log_path.read_text()
                   or "could not read the store" in log_path.read_text(), "the fault is logged")
+            # The API answers during the outage (200 from what it holds, or 503 with a body).
+            during = {path: _status(base + path) for path in API}
             # Slots fall due during the outage (on a slow machine more of them: one row each).
             _wait(lambda: time.time() > cut_at + 3, "three slots in the outage")
             proxy.restore()
@@ -124,6 +142,9 @@ def test_every_slot_has_one_row_through_a_postgresql_outage(tmp_path: Path) -> N
     assert "Traceback" not in text, text[-4000:]
     assert "never retrieved" not in text, text[-4000:]
     assert text.count("postgresql connection lost") == 1, text[-4000:]  # one per outage
+    assert all(code in (200, 503) and (code == 200 or err) for code, err in during.values()), \
+        during
+    assert during["/healthz"] == (200, "") and during["/metrics"] == (200, ""), during
     assert faults.get("store_write", 0) + faults.get("round_store", 0) >= 1, faults
     by_agent: dict[str, list[float]] = {}
     for agent, ts, _, _ in rows:
