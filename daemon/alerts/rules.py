@@ -57,6 +57,7 @@ from daemon.alerts.kinds import (
     FEED_STALE,
     Alert,
 )
+from daemon.core.faults import report_fault
 from daemon.core.price_columns import PriceColumns
 from daemon.store.records import RoundCommit
 from daemon.timing.clock import LiveClock
@@ -499,13 +500,14 @@ class AlertMonitor:
         if work.agent_states:
             try:
                 await store.commit_round(RoundCommit(agent_states=work.agent_states))
-            except Exception:
-                log.exception("persisting agent state failed", agent=a.agent, market=a.market)
+            except Exception as exc:  # the store is faulted or gone: one line, counted
+                report_fault(log, "alert_store", "persisting agent state failed", exc,
+                             agent=a.agent, market=a.market)
         try:
             await store.record_alert(a.ts, a.kind, a.severity, a.agent, a.market,
                                      a.value, a.limit, a.message)
-        except Exception:
-            log.exception("persisting alert failed", kind=a.kind)
+        except Exception as exc:
+            report_fault(log, "alert_store", "persisting alert failed", exc, alert=a.kind)
         try:
             await self.engine.bus.publish(a.to_event())
         except Exception:

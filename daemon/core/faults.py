@@ -23,6 +23,7 @@ KINDS = {
     "round_store": "a decision round could not read or write the store",
     "job": "a scheduled job failed for another reason",
     "http_store": "an HTTP request could not read the store (answered 503)",
+    "alert_store": "an alert or a halted agent's state could not be stored",
     "background_write": "a store write no caller waited for failed (e.g. while stopping)",
 }
 

@@ -103,3 +103,41 @@ async def test_a_write_whose_caller_was_cancelled_fails_in_one_line(
         foreign.rollback()
         foreign.close()
         await store.close()
+
+
+async def test_an_alert_that_cannot_be_stored_is_one_line_and_counted(tmp_path: Path) -> None:
+    from daemon.alerts.config import AlertsConfig
+    from daemon.alerts.rules import AlertMonitor
+    from tests.web.test_alerts import PATH, buy, tick
+
+    db = tmp_path / "a.db"
+    store = await Store.open(db, busy_timeout=0.2)
+    engine = Engine(make_config(), clock=SimClock(T0), store=store)
+    engine.add_equity_universe(make_config().markets.equity.assets)
+    engine.build_agents()
+    await engine.restore()
+    await engine.bus.start()
+    monitor = AlertMonitor(engine, AlertsConfig(check_interval=60, hysteresis=0.02))
+    await monitor.start()
+    foreign = sqlite3.connect(db, timeout=0)
+    try:
+        await tick(engine, T0, 1.0)
+        await buy(engine, T0 + 1)
+        before = FAULTS["alert_store"]
+        foreign.execute("BEGIN IMMEDIATE")  # the store cannot write: a full disk alike
+        with capture_logs() as logs:
+            for dt, f in PATH[:3]:  # ew breaches its 10 % limit
+                await tick(engine, T0 + dt, f)
+                await tick(engine, T0 + dt + 10, f)
+            await monitor.drain()
+        assert monitor.raised, "no breach on the path"
+        assert FAULTS["alert_store"] > before
+        lines = [e for e in logs if e.get("fault") == "alert_store"]
+        assert lines and all("\n" not in e["error"] for e in lines), logs
+        _no_traceback(logs)
+    finally:
+        foreign.rollback()
+        foreign.close()
+        await monitor.stop()
+        await engine.bus.stop()
+        await store.close()
