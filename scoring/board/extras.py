@@ -68,9 +68,12 @@ def extras_text(board: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def _cell(x: Any, pct: bool = False, digits: int = 3) -> str:
+def _cell(x: Any, pct: bool | str = False, digits: int = 3) -> str:
+    """Format a figure: ``pct`` True a signed percentage, ``"unsigned"`` one without a sign."""
     if not isinstance(x, int | float) or isinstance(x, bool) or not math.isfinite(x):
         return "–"
+    if pct == "unsigned":
+        return f"{100 * x:.2f}%"
     return f"{100 * x:+.2f}%" if pct else f"{x:.{digits}f}"
 
 
@@ -94,8 +97,8 @@ def extras_html(board: Mapping[str, Any]) -> str:
                 f"<span class='note'>[{_cell(s.get('min'), pct, 2)}, "
                 f"{_cell(s.get('max'), pct, 2)}]</span></td>"
                 for s, pct in ((f["cumulative_return"], True), (f["sharpe"], False),
-                               (f["max_drawdown"], True), (f["composite_score"], False),
-                               (f["valid_decision_rate"], True)))
+                               (f["max_drawdown"], "unsigned"), (f["composite_score"], False),
+                               (f["valid_decision_rate"], "unsigned")))
             rows.append(f"<tr><td class='l'>{esc(g['market'])}</td><td class='l'>"
                         f"{esc(g['group'])}<div class='note'>{esc(', '.join(g['agents']))}"
                         f"</div></td><td>{g['runs']}</td>{cells}</tr>")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -67,6 +68,7 @@ h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ccc
 h3{font-size:15px;margin:18px 0 6px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 6px;text-align:right;white-space:nowrap}
+td .ci{display:block}tr+tr th{white-space:normal;min-width:4em}
 th{background:#f4f4f4}td.l,th.l{text-align:left}
 .note{font-size:12px;color:#555}.tie{color:#b35900;font-weight:bold}
 .mcs{background:#eef5ff;border-left:4px solid #3b78c2;padding:4px 8px}
@@ -108,9 +110,9 @@ def _usd(x: float | None) -> str:
     return "–" if x is None else f"${x:.4f}"
 
 
-def _neg(x: float | None) -> float | None:
-    """Return a drawdown magnitude as the negative figure the report prints (0 stays 0)."""
-    return None if x is None else (-x if x else 0.0)
+def _share(x: float | None, digits: int = 2) -> str:
+    """Format a figure that is never negative (a loss, a share) as an unsigned percentage."""
+    return "–" if x is None else f"{100 * x:.{digits}f}%"
 
 
 def _num(x: float | None, digits: int = 2) -> str:
@@ -121,7 +123,7 @@ def _num(x: float | None, digits: int = 2) -> str:
 def _ci(x: Sequence[float | None] | None, fmt: Callable[[float | None], str]) -> str:
     if not x or x[0] is None or x[1] is None:
         return ""
-    return f" <span class='note'>[{fmt(x[0])}, {fmt(x[1])}]</span>"
+    return f" <span class='note ci'>[{fmt(x[0])}, {fmt(x[1])}]</span>"
 
 
 def _date(ts: float) -> str:
@@ -337,7 +339,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("mean daily [95% CI]", "performance", "mean daily return [its 95% bootstrap interval]"),
     ("Sortino", "performance", _LEGEND["sortino"]),
     ("max DD", "risk", _LEGEND["max dd"]),
-    ("now DD", "risk", "drawdown at the last mark, printed negative"),
+    ("now DD", "risk", "drawdown at the last mark (a loss, unsigned)"),
     ("vol", "risk", _LEGEND["vol"]),
     ("VaR95", "risk", _LEGEND["VaR95"]),
     ("composite (rank)", "benchmarks", f"{_LEGEND['comp']} (its rank)"),
@@ -374,10 +376,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 _LEFT = {"agent", "kind", "profile (alignment)"}
 
 
-def _table_head() -> str:
+def _table_head(columns: Sequence[tuple[str, str, str]]) -> str:
     """Return the two header rows: column groups, then the columns with their explanation."""
     groups: list[tuple[str, int]] = []
-    for _, group, _ in COLUMNS:
+    for _, group, _ in columns:
         if groups and groups[-1][0] == group:
             groups[-1] = (group, groups[-1][1] + 1)
         else:
@@ -386,7 +388,7 @@ def _table_head() -> str:
     left = " class='l'"
     cols = "".join(
         f"<th{left if name in _LEFT else ''} title='{_esc(text)}'>{_esc(name)}</th>"
-        for name, _, text in COLUMNS)
+        for name, _, text in columns)
     return f"<thead><tr>{top}</tr><tr>{cols}</tr></thead>"
 
 
@@ -396,63 +398,100 @@ def _columns_legend() -> str:
     return f"<details class='columns'><summary>Columns</summary><dl>{items}</dl></details>"
 
 
+#: The leaderboard's column groups, as the tables of a market (each fits 1,400 px): every
+#: table starts with the rank and the agent, the first with its kind.
+BANDS: tuple[tuple[str, ...], ...] = (
+    ("", "performance", "risk"),
+    ("benchmarks", "behaviour", "standing"),
+    ("relative", "cost of intelligence", "significance"),
+)
+_KEYS = ("#", "agent")
+
+
+def _band_columns(band: Sequence[str]) -> list[tuple[str, str, str]]:
+    """Return the columns of one table: the rank and agent, then the band's groups."""
+    keys = [c for c in COLUMNS if c[0] in _KEYS]
+    return keys + [c for c in COLUMNS if c[1] in band and c[0] not in _KEYS]
+
+
+def _row_cells(r: Mapping[str, Any], colours: Mapping[str, str]) -> dict[str, str]:
+    """Return column name -> the ``<td>`` of one leaderboard row."""
+    vs = r.get("vs_next") or {}
+    p = vs.get("p_value_holm")
+    detail = (f" (Holm-adjusted p = {p_text(p)}, {vs.get('days')} days)" if p is not None
+              else "")
+    tie = (f" <span class='tie' title='not significantly ahead of the next rank{detail}'>"
+           "≈</span>") if r.get("tied_with_next") else ""
+    probe = r.get("consistency") or {}
+    consist = "–" if not probe else (f"{_num(probe.get('mean_l1'), 3)} ± "
+                                     f"{_num(probe.get('std_l1'), 3)} "
+                                     f"<span class='note'>(K={probe.get('repeats')})</span>")
+    comp = _num(r.get("composite_score"))
+    if r.get("composite_rank") is not None:
+        comp += f" ({r['composite_rank']})"
+    colour = colours.get(r["agent"], "#000")
+    rank = (f"<td class='provisional' title='{_esc(r.get('provisional_reason') or '')}'>"
+            "provisional</td>") if r.get("provisional") else f"<td>{r['rank']}{tie}</td>"
+    ew = (r.get("relative") or {}).get("equal_weight") or {}
+    rate = r.get("valid_decision_rate")
+    valid = "–" if rate is None else (f"{100 * rate:.0f}% <span class='note'>("
+                                      f"{r.get('valid_decisions')}/"
+                                      f"{r.get('counted_decisions')})</span>")
+    sig = re.findall(r"<td>.*?</td>", significance_cells(r))
+    td = "<td>{}</td>".format
+    cells = {
+        "#": rank,
+        "agent": f"<td class='l'><span class='sw' style='background:{colour}'></span>"
+                 f"{_esc(r['agent'])}</td>",
+        "kind": f"<td class='l'>{_esc(r.get('kind') or '')}</td>",
+        "return [95% CI]": td(f"{_pct(r.get('cumulative_return'))}"
+                              f"{_ci(r.get('cumulative_return_ci'), _pct)}"),
+        "Sharpe [95% CI]": td(f"{_num(r.get('sharpe'))}{_ci(r.get('sharpe_ci'), _num)}"),
+        "mean daily [95% CI]": td(f"{_pct(r.get('mean_daily_return'), 3)}"
+                                  f"{_ci(r.get('mean_daily_return_ci'), lambda x: _pct(x, 3))}"),
+        "Sortino": td(_num(r.get("sortino"))),
+        "max DD": td(_share(r.get("max_drawdown"))),
+        "now DD": td(_share(r.get("current_drawdown"))),
+        "vol": td(_share(r.get("volatility"))),
+        "VaR95": td(_pct(r.get("var_95"))),
+        "composite (rank)": td(comp),
+        "CapitalBench": td(_num(r.get("capitalbench_score"), 1)),
+        "regret": td(_pct(r.get("regret"))),
+        "s_corr": td(_num(r.get("s_corr"), 3)),
+        "Brier": td(_num(r.get("brier"), 3)),
+        "turnover": td(_num(r.get("mean_turnover"), 3)),
+        "target turnover": td(_num(r.get("target_turnover"))),
+        "flip rate": td(_num(r.get("flip_rate"))),
+        "profile (alignment)": f"<td class='l'>{_esc(r.get('risk_profile') or '')} "
+                               f"({_num(r.get('profile_alignment'))})</td>",
+        "consistency L1": td(consist),
+        "days": td(r.get("days")),
+        "valid": td(valid),
+        "excess vs EW": td(_pct(ew.get("excess_return"))),
+        "beta / IR vs EW": td(f"{_num(ew.get('beta'))} / {_num(ew.get('information_ratio'))}"),
+        "model cost": td(f"{_usd(r.get('llm_cost_usd'))} <span class='note'>("
+                         f"{r.get('llm_tokens_in', 0)} / {r.get('llm_tokens_out', 0)} tok)"
+                         "</span>"),
+        "mean latency": td(_secs(r.get("llm_latency_mean_s"))),
+        "cost % / net": td(f"{_share(r.get('llm_cost_share'), 3)} / "
+                           f"{_pct(r.get('net_return'))}"),
+    }
+    sig_names = [c[0] for c in COLUMNS if c[1] == "significance"]
+    cells.update(zip(sig_names, sig, strict=True))
+    return cells
+
+
 def _leaderboard_table(rows: Sequence[Mapping[str, Any]], colours: Mapping[str, str]) -> str:
-    """Render one market's leaderboard rows as an HTML table."""
-    head = _table_head()
-    out = ["<div class='scroll'><table class='leaderboard'>", head]
-    for r in rows:
-        vs = r.get("vs_next") or {}
-        p = vs.get("p_value_holm")
-        detail = (f" (Holm-adjusted p = {p_text(p)}, {vs.get('days')} days)" if p is not None
-                  else "")
-        tie = (f" <span class='tie' title='not significantly ahead of the next rank{detail}'>"
-               "≈</span>") if r.get("tied_with_next") else ""
-        probe = r.get("consistency") or {}
-        consist = "–" if not probe else (f"{_num(probe.get('mean_l1'), 3)} ± "
-                                         f"{_num(probe.get('std_l1'), 3)} "
-                                         f"<span class='note'>(K={probe.get('repeats')})</span>")
-        comp = _num(r.get("composite_score"))
-        if r.get("composite_rank") is not None:
-            comp += f" ({r['composite_rank']})"
-        colour = colours.get(r["agent"], "#000")
-        if r.get("provisional"):
-            row_open = "<tr class='provisional'>"
-            rank = (f"<td class='provisional' title='{_esc(r.get('provisional_reason') or '')}'>"
-                    "provisional</td>")
-        else:
-            row_open, rank = "<tr>", f"<td>{r['rank']}{tie}</td>"
-        ew = (r.get("relative") or {}).get("equal_weight") or {}
-        rate = r.get("valid_decision_rate")
-        valid = "–" if rate is None else (f"{100 * rate:.0f}% <span class='note'>("
-                                          f"{r.get('valid_decisions')}/"
-                                          f"{r.get('counted_decisions')})</span>")
-        out.append(
-            row_open + rank +
-            f"<td class='l'><span class='sw' style='background:{colour}'></span>"
-            f"{_esc(r['agent'])}</td><td class='l'>{_esc(r.get('kind') or '')}</td>"
-            f"<td>{_pct(r.get('cumulative_return'))}{_ci(r.get('cumulative_return_ci'), _pct)}</td>"
-            f"<td>{_num(r.get('sharpe'))}{_ci(r.get('sharpe_ci'), _num)}</td>"
-            f"<td>{_pct(r.get('mean_daily_return'), 3)}"
-            f"{_ci(r.get('mean_daily_return_ci'), lambda x: _pct(x, 3))}</td>"
-            f"<td>{_num(r.get('sortino'))}</td><td>{_pct(_neg(r.get('max_drawdown')))}</td>"
-            f"<td>{_pct(_neg(r.get('current_drawdown')))}</td><td>{_pct(r.get('volatility'))}</td>"
-            f"<td>{_pct(r.get('var_95'))}</td><td>{comp}</td>"
-            f"<td>{_num(r.get('capitalbench_score'), 1)}</td><td>{_pct(r.get('regret'))}</td>"
-            f"<td>{_num(r.get('s_corr'), 3)}</td><td>{_num(r.get('brier'), 3)}</td>"
-            f"<td>{_num(r.get('mean_turnover'), 3)}</td>"
-            f"<td>{_num(r.get('target_turnover'))}</td><td>{_num(r.get('flip_rate'))}</td>"
-            f"<td class='l'>{_esc(r.get('risk_profile') or '')} "
-            f"({_num(r.get('profile_alignment'))})</td>"
-            f"<td>{consist}</td><td>{r.get('days')}</td><td>{valid}</td>"
-            f"<td>{_pct(ew.get('excess_return'))}</td>"
-            f"<td>{_num(ew.get('beta'))} / {_num(ew.get('information_ratio'))}</td>"
-            f"<td>{_usd(r.get('llm_cost_usd'))} <span class='note'>({r.get('llm_tokens_in', 0)}"
-            f" / {r.get('llm_tokens_out', 0)} tok)</span></td>"
-            f"<td>{_secs(r.get('llm_latency_mean_s'))}</td>"
-            f"<td>{_pct(r.get('llm_cost_share'), 3)} / {_pct(r.get('net_return'))}</td>"
-            + significance_cells(r) + "</tr>"
-        )
-    out.append("</table></div>")
+    """Render one market's leaderboard rows as one table per band of column groups."""
+    cells = [_row_cells(r, colours) for r in rows]
+    out: list[str] = []
+    for band in BANDS:
+        cols = _band_columns(band)
+        out += ["<div class='scroll'><table class='leaderboard'>", _table_head(cols)]
+        for r, c in zip(rows, cells, strict=True):
+            out.append(("<tr class='provisional'>" if r.get("provisional") else "<tr>")
+                       + "".join(c[name] for name, _, _ in cols) + "</tr>")
+        out.append("</table></div>")
     provisional = [r for r in rows if r.get("provisional")]
     if provisional:
         out.append("<p class='note'>Provisional (not ranked): " + "; ".join(
@@ -510,7 +549,8 @@ def _market_section(report: Report, market: str, colours: Mapping[str, str]) -> 
     out.append("<div class='charts'>")
     line_sets: list[tuple[str, str, Callable[[AgentCurves], list[float]], str]] = [
         ("equity", "Equity (daily marks)", lambda c: list(c.values), ""),
-        ("drawdown", "Drawdown from peak", lambda c: [-x for x in c.drawdowns()], "%"),
+        ("drawdown", "Drawdown from peak (a loss, unsigned)", lambda c: list(c.drawdowns()),
+         "%"),
         ("cash", "Cash share of value", lambda c: c.cash_ratios(), "%"),
     ]
     for kind, title, getter, unit in line_sets:

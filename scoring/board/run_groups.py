@@ -66,10 +66,10 @@ def format_groups(groups: Sequence[Mapping[str, Any]]) -> list[str]:
         return (f"{100 * s['mean']:+.2f}% ±{100 * s['std']:.2f}pp "
                 f"[{100 * s['min']:+.2f},{100 * s['max']:+.2f}]")
 
-    def drawdown(s: Mapping[str, Any]) -> str:  # as the leaderboard prints it: negative
+    def drawdown(s: Mapping[str, Any]) -> str:  # as the leaderboard prints it: a loss, unsigned
         if s.get("mean") is None:
             return "-"
-        return pct({"mean": -s["mean"], "std": s["std"], "min": -s["max"], "max": -s["min"]})
+        return pct(s).replace("+", "")
 
     def num(s: Mapping[str, Any]) -> str:
         if s.get("mean") is None:

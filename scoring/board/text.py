@@ -35,7 +35,8 @@ from scoring.board.significance import (
 )
 
 #: Every column of the text table (and its HTML twin), explained once: the legend of the table,
-#: the HTML report and docs/scoring.md. Drawdowns print negative, like the drawdown chart.
+#: the HTML report and docs/scoring.md. Signs only where a figure can be either (returns):
+#: drawdowns (a loss), volatility and win rate print unsigned, as on the page and in status.
 LEGEND: tuple[tuple[str, str], ...] = (
     ("#", "rank by cumulative excess return (over the risk-free rate) among the market's "
           "non-provisional agents; '~' after it: not significantly ahead of the next (paired "
@@ -44,7 +45,7 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("return", "cumulative return over the window, v_T / v_0 - 1"),
     ("sharpe", "annualised Sharpe ratio of the daily returns, (mean - rf) / std * sqrt(N)"),
     ("sortino", "annualised standard Sortino ratio: downside deviation over all days below rf"),
-    ("max dd", "maximum drawdown from a peak, printed negative"),
+    ("max dd", "maximum drawdown from a peak (a loss, unsigned)"),
     ("vol", "annualised volatility of the daily returns, std * sqrt(N)"),
     ("win", "share of daily returns above zero"),
     ("turnover", "executed turnover per day, in % of equity: traded value / mean equity / "
@@ -215,11 +216,6 @@ def to_json(board: dict[str, Any]) -> str:
     return json.dumps(board, sort_keys=True, indent=2, allow_nan=False) + "\n"
 
 
-def _neg(x: float | None) -> float | None:
-    """Return a drawdown magnitude as the negative figure the reports print (0 stays 0)."""
-    return None if x is None else (-x if x else 0.0)
-
-
 def _header(conv: Mapping[str, Any]) -> str:
     """Return the table's first line: the annualisation and risk-free rate of each market."""
     periods = conv.get("periods_per_year") or {}
@@ -236,6 +232,9 @@ def to_table(board: dict[str, Any]) -> str:
 
     def pct(x: float | None) -> str:
         return "-" if x is None else f"{100 * x:+.2f}%"
+
+    def unsigned(x: float | None) -> str:
+        return "-" if x is None else f"{100 * x:.2f}%"
 
     def num(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}"
@@ -271,8 +270,8 @@ def to_table(board: dict[str, Any]) -> str:
             f"{r['market']:<11}{rank(r):>4}  {r['agent'][:19]:<20}"
             f"{pct(r['cumulative_return']):>10}"
             f"{flag(num(r['sharpe']), r):>8}{flag(num(r['sortino']), r):>9}"
-            f"{pct(_neg(r['max_drawdown'])):>9}{flag(pct(r['volatility']), r):>9}"
-            f"{pct(r['win_rate']):>8}{share(r['mean_turnover']):>9}"
+            f"{unsigned(r['max_drawdown']):>9}{flag(unsigned(r['volatility']), r):>9}"
+            f"{unsigned(r['win_rate']):>8}{share(r['mean_turnover']):>9}"
             f"{r['days']:>6}{share(r.get('valid_decision_rate')):>7}  {dec}"
         )
     head2 = (f"{'market':<11}{'#':>4}  {'agent':<20}{'return 95% CI':>20}{'sharpe 95% CI':>18}"
@@ -289,7 +288,7 @@ def to_table(board: dict[str, Any]) -> str:
             f"{num(r.get('s_corr')):>8}{pct(r.get('var_95')):>9}"
             f"{num(r.get('profile_alignment')):>7}{pct(d1):>9}"
             f"{num(probe.get('mean_l1')):>9}{usd(r.get('llm_cost_usd')):>10}"
-            f"{pct(r.get('llm_cost_share')):>9}{pct(r.get('net_return')):>10}"
+            f"{unsigned(r.get('llm_cost_share')):>9}{pct(r.get('net_return')):>10}"
         )
     lines += ["", *significance_table(board)]
     provisional = [r for r in board["rows"] if r.get("provisional")]

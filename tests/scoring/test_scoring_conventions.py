@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sqlite3
 from html import escape
 from pathlib import Path
@@ -327,15 +328,35 @@ def test_scoring_docs_cite_papers_by_name_and_no_path_outside_the_repo() -> None
 # ----------------------------------------------------------------------------- 9. presentation
 
 
-def test_drawdowns_print_negative_like_the_chart(hand: Path) -> None:
+def test_signs_only_where_a_figure_can_be_either(hand: Path) -> None:
     board = leaderboard(hand)
     a = rows_by_agent(board)["allA"]
     # allA: peak 1100, trough 990 -> max drawdown 10 % (JSON keeps the positive magnitude).
     assert a["max_drawdown"] == pytest.approx(0.1)
     line = next(x for x in to_table(board).splitlines() if " allA " in x)
-    assert "-10.00%" in line and "+10.00%" not in line
+    assert " 10.00%" in line and "-10.00%" not in line and "+10.00%" not in line
+    vol, win = f"{100 * a['volatility']:.2f}%", f"{100 * a['win_rate']:.2f}%"
+    assert f" {vol}" in line and f"+{vol}" not in line
+    assert f" {win}" in line and f"+{win}" not in line
+    assert f"{100 * a['cumulative_return']:+.2f}%" in line  # a return keeps its sign
     html = render_html(load_report(hand))
-    assert "<td>-10.00%</td>" in html and "<td>+10.00%</td>" not in html
+    assert "<td>10.00%</td>" in html and "0.00%</td>" in html
+    assert "<td>-10.00%</td>" not in html and "<td>+10.00%</td>" not in html
+    # No drawdown, volatility or share cell of the HTML report carries a sign.
+    cols = [name for name, _, _ in COLUMNS]
+    for table in re.findall(r"<table class='leaderboard'>.*?</table>", html, re.S):
+        heads = re.findall(r"<th[^>]*title='[^']*'>([^<]*)</th>", table)
+        for row in re.findall(r"<tr(?: class='provisional')?><td.*?</tr>", table, re.S):
+            cells = dict(zip(heads, re.findall(r"<td[^>]*>(.*?)</td>", row), strict=True))
+            for name in ("max DD", "now DD", "vol"):
+                if name in cells:
+                    assert not cells[name].startswith(("+", "-")), (name, cells[name])
+            if "cost % / net" in cells:
+                assert not cells["cost % / net"].startswith("+"), cells["cost % / net"]
+            if "return [95% CI]" in cells and cells["return [95% CI]"] != "–":
+                assert cells["return [95% CI]"][0] in "+-", cells["return [95% CI]"]
+    assert {h for t in re.findall(r"<tr>(<th[^>]*title.*?)</tr>", html) for h in
+            re.findall(r">([^<]*)</th>", t)} == set(cols)  # every column in some table
 
 
 def test_every_table_column_is_explained_in_table_html_and_docs(hand: Path) -> None:
