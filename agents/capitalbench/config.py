@@ -31,6 +31,35 @@ class CapitalOption(_Frozen):
     name: Annotated[str, Field(min_length=1, max_length=200)]
     asset_class: Annotated[str, Field(min_length=1, max_length=64)] = Field(
         description="e.g. 'us_equity', 'bond_etf', 'cash'")
+    # The paper's other model-facing fields (seed 004); shown only when set, so a config
+    # without them freezes the same bytes as before.
+    symbol: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-^=]{1,32}$")] | None = Field(
+        default=None, description="the public ticker (CASH has none)")
+    category: Annotated[str, Field(max_length=64)] = Field(
+        default="", description="e.g. 'broad market', 'sector', 'treasuries'")
+    group: Annotated[str, Field(max_length=64)] = Field(
+        default="", description="e.g. 'US equities', 'fixed income'")
+    risk_bucket: Annotated[str, Field(max_length=32)] = Field(
+        default="", description="e.g. 'low', 'medium', 'high'")
+    exposure: Annotated[str, Field(max_length=300)] = Field(
+        default="", description="what the option is exposed to, in a sentence")
+
+    def facts(self) -> dict[str, str]:
+        """Return the option's model-facing fields, the optional ones only when set."""
+        out = {"id": self.id, "name": self.name, "asset_class": self.asset_class}
+        extra = {"symbol": self.symbol or "", "category": self.category, "group": self.group,
+                 "risk_bucket": self.risk_bucket, "exposure": self.exposure}
+        return out | {k: v for k, v in extra.items() if v}
+
+    def line(self) -> str:
+        """Return the option as the prompt lists it."""
+        text = f"- {self.id}: {self.name} ({self.asset_class})"
+        parts = [f"{label} {v}" for label, v in (
+            ("symbol", self.symbol), ("category", self.category), ("group", self.group),
+            ("risk bucket", self.risk_bucket)) if v]
+        if self.exposure:
+            parts.append(f"exposure: {self.exposure}")
+        return text + ("; " + "; ".join(parts) if parts else "")
 
 
 class CapitalTrack(_Frozen):
@@ -71,6 +100,10 @@ class CapitalBenchConfig(_Frozen):
     roster: tuple[str, ...] = Field(
         default=(), description="comparison-set roster (agent ids); default: every "
         "capitalbench agent")
+    show_retrospective: bool = Field(
+        default=False, description="show rounds built from history (frozen in a replay, marked"
+        " 'retrospective' in their manifest) in reports and on the page; off: the public"
+        " board holds live rounds only")
 
     @field_validator("collect_window", mode="before")
     @classmethod

@@ -209,8 +209,12 @@ def _dump(obj: Any) -> str:
 
 def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
                 closes: Mapping[str, Sequence[tuple[date, float]]], template: str,
-                prompt_version: str) -> dict[str, bytes]:
-    """Return relative path -> bytes of every input file of the round (hashes excluded)."""
+                prompt_version: str, *, retrospective: bool = False) -> dict[str, bytes]:
+    """Return relative path -> bytes of every input file of the round (hashes excluded).
+
+    ``retrospective``: the round is built from history (frozen in a replay, after its window
+    was known): its manifest says ``"retrospective": true`` (a live round's has no such key).
+    """
     freeze_day = datetime.fromtimestamp(plan.freeze_ts, NY).date()
     asof = freeze_day - timedelta(days=1)
     rets = {o: trailing_returns(closes.get(o, ()), asof) for o in cap.tickers}
@@ -221,12 +225,12 @@ def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
                   f" ({plan.start_day.isoformat()})")
     end_rule = (f"close of the last NYSE session on or before the start session + {span}"
                 f" ({plan.end_day.isoformat()})")
-    options = [{"id": o.id, "name": o.name, "asset_class": o.asset_class} for o in cap.options]
+    options = [o.facts() for o in cap.options]
     prompt = string.Template(template).substitute(
         round_id=plan.round_id, track=plan.track, deadline=_utc(plan.deadline_ts),
         start_rule=start_rule, end_rule=end_rule, format_rules=rules,
         briefing=briefing.decode("utf-8").strip(),
-        options="\n".join(f"- {o.id}: {o.name} ({o.asset_class})" for o in cap.options),
+        options="\n".join(o.line() for o in cap.options),
         returns=table, table_asof=asof.isoformat(), answer_format=answer)
     manifest = {
         "round_id": plan.round_id, "track": plan.track,
@@ -243,6 +247,8 @@ def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
         "options_file": "options.json", "option_ids": list(cap.option_ids),
         "trailing_returns_asof": asof.isoformat(),
     }
+    if retrospective:
+        manifest["retrospective"] = True
     return {
         "manifest.json": _dump(manifest).encode(),
         "prompt.md": prompt.encode("utf-8"),

@@ -113,10 +113,16 @@ def _day(ts: float) -> date:
 class CapitalRunner:
     """Run the CapitalBench tracks of one engine (see the module doc)."""
 
-    def __init__(self, host: CapitalHost, build: BuildAgent | None = None) -> None:
-        """Attach to ``host``; the agents are built with ``build`` on first use."""
+    def __init__(self, host: CapitalHost, build: BuildAgent | None = None, *,
+                 retrospective: bool = False) -> None:
+        """Attach to ``host``; the agents are built with ``build`` on first use.
+
+        ``retrospective``: the host replays history (a simulated clock), so every round it
+        freezes is built from history and marked so in its manifest.
+        """
         assert host.config.capitalbench is not None
         self.host = host
+        self.retrospective = retrospective
         self._build = build
         self.cap: CapitalBenchConfig = host.config.capitalbench
         self._agents: dict[str, CapitalBenchAgent] | None = None
@@ -187,7 +193,7 @@ class CapitalRunner:
         briefing.decode("utf-8")  # a briefing must be text
         templates, version = load_prompt_set("capitalbench")
         files = round_files(plan, cap, briefing, self.closes(plan.freeze_ts, cap.tickers),
-                            templates["round"], version)
+                            templates["round"], version, retrospective=self.retrospective)
         return freeze_round(Path(cap.rounds_dir), files, plan.round_id)
 
     def closes(self, before: float, assets: Sequence[str]) -> dict[str, list[tuple[date, float]]]:

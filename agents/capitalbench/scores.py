@@ -99,6 +99,7 @@ def _rounds(con: sqlite3.Connection, round_id: str | None = None) -> list[dict[s
         entry: dict[str, Any] = {"round_id": rid, "track": track, "status": status,
                                  "start_day": sday, "end_day": eday,
                                  "benchmark": manifest.get("benchmark", "SPY"),
+                                 "retrospective": manifest.get("retrospective") is True,
                                  "results": [], "not_scored": [], "consistency": []}
         rets: dict[str, float] = {}
         bench = None
@@ -226,11 +227,16 @@ def _consistency(rounds: Sequence[Mapping[str, Any]], track: str) -> list[dict[s
     return out
 
 
-def _roster(con: sqlite3.Connection, rounds: Sequence[Mapping[str, Any]]) -> list[str]:
+def _latest_cap(con: sqlite3.Connection) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return (config, its ``[capitalbench]`` section) of the latest run (``{}``: none)."""
     row = con.execute("SELECT config_json FROM runs ORDER BY id DESC LIMIT 1").fetchone()
-    if row:
-        cfg = json.loads(row[0])
-        cap = cfg.get("capitalbench") or {}
+    cfg = json.loads(row[0]) if row and row[0] else {}
+    return cfg, cfg.get("capitalbench") or {}
+
+
+def _roster(con: sqlite3.Connection, rounds: Sequence[Mapping[str, Any]]) -> list[str]:
+    cfg, cap = _latest_cap(con)
+    if cfg:
         if cap.get("roster"):
             return sorted(cap["roster"])
         ours = [a["id"] for a in cfg.get("agents", []) if a.get("protocol") == "capitalbench"]
@@ -239,13 +245,28 @@ def _roster(con: sqlite3.Connection, rounds: Sequence[Mapping[str, Any]]) -> lis
     return sorted({i["agent"] for r in rounds for i in r["results"] + r["not_scored"]})
 
 
-def capitalbench_section(con: sqlite3.Connection) -> dict[str, Any] | None:
-    """Return the CapitalBench part of the report (``None`` when the store has no round)."""
+def capitalbench_section(con: sqlite3.Connection, *, retrospective: bool | None = None
+                         ) -> dict[str, Any] | None:
+    """Return the CapitalBench part of the report (``None`` when the store has no round).
+
+    Rounds built from history (``retrospective`` in their manifest) are left out of the
+    public board (seed 004 excludes retrospective runs) unless ``retrospective`` is true, or,
+    when it is ``None``, the latest run's ``[capitalbench] show_retrospective`` is; the
+    section then says how many were left out (``retrospective_hidden``).
+    """
     if not _has_tables(con):
         return None
     rounds = _rounds(con)
     if not rounds:
         return None
+    if retrospective is None:
+        retrospective = _latest_cap(con)[1].get("show_retrospective") is True
+    hidden = 0 if retrospective else sum(1 for r in rounds if r["retrospective"])
+    if hidden:
+        rounds = [r for r in rounds if not r["retrospective"]]
+        if not rounds:
+            return {"rounds": [], "history": {}, "comparison_sets": {}, "consistency": {},
+                    "retrospective_hidden": hidden}
     roster = _roster(con, rounds)
     tracks = sorted({r["track"] for r in rounds})
     history = {}
@@ -261,6 +282,7 @@ def capitalbench_section(con: sqlite3.Connection) -> dict[str, Any] | None:
         "history": history,
         "comparison_sets": {t: comparison_set(rounds, t, roster) for t in tracks},
         "consistency": {t: _consistency(rounds, t) for t in tracks},
+        "retrospective_hidden": hidden,
     }
 
 
@@ -275,8 +297,13 @@ def _s(x: float | None) -> str:
 def to_text(sec: Mapping[str, Any]) -> str:
     """Return the CapitalBench section of the text report."""
     lines = ["", "CapitalBench rounds (seed 004; official runs only; invalid runs never scored)"]
+    if sec.get("retrospective_hidden"):
+        lines.append(f"  {sec['retrospective_hidden']} retrospective round(s) built from history"
+                     " not shown ([capitalbench] show_retrospective = true shows them)")
     for r in sec["rounds"]:
         head = (f"  {r['round_id']} [{r['status']}] {r['start_day']} -> {r['end_day']}")
+        if r.get("retrospective"):
+            head += "  (retrospective: built from history)"
         if r["status"] == "resolved":
             sp = r.get("sp500_return")
             bench = _p(sp) if sp is not None else f"n/a (no {r['benchmark']} closes stored)"

@@ -44,7 +44,7 @@ from daemon.engine.rounds import AgentSlot, DecisionRound
 from daemon.market.state import HISTORY_DAYS, MarketState
 from daemon.store.records import DecisionRecord, RoundCommit
 from daemon.store.store import Store, StoreWriteError
-from daemon.timing.clock import Clock
+from daemon.timing.clock import Clock, SimClock
 from daemon.timing.triggers import ScheduleSpec, make_trigger
 from scoring.ledger.ledger import Book
 from scoring.ledger.types import CostModel
@@ -149,8 +149,9 @@ class Engine:
                 CapitalRunner,  # agents' code, only when configured
             )
 
-            self.capital = CapitalRunner(
-                self, build=lambda acfg: build_agent(acfg, clock=self.clock.now))
+            self.capital = CapitalRunner(  # a replay's rounds are built from history
+                self, build=lambda acfg: build_agent(acfg, clock=self.clock.now),
+                retrospective=isinstance(clock, SimClock))
         """CapitalBench rounds (``[capitalbench]``): jobs ``capital:<track>``, fed by marks."""
         self._wire_taps()
 

@@ -217,6 +217,7 @@ def _config(tmp: Path, api_base: str, repeats: int = 2) -> dict[str, Any]:
                         {"id": "GLD", "name": "SPDR Gold", "asset_class": "commodity"},
                         {"id": "CASH", "name": "Cash", "asset_class": "cash"}],
             "tracks": [{"kind": "weekly", "consistency_repeats": repeats}],
+            "show_retrospective": True,  # a replay's rounds are built from history
         },
     }
 
@@ -298,6 +299,19 @@ async def test_a_round_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert rounds["weekly-2026-11-09"]["results"][0].get("scored") is None  # pending
     results_file = json.loads((rdir / "runs" / "official" / "results.json").read_text())
     assert {i["agent"] for i in results_file["results"]} == {"alpha", "gamma"}
+    # 4. rounds frozen in a replay are built from history: marked retrospective in their
+    # manifest, and off the public board unless asked for (issue 29, point 5).
+    assert manifest["retrospective"] is True and r["retrospective"] is True
+    from agents.capitalbench.scores import capitalbench_section, to_text
+
+    con = sqlite3.connect(tmp_path / "cb.db")
+    hidden = capitalbench_section(con, retrospective=False)
+    shown = capitalbench_section(con)  # the run's config asks for them
+    con.close()
+    assert hidden is not None and hidden["rounds"] == [] and hidden["retrospective_hidden"] == 4
+    assert "4 retrospective round(s) built from history not shown" in to_text(hidden)
+    assert shown is not None and len(shown["rounds"]) == 4 and shown["retrospective_hidden"] == 0
+    assert "(retrospective: built from history)" in to_text(shown)
     # 4. comparison set of the roster (every capitalbench agent): beta never valid -> none shared
     cs = board["capitalbench"]["comparison_sets"]["weekly"]
     assert cs["roster"] == ["alpha", "beta", "gamma"] and cs["shared_rounds"] == 0
