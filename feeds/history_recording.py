@@ -1,8 +1,13 @@
 """Build a replayable recording from historical daily bars (Yahoo's keyless chart history).
 
-For each NYSE session in ``[start, end]`` and each ticker, one
-:class:`~daemon.core.events.PriceEvent` is written at the session's official close time (from
-:func:`daemon.timing.nyse.get_nyse_calendar`) with the bar's close; the recording ends with a
+For each NYSE session in ``[start, end]`` and each ticker, two
+:class:`~daemon.core.events.PriceEvent` are written: the bar's **opening print** at the bar's own
+start, or at the session's open when the bar starts earlier (crypto's 00:00 UTC bars: that price
+was known by then), so a StockBench replay (``fill_at = "session_open"``) fills at the recorded
+open; and the bar's close at the session's official close time (from
+:func:`daemon.timing.nyse.get_nyse_calendar`). A bar without an open (null) has its close only.
+Prices are Yahoo's quote prices: split-adjusted, not dividend-adjusted (the header's ``meta``
+says so, ``adjustment``). The recording ends with a
 :class:`~daemon.core.events.ClockEvent` one hour after the last close so a replay marks the last
 day. Bars on days the calendar does not list as sessions are skipped (crypto weekends), and a bar is
 dated by its own trading day (:data:`BAR_DAY_SHIFT`). Every problem (unknown ticker, no bars in the
@@ -12,10 +17,12 @@ window, unreachable server, an empty or inverted window) raises :class:`HistoryE
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import msgspec
@@ -26,7 +33,8 @@ from feeds.health import short_error
 from feeds.recording import RecordingHeader, RecordingWriter
 from feeds.yahoo import ChartError, RateLimited, YahooSettings, parse_chart, read_limited
 
-__all__ = ["HistoryError", "HistoryWindow", "build_history_recording", "fetch_daily_bars"]
+__all__ = ["Bar", "HistoryError", "HistoryWindow", "build_history_recording",
+           "fetch_daily_bars"]
 
 #: Seconds after the last session's close at which the closing :class:`ClockEvent` sits.
 END_MARGIN = 3600.0
@@ -77,9 +85,37 @@ class HistoryWindow:
         return int(first.timestamp()), int(after.timestamp())
 
 
+#: What the recorded prices are, written into the header's ``meta``.
+ADJUSTMENT = "split-adjusted, not dividend-adjusted (Yahoo's quote open and close)"
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One daily bar: its start (epoch seconds), open (``None``: not reported) and close."""
+
+    start: float
+    open: float | None
+    close: float
+
+
+def _opens(payload: Any) -> dict[float, float]:
+    """Return bar start -> its positive open from a chart payload (``{}`` when absent)."""
+    try:
+        r0 = payload["chart"]["result"][0]
+        stamps, opens = r0["timestamp"], r0["indicators"]["quote"][0].get("open") or []
+    except (KeyError, TypeError, IndexError, AttributeError):
+        return {}
+    out = {}
+    for t, o in zip(stamps, opens, strict=False):
+        if (isinstance(t, int | float) and isinstance(o, int | float)
+                and not isinstance(o, bool) and math.isfinite(o) and o > 0):
+            out[float(t)] = float(o)
+    return out
+
+
 async def _fetch_one(session: aiohttp.ClientSession, settings: YahooSettings, symbol: str,
-                     window: HistoryWindow) -> dict[date, float]:
-    """Return the daily closes of ``symbol`` by session day inside ``window``."""
+                     window: HistoryWindow) -> dict[date, Bar]:
+    """Return the daily bars of ``symbol`` by session day inside ``window``."""
     period1, period2 = window.period()
     url = f"{settings.chart_url.rstrip('/')}/{symbol}"
     params = {"period1": str(period1), "period2": str(period2), "interval": "1d"}
@@ -100,28 +136,30 @@ async def _fetch_one(session: aiohttp.ClientSession, settings: YahooSettings, sy
     if status != 200:
         raise HistoryError(f"{symbol}: chart endpoint answered HTTP {status}")
     try:
-        result = parse_chart(symbol, msgspec.json.decode(body))
+        payload = msgspec.json.decode(body)
+        result = parse_chart(symbol, payload)
     except msgspec.DecodeError:
         raise HistoryError(f"{symbol}: chart endpoint answered invalid JSON") from None
     except ChartError as exc:
         raise HistoryError(f"{symbol}: {exc}") from None
-    closes: dict[date, float] = {}
+    opens = _opens(payload)
+    bars: dict[date, Bar] = {}
     for t, close in result.daily_closes:
         day = datetime.fromtimestamp(t + BAR_DAY_SHIFT, UTC).astimezone(NY).date()
         if day in window.sessions:
-            closes[day] = close
-    if not closes:
+            bars[day] = Bar(t, opens.get(t), close)
+    if not bars:
         raise HistoryError(f"{symbol}: no daily bars between {window.start} and {window.end}")
-    return closes
+    return bars
 
 
 async def fetch_daily_bars(settings: YahooSettings, tickers: Sequence[str],
-                           window: HistoryWindow) -> dict[str, dict[date, float]]:
-    """Fetch the daily closes of every ticker (``rest_concurrency`` at a time)."""
+                           window: HistoryWindow) -> dict[str, dict[date, Bar]]:
+    """Fetch the daily bars of every ticker (``rest_concurrency`` at a time)."""
     sem = asyncio.Semaphore(settings.rest_concurrency)
     async with aiohttp.ClientSession() as session:
 
-        async def one(symbol: str) -> dict[date, float]:
+        async def one(symbol: str) -> dict[date, Bar]:
             async with sem:
                 return await _fetch_one(session, settings, symbol, window)
 
@@ -147,18 +185,24 @@ def build_history_recording(settings: YahooSettings, tickers: Sequence[str], sta
     header = RecordingHeader(
         start=window.sessions[days[0]][0],
         end=last_close + END_MARGIN,
-        description=f"daily closes {start}..{end} from Yahoo chart history",
+        description=f"daily opens and closes {start}..{end} from Yahoo chart history",
         equities=tuple(tickers),
         meta={"source": SOURCE, "window": [start.isoformat(), end.isoformat()],
-              "interval": "1d"},
+              "interval": "1d", "prints": ["open", "close"], "adjustment": ADJUSTMENT},
     )
     with RecordingWriter(out, header) as writer:
         for day in days:
-            close_ts = window.sessions[day][1]
-            for symbol in tickers:
-                price = bars[symbol].get(day)
-                if price is not None:
-                    writer.write(PriceEvent(ts=close_ts, recv_ts=close_ts, market="equity",
-                                            asset=symbol, price=price, source=SOURCE))
+            open_ts, close_ts = window.sessions[day]
+            prints: list[tuple[float, int, str, float]] = []
+            for k, symbol in enumerate(tickers):
+                bar = bars[symbol].get(day)
+                if bar is None:
+                    continue  # a missing day: nothing for this ticker
+                if bar.open is not None:
+                    prints.append((min(max(bar.start, open_ts), close_ts), k, symbol, bar.open))
+                prints.append((close_ts, len(tickers) + k, symbol, bar.close))
+            for ts, _, symbol, price in sorted(prints):
+                writer.write(PriceEvent(ts=ts, recv_ts=ts, market="equity", asset=symbol,
+                                        price=price, source=SOURCE))
         writer.write(ClockEvent(ts=header.end, recv_ts=header.end, reason="end of history"))
         return writer.count

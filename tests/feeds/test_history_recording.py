@@ -89,8 +89,11 @@ async def test_build_and_replay_daily_marks_match_bars(yahoo: FakeYahoo, tmp_pat
     sessions = _sessions(START, END)
     events = [e for _, e in iter_events(out)]
     prices = [e for e in events if isinstance(e, PriceEvent)]
+    # Each session: the opening prints (the fake's open is its close), then the closes.
     assert [(e.ts, e.asset, e.price) for e in prices] == [
-        (close, sym, BARS[sym][day]) for day, _, close in sessions for sym in ("AAPL", "MSFT")]
+        (t, sym, BARS[sym][day]) for day, o, close in sessions for t in (o, close)
+        for sym in ("AAPL", "MSFT")]
+    assert header.meta["adjustment"].startswith("split-adjusted, not dividend-adjusted")
     assert isinstance(events[-1], ClockEvent) and events[-1].ts == header.end
 
     assert await _cli("replay", str(out), "--config", str(cfg), "--db", str(db),
@@ -127,7 +130,9 @@ async def test_crypto_bars_at_utc_midnight_keep_their_day(yahoo: FakeYahoo,
     assert await _cli("build-recording", "--tickers", "BTC-USD", "--start", str(START), "--end",
                       str(END), "--out", str(out), "--config", str(_config(tmp_path, yahoo))) == 0
     got = [(e.ts, e.price) for _, e in iter_events(out) if isinstance(e, PriceEvent)]
-    assert got == [(close, 8000.0 + day.day) for day, _, close in _sessions(START, END)]
+    # The 00:00 UTC open is printed at the NYSE open of its day (known by then), never before.
+    assert got == [(t, 8000.0 + day.day) for day, o, close in _sessions(START, END)
+                   for t in (o, close)]
 
 
 @pytest.mark.parametrize(("tickers", "start", "end", "needle"), [
@@ -177,3 +182,59 @@ def test_bad_input_in_a_fresh_process_prints_one_line_and_no_log(tmp_path: Path)
     assert p.stdout == ""
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("paperarena: build-recording: "), p.stderr
+
+
+async def test_opens_splits_and_missing_days(yahoo: FakeYahoo, tmp_path: Path) -> None:
+    """Distinct opens are printed at the open (a StockBench replay fills at them), a bar with a
+    null open has its close only, a missing day has nothing, and a split-adjusted series (as
+    Yahoo serves it: a 4:1 split on 2020-03-09) is recorded as served."""
+    sessions = _sessions(START, END)
+    opens = {d: int(o) for d, o, _ in sessions}
+    split = date(2020, 3, 9)
+    closes = {d: (400.0 + i) / 4 for i, (d, _, _) in enumerate(sessions)}  # adjusted: /4
+    payload = chart_payload("TSLA", None, 0, [(opens[d], c) for d, c in closes.items()])
+    quote = payload["chart"]["result"][0]["indicators"]["quote"][0]
+    quote["open"] = [None if d == date(2020, 3, 4) else c - 0.5 for d, c in closes.items()]
+    payload["chart"]["result"][0]["events"] = {"splits": {str(opens[split]): {
+        "date": opens[split], "numerator": 4, "denominator": 1, "splitRatio": "4:1"}}}
+    yahoo.charts["TSLA"] = payload
+    missing = date(2020, 3, 5)
+    yahoo.charts["AAPL"] = chart_payload("AAPL", None, 0, [
+        (opens[d], BARS["AAPL"][d]) for d, _, _ in sessions if d != missing])
+    out = tmp_path / "t.jsonl.gz"
+    assert await _cli("build-recording", "--tickers", "TSLA,AAPL", "--start", str(START),
+                      "--end", str(END), "--out", str(out), "--config",
+                      str(_config(tmp_path, yahoo))) == 0
+    got = [(e.ts, e.asset, e.price) for _, e in iter_events(out) if isinstance(e, PriceEvent)]
+    want = []
+    for day, o, close in sessions:
+        day_prints = []
+        if day != date(2020, 3, 4):
+            day_prints.append((o, "TSLA", closes[day] - 0.5))
+        if day != missing:
+            day_prints.append((o, "AAPL", BARS["AAPL"][day]))
+        day_prints.append((close, "TSLA", closes[day]))
+        if day != missing:
+            day_prints.append((close, "AAPL", BARS["AAPL"][day]))
+        want += day_prints
+    assert got == want
+    # Across the split the series stays continuous (adjusted): no 4x jump is introduced.
+    tsla = [p for _, a, p in got if a == "TSLA"]
+    assert max(b / a for a, b in pairwise(tsla)) < 1.1
+
+    # StockBench's opening-price fills take the recorded open (buy-and-hold buys once).
+    cfg = tmp_path / "open.toml"
+    cfg.write_text(_config(tmp_path, yahoo).read_text()
+                   .replace('assets = ["AAPL", "MSFT"]', 'assets = ["TSLA"]')
+                   .replace('times = ["close-30m"]',
+                            'times = ["open+30m"]\nfill_at = "session_open"'))
+    db = tmp_path / "o.db"
+    assert await _cli("replay", str(out), "--config", str(cfg), "--db", str(db),
+                      "--no-progress") == 0
+    con = sqlite3.connect(db)
+    row = con.execute(f"SELECT f.scheduled_ts, f.trades_json, s.assets_json, f.value_before"
+                      f" FROM {FILLS} WHERE f.agent = 'buy_and_hold'").fetchone()
+    con.close()
+    day = datetime.fromtimestamp(row[0], UTC).date()
+    qty = fill_map(row[1], row[2])["TSLA"]
+    assert day == START and qty == pytest.approx(row[3] / (closes[START] - 0.5), rel=1e-9)
