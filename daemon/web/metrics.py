@@ -35,7 +35,12 @@ from daemon.alerts.kinds import ALERT_KINDS
 from daemon.alerts.rules import market_open, source_market, state_name
 from daemon.core.events import ALERT, DECISION, FILL, MARKET, NEWS, PRICE, RESOLUTION, STATUS
 from daemon.core.faults import FAULTS, KINDS
-from scoring.stats.metrics import PerformanceSummary, periods_per_year, summarise
+from scoring.stats.metrics import (
+    PerformanceSummary,
+    periods_per_year,
+    starts_at_initial,
+    summarise,
+)
 
 if TYPE_CHECKING:
     from agents.config import AgentConfig
@@ -266,6 +271,7 @@ class PerformanceCache:
         self._series: dict[tuple[str, str], dict[float, float]] = {}
         self._rowid = 0
         self._summaries: dict[tuple[str, str], PerformanceSummary] = {}
+        self._first_fill: dict[tuple[str, str], float] = {}
 
     async def refresh(self) -> None:
         """Read daily marks added since the last refresh and recompute what changed."""
@@ -278,14 +284,34 @@ class PerformanceCache:
             self._series.setdefault((market, agent), {})[float(ts)] = float(value)
             changed.add((market, agent))
         for key in changed:
+            if key not in self._first_fill:
+                await self._read_first_fill(key)
             self._summaries[key] = self._summarise(key)
 
+    async def _read_first_fill(self, key: tuple[str, str]) -> None:
+        """Remember the time of the agent's first fill in the market (the report's first fill)."""
+        market, agent = key
+        rows = await self.engine.store.fetchall(
+            "SELECT ts FROM fills WHERE agent = ? AND market = ? ORDER BY scheduled_ts LIMIT 1",
+            (agent, market))
+        if rows:
+            self._first_fill[key] = float(rows[0][0])
+
     def _summarise(self, key: tuple[str, str]) -> PerformanceSummary:
+        """Summarise the key's daily marks, starting as the report does (issue 27, point 9).
+
+        The initial cash starts the series only when the first fill comes strictly before the
+        first mark (:func:`scoring.stats.metrics.starts_at_initial`); otherwise the first mark
+        does, so no zero-length first period repeats the starting value.
+        """
         market, _ = key
         pts = self._series.get(key, {})
+        marks = [pts[t] for t in sorted(pts)]
         book = self.engine.books.get(market)
         start = book.initial_cash if book is not None else (min(pts.values()) if pts else 0.0)
-        values = [start, *(pts[t] for t in sorted(pts))]
+        first = min(pts) if pts else None
+        values = ([start, *marks] if starts_at_initial(first, self._first_fill.get(key))
+                  else marks)
         cfg = getattr(self.engine.config.markets, market, None)
         rf = float(getattr(cfg, "risk_free_rate", 0.0) or 0.0)  # what cash accrues (issue 27)
         periods = int(getattr(cfg, "periods_per_year", 0) or periods_per_year(market))

@@ -43,6 +43,7 @@ from scoring.stats.metrics import (
     drawdown_series,
     periods_per_year,
     simple_returns,
+    starts_at_initial,
     summarise,
 )
 
@@ -377,7 +378,7 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
     # before the first mark; otherwise the first mark does (no zero-length period).
     first_fill = store.fills[key][0] if store.fills.get(key) else None
     from_start = bool(from_start and pts and first_fill is not None
-                      and first_fill.ts < pts[0][0])
+                      and starts_at_initial(pts[0][0], first_fill.ts))
     values = [start_value] + [v for _, v, _ in pts] if from_start else [v for _, v, _ in pts]
     traded = [f.traded_value for f in fills if f is not first_fill]  # building it: not counted
     summary = summarise(values, n, rf.get(market, 0.0), weights, traded).to_dict()

@@ -43,6 +43,7 @@ __all__ = [
     "simple_returns",
     "sortino",
     "sortino_stockbench",
+    "starts_at_initial",
     "summarise",
     "turnover",
     "volatility",
@@ -74,6 +75,18 @@ def periods_per_year(market: str) -> int:
     if key in DEFAULT_PERIODS_PER_YEAR:
         return DEFAULT_PERIODS_PER_YEAR[key]
     raise ValueError(f"unknown market {market!r}; expected 'equity' or 'polymarket'")
+
+
+def starts_at_initial(first_mark_ts: float | None, first_fill_ts: float | None) -> bool:
+    """Tell whether the initial cash starts an equity series before its first mark.
+
+    Issue 27, point 9: only a first fill strictly before the first daily mark adds a period
+    (from the initial cash at that fill to the first mark); a first mark at or before the
+    first fill (or no fill, or no mark) starts the series itself, so no zero-length period
+    repeats the starting value. The report and the live ``/metrics`` figures both use this.
+    """
+    return first_mark_ts is not None and first_fill_ts is not None and (
+        first_fill_ts < first_mark_ts)
 
 
 def _as_1d(values: ArrayLike) -> np.ndarray:
