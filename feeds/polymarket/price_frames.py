@@ -2,7 +2,9 @@
 
 Such a frame is decoded into typed Structs with numbers parsed once, in C (msgspec's lax mode
 reads ``"0.45"`` as a float; fields the decoder does not read, such as ``hash`` and ``market``,
-are skipped), and applied to the books in one loop. Anything else takes the general path of
+are skipped), and applied to the books in one loop that keeps each touched token's last valid
+entry (its ``best_bid`` / ``best_ask`` are the top the decoder then takes: no hint is copied to the
+book, no tuple is made per entry). Anything else takes the general path of
 :class:`~feeds.polymarket.decode.PolymarketDecoder`, unchanged: a frame holding another event
 type, and any field msgspec does not parse as its type (``"abc"``, ``""``, JSON ``null``, an
 out-of-range number), so per-entry error counts stay as that path counts them. The checks are
@@ -34,8 +36,7 @@ class BookLevels(Protocol):
 
     bids: dict[float, float]
     asks: dict[float, float]
-    hint_bid: float | None
-    hint_ask: float | None
+    ts: float
 
 
 class FastChange(msgspec.Struct, gc=False):
@@ -75,8 +76,9 @@ def price_change_events(frame: str | bytes) -> list[FastEvent] | None:
 
 
 def apply_price_changes(events: list[FastEvent], books: Mapping[str, BookLevels], res: DecodeResult,
-                        touched: dict[str, float]) -> int:
-    """Apply ``events`` to ``books``; record each touched token's ts in ``touched``, count errors
+                        touched: dict[str, FastChange]) -> int:
+    """Apply ``events`` to ``books``; record each touched token's last valid entry in ``touched``
+    (in the order tokens were first touched) and its event's ts in its book's ``ts``, count errors
     and rejections in ``res``; return the number of deltas dropped (token without a book)."""
     dropped = 0
     errors = 0
@@ -103,20 +105,14 @@ def apply_price_changes(events: list[FastEvent], books: Mapping[str, BookLevels]
             if not (0.0 < price <= 1.0 and 0.0 <= size < _INF):
                 errors += 1
                 continue
-            sent_bid = c.best_bid
-            hb: float | None = None
-            if sent_bid is not UNSET:
-                if not 0.0 <= sent_bid <= 1.0:
-                    errors += 1
-                    continue
-                hb = sent_bid
-            sent_ask = c.best_ask
-            ha: float | None = None
-            if sent_ask is not UNSET:
-                if not 0.0 <= sent_ask <= 1.0:
-                    errors += 1
-                    continue
-                ha = sent_ask
+            hb = c.best_bid
+            if hb is not UNSET and not 0.0 <= hb <= 1.0:
+                errors += 1
+                continue
+            ha = c.best_ask
+            if ha is not UNSET and not 0.0 <= ha <= 1.0:
+                errors += 1
+                continue
             side = c.side
             if side == "BUY":
                 levels = book.bids
@@ -129,9 +125,8 @@ def apply_price_changes(events: list[FastEvent], books: Mapping[str, BookLevels]
                 levels[price] = size
             else:
                 levels.pop(price, None)
-            book.hint_bid = hb
-            book.hint_ask = ha
-            touched[tok] = ts
+            book.ts = ts
+            touched[tok] = c
     if errors:
         res.decode_errors += errors
     if rejected:

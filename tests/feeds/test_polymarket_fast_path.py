@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from feeds.polymarket.decode import PolymarketDecoder
+from feeds.polymarket.decode import MarkMode, PolymarketDecoder
 from feeds.polymarket.price_frames import price_change_events
 from tests.fakes.polymarket_server import change, price_change
 
@@ -19,13 +19,15 @@ TOKENS = ["T", "U"]
 UNKNOWN = {"event_type": "something_new"}
 
 
-def _decoder() -> PolymarketDecoder:
-    dec = PolymarketDecoder()
+def _decoder(mark: MarkMode = "mid") -> PolymarketDecoder:
+    dec = PolymarketDecoder(mark=mark)
     dec.reset(TOKENS)
     for tok in TOKENS:
         book = {"event_type": "book", "asset_id": tok, "timestamp": "1000",
                 "bids": [{"price": "0.40", "size": "10"}],
                 "asks": [{"price": "0.60", "size": "10"}]}
+        if mark != "mid":  # a last trade for the marks that read it
+            book["last_trade_price"] = "0.55"
         assert len(dec.decode(json.dumps(book), 1.0).events) == 1
     return dec
 
@@ -48,17 +50,29 @@ def _frames(n: int, seed: int) -> list[list[dict[str, Any]]]:
     return out
 
 
-def _run(frames: list[list[dict[str, Any]]], suffix: list[dict[str, Any]]
+def _run(frames: list[list[dict[str, Any]]], suffix: list[dict[str, Any]], mark: MarkMode = "mid",
+         columns: bool = True
          ) -> tuple[list[tuple[float, ...]], tuple[int, int, int], PolymarketDecoder]:
-    dec = _decoder()
+    """Decode ``frames`` (each with ``suffix`` appended) into columns, or as events
+    (``columns`` False: :meth:`PolymarketDecoder.decode`, the events turned into rows)."""
+    dec = _decoder(mark)
     cols = dec.price_columns()
     errors = rejected = 0
+    keys: list[str] = []
     for i, frame in enumerate(frames):
-        res = dec.decode_columns(json.dumps(frame + suffix).encode(), float(i), cols)
+        text = json.dumps(frame + suffix).encode()
+        if columns:
+            res = dec.decode_columns(text, float(i), cols)
+        else:
+            res = dec.decode(text, float(i))
+            for e in res.events:
+                cols.append(e.asset, e.ts, e.recv_ts, e.price, e.bid, e.ask)  # type: ignore[attr-defined]
         errors += res.decode_errors
         rejected += res.rejected
+        keys += res.data_keys
     rows = [tuple(x) for x in zip(cols.a, cols.ts, cols.recv_ts, cols.price, cols.bid,
                                   cols.ask, strict=True)]
+    rows.append(tuple(float(dec.assets.add(k)) for k in keys))  # the keys that got data, too
     return rows, (errors, rejected, dec.dropped_deltas), dec
 
 
@@ -68,10 +82,12 @@ def _same(a: list[tuple[float, ...]], b: list[tuple[float, ...]]) -> bool:
         for x, y in zip(ra, rb, strict=True))
 
 
-def test_fast_path_equals_general_path_on_mixed_garbage() -> None:
+@pytest.mark.parametrize("mark,columns", [
+    ("mid", True), ("mid", False), ("last", True), ("bid", True), ("bid", False)])
+def test_fast_path_equals_general_path_on_mixed_garbage(mark: MarkMode, columns: bool) -> None:
     frames = _frames(400, seed=3)
-    fast_rows, fast_counts, fast = _run(frames, [])
-    slow_rows, slow_counts, slow = _run(frames, [UNKNOWN])
+    fast_rows, fast_counts, fast = _run(frames, [], mark, columns)
+    slow_rows, slow_counts, slow = _run(frames, [UNKNOWN], mark, columns)
     assert fast_rows and _same(fast_rows, slow_rows)
     assert fast_counts == slow_counts and fast_counts[0] > 0 and fast_counts[1] > 0
     for tok in TOKENS:
