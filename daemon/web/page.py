@@ -50,6 +50,7 @@ from daemon.web.chart import ChartApi
 from daemon.web.decisions import DecisionsApi
 from daemon.web.metrics import portfolio_rows
 from daemon.web.positions import PositionsApi
+from daemon.web.prompts import PromptsApi
 
 if TYPE_CHECKING:
     from daemon.alerts.rules import AlertMonitor
@@ -299,6 +300,7 @@ class Page:
         self.chart = ChartApi(server)
         self.decisions = DecisionsApi(server)
         self.positions = PositionsApi(server)
+        self.prompts = PromptsApi(server)
         self.files: dict[str, Path] = {}
         if WEB_DIR.is_dir():
             self.files = {p.name: p for p in WEB_DIR.iterdir()
@@ -322,6 +324,7 @@ class Page:
         app.router.add_get("/api/agents/{id}/decisions", self.decisions.handle_decisions)
         self.chart.add_routes(app)
         self.positions.add_routes(app)
+        self.prompts.add_routes(app)
 
     def start(self) -> None:
         """Start the event stream's flusher."""

@@ -1,17 +1,22 @@
 """The live page's views of issue 30 in Chromium, over the same kind of daemon as
 test_page_browser.py (its fixtures, a daemon of this module's own): the combined chart, the
 badge from the sources' health, an empty board's reason, positions, trades and reasoning, sorting
-and filters."""
+and filters, a decision's exact prompt rebuilt on demand (API and page)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from agents.prompting import HEADLINE_CHARS, neutralise
+from tests.helpers import HANG_GUARD
 from tests.web.test_page_browser import (
     XSS_ANSWER,
+    XSS_HEADLINE,
     Arena,
     cells,
     chromium,
@@ -219,3 +224,65 @@ def test_a_degraded_sandbox_is_a_banner_above_the_fold(arena: Arena, browser: An
         assert banner.location["y"] < browser.find_element(By.ID, "summary").location["y"]
     finally:
         isolation._policy, isolation._state = saved
+
+
+def get(url: str) -> tuple[int, dict[str, Any]]:
+    """Return the status and JSON body of a GET (errors included)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_prompt_api_rebuilds_each_stored_prompt_to_its_hash(arena: Arena) -> None:
+    """Every prompt of llm1 rebuilt from the store hashes to the SHA-256 stored with its call."""
+    import sqlite3
+
+    with sqlite3.connect(arena.db) as con:
+        calls = con.execute("SELECT market, scheduled_ts, input_sha256 FROM llm_calls"
+                            " WHERE agent='llm1' ORDER BY id").fetchall()
+    assert len(calls) >= 4  # one call a day
+    for market, ts, sha in calls:
+        status, body = get(f"{arena.url}/api/agents/llm1/prompt?market={market}"
+                           f"&scheduled_ts={ts!r}")
+        assert status == 200, body
+        (p,) = body["prompts"]
+        assert p["error"] is None and p["stored_sha256"] == p["sha256"] == sha
+        assert hashlib.sha256(p["prompt"].encode()).hexdigest() == sha
+        assert "<news>" in p["prompt"]  # markup, and the hostile headline as the agent saw it
+        assert neutralise(XSS_HEADLINE, HEADLINE_CHARS) in p["prompt"]
+    # A baseline sent no prompt; bad requests get one line.
+    ts = calls[0][1]
+    status, body = get(f"{arena.url}/api/agents/ew/prompt?market=equity&scheduled_ts={ts!r}")
+    assert status == 404 and "no model call" in body["error"]
+    for query, code in (("market=equity", 400), ("market=equity&scheduled_ts=x", 400),
+                        ("market=equity&scheduled_ts=1&at=2", 400),
+                        ("market=equity&scheduled_ts=1", 404)):
+        status, body = get(f"{arena.url}/api/agents/llm1/prompt?{query}")
+        assert status == code and "\n" not in body["error"], (query, body)
+    assert get(f"{arena.url}/api/agents/nobody/prompt?market=equity&scheduled_ts=1")[0] == 404
+
+
+def test_a_decisions_prompt_shows_on_demand_as_text(arena: Arena, browser: Any) -> None:
+    """The button fetches the exact prompt; its hostile markup stays text."""
+    browser.get(arena.url + "/agent/llm1")
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#decisions button.show-prompt"),
+         "a prompt button per call")
+    browser.execute_script(  # open the newest decision's audit and ask for its prompt
+        "const d = document.querySelector('#decisions details.audit'); d.open = true;"
+        "d.querySelector('button.show-prompt').click()")
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    text = WebDriverWait(browser, HANG_GUARD, poll_frequency=0.1).until(  # LiteLLM may load
+        lambda d: d.execute_script(
+            "const p = document.querySelector('#decisions .prompt pre.prompt-text');"
+            "return p && p.textContent"), message="the prompt shown")
+    assert "<news>" in text and "</news>" in text  # the prompt's markup, as text
+    assert neutralise(XSS_HEADLINE, HEADLINE_CHARS) in text
+    assert not browser.find_elements(By.CSS_SELECTOR,
+                                     "#decisions script, #decisions img, #decisions news")
+    assert browser.execute_script("return window.__pwned") is None

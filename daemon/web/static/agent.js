@@ -1,5 +1,6 @@
 // One agent's page: figures now, equity and drawdown curves, allocation over time, model usage,
-// and every decision with its audit trail (reason, raw answer, input hash, headlines, calls).
+// and every decision with its audit trail (reason, raw answer, input hash, headlines, calls,
+// each call's exact prompt rebuilt on demand).
 "use strict";
 
 (() => {
@@ -146,6 +147,43 @@
     }
   }
 
+  // Prompts rebuilt on demand (GET .../prompt), kept across live redraws: decision key -> answer.
+  const prompts = new Map();
+  const shown = new Set();
+
+  /** A button showing call `i`'s exact prompt, as text, and the box it goes in. */
+  function promptBox(d, i) {
+    const key = `${d.market}|${d.scheduled_ts}`;
+    const box = el("div", {class: "prompt", "data-key": key, "data-call": i});
+    // The box on the page now (a live update may have redrawn the decisions meanwhile).
+    const current = () => [...document.querySelectorAll("#decisions .prompt")]
+      .find((b) => b.dataset.key === key && b.dataset.call === String(i)) || box;
+    const show = (answer, into) => {
+      clear(into);
+      const p = (answer.prompts || [])[i];
+      if (p && typeof p.prompt === "string") into.append(el("pre", {class: "raw prompt-text"}, p.prompt));
+      else into.append(el("div", {class: "error-text"}, (p && p.error) || answer.error || "no prompt"));
+    };
+    const button = el("button", {type: "button", class: "show-prompt", "data-call": i}, "show prompt");
+    button.addEventListener("click", async () => {
+      shown.add(`${key}|${i}`);
+      button.disabled = true;
+      try {
+        if (!prompts.has(key)) {
+          prompts.set(key, await getJSON(`${base}/prompt?market=${encodeURIComponent(d.market)}&scheduled_ts=${encodeURIComponent(d.scheduled_ts)}`));
+        }
+        show(prompts.get(key), current());
+      } catch (e) {
+        const into = current();
+        clear(into);
+        into.append(el("div", {class: "error-text"}, String((e && e.message) || e)));
+      }
+      button.disabled = false;
+    });
+    if (shown.has(`${key}|${i}`) && prompts.has(key)) show(prompts.get(key), box);
+    return [button, box];
+  }
+
   function audit(d) {
     const parts = [];
     for (const r of d.reasoning || []) {
@@ -162,6 +200,7 @@
     d.calls.forEach((c, i) => {
       const step = c.step ? `step ${c.step}` : `call ${i + 1}`;
       details.append(el("div", {class: "label"}, `${step}${c.outcome ? " [" + c.outcome + "]" : ""} (attempt ${c.attempt}) · ${c.model || "?"} · ${finite(c.tokens_in) ? c.tokens_in : "-"} in / ${finite(c.tokens_out) ? c.tokens_out : "-"} out tokens · ${finite(c.cost_usd) ? "$" + num(c.cost_usd, 5) : "cost -"} · ${finite(c.latency_s) ? num(c.latency_s, 2) + " s" : "-"}${c.finish_reason ? " · " + c.finish_reason : ""}`));
+      details.append(...promptBox(d, i));
       if (c.error) details.append(el("div", {class: "error-text"}, c.error));
       if (c.raw_response) details.append(el("pre", {class: "raw"}, c.raw_response));
     });

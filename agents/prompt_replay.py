@@ -1,0 +1,131 @@
+"""Rebuild the exact prompts of a stored decision from its stored input (issue 30, point 2).
+
+A prompt is never stored, only its SHA-256 (``llm_calls.input_sha256``). It is rebuilt by running
+the agent's own protocol again on the decision's stored observation, with the model replaced by
+the decision's stored calls in order: each step sees the answers its prompt was built from (a
+multi-step protocol's later prompts embed earlier answers; a retry's prompt adds the feedback on
+the stored error). Every prompt the protocol sends is captured, and one is shown only when its
+SHA-256 equals the stored hash, so a changed prompt file, template or config is named, never
+shown as the prompt that was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agents.base import Observation
+from agents.config import AgentConfig
+from agents.llm import DecisionRun, LlmAgent, _Attempt, utc_day
+from agents.llm_output import InvalidOutput
+from agents.protocols import build_llm_agent
+
+__all__ = ["RebuiltPrompt", "StoredCall", "rebuild_prompts"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCall:
+    """One stored model call (an ``llm_calls`` row) as the replay needs it."""
+
+    attempt: int
+    step: str | None
+    input_sha256: str | None
+    raw_response: str | None
+    error: str | None
+    finish_reason: str | None
+    outcome: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RebuiltPrompt:
+    """The prompt of one stored call: its text when the hash matches, else why not."""
+
+    attempt: int
+    step: str
+    stored_sha256: str | None
+    sha256: str | None
+    text: str | None
+    error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form the API answers with."""
+        return {"attempt": self.attempt, "step": self.step, "stored_sha256": self.stored_sha256,
+                "sha256": self.sha256, "prompt": self.text, "error": self.error}
+
+
+def rebuild_prompts(cfg: AgentConfig, obs: Observation, calls: Sequence[StoredCall]
+                    ) -> list[RebuiltPrompt]:
+    """Return the prompt of every stored call of one decision of ``cfg`` on ``obs``.
+
+    Runs in its own event loop (call it from a worker thread); builds the agent (LiteLLM is
+    imported, no call is made). A call whose rebuilt prompt does not hash to its stored SHA-256
+    gets ``text`` None and a one-line ``error``.
+    """
+    agent = build_llm_agent(cfg)
+    sent = asyncio.run(_replay(agent, obs, calls))
+    out = []
+    for i, call in enumerate(calls):
+        step = call.step or "allocation"
+        text = sent[i] if i < len(sent) else None
+        digest = None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+        error = None
+        if text is None:
+            error = (f"the protocol sent no prompt for stored call {i + 1} (step {step}): the "
+                     "agent's protocol or config changed since the decision")
+        elif not call.input_sha256:
+            error = "the stored call has no prompt SHA-256 to check the rebuilt prompt against"
+        elif digest != call.input_sha256:
+            error = (f"the rebuilt prompt of step {step} (SHA-256 {str(digest)[:12]}...) does not "
+                     f"match the stored {call.input_sha256[:12]}...: the prompt template, prompt "
+                     "files or agent config changed since the decision")
+        ok = error is None
+        out.append(RebuiltPrompt(call.attempt, step, call.input_sha256, digest,
+                                 text if ok else None, error))
+    return out
+
+
+async def _replay(agent: LlmAgent, obs: Observation, calls: Sequence[StoredCall]) -> list[str]:
+    """Run ``agent`` on ``obs`` answering each call from ``calls``; return the prompts sent."""
+    queue = list(calls)
+    sent: list[str] = []
+
+    async def no_wait(_: float) -> None:
+        return None
+
+    def prepare(o: Observation, template_version: str) -> DecisionRun:
+        return DecisionRun(obs=o, day=utc_day(o.decision_ts), api_key=None)
+
+    async def answer(n: int, messages: list[dict[str, str]], api_key: str | None,
+                     o: Observation, check: Any) -> _Attempt:
+        sent.append(str(messages[-1].get("content", "")) if messages else "")
+        record: dict[str, Any] = {"attempt": n, "ts": 0.0, "model": agent.cfg.model,
+                                  "raw_response": "", "error": None, "finish_reason": None,
+                                  "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0,
+                                  "cost_usd": 0.0}
+        if not queue:  # the stored decision made no more calls
+            return _Attempt(record=record, content="", kind="fatal", error="no stored call")
+        call = queue.pop(0)
+        content = call.raw_response or ""
+        record.update(raw_response=content, error=call.error,
+                      finish_reason=call.finish_reason)
+        kind = call.outcome or ("error" if call.error else "ok")
+        if kind != "ok":
+            return _Attempt(record=record, content=content, kind=kind, error=call.error or "")
+        try:
+            parsed = check(content, call.finish_reason)
+        except InvalidOutput as exc:
+            return _Attempt(record=record, content=content, kind="invalid", error=str(exc))
+        return _Attempt(record=record, content=content, kind="ok", parsed=parsed)
+
+    # The replay's own instance: no budget or key check, no waits, the stored answers.
+    agent.prepare = prepare  # type: ignore[method-assign,assignment]
+    agent._attempt = answer  # type: ignore[method-assign,assignment]
+    agent._sleep = no_wait
+    # A protocol that cannot run again: the prompts sent so far (the rest are named missing).
+    with contextlib.suppress(Exception):
+        await agent.decide(obs)
+    return sent
