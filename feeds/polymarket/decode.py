@@ -133,7 +133,8 @@ def _append_columns(prices: PriceColumns, now: float, idxs: list[int], tss: list
 class TokenBook:
     """Order book of one token: price -> size per side, plus the last top of book published."""
 
-    __slots__ = ("ask", "asks", "bid", "bids", "hint_ask", "hint_bid", "idx", "published", "ts")
+    __slots__ = ("ask", "asks", "bid", "bids", "hint_ask", "hint_bid", "idx", "pub_ask", "pub_bid",
+                 "pub_mark", "ts")
 
     def __init__(self, idx: int = 0) -> None:
         """Create an empty book of the token at ``idx`` in the decoder's asset table."""
@@ -145,7 +146,10 @@ class TokenBook:
         self.hint_bid: float | None = None
         self.hint_ask: float | None = None
         """The server's best bid / ask of the frame, parsed and checked once (``None``: absent)."""
-        self.published: tuple[float, float | None, float | None] | None = None
+        self.pub_mark = _NAN
+        self.pub_bid: float | None = None
+        self.pub_ask: float | None = None
+        """The last (mark, bid, ask) published (mark NaN: none yet; no tuple made per top)."""
         self.ts = 0.0
         """The ts of the last price change applied to the book (read by the fast path's tops)."""
 
@@ -469,7 +473,7 @@ class PolymarketDecoder:
         book.asks = _levels(ev.asks, res)
         old = self.books.get(tok)
         if old is not None:
-            book.published = old.published
+            book.pub_mark, book.pub_bid, book.pub_ask = old.pub_mark, old.pub_bid, old.pub_ask
         self.books[tok] = book
         last = _price(ev.last_trade_price) if ev.last_trade_price else None
         if last is not None:
@@ -563,10 +567,12 @@ class PolymarketDecoder:
                 mark = ask if ask is not None else last_trade.get(tok)
             if mark is None:
                 continue
-            state = (mark, bid, ask)
-            if state == book.published and tok not in fresh:
+            if (mark == book.pub_mark and bid == book.pub_bid and ask == book.pub_ask
+                    and tok not in fresh):
                 continue
-            book.published = state
+            book.pub_mark = mark
+            book.pub_bid = bid
+            book.pub_ask = ask
             toks.append(tok)
             idxs.append(book.idx)
             tss.append(ts)
@@ -619,10 +625,11 @@ class PolymarketDecoder:
                 mark = ask if ask is not None else last_trade.get(tok)
             if mark is None:
                 continue
-            state = (mark, bid, ask)
-            if state == book.published:
+            if mark == book.pub_mark and bid == book.pub_bid and ask == book.pub_ask:
                 continue
-            book.published = state
+            book.pub_mark = mark
+            book.pub_bid = bid
+            book.pub_ask = ask
             idxs.append(book.idx)
             tss.append(book.ts)
             marks.append(mark)
