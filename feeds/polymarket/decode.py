@@ -42,11 +42,15 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import msgspec
-from msgspec import UNSET
 
 from daemon.core.events import Event, PriceEvent
 from daemon.core.price_columns import AssetTable, PriceColumns
-from feeds.polymarket.price_frames import FastChange, apply_price_changes, price_change_events
+from feeds.polymarket.price_frames import (
+    NO_HINT,
+    FastChange,
+    apply_price_changes,
+    price_change_events,
+)
 from feeds.source_contract import DecodeResult
 
 __all__ = [
@@ -601,13 +605,13 @@ class PolymarketDecoder:
             book = books[tok]
             hb = c.best_bid
             bid: float | None
-            if hb is UNSET:
+            if hb is NO_HINT:
                 bid = max(book.bids) if book.bids else None
             else:
                 bid = hb if hb > 0.0 else None
             ha = c.best_ask
             ask: float | None
-            if ha is UNSET:
+            if ha is NO_HINT:
                 ask = min(book.asks) if book.asks else None
             else:
                 ask = ha if ha < 1.0 else None

@@ -21,14 +21,18 @@ from collections.abc import Mapping
 from typing import Protocol
 
 import msgspec
-from msgspec import UNSET, UnsetType
 
 from feeds.source_contract import DecodeResult
 
-__all__ = ["FastChange", "FastEvent", "apply_price_changes", "price_change_events"]
+__all__ = ["NO_HINT", "FastChange", "FastEvent", "apply_price_changes", "price_change_events"]
 
 _INF = math.inf
 _NAN = math.nan
+
+#: The default of a missing ``best_bid`` / ``best_ask``: this very float object (told apart by
+#: identity, ``is``; a number msgspec parses is always a new object). It lies in [0, 1], so one
+#: range check per entry covers a missing hint and a sent one alike.
+NO_HINT = float("0.5")
 
 
 class BookLevels(Protocol):
@@ -46,8 +50,8 @@ class FastChange(msgspec.Struct, gc=False):
     price: float = _NAN
     size: float = _NAN
     side: str = ""
-    best_bid: float | UnsetType = UNSET
-    best_ask: float | UnsetType = UNSET
+    best_bid: float = NO_HINT
+    best_ask: float = NO_HINT
 
 
 class FastEvent(msgspec.Struct, gc=False):
@@ -102,15 +106,8 @@ def apply_price_changes(events: list[FastEvent], books: Mapping[str, BookLevels]
                 continue
             price = c.price
             size = c.size
-            if not (0.0 < price <= 1.0 and 0.0 <= size < _INF):
-                errors += 1
-                continue
-            hb = c.best_bid
-            if hb is not UNSET and not 0.0 <= hb <= 1.0:
-                errors += 1
-                continue
-            ha = c.best_ask
-            if ha is not UNSET and not 0.0 <= ha <= 1.0:
+            if not (0.0 < price <= 1.0 and 0.0 <= size < _INF and 0.0 <= c.best_bid <= 1.0
+                    and 0.0 <= c.best_ask <= 1.0):
                 errors += 1
                 continue
             side = c.side

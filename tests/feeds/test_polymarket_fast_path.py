@@ -190,3 +190,14 @@ def test_unknown_side_is_rejected_and_deltas_without_a_book_are_dropped() -> Non
         [change("T", "0.45", "5", "HOLD", "0.45", "0.6"),
          change("ZZ", "0.45", "5", "BUY", "0.45", "0.6")], 2000)), 2.0)
     assert res.events == [] and res.rejected == 1 and dec.dropped_deltas == 1
+
+
+def test_a_sent_hint_equal_to_the_missing_hint_default_is_a_hint() -> None:
+    dec = _decoder()
+    res = dec.decode(json.dumps(price_change(
+        [change("T", "0.30", "5", "BUY", "0.5", "0.6")], 2000)), 2.0)  # 0.5: NO_HINT's value
+    assert [(e.bid, e.ask) for e in res.events] == [(0.5, 0.6)]  # type: ignore[attr-defined]
+    res = dec.decode(json.dumps({"event_type": "price_change", "timestamp": 2001, "price_changes": [
+        {"asset_id": "T", "price": 0.3, "size": 6, "side": "BUY", "best_bid": 0.5,
+         "best_ask": 0.7}]}), 2.0)
+    assert [(e.bid, e.ask) for e in res.events] == [(0.5, 0.7)]  # type: ignore[attr-defined]
