@@ -27,9 +27,10 @@ from typing import Any
 import aiohttp
 import msgspec
 
-from daemon.core.events import ClockEvent, PriceEvent
+from daemon.core.events import ClockEvent, NewsEvent, PriceEvent
 from daemon.timing.nyse import NY, get_nyse_calendar
 from feeds.health import short_error
+from feeds.news import NewsSettings
 from feeds.recording import RecordingHeader, RecordingWriter
 from feeds.yahoo import ChartError, RateLimited, YahooSettings, parse_chart, read_limited
 
@@ -176,21 +177,38 @@ def parse_tickers(text: str) -> list[str]:
 
 
 def build_history_recording(settings: YahooSettings, tickers: Sequence[str], start: date,
-                            end: date, out: str | Path) -> int:
-    """Fetch the bars and write the recording to ``out``; return the number of events."""
+                            end: date, out: str | Path, *,
+                            news: NewsSettings | None = None) -> int:
+    """Fetch the bars (and, with ``news``, Finnhub's company news of the window,
+    :mod:`feeds.history_news`) and write the recording to ``out``; return the number of
+    events."""
     window = HistoryWindow.of(start, end)
     bars = asyncio.run(fetch_daily_bars(settings, tickers, window))
     days = sorted(window.sessions)
     last_close = max(window.sessions[d][1] for d in days if any(d in b for b in bars.values()))
+    stories: list[NewsEvent] = []
+    if news is not None:
+        from feeds.history_news import NewsHistoryError, fetch_finnhub_history
+
+        try:
+            stories = asyncio.run(fetch_finnhub_history(news, tickers, start, end, last_close))
+        except NewsHistoryError as exc:
+            raise HistoryError(str(exc)) from None
     header = RecordingHeader(
-        start=window.sessions[days[0]][0],
+        start=min([window.sessions[days[0]][0], *(e.ts for e in stories[:1])]),
         end=last_close + END_MARGIN,
         description=f"daily opens and closes {start}..{end} from Yahoo chart history",
         equities=tuple(tickers),
         meta={"source": SOURCE, "window": [start.isoformat(), end.isoformat()],
-              "interval": "1d", "prints": ["open", "close"], "adjustment": ADJUSTMENT},
+              "interval": "1d", "prints": ["open", "close"], "adjustment": ADJUSTMENT,
+              **({"news": "finnhub company-news"} if news is not None else {})},
     )
+    first = window.sessions[days[0]][0]
     with RecordingWriter(out, header) as writer:
+        for story in stories:  # before the first session: the lead days' news
+            if story.ts < first:
+                writer.write(story)
+        later = [s for s in stories if s.ts >= first]
         for day in days:
             open_ts, close_ts = window.sessions[day]
             prints: list[tuple[float, int, str, float]] = []
@@ -202,7 +220,11 @@ def build_history_recording(settings: YahooSettings, tickers: Sequence[str], sta
                     prints.append((min(max(bar.start, open_ts), close_ts), k, symbol, bar.open))
                 prints.append((close_ts, len(tickers) + k, symbol, bar.close))
             for ts, _, symbol, price in sorted(prints):
+                while later and later[0].ts <= ts:  # news published by then comes first
+                    writer.write(later.pop(0))
                 writer.write(PriceEvent(ts=ts, recv_ts=ts, market="equity", asset=symbol,
                                         price=price, source=SOURCE))
+        for story in later:
+            writer.write(story)
         writer.write(ClockEvent(ts=header.end, recv_ts=header.end, reason="end of history"))
         return writer.count

@@ -227,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("--end", required=True, help="last day (inclusive), YYYY-MM-DD")
     hist.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
     hist.add_argument("--config", "-c", help="config whose sources.equity.yahoo.chart_url is used")
+    hist.add_argument("--news", choices=("finnhub",), default=None,
+                      help="add the tickers' company news of the window, stamped with their"
+                           " publication times (key: sources.news.finnhub_key_env)")
 
     vr = _command(sub, "verify-round",
                   "check a CapitalBench round directory against its hashes.json",

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -238,3 +239,90 @@ async def test_opens_splits_and_missing_days(yahoo: FakeYahoo, tmp_path: Path) -
     day = datetime.fromtimestamp(row[0], UTC).date()
     qty = fill_map(row[1], row[2])["TSLA"]
     assert day == START and qty == pytest.approx(row[3] / (closes[START] - 0.5), rel=1e-9)
+
+
+async def test_historical_news_is_never_shown_before_it_was_published(
+        yahoo: FakeYahoo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--news finnhub``: company news of the window stamped with its publication time; a
+    story published one second after a decision is not in that decision's observation, only
+    in the next one (issue 29, point 2)."""
+    from aiohttp import web
+
+    from daemon.timing.nyse import NY
+
+    sessions = _sessions(START, END)
+    decision = datetime.combine(sessions[1][0], datetime.min.time(), NY).replace(
+        hour=15, minute=30).timestamp()  # close-30m of the second session
+    stories: list[dict[str, Any]] = [
+        {"id": 1, "headline": "Apple before the decision", "datetime": int(decision - 60)},
+        {"id": 2, "headline": "Apple just after the decision", "datetime": int(decision + 1)},
+        {"id": 3, "headline": "Apple in the lead days",
+         "datetime": int(sessions[0][1] - 86_400 * 2)},
+        {"id": 4, "headline": "Apple after the window", "datetime": int(sessions[-1][2] + 7200)},
+    ]
+    asked: list[dict[str, str]] = []
+
+    async def company_news(request: web.Request) -> web.Response:
+        q = dict(request.query)
+        asked.append(q)
+        if q.get("token") != "fh-test" or q.get("symbol") != "AAPL":
+            return web.json_response([])
+        lo = datetime.fromisoformat(q["from"]).replace(tzinfo=UTC).timestamp()
+        hi = datetime.fromisoformat(q["to"]).replace(tzinfo=UTC).timestamp() + 86_400
+        return web.json_response([dict(s, source="Wire", url=f"u{s['id']}", summary="")
+                                  for s in stories if lo <= s["datetime"] < hi])
+
+    app = web.Application()
+    app.router.add_get("/api/v1/company-news", company_news)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        monkeypatch.setenv("PA_TEST_FINNHUB", "fh-test")
+        cfg = _config(tmp_path, yahoo)
+        cfg.write_text(cfg.read_text() + f'\n[sources.news]\nfinnhub_url = '
+                       f'"http://127.0.0.1:{port}/api/v1"\nfinnhub_key_env = "PA_TEST_FINNHUB"\n')
+        out = tmp_path / "news.jsonl.gz"
+        assert await _cli("build-recording", "--tickers", "AAPL,MSFT", "--start", str(START),
+                          "--end", str(END), "--out", str(out), "--config", str(cfg),
+                          "--news", "finnhub") == 0
+    finally:
+        await runner.cleanup()
+    assert {q["symbol"] for q in asked} == {"AAPL", "MSFT"}
+    assert all(q["token"] == "fh-test" for q in asked)
+    from daemon.core.events import NewsEvent
+
+    news = [e for _, e in iter_events(out) if isinstance(e, NewsEvent)]
+    assert [(e.ts, e.headline) for e in news] == [
+        (float(s["datetime"]), s["headline"]) for s in sorted(stories[:3],
+                                                              key=lambda s: s["datetime"])]
+    assert all(e.recv_ts == e.ts for e in news)
+    events = [e for _, e in iter_events(out)]
+    assert [e.ts for e in events] == sorted(e.ts for e in events)
+
+    db = tmp_path / "n.db"
+    assert await _cli("replay", str(out), "--config", str(cfg), "--db", str(db),
+                      "--no-progress") == 0
+    con = sqlite3.connect(db)
+    seen = dict(con.execute("SELECT decision_ts, market_json FROM observations"
+                            " WHERE market = 'equity'").fetchall())
+    con.close()
+    assert "Apple before the decision" in seen[decision]
+    assert "Apple just after the decision" not in seen[decision]
+    later = min(t for t in seen if t > decision)
+    assert "Apple just after the decision" in seen[later]
+
+
+async def test_news_without_its_key_is_one_line(yahoo: FakeYahoo, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("FINNHUB_API_KEY", raising=False)
+    out = tmp_path / "x.jsonl.gz"
+    rc = await _cli("build-recording", "--tickers", "AAPL", "--start", str(START), "--end",
+                    str(END), "--out", str(out), "--config", str(_config(tmp_path, yahoo)),
+                    "--news", "finnhub")
+    err = capsys.readouterr().err
+    assert rc == 2 and "FINNHUB_API_KEY is not set" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

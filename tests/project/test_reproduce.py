@@ -47,8 +47,6 @@ def test_every_command_of_the_doc_parses() -> None:
                                     "alphaforge-instability", "record"}
     parser = build_parser()
     for argv in cmds:
-        argv = [a.replace("<the 20 DJIA stocks of examples/stockbench-djia.toml>", "DIA")
-                for a in argv]
         parser.parse_args(argv)  # an unknown command or flag exits (SystemExit)
         for a in argv:
             if a.startswith("examples/"):
