@@ -47,6 +47,7 @@ from daemon.mqtt.settings import MqttSettings
 from daemon.mqtt.wire import default_client_id
 from daemon.store.reports import leaderboard
 from scoring.board.text import to_json
+from tests.helpers import HANG_GUARD
 from tests.mosquitto import HOST, PORT, PrivateBroker, listening, requires_broker, until
 from tests.recordings import TINY_CONFIG, make_recording
 
@@ -310,12 +311,12 @@ async def test_broker_restart_and_crash_mid_run_are_survived(
         (q_reached, q_go), (h_reached, h_go) = gates[rec.count // 4], gates[rec.count // 2]
         async with split_run(rec, b, tmp_path, everyone, window=100) as run:
             # Graceful restart: sessions, queued QoS 1 messages and retained state are saved.
-            await asyncio.wait_for(q_reached.wait(), 40)
+            await asyncio.wait_for(q_reached.wait(), HANG_GUARD)
             await private.stop()
             await private.start()
             q_go.set()
             # Crash: what the broker held since its last save is gone; the publisher re-sends.
-            await asyncio.wait_for(h_reached.wait(), 40)
+            await asyncio.wait_for(h_reached.wait(), HANG_GUARD)
             private.kill()
             await private.start()
             h_go.set()
@@ -450,12 +451,12 @@ async def test_an_event_that_never_arrives_is_reported_as_a_gap(
     async with split_run(rec, broker, tmp_path, (("bh",),), stall_timeout=1.5,
                          wait_timeout=3.0) as run:
         with pytest.raises(ReplayError) as evaluator_error:
-            await asyncio.wait_for(run.evaluators[0], 20)
+            await asyncio.wait_for(run.evaluators[0], HANG_GUARD)
         message = str(evaluator_error.value)
         assert f"event(s) 10 of {rec.count} never arrived" in message
         assert "\n" not in message
         with pytest.raises(ReplayError, match=r"offline .* before the end of the stream: e0"):
-            await asyncio.wait_for(run.publisher_task, 20)
+            await asyncio.wait_for(run.publisher_task, HANG_GUARD)
     assert run.publisher.acks["e0"].applied == 10 and run.publisher.acks["e0"].received == 10
 
 

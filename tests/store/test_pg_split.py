@@ -27,6 +27,7 @@ from daemon.store.pg import scope_schema
 from daemon.store.reports import leaderboard
 from scoring.board.text import to_json
 from tests.app.test_roles import GROUPS, Broker, Rec, _close, broker, rec  # noqa: F401 (fixtures)
+from tests.helpers import HANG_GUARD
 from tests.mosquitto import requires_broker
 from tests.pg import pg_database, requires_pg
 
@@ -69,7 +70,7 @@ async def test_two_evaluators_write_one_store_whose_report_is_the_single_process
         publisher = ReplayPublisher(rec.path, settings, process_id="pub", evaluators=2,
                                     wait_timeout=15.0, retransmit_after=0.5)
         published = await asyncio.wait_for(publisher.run(), 60)
-        evaluated = [await asyncio.wait_for(t, 30) for t in tasks]
+        evaluated = [await asyncio.wait_for(t, HANG_GUARD) for t in tasks]
         assert published.events == rec.count
         assert [s.events for s in evaluated] == [rec.count, rec.count]
         # Every evaluator wrote only its own agents, into its own scope of the one database.
@@ -122,7 +123,7 @@ async def test_an_evaluator_killed_mid_run_leaves_no_half_round_and_resumes(
             assert {k: got[k] for k in got} == {k: per_round[k] for k in got}
             proc = _evaluator(config, url, victim, "e0")  # restart: resumes from the store
             await asyncio.wait_for(pub, 120)
-            await asyncio.wait_for(peer, 30)
+            await asyncio.wait_for(peer, HANG_GUARD)
             out, _ = await asyncio.to_thread(proc.communicate, timeout=60)
             assert proc.returncode == 0, out[-3000:]
         finally:
