@@ -13,8 +13,8 @@ applies one event at a time in offset order and finishes the run, whatever the e
 A database remembers what it replays (:func:`run_fingerprint`: the result-affecting config,
 the recording's name, header and content hash, the window and the agents): a resume with
 anything different is refused with one line naming what differs, and a replay that finished
-says so instead of replaying nothing. A store write that fails stops the replay with one line (the resume repeats
-the failed round); a damaged recording stops it after its last whole event.
+says so instead of replaying nothing. A store write that fails stops the replay with one line
+(the resume repeats the failed round); a damaged recording stops it after its last whole event.
 """
 
 from __future__ import annotations
