@@ -15,6 +15,7 @@ import asyncio
 import gc
 import logging
 import sqlite3
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from tests.web.test_alerts import T0, make_config
 HANG = 60.0
 
 
-def _no_traceback(logs: list[dict[str, Any]]) -> None:
+def _no_traceback(logs: Sequence[Mapping[str, Any]]) -> None:
     for entry in logs:
         assert "exc_info" not in entry and "exception" not in entry, entry
 
