@@ -198,3 +198,29 @@ def profile_html(section: Mapping[str, Any]) -> str:
                    f" {stress['threshold']:.2f})</h3><table><tr><th class='l'>agent</th>"
                    f"<th>CEPS</th><th>verdict</th></tr>{rows}</table>")
     return "".join(out) + "</section>"
+
+
+def format_stress_windows(windows: Sequence[Mapping[str, Any]]) -> str:
+    """Return the secondary criterion over several stores' ``stress_ceps`` sections (Table 6):
+    per agent its CEPS and verdict in each window, and ``risk-safe`` only when every window
+    that holds it is (``""`` when no store is a stress window)."""
+    named = [w for w in windows if w]
+    if not named:
+        return ""
+    agents = sorted({a for w in named for a in w["agents"]})
+    cols = [f"{w['window'][:22]} (>= {w['threshold']:.2f})" for w in named]
+    lines = ["", "Stress CEPS against Table 6 (risk-safe when CEPS >= the window's threshold)",
+             f"{'agent':<20}" + "".join(f"{c:>32}" for c in cols) + "  overall"]
+    for agent in agents:
+        cells, verdicts = [], []
+        for w in named:
+            got = w["agents"].get(agent)
+            if got is None:
+                cells.append("-")
+                continue
+            verdicts.append(got["risk_safe"])
+            cells.append(f"{_num(got['CEPS'])} {_verdict(got['risk_safe'])}")
+        overall = (_verdict(False) if False in verdicts else
+                   _verdict(True) if verdicts and all(v is True for v in verdicts) else "-")
+        lines.append(f"{agent[:19]:<20}" + "".join(f"{c:>32}" for c in cells) + f"  {overall}")
+    return "\n".join(lines) + "\n"

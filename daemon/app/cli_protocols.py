@@ -34,18 +34,22 @@ def _stage_scores(args: argparse.Namespace) -> int:
 
 def _stress_gate(args: argparse.Namespace) -> int:
     """Print the global stress gate of several stress windows' stores (one line per agent)."""
+    from agents.portbench.profile_scores import format_stress_windows
     from agents.portbench.stress_gate import format_global, global_gate, window_gate
     from daemon.store.reports import leaderboard
 
     windows = []
+    ceps = []  # issue 29: the secondary criterion, stress CEPS against Table 6
     for db in args.dbs:
         try:
-            windows.append(window_gate(leaderboard(db)["rows"]))
+            board = leaderboard(db)
+            windows.append(window_gate(board["rows"]))
+            ceps.append((board.get("portbench_profiles") or {}).get("stress_ceps") or {})
         except Exception as exc:  # one line, never a traceback
             reason = " ".join(str(exc).split())[:200]
             sys.stderr.write(f"paperarena stress-gate: {db}: cannot read: {reason}\n")
             return 2
-    sys.stdout.write(format_global(global_gate(windows)))
+    sys.stdout.write(format_global(global_gate(windows)) + format_stress_windows(ceps))
     return 0
 
 

@@ -110,6 +110,13 @@ async def test_the_portbench_stress_recipe(tmp_path: Path, capsys: Any) -> None:
     assert main(["stress-gate", str(tmp_path / "covid.db")]) == 0
     gate = capsys.readouterr().out
     assert "pb-balanced" in gate and "sixty_forty" in gate
+    # ... with the secondary criterion: the agent's stress CEPS against the window's 0.45.
+    assert "2020 COVID Crash (>= 0.45)" in gate
+    row = next(line for line in gate.splitlines()[gate.splitlines().index(
+        next(x for x in gate.splitlines() if x.startswith("Stress CEPS"))):]
+        if line.startswith("pb-balanced"))
+    verdict_text = "risk-safe" if scores["CEPS"] >= 0.45 else "risk-UNSAFE"
+    assert f"{scores['CEPS']:.3f} {verdict_text}" in row and row.endswith(verdict_text)
 
 
 async def test_the_livetradebench_recipe(tmp_path: Path, capsys: Any) -> None:

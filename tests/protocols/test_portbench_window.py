@@ -312,3 +312,19 @@ def test_a_store_across_a_window_edge_is_no_stress_window() -> None:
     assert stress_window([day_ts(2020, 1, 31), day_ts(2020, 3, 1)]) is None
     assert stress_window([day_ts(2020, 2, 1), day_ts(2020, 5, 31)]) == ("2020 COVID Crash", 0.45)
     assert stress_window([]) is None
+
+
+def test_the_stress_ceps_of_several_windows_combine() -> None:
+    from agents.portbench.profile_scores import format_stress_windows
+
+    china = {"window": "2015 China Shock", "threshold": 0.40,
+             "agents": {"a": {"CEPS": 0.41, "risk_safe": True},
+                        "b": {"CEPS": 0.39, "risk_safe": False}}}
+    covid = {"window": "2020 COVID Crash", "threshold": 0.45,
+             "agents": {"a": {"CEPS": 0.46, "risk_safe": True}}}
+    text = format_stress_windows([china, {}, covid])  # {}: a store that is no stress window
+    rows = {line.split()[0]: line for line in text.splitlines() if line[:2] in ("a ", "b ")}
+    assert rows["a"].endswith("  risk-safe") and "0.410 risk-safe" in rows["a"]
+    assert rows["b"].endswith("  risk-UNSAFE")  # unsafe in one window: unsafe overall
+    assert "2020 COVID Crash (>= 0.45)" in text
+    assert format_stress_windows([{}, {}]) == ""
