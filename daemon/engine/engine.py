@@ -82,11 +82,13 @@ def history_days(config: Config) -> int:
 
     An AlphaForgeBench strategy's frame is its lookback's closes plus the current price; a
     PortBench agent's or covariance baseline's ``cov_window`` returns need ``cov_window + 1``
-    closes (issue 29: the window is never capped by the history kept).
+    closes, a momentum baseline its ``lookback_days`` (issue 29: no window is capped by the
+    history kept).
     """
     need = [a.strategy.lookback - 1 for a in config.agents if a.protocol == "alphaforgebench"]
     need += [a.cov_window + 1 for a in config.agents
              if a.protocol == "portbench" or a.kind in _WINDOWED_KINDS]
+    need += [a.lookback_days for a in config.agents if a.kind == "momentum"]
     return max([HISTORY_DAYS, *need])
 
 

@@ -53,6 +53,8 @@ def test_the_history_kept_is_sized_to_the_longest_window() -> None:
     small = {"id": "mv", "kind": "min_variance", "cov_window": 10}
     assert history_days(parse_config({"agents": [small]})) == HISTORY_DAYS
     assert history_days(parse_config({"agents": [{"id": "ew", "kind": "equal_weight"}]})) == 30
+    mom = {"id": "mom", "kind": "momentum", "lookback_days": 90}
+    assert history_days(parse_config({"agents": [mom]})) == 90
 
 
 def _recorded_closes(until: float) -> dict[str, dict[str, float]]:
