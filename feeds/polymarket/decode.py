@@ -322,12 +322,7 @@ class PolymarketDecoder:
             if dropped:
                 self.dropped_deltas += dropped
             if last:
-                if prices is None:
-                    cols = self.price_columns()
-                    self._fast_tops(last, now, res, cols)
-                    res.events.extend(cols.events())
-                else:
-                    self._fast_tops(last, now, res, prices)
+                self._fast_tops(last, now, res, prices)
                 res.data_keys = list(last)
             return res
         try:
@@ -588,10 +583,11 @@ class PolymarketDecoder:
         return toks, idxs, tss, marks, bids, asks
 
     def _fast_tops(self, last: dict[str, FastChange], now: float, res: DecodeResult,
-                   prices: PriceColumns) -> None:
-        """Append to ``prices`` the top of each token the fast path touched whose top changed (as
-        :meth:`_tops` takes it, from the hints of the token's last valid entry or, where it sent
-        none, from the book); count each crossed top as rejected."""
+                   prices: PriceColumns | None) -> None:
+        """Append to ``prices`` (None: to the result's events) the top of each token the fast
+        path touched whose top changed (as :meth:`_tops` takes it, from the hints of the token's
+        last valid entry or, where it sent none, from the book); count each crossed top as
+        rejected."""
         idxs: list[int] = []
         tss: list[float] = []
         marks: list[float] = []
@@ -641,8 +637,18 @@ class PolymarketDecoder:
             asks.append(_NAN if ask is None else ask)
         if rejected:
             res.rejected += rejected
-        if idxs:
+        if not idxs:
+            return
+        if prices is not None:
             _append_columns(prices, now, idxs, tss, marks, bids, asks)
+            return
+        source = self.source
+        names = self.assets.names
+        res.events.extend(
+            PriceEvent(ts=ts, recv_ts=now, market="polymarket", asset=names[i], price=mark,
+                       bid=None if bid != bid else bid, ask=None if ask != ask else ask,
+                       source=source)
+            for i, ts, mark, bid, ask in zip(idxs, tss, marks, bids, asks, strict=True))
 
     def _emit_columns(self, touched: dict[str, float], fresh: set[str] | frozenset[str],
                       now: float, res: DecodeResult, prices: PriceColumns) -> None:
