@@ -35,8 +35,8 @@ from scoring.stats.benchmarks import (
 )
 from scoring.stats.diversification import (
     class_correlations,
-    diversification,
-    signed_question_exposures,
+    diversification_rows,
+    signed_question_rows,
 )
 from scoring.stats.inference import relative_figures
 from scoring.stats.metrics import (
@@ -213,16 +213,24 @@ def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
         corr = class_correlations(panel, names, cls)  # the whole class's, once for the window
         if cache is not None:
             cache[key] = corr
-    held = h * pz
-    for row in held:
-        v = float(row.sum())
-        if not v > 0:
-            continue
-        w = {names[j]: float(x / v) for j, x in enumerate(row) if x / v > _HELD_EPS}
-        for k, x in diversification(w, corr).items():
-            if math.isfinite(x):
-                acc[k].append(x)
-    return {k: float(np.mean(v)) if v else _NAN for k, v in acc.items()}
+    return _mean_scores(diversification_rows(_row_weights(h * pz), names, corr, _HELD_EPS))
+
+
+def _row_weights(held: np.ndarray) -> np.ndarray:
+    """Return the weights (row / its sum) of the rows holding a positive value, in order."""
+    v = held.sum(axis=1)
+    ok = v > 0
+    return held[ok] / v[ok, None]
+
+
+def _mean_scores(scores: np.ndarray) -> dict[str, float]:
+    """Return the mean over rows of each finite s_intra / s_inter / s_corr (NaN if none)."""
+    out = {}
+    for i, k in enumerate(("s_intra", "s_inter", "s_corr")):
+        col = scores[:, i]
+        col = col[np.isfinite(col)]
+        out[k] = float(np.mean(col)) if col.size else _NAN
+    return out
 
 
 def _question_diversification(held: np.ndarray, assets: list[str], returns: np.ndarray,
@@ -254,16 +262,7 @@ def _question_diversification(held: np.ndarray, assets: list[str], returns: np.n
                                   {**{q: q for q in names}, CASH: "cash"})
         if cache is not None:
             cache[key] = corr
-    for row in held:
-        v = float(row.sum())
-        if not v > 0:
-            continue
-        w = {a: float(row[j] / v) for a, j in col.items()}
-        w[CASH] = float(row[-1] / v)
-        for k, x in signed_question_exposures(w, questions, corr).items():
-            if math.isfinite(x):
-                acc[k].append(x)
-    return {k: float(np.mean(v)) if v else _NAN for k, v in acc.items()}
+    return _mean_scores(signed_question_rows(_row_weights(held), assets, questions, corr))
 
 
 def _profile(agent_cfg: Mapping[str, Any], mdd: float, var95: float) -> dict[str, Any]:

@@ -26,10 +26,12 @@ __all__ = [
     "corr_matrix",
     "diversification",
     "diversification_from_returns",
+    "diversification_rows",
     "s_corr",
     "s_inter",
     "s_intra",
     "signed_question_exposures",
+    "signed_question_rows",
 ]
 
 #: ``s_inter`` of a portfolio with fewer than two weighted classes: no hedging credit.
@@ -291,3 +293,140 @@ def signed_question_exposures(weights: Mapping[str, float],
     si = s_intra(class_weights, intra)
     se = s_inter(class_weights, pairs)
     return {"s_intra": si, "s_inter": se, "s_corr": 0.5 * si + 0.5 * se}
+
+
+def _score_groups(groups: Sequence[tuple[np.ndarray, list[str], dict[str, np.ndarray]]],
+                  intra: Mapping[str, float], cross: Mapping[tuple[str, str], float],
+                  n_rows: int) -> np.ndarray:
+    """Return ``n_rows x 3`` (s_intra, s_inter, s_corr) of rows grouped by held classes.
+
+    Each group is ``(rows, classes, class_weights)``: the rows sharing one ordered set of held
+    classes and each class's weight column over them. The arithmetic is :func:`s_intra` and
+    :func:`s_inter`'s, operation for operation and in the same order, on whole columns (so each
+    row's figures equal the scalar functions' bit for bit). A group with an undefined
+    correlation is NaN; rows in no group stay NaN.
+    """
+    out = np.full((n_rows, 3), np.nan)
+    for rows, classes, cw in groups:
+        pairs = {(c, d): cross.get((c, d) if c < d else (d, c), _NAN)
+                 for i, c in enumerate(classes) for d in classes[i + 1 :]}
+        rhos = [intra.get(c, _NAN) for c in classes] + list(pairs.values())
+        if not all(math.isfinite(x) for x in rhos):
+            continue
+        total = np.zeros(rows.size)
+        for c in classes:
+            total += cw[c] * max(float(intra[c]), 0.0)
+        si = np.clip(1.0 - total, 0.0, 1.0)
+        num = np.zeros(rows.size)
+        den = np.zeros(rows.size)
+        for i, c in enumerate(classes):
+            for d in classes[i + 1 :]:
+                ww = 2.0 * cw[c] * cw[d]
+                num += ww * float(pairs[(c, d)])
+                den += ww
+        with np.errstate(divide="ignore", invalid="ignore"):
+            se = np.where(den == 0.0, SINGLE_CLASS_S_INTER,
+                          np.clip((1.0 - num / den) / 2.0, 0.0, 1.0))
+        out[rows, 0] = si
+        out[rows, 1] = se
+        out[rows, 2] = 0.5 * si + 0.5 * se
+    return out
+
+
+def diversification_rows(weights: np.ndarray, assets: Sequence[str], corr: ClassCorrelations,
+                         held_eps: float = 0.0) -> np.ndarray:
+    """Return ``T x 3`` (s_intra, s_inter, s_corr) of each row of a ``T x A`` weights matrix.
+
+    Row ``t`` equals :func:`diversification` of ``{assets[j]: weights[t, j]}`` over the weights
+    above ``held_eps``, bit for bit: rows holding the same assets share one ordered set of
+    classes and are scored together (:func:`_score_groups`). NaN where :func:`diversification`
+    is (nothing held, nothing at risk, an undefined correlation).
+    """
+    w = np.asarray(weights, dtype=float)
+    held = w > max(held_eps, 0.0)
+    groups: list[tuple[np.ndarray, list[str], dict[str, np.ndarray]]] = []
+    if w.shape[0]:
+        patterns, inverse = np.unique(held, axis=0, return_inverse=True)
+        for g, pattern in enumerate(patterns):
+            cols = np.flatnonzero(pattern).tolist()
+            if not cols or all(assets[j] in corr.riskless for j in cols):
+                continue
+            rows = np.flatnonzero(inverse.reshape(-1) == g)
+            cw: dict[str, np.ndarray] = {}
+            for j in cols:
+                a = assets[j]
+                if a not in corr.classes:
+                    raise ValueError(f"weighted asset {a!r} missing from assets")
+                c = corr.classes[a]
+                cw[c] = cw.get(c, 0.0) + w[rows, j]  # 0.0 + w first, as the scalar sum
+            groups.append((rows, list(cw), cw))
+    return _score_groups(groups, corr.intra, corr.cross, w.shape[0])
+
+
+def signed_question_rows(weights: np.ndarray, assets: Sequence[str],
+                         questions: Mapping[str, Sequence[str]], corr: ClassCorrelations
+                         ) -> np.ndarray:
+    """Return ``T x 3`` (s_intra, s_inter, s_corr) of each row, one exposure a question.
+
+    ``weights`` is ``T x (A + 1)``: the weights of ``assets`` and CASH last. Row ``t`` equals
+    :func:`signed_question_exposures` of that row's weights, bit for bit: rows with the same
+    signs of exposure (and cash or not) are scored together, each cross correlation signed by
+    both exposures.
+    """
+    w = np.asarray(weights, dtype=float)
+    n = w.shape[0]
+    col = {a: j for j, a in enumerate(assets)}
+    cash = w[:, -1].copy() if n else np.zeros(0)
+    zero = np.zeros(n)
+    expo: dict[str, np.ndarray] = {}
+    for q, toks in questions.items():
+        w_yes = w[:, col[toks[0]]] if toks and toks[0] in col else zero
+        w_no = w[:, col[toks[1]]] if len(toks) > 1 and toks[1] in col else zero
+        e = w_yes - w_no
+        cash += w_yes + w_no - np.abs(e)
+        expo[q] = e
+    names = list(expo)
+    if not n or not names:
+        return np.full((n, 3), np.nan)
+    # Every row iterates its held classes in one fixed order (the questions', then cash), so
+    # masked column operations over all rows repeat the scalar sums term for term.
+    held = {q: np.abs(expo[q]) > 1e-12 for q in names}
+    order = [*names, "cash"]
+    held["cash"] = cash > 1e-12
+    cw = {q: np.abs(expo[q]) for q in names} | {"cash": cash}
+    sgn = {q: np.sign(expo[q]) for q in names} | {"cash": np.ones(n)}
+    for q in names:
+        if held[q].any() and q not in corr.classes:
+            raise ValueError(f"question {q!r} missing from the correlations")
+    any_q = np.logical_or.reduce([held[q] for q in names])
+    bad = ~any_q
+    total = np.zeros(n)
+    for c in order:
+        rho = corr.intra.get(c, 0.0 if c == "cash" else _NAN)
+        if not math.isfinite(rho):
+            bad |= held[c]
+            continue
+        total = np.where(held[c], total + cw[c] * max(float(rho), 0.0), total)
+    num = np.zeros(n)
+    den = np.zeros(n)
+    for i, c in enumerate(order):
+        for d in order[i + 1 :]:
+            both = held[c] & held[d]
+            if not both.any():
+                continue
+            key = (c, d) if c < d else (d, c)
+            rho = corr.cross.get(key, _NAN)
+            if not math.isfinite(rho):
+                bad |= both
+                continue
+            ww = 2.0 * cw[c] * cw[d]
+            signed = rho * (sgn[key[0]]) * (sgn[key[1]])
+            num = np.where(both, num + ww * signed, num)
+            den = np.where(both, den + ww, den)
+    si = np.clip(1.0 - total, 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        se = np.where(den == 0.0, SINGLE_CLASS_S_INTER,
+                      np.clip((1.0 - num / den) / 2.0, 0.0, 1.0))
+    out = np.column_stack([si, se, 0.5 * si + 0.5 * se])
+    out[bad] = np.nan
+    return out
