@@ -40,6 +40,7 @@ from agents.base import (
     PricePoint,
     assert_no_lookahead,
 )
+from agents.reasoning import reasoning_json
 from agents.stored_input import agent_row
 from agents.validation import InvalidAllocation, validate_allocation
 from daemon.core.bus import Bus
@@ -348,13 +349,14 @@ class DecisionRound:
                 raw = redact_text(dec.raw_output or answer)
                 reason = redact_text(reason)  # provider errors can echo credentials
                 sha, row, msha = inputs[agent_id]
+                stored_calls = [_redacted_call(c) for c in dec.calls]
                 rc.decisions.append(DecisionRecord(
                     agent_id, market, scheduled_ts, now, outcome, reason=reason,
                     input_json=row.decode(), input_sha256=sha, observation_sha256=msha,
                     raw_output=raw, allocation=allocation, template_version=dec.template_version,
                     allocation_json=encode_allocation(allocation, asset_index.get(msha)),
-                    attempts=dec.attempts, duration_s=duration,
-                    calls=[_redacted_call(c) for c in dec.calls],
+                    attempts=dec.attempts, duration_s=duration, calls=stored_calls,
+                    reasoning=reasoning_json(stored_calls, raw, redact_text(dec.reasoning or "")),
                 ))
                 result.outcomes[agent_id] = outcome
                 events.append(DecisionEvent(

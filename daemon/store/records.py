@@ -36,6 +36,9 @@ class DecisionRecord:
     allocation_json: str | None = None
     """:attr:`allocation` already encoded (:func:`daemon.core.sparse_rows.encode_allocation`; rounds
     do it as they go, by index into the round's asset list)."""
+    reasoning: str | None = None
+    """The reasoning per step as JSON (:func:`agents.reasoning.reasoning_json`); None: none
+    was derived (a decision the round did not ask, e.g. missed or abandoned)."""
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -153,8 +153,17 @@ DROP INDEX IF EXISTS fills_agent;
 """
 # --- end v11 -----------------------------------------------------------------------------------
 
+# --- v12: reasoning as its own field (issue 30, point 2) ---------------------------------------
+# A decision's reasoning per step, JSON [{"step", "text"}] (agents.reasoning), written with the
+# decision for every protocol ("[]" without any); NULL in rows written before, which readers
+# derive from the stored calls as before.
+_V12 = """
+ALTER TABLE decisions ADD COLUMN reasoning TEXT;
+"""
+# --- end v12 -----------------------------------------------------------------------------------
+
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                               8: _V8, 9: _V9, 10: _V10, 11: _V11}
+                               8: _V8, 9: _V9, 10: _V10, 11: _V11, 12: _V12}
 
 
 def _statements(script: str) -> list[str]:

@@ -520,14 +520,14 @@ class Store(StoreQueries):
         await db.executemany(
             "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
             " reason, input_json, input_sha256, raw_output, allocation_json,"
-            " template_version, attempts, duration_s, run_id, observation_sha256)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " template_version, attempts, duration_s, run_id, observation_sha256, reasoning)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
               d.input_json, d.input_sha256, d.raw_output,
               d.allocation_json if d.allocation_json is not None
               else encode_allocation(d.allocation),  # sparse: issue 16 point 4
               d.template_version, d.attempts, d.duration_s, self.run_id,
-              d.observation_sha256)
+              d.observation_sha256, d.reasoning)
              for d in rc.decisions],
         )
         calls = [

@@ -1,8 +1,9 @@
 """One agent's decisions with their audit trail, for the live page.
 
 ``GET /api/agents/{id}/decisions?offset=&limit=&market=``: one page of an agent's decisions,
-newest first, with the full audit trail: reason, the model's ``reasoning`` per step (each call's
-parsed answer's ``reasoning`` field, else the raw answer's), raw answer, input hash, the
+newest first, with the full audit trail: reason, the model's ``reasoning`` per step (the
+decision's stored ``reasoning`` column, :mod:`agents.reasoning`; derived the same way from the
+stored calls for rows written before schema v12), raw answer, input hash, the
 headlines the agent saw, every model call with tokens, cost and latency, ``assets`` (Polymarket
 tokens by question title and side), and the total count.
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from agents.reasoning import reasoning_steps
 from agents.stored_input import INPUT_COLUMNS
 from daemon.core.sparse_rows import fill_map
 from daemon.web.labels import assets_in
@@ -53,12 +55,17 @@ class DecisionsApi:
             "agent=? AND market=?", [agent, market])
         store = srv.engine.store
         async with srv._queries:
+            try:  # a store served read-only may predate schema v12: derive its reasoning
+                await store.fetchall(f"SELECT reasoning FROM {t('decisions')} LIMIT 0")
+                stored_col = "d.reasoning"
+            except Exception:  # no such column (a SQLite or PostgreSQL error)
+                stored_col = "NULL"
             total = (await store.fetchall(
                 f"SELECT COUNT(*) FROM {t('decisions')} WHERE {where}", tuple(params)))[0][0]
             rows = await store.fetchall(
                 "SELECT d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,"
                 f" {INPUT_COLUMNS}, d.input_sha256, d.raw_output, d.allocation_json,"
-                f" d.template_version, d.attempts, d.duration_s, s.assets_json"
+                f" d.template_version, d.attempts, d.duration_s, s.assets_json, {stored_col}"
                 f" FROM {t('decisions')} d"
                 f" LEFT JOIN {t('observations')} o ON o.sha256 = d.observation_sha256"
                 f" LEFT JOIN {t('asset_sets')} s ON s.sha256 = o.assets_sha256"
@@ -84,14 +91,14 @@ class DecisionsApi:
                         "parsed": _loads(parsed)})
         decisions = []
         for (m, st, dt, outcome, reason, input_json, market_json, sha, raw, alloc, template,
-             attempts, duration, assets) in rows:
+             attempts, duration, assets, stored_reasoning) in rows:
             decisions.append({
                 "market": m, "scheduled_ts": st, "decided_ts": dt, "outcome": outcome,
                 "reason": reason, "input_sha256": sha, "raw_output": raw,
                 "allocation": _allocation(alloc, assets), "template_version": template,
                 "attempts": attempts, "duration_s": duration,
                 "headlines": _headlines(market_json or input_json),
-                "reasoning": _reasoning(raw, calls.get((m, st), [])),
+                "reasoning": _reasoning(stored_reasoning, raw, calls.get((m, st), [])),
                 "calls": calls.get((m, st), [])})
         labels = await srv.asset_labels.labels(store.fetchall, assets_in(decisions))
         return _json({"agent": agent, "total": total, "offset": offset, "limit": limit,
@@ -127,24 +134,14 @@ def _allocation(text: str | None, assets_json: str | None) -> Any:
     return _loads(text)
 
 
-def _reasoning(raw: str | None, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return the model's reasoning per step: ``[{"step", "text"}]`` from each call's parsed
-    answer (its ``reasoning`` field), else from the decision's raw answer when it is JSON."""
-    out = []
-    for i, c in enumerate(calls):
-        parsed = c.get("parsed")
-        text = parsed.get("reasoning") if isinstance(parsed, dict) else None
-        if text is None:
-            answer = _loads(c.get("raw_response"))
-            text = answer.get("reasoning") if isinstance(answer, dict) else None
-        if isinstance(text, str) and text.strip():
-            out.append({"step": c.get("step") or f"call {i + 1}", "text": text})
-    if not out:
-        answer = _loads(raw)
-        text = answer.get("reasoning") if isinstance(answer, dict) else None
-        if isinstance(text, str) and text.strip():
-            out.append({"step": "answer", "text": text})
-    return out
+def _reasoning(stored: str | None, raw: str | None, calls: list[dict[str, Any]]
+               ) -> list[dict[str, Any]]:
+    """Return the model's reasoning per step: ``[{"step", "text"}]`` as stored with the decision
+    (schema v12), else derived from the stored calls and answer as it would have been stored."""
+    kept = _loads(stored)
+    if isinstance(kept, list):
+        return [r for r in kept if isinstance(r, dict) and isinstance(r.get("text"), str)]
+    return reasoning_steps(calls, raw)
 
 
 def _headlines(input_json: str | None) -> list[dict[str, Any]]:

@@ -53,3 +53,26 @@ async def test_current_database_logs_no_migration(tmp_path: Path) -> None:
         store = await Store.open(db)
         await store.close()
     assert _migrated(logs) == []
+
+
+async def test_a_v11_store_gains_the_reasoning_column_old_rows_keep_null(tmp_path: Path) -> None:
+    """Schema v12 (issue 30): decisions.reasoning; rows written before read NULL."""
+    db = tmp_path / "v11.db"
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)")
+    for version in range(1, 12):
+        for stmt in _statements(MIGRATIONS[version]):
+            con.execute(stmt)
+    con.execute("INSERT INTO meta(key, value) VALUES('schema_version', '11')")
+    con.execute("INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome)"
+                " VALUES('old', 'equity', 1.0, 1.0, 'ok')")
+    con.close()
+    with capture_logs() as logs:
+        store = await Store.open(db)
+        await store.close()
+    assert [(e["from_version"], e["version"]) for e in _migrated(logs)] == [(11, 12)]
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("SELECT agent, reasoning FROM decisions").fetchall() == [("old", None)]
+    finally:
+        con.close()

@@ -182,12 +182,13 @@ async def test_a_v10_store_migrates_and_reads_its_old_rows_beside_new_ones(
     con = sqlite3.connect(db)  # back to v10's tables
     con.execute("UPDATE meta SET value='10' WHERE key='schema_version'")
     con.execute("ALTER TABLE observations DROP COLUMN assets_sha256")
+    con.execute("ALTER TABLE decisions DROP COLUMN reasoning")  # v12's
     con.execute("CREATE INDEX fills_agent ON fills(agent, market, ts)")
     con.commit()
     con.close()
     store = await Store.open(db)
     try:
-        assert await store.schema_version() == SCHEMA_VERSION == 11
+        assert await store.schema_version() == SCHEMA_VERSION == 12
         await write("new", old=False)
     finally:
         await store.close()

@@ -267,6 +267,23 @@ def test_the_prompt_api_rebuilds_each_stored_prompt_to_its_hash(arena: Arena) ->
     assert get(f"{arena.url}/api/agents/nobody/prompt?market=equity&scheduled_ts=1")[0] == 404
 
 
+def test_reasoning_is_stored_with_each_decision(arena: Arena) -> None:
+    """decisions.reasoning (schema v12) is written at decision time, per step, for every agent."""
+    import sqlite3
+
+    with sqlite3.connect(arena.db) as con:
+        rows = con.execute("SELECT agent, outcome, reasoning FROM decisions"
+                           " WHERE agent IN ('llm1', 'ew')").fetchall()
+    llm = [json.loads(r) for a, o, r in rows if a == "llm1" and o == "ok"]
+    assert len(llm) >= 4
+    assert all(r == [{"step": "allocation", "text": XSS_ANSWER}] for r in llm), llm
+    # A baseline's own one-line reasoning, stored the same way.
+    assert [json.loads(r) for a, _, r in rows if a == "ew"] == [
+        [{"step": "answer", "text": "equal weight, rebalanced"}]] * len(llm)
+    status, body = get(f"{arena.url}/api/agents/llm1/decisions?limit=1")
+    assert status == 200 and body["decisions"][0]["reasoning"] == llm[0]
+
+
 def test_a_decisions_prompt_shows_on_demand_as_text(arena: Arena, browser: Any) -> None:
     """The button fetches the exact prompt; its hostile markup stays text."""
     browser.get(arena.url + "/agent/llm1")

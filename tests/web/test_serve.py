@@ -96,3 +96,27 @@ def test_serve_names_a_missing_or_foreign_database_in_one_line(
     assert lines == [f"paperarena: --db {tmp_path / 'missing.db'}: no such database",
                      f"paperarena: --db {foreign}: not a paperarena store "
                      "(no alerts, decisions, equity, fills table)"], err
+
+
+async def test_serve_reads_a_store_from_before_the_reasoning_column(tmp_path: Path) -> None:
+    """A v11 store (no decisions.reasoning) served read-only: reasoning derived as before."""
+    db = tmp_path / "v11.db"
+    await _write_rounds(db, 0, 1)
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT reasoning FROM decisions WHERE agent='ew'").fetchone()[0]
+        con.execute("ALTER TABLE decisions DROP COLUMN reasoning")
+        con.execute("UPDATE meta SET value='11' WHERE key='schema_version'")
+    ready = asyncio.Event()
+    bound: list[str] = []
+    task = asyncio.create_task(serve(db, port=0, ready=ready, bound=bound))
+    try:
+        await asyncio.wait_for(ready.wait(), 60)  # hang guard only
+        async with (aiohttp.ClientSession() as http,
+                    http.get(bound[0] + "/api/agents/ew/decisions") as r):
+            body = await r.json()
+        assert r.status == 200 and body["total"] == 1
+        assert body["decisions"][0]["reasoning"] == []  # derived: a baseline's calls hold none
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
