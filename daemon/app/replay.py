@@ -27,6 +27,7 @@ import math
 import sqlite3
 import sys
 import time
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,17 +72,31 @@ _CHUNK = 1 << 20
 
 
 def content_digest(path: str | Path, limit: int | None = None) -> dict[str, Any]:
-    """Return ``{"bytes": n, "sha256": hex}`` of the file's first ``limit`` bytes (all of it
-    by default), read in chunks (a recording is never held in memory)."""
+    """Return ``{"bytes": n, "sha256": hex}`` of the recording's first ``limit`` bytes of
+    content (all of it by default): of what it decompresses to when gzipped, so a file cut
+    short (a download, a crash) is a prefix of the complete one. Read in chunks (a recording
+    is never held in memory); a truncated or damaged gzip stream counts up to where it ends."""
     h = hashlib.sha256()
     n = 0
     with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+        f.seek(0)
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gz else None
         while limit is None or n < limit:
-            chunk = f.read(_CHUNK if limit is None else min(_CHUNK, limit - n))
-            if not chunk:
+            raw = f.read(_CHUNK)
+            if not raw:
                 break
-            h.update(chunk)
-            n += len(chunk)
+            if inflate is not None:
+                try:
+                    raw = inflate.decompress(raw)
+                except zlib.error:
+                    break
+            if limit is not None:
+                raw = raw[:limit - n]
+            h.update(raw)
+            n += len(raw)
+            if inflate is not None and inflate.eof:
+                break
     return {"bytes": n, "sha256": h.hexdigest()}
 
 
