@@ -7,7 +7,8 @@ cannot be started here. This script applies what of it decides whether the strat
 run: ``SystemCallFilter=`` (groups expanded by ``systemd-analyze syscall-filter``, the same
 systemd that will read the unit), ``SystemCallErrorNumber=``, ``SystemCallArchitectures=native``,
 ``RestrictNamespaces=`` (as systemd does: ``unshare``/``clone``/``setns`` refused for namespace
-kinds not listed, ``clone3`` answered ``ENOSYS`` so the C library falls back to ``clone``) and
+kinds not listed, ``clone3`` answered ``ENOSYS`` so the C library falls back to ``clone``),
+``RestrictAddressFamilies=`` (``socket()`` of another family refused) and
 ``NoNewPrivileges=``, then execs the command. The capability bounding set and the unprivileged
 user (``CapabilityBoundingSet=``, ``DynamicUser=``) are applied by the caller with ``setpriv``
 (tests/unprivileged.py). Not emulated: ``PrivateUsers=`` (a user namespace around the service;
@@ -25,6 +26,8 @@ from pathlib import Path
 
 import pyseccomp as sc
 
+#: Address families RestrictAddressFamilies= may name (the ones the daemon's units use).
+FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16, "AF_PACKET": 17}
 #: clone flags of each namespace kind RestrictNamespaces= names.
 NAMESPACES = {"cgroup": 0x02000000, "ipc": 0x08000000, "net": 0x40000000, "mnt": 0x00020000,
               "pid": 0x20000000, "user": 0x10000000, "uts": 0x04000000}
@@ -94,11 +97,17 @@ def main(argv: list[str]) -> int:
         for kind in restrict.split():
             allowed_ns |= NAMESPACES[kind]
     refused_ns = sum(NAMESPACES.values()) & ~allowed_ns
+    families = (settings.get("RestrictAddressFamilies") or [""])[-1].split()
     arch = sc.system_arch()
     for name in sorted(allowed):
         if sc.resolve_syscall(arch, name) < 0:
             continue
-        if restricting and name in ("unshare", "clone", "setns"):
+        if families and name == "socket":
+            # socket() only of the families listed (systemd answers EAFNOSUPPORT, here the
+            # filter's error number: either way the call fails).
+            for family in families:
+                f.add_rule(sc.ALLOW, name, sc.Arg(0, sc.EQ, FAMILIES[family]))
+        elif restricting and name in ("unshare", "clone", "setns"):
             arg = 1 if name == "setns" else 0
             f.add_rule(sc.ALLOW, name, sc.Arg(arg, sc.MASKED_EQ, refused_ns, 0))
         elif restricting and name == "clone3":

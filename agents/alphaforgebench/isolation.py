@@ -6,9 +6,10 @@ before any strategy code exists and reported on its first line (:func:`missing_l
 - ``bubblewrap``: the worker is started by ``bwrap`` (Debian ``bubblewrap``): fresh user, pid,
   network, ipc, uts and mount namespaces, ``--die-with-parent``, ``--new-session``, every
   capability dropped, ``--clearenv``, uid and gid 65534 inside, no further user namespaces;
-- ``filesystem``: a root holding only read-only binds of the interpreter, its standard library,
-  the system's shared libraries, the allowed packages (:data:`PACKAGES`) and the worker, a
-  private empty ``/tmp`` and an empty ``/proc`` (no process is visible, its own included);
+- ``filesystem``: a root holding only read-only binds of the interpreter, its standard library
+  (its site-packages hidden), the system's shared libraries, the allowed packages
+  (:data:`PACKAGES`) and the worker, four device nodes read-only (null, zero, random, urandom),
+  a private empty ``/tmp`` and an empty ``/proc`` (no process is visible, its own included);
 - ``user namespace``, ``pid namespace``, ``network namespace``, ``capabilities``: seen from
   inside (uid 65534, pid 2, only a loopback interface, ``sethostname`` refused);
 - ``seccomp``: the allow-list of :mod:`agents.alphaforgebench.seccomp_policy`, loaded by the
@@ -19,7 +20,10 @@ before any strategy code exists and reported on its first line (:func:`missing_l
 layers this host cannot give. Unless ``[sandbox] allow_degraded = true`` an AlphaForgeBench
 agent is then refused (exit 2, one line naming the layer); with it, the daemon warns at every
 start, in ``/api/status``, in ``paperarena status`` and on the page, and workers run with what
-the host has (without ``bwrap``: ``python -I`` directly, as the same user).
+the host has (without ``bwrap``: ``python -I`` directly, as the same user, with a seccomp filter
+that refuses every file open once the code may run, where seccomp can be had; without that too,
+strategy code can read the provider keys and every file the daemon can, which the warning
+says).
 """
 
 from __future__ import annotations
@@ -140,6 +144,12 @@ def _interpreter_args() -> tuple[list[str], str]:
     binds += ["--ro-bind", paths["stdlib"], paths["stdlib"]]
     if paths["platstdlib"] != paths["stdlib"]:
         binds += ["--ro-bind", paths["platstdlib"], paths["platstdlib"]]
+    # The interpreter's own site-packages (and Debian's) lie inside those binds: hide them.
+    hidden = {paths["purelib"], paths["platlib"], "/usr/lib/python3/dist-packages"}
+    for d in sorted(hidden):
+        if os.path.isdir(d) and any(d.startswith(b.rstrip("/") + "/") for b in (
+                paths["stdlib"], paths["platstdlib"], "/usr/lib")):
+            binds += ["--tmpfs", d]
     if sysconfig.get_config_var("Py_ENABLE_SHARED"):
         libdir = sysconfig.get_config_var("LIBDIR") or ""
         soname = sysconfig.get_config_var("INSTSONAME") or ""
@@ -148,6 +158,15 @@ def _interpreter_args() -> tuple[list[str], str]:
                                                                              "/lib/")):
             binds += ["--ro-bind", lib, lib]
     return binds, exe
+
+
+def _device_args() -> list[str]:
+    """Return read-only binds of the few device nodes a computation may read (no other)."""
+    out: list[str] = []
+    for dev in ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"):
+        if os.path.exists(dev):
+            out += ["--ro-bind", dev, dev]
+    return out
 
 
 def bwrap_argv(bwrap: str, config: dict[str, Any]) -> list[str]:
@@ -168,16 +187,21 @@ def bwrap_argv(bwrap: str, config: dict[str, Any]) -> list[str]:
             argv += ["--ro-bind", str(path), f"{LIB}/{path.name}"]
     argv += ["--ro-bind", str(POLICY), f"{LIB}/{POLICY.name}",
              "--ro-bind", str(WORKER), WORKER_INSIDE,
-             "--dir", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp",
+             "--dir", "/proc", "--dir", "/dev", *_device_args(), "--tmpfs", "/tmp",
+             "--chdir", "/tmp",
              "--", exe, "-I", "-S", "-B", WORKER_INSIDE,
              json.dumps({**config, "path": [LIB]})]
     return argv
 
 
 def direct_argv(config: dict[str, Any]) -> list[str]:
-    """Return the argv that starts the worker without bubblewrap (degraded hosts only)."""
+    """Return the argv that starts the worker without bubblewrap (degraded hosts only).
+
+    Such a worker sees the host's files and the daemon's ``/proc`` as the daemon's user, so its
+    seccomp filter (where it can be had) refuses every file open once the code may run.
+    """
     return [sys.executable, "-I", "-B", str(WORKER),
-            json.dumps({**config, "path": [str(POLICY.parent)]})]
+            json.dumps({**config, "path": [str(POLICY.parent)], "opens": False})]
 
 
 def worker_argv(policy: SandboxPolicy, config: dict[str, Any]) -> list[str]:

@@ -178,9 +178,17 @@ def _what(x: Any, present: bool = True) -> str:
     return _line(f"{type(x).__name__} {x!r}", 120)
 
 
+#: Control characters (C0, DEL, C1) and bidirectional overrides: replaced in any text the
+#: worker sends, so a stored reason cannot drive a terminal or reorder what a reader sees.
+_UNPRINTABLE = {c: "?" for c in [*range(0x20), *range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F,
+                                 *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+
+
 def _line(x: Any, limit: int) -> str:
-    """Return ``str(x)`` on one line, at most ``limit`` characters."""
-    return " ".join(str(x)[:2000].split())[:limit]
+    """Return ``str(x)`` on one line, at most ``limit`` characters, without control or
+    bidirectional-override characters."""
+    text = " ".join(str(x)[:2000].split())
+    return text.translate(_UNPRINTABLE)[:limit]
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +202,10 @@ class SandboxLimits:
     timeout_s: float = 10.0
     """Wall-clock seconds per request; the child is killed after it."""
     start_timeout_s: float = 60.0
-    """Wall-clock seconds to start the child and load the code (imports pandas)."""
+    """Wall-clock seconds to start the child up to its first line (imports pandas); loading the
+    code then has ``timeout_s``."""
+    cpu_lifetime_s: int = 3600
+    """Hard ``RLIMIT_CPU`` of a worker's whole life: reached, it is killed and started again."""
     nofile: int = 64
     """Open files of the child (``RLIMIT_NOFILE``)."""
 
@@ -215,7 +226,7 @@ class StrategyWorker:
     async def _start(self) -> None:
         policy = current_policy()
         config = {"memory_mb": self.limits.memory_mb, "cpu_s": self.limits.cpu_s,
-                  "nofile": self.limits.nofile}
+                  "nofile": self.limits.nofile, "cpu_lifetime_s": self.limits.cpu_lifetime_s}
         self.starts += 1
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -225,8 +236,9 @@ class StrategyWorker:
         except OSError as exc:  # e.g. bwrap missing (the start-up probe says so first)
             raise SandboxError(f"the sandbox does not start: {exc}") from None
         await self._check_layers(policy.bwrap is not None, policy.tolerated)
-        answer = await self._request({"op": "load", "code": self.code},
-                                     self.limits.start_timeout_s)
+        # The imports are done (the first line came after them): the code's top level gets a
+        # bar's wall clock, as each bar does.
+        answer = await self._request({"op": "load", "code": self.code}, self.limits.timeout_s)
         if not answer.get("ok"):
             await self.close()
             raise SandboxError("the strategy does not load: "

@@ -336,9 +336,19 @@ def main() -> int:
     cpu_s = float(limits["cpu_s"])
     want = {"RLIMIT_AS": int(limits["memory_mb"]) * 1024 * 1024, "RLIMIT_FSIZE": 0,
             "RLIMIT_NOFILE": int(limits["nofile"]), "RLIMIT_NPROC": 0}
-    report = layers(seccomp_policy.install)
+    # A lifetime hard CPU limit: the per-request soft limit (which strategy code may raise,
+    # up to this) moves below it; reached, the kernel kills the worker, restarted next bar.
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    lifetime = int(limits.get("cpu_lifetime_s", 3600))
+    if hard == resource.RLIM_INFINITY or hard > lifetime:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_CPU, (lifetime, lifetime))
+    opens = bool(limits.get("opens", True))
+    report = layers(lambda: seccomp_policy.install(opens=opens))
     unset = [name for name, value in want.items()
              if resource.getrlimit(getattr(resource, name))[0] > value]
+    if resource.getrlimit(resource.RLIMIT_CPU)[1] > lifetime:
+        unset.append("RLIMIT_CPU (hard)")
     report["limits"] = "on" if not unset else "off: not lowered: " + ", ".join(unset)
     roots = read_roots()
     # From here on the hook applies to everything, the worker's own code included: no
@@ -355,7 +365,7 @@ def main() -> int:
         used = resource.getrusage(resource.RUSAGE_SELF)
         budget = int(used.ru_utime + used.ru_stime + cpu_s) + 1
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        resource.setrlimit(resource.RLIMIT_CPU, (budget, hard))
+        resource.setrlimit(resource.RLIMIT_CPU, (min(budget, hard), hard))
         rid: Any = None
         try:
             req = json.loads(line)

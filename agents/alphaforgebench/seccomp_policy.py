@@ -51,16 +51,21 @@ IOCTLS = (0x5401, 0x5451, 0x5450)
 FCNTLS = (0, 1, 2, 3, 4, 1030)  # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC
 
 
-def build(pyseccomp: Any) -> Any:
-    """Return the filter (a ``pyseccomp.SyscallFilter``, not loaded) of the allow-list."""
+def build(pyseccomp: Any, *, opens: bool = True) -> Any:
+    """Return the filter (a ``pyseccomp.SyscallFilter``, not loaded) of the allow-list.
+
+    ``opens=False`` (a degraded worker started without bubblewrap, which sees the host's files
+    and the daemon's ``/proc``): no file may be opened at all once the filter is on.
+    """
     sc = pyseccomp
     f = sc.SyscallFilter(sc.ERRNO(errno.EPERM))
     f.set_attr(sc.Attr.CTL_NNP, 1)  # no_new_privs: set before loading, as the kernel requires
     for name in ALLOWED:
         _allow(f, sc, name)
     masked = sc.MASKED_EQ
-    _allow(f, sc, "open", sc.Arg(1, masked, WRITE_FLAGS, 0))
-    _allow(f, sc, "openat", sc.Arg(2, masked, WRITE_FLAGS, 0))
+    if opens:
+        _allow(f, sc, "open", sc.Arg(1, masked, WRITE_FLAGS, 0))
+        _allow(f, sc, "openat", sc.Arg(2, masked, WRITE_FLAGS, 0))
     for request in IOCTLS:
         _allow(f, sc, "ioctl", sc.Arg(1, sc.EQ, request))
     for cmd in FCNTLS:
@@ -85,7 +90,7 @@ def _allow(f: Any, sc: Any, name: str, *args: Any) -> None:
             raise
 
 
-def install() -> str:
+def install(*, opens: bool = True) -> str:
     """Load the allow-list into this process; return "on" or "off: <why>" (one line).
 
     Irrevocable and inherited: once on, nothing this process runs can remove or widen it.
@@ -95,7 +100,7 @@ def install() -> str:
     except (ImportError, OSError) as exc:  # no binding, or no libseccomp.so.2 to load
         return f"off: libseccomp is not available ({type(exc).__name__}: {exc})"
     try:
-        build(pyseccomp).load()
+        build(pyseccomp, opens=opens).load()
     except (OSError, ValueError, RuntimeError) as exc:
         return f"off: the kernel refused the filter ({type(exc).__name__}: {exc})"
     return "on"

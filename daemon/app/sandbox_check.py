@@ -35,8 +35,11 @@ def sandbox_problem(cfg: Config, out: TextIO | None = None) -> str | None:
                 "\"The sandbox\"; [sandbox] allow_degraded = true runs them without it)")
     configure(found.policy(cfg.sandbox), found.missing)
     if found.missing:  # logging is not configured yet: one line on stderr (the journal)
-        sys.stderr.write(f"warning: {found.line()}: AlphaForgeBench strategies run DEGRADED "
-                         "([sandbox] allow_degraded = true)\n")
+        exposed = (" strategy code can read the provider keys and every file the daemon can;"
+                   if "seccomp" in found.missing and "bubblewrap" in found.missing else "")
+        sys.stderr.write(f"warning: {found.line()}: AlphaForgeBench strategies run DEGRADED"
+                         f" ([sandbox] allow_degraded = true);{exposed} install what is"
+                         " missing\n")
     elif out is not None:
         out.write(found.line() + "\n")
     return None

@@ -273,7 +273,8 @@ def test_main_unit_directives() -> None:
                        "NoNewPrivileges": "yes", "ProtectKernelTunables": "yes",
                        "ProtectControlGroups": "yes", "LockPersonality": "yes",
                        "CapabilityBoundingSet": "", "DynamicUser": "yes",
-                       "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6"}.items():
+                       "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+                       "RestrictNamespaces": "user pid net ipc uts mnt"}.items():
         assert d[key] == [value], key
     assert "@system-service" in d["SystemCallFilter"]
     assert d["MemoryDenyWriteExecute"] == ["no"]  # decided and commented in the unit

@@ -451,3 +451,28 @@ async def test_a_forged_line_with_the_read_id_never_shifts_a_bar(results: str,
                                                                 "MSFT": (1, 0.07)}
     finally:
         await w.close()
+
+
+async def test_a_top_level_loop_gets_a_bar_s_wall_clock_not_the_start_up_s() -> None:
+    code = "while True:\n    pass\n\ndef generate_signal(df):\n    return {}\n"
+    w = StrategyWorker(code, SandboxLimits(cpu_s=30.0, timeout_s=1.5, start_timeout_s=60.0))
+    try:
+        got, _ = await ticking(w.run_bar(BARS))
+        assert isinstance(got, SandboxError) and "timed out after 1.5s" in str(got)
+    finally:
+        await w.close()
+
+
+async def test_control_and_bidi_characters_never_reach_a_stored_reason() -> None:
+    code = ("def generate_signal(df):\n"
+            "    raise ValueError('\\x1b[31mred\\x07 \\u202eevil\\u202c \\x9b2J end')\n")
+    w = StrategyWorker(code, LIMITS)
+    try:
+        got = await w.run_bar(BARS)
+        with pytest.raises(ValueError) as info:
+            check_result(got["AAPL"])
+    finally:
+        await w.close()
+    text = str(info.value)
+    assert "?[31mred? ?evil? ?2J end" in text
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u202e\u202c" for c in text)

@@ -267,7 +267,7 @@ async def test_limits_cannot_be_raised_and_hold() -> None:
     got = await attack("""
 resource = SYS.modules['resource']
 out = {}
-for name in ('RLIMIT_AS', 'RLIMIT_NOFILE', 'RLIMIT_NPROC', 'RLIMIT_FSIZE'):
+for name in ('RLIMIT_AS', 'RLIMIT_NOFILE', 'RLIMIT_NPROC', 'RLIMIT_FSIZE', 'RLIMIT_CPU'):
     which = getattr(resource, name)
     try:
         resource.setrlimit(which, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
@@ -275,10 +275,14 @@ for name in ('RLIMIT_AS', 'RLIMIT_NOFILE', 'RLIMIT_NPROC', 'RLIMIT_FSIZE'):
     except (ValueError, OSError) as e:
         out[name] = type(e).__name__
 out['as'] = resource.getrlimit(resource.RLIMIT_AS)[0]
+# The CPU soft limit may move up to the lifetime hard limit, never past it.
+resource.setrlimit(resource.RLIMIT_CPU, (resource.getrlimit(resource.RLIMIT_CPU)[1],) * 2)
+out['cpu'] = resource.getrlimit(resource.RLIMIT_CPU)
 report(**out)
 """)
     r = got[0]
     assert "raised" not in r.values() and r["as"] == 1024 * 1024 * 1024, r
+    assert r["cpu"] == [LIMITS.cpu_lifetime_s, LIMITS.cpu_lifetime_s], r
 
 
 async def test_memory_cpu_and_recursion_end_in_a_recorded_failure() -> None:
@@ -378,3 +382,31 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+async def test_a_degraded_worker_without_bubblewrap_opens_no_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # allow_degraded on a host without bubblewrap: the worker runs as the daemon's user and
+    # sees its files and /proc; its seccomp filter then refuses every open once code may run.
+    from agents.alphaforgebench import isolation
+
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    secret = tmp_path / "provider.env"
+    secret.write_text(SECRET)
+    tolerated = frozenset({"bubblewrap", "user namespace", "pid namespace",
+                           "network namespace", "capabilities"})
+    saved = (isolation._policy, isolation._state)
+    isolation.configure(isolation.SandboxPolicy(bwrap=None, tolerated=tolerated))
+    try:
+        got = await attack(f"""
+out = {{}}
+for key, path in (('daemon environ', '/proc/%d/environ' % OS.getppid()),
+                  ('secret', {str(secret)!r}), ('passwd', '/etc/passwd')):
+    out[key] = verdict(LIBC.open(path.encode(), 0))
+report(**out)
+""")
+        works = await attack("return {'signal': 1, 'position': float(df['close'].iloc[-1] / 100)}")
+    finally:
+        isolation._policy, isolation._state = saved
+    assert got[0] == {"daemon environ": "R", "secret": "R", "passwd": "R"}, got
+    assert works[0] == {"signal": 1, "position": 0.17}, works
