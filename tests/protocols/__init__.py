@@ -1,2 +1,2 @@
-"""Tests of the protocols in their homes: AlphaForgeBench and its sandbox, CapitalBench, PortBench,
-StockBench."""
+"""Tests of the protocols in their homes: AlphaForgeBench (its sandbox: tests/sandbox/),
+CapitalBench, PortBench, StockBench."""

@@ -9,7 +9,7 @@ deleted, no attribute or mode changed, no connection received, no secret in any 
 signal delivered, the daemon's event loop running throughout.
 
 Run twice by CI: in the suite as whoever runs it (root in CI), and again as ``nobody`` with no
-capability (tests/protocols/test_sandbox_unprivileged.py).
+capability (tests/sandbox/test_sandbox_unprivileged.py).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = ("tests/protocols/test_sandbox_attacks.py", "tests/protocols/test_sandbox_escapes.py",
-         "tests/protocols/test_sandbox.py", "tests/protocols/test_sandbox_unit.py")
+FILES = ("tests/sandbox/test_sandbox_attacks.py", "tests/sandbox/test_sandbox_escapes.py",
+         "tests/sandbox/test_sandbox.py", "tests/sandbox/test_sandbox_unit.py")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the suite already runs unprivileged: the sandbox"
