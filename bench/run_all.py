@@ -27,6 +27,7 @@ BENCHES = {
     "ingest": "bench_ingest",
     "replay": "bench_replay",
     "replay_scale": "bench_replay_scale",
+    "report": "bench_report",
     "polymarket_decode": "bench_polymarket_decode",
     "equity_decode": "bench_equity_decode",
     "mqtt": "bench_mqtt",

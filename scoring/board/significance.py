@@ -34,6 +34,7 @@ from scoring.stats.inference import (
     BOOTSTRAP_REPS,
     block_length,
     null_p_value,
+    null_p_values,
     resample_counts,
     stationary_indices,
 )
@@ -195,7 +196,7 @@ def _intervals(mk: _Market, agents: Sequence[str]) -> dict[str, dict[str, list[f
 def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Return the paired comparison of every ``(a, b)`` over the days both have."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    todo: list[tuple[tuple[str, str], np.ndarray]] = []
+    todo: list[tuple[dict[str, Any], float, float, np.ndarray, np.ndarray]] = []
     for a, b in dict.fromkeys(wanted):
         ja, jb = mk.col[a], mk.col[b]
         mask = mk.has[:, ja] & mk.has[:, jb]
@@ -211,19 +212,28 @@ def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, st
             continue
         mk.stats(d, [ja, jb])
         (ca, sa), (cb, sb) = mk.estimate(mask, ja), mk.estimate(mask, jb)
-        dc = d.cum[ja] - d.cum[jb]
-        ds = d.shp[ja] - d.shp[jb]
         _, _, hac = sharpe_difference_hac(mk.excess[mask, ja], mk.excess[mask, jb])
-        vs |= {"difference": ca - cb, "p_value": null_p_value(ca - cb, dc),
-               "sharpe_difference": sa - sb, "sharpe_p_value": null_p_value(sa - sb, ds),
-               "sharpe_hac_p_value": hac}
-        todo.append(((a, b), dc))
-    for s in range(0, len(todo), _CHUNK):
-        part = todo[s : s + _CHUNK]
-        qc = _quantiles(np.vstack([dc for _, dc in part]))
-        for i, (key, _) in enumerate(part):
-            out[key]["difference_ci"] = qc[i].tolist()
+        vs |= {"difference": ca - cb, "sharpe_difference": sa - sb, "sharpe_hac_p_value": hac}
+        todo.append((vs, ca - cb, sa - sb, d.cum[ja] - d.cum[jb], d.shp[ja] - d.shp[jb]))
+        if len(todo) == _CHUNK:
+            _pair_tests(todo)
+            todo = []
+    _pair_tests(todo)
     return out
+
+
+def _pair_tests(todo: Sequence[tuple[dict[str, Any], float, float, np.ndarray, np.ndarray]]
+                ) -> None:
+    """Set the interval and both p-values of a chunk of comparisons from their draws."""
+    if not todo:
+        return
+    dc = np.vstack([t[3] for t in todo])
+    pc = null_p_values([t[1] for t in todo], dc)
+    ps = null_p_values([t[2] for t in todo], np.vstack([t[4] for t in todo]))
+    qc = _quantiles(dc)
+    for i, (vs, *_) in enumerate(todo):
+        vs |= {"difference_ci": qc[i].tolist(), "p_value": float(pc[i]),
+               "sharpe_p_value": float(ps[i])}
 
 
 def _holm_family(comparisons: Sequence[tuple[str, str, dict[str, Any]]], name: str) -> None:

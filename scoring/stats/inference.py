@@ -29,6 +29,7 @@ __all__ = [
     "block_length",
     "bootstrap_ci",
     "null_p_value",
+    "null_p_values",
     "paired_bootstrap",
     "relative_figures",
     "resample_counts",
@@ -55,17 +56,19 @@ def block_length(x: ArrayLike) -> float:
 
     a = np.asarray(x, dtype=float)
     cols = a.reshape(-1, 1) if a.ndim == 1 else a
-    found: list[float] = []
+    by_size: dict[int, list[np.ndarray]] = {}  # columns of one length: one call of arch
     for j in range(cols.shape[1]):
         c = cols[:, j][np.isfinite(cols[:, j])]
         if c.size < MIN_BLOCK_OBS or float(np.std(c)) <= STD_ZERO_RTOL * max(
                 1.0, abs(float(np.mean(c)))):
             continue
+        by_size.setdefault(c.size, []).append(c)
+    found: list[float] = []
+    for size, group in by_size.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            b = float(optimal_block_length(c)["stationary"].iloc[0])
-        if math.isfinite(b):
-            found.append(min(max(b, 1.0), float(c.size)))
+            blocks = optimal_block_length(np.column_stack(group))["stationary"].to_numpy()
+        found += [min(max(float(b), 1.0), float(size)) for b in blocks if math.isfinite(b)]
     return float(np.median(found)) if found else 1.0
 
 
@@ -115,6 +118,23 @@ def null_p_value(estimate: float, draws: ArrayLike, *, one_sided: bool = False) 
     hits = (np.count_nonzero(centred >= estimate) if one_sided
             else np.count_nonzero(np.abs(centred) >= abs(estimate)))
     return float((1 + hits) / (d.size + 1))
+
+
+def null_p_values(estimates: ArrayLike, draws: np.ndarray) -> np.ndarray:
+    """Return the two-sided :func:`null_p_value` of each ``estimates[i]`` against ``draws[i]``.
+
+    ``draws`` is ``k x B``; row ``i`` gives exactly ``null_p_value(estimates[i], draws[i])``
+    (its finite draws only; NaN when none is finite or the estimate is not).
+    """
+    est = np.asarray(estimates, dtype=float).reshape(-1)
+    d = np.asarray(draws, dtype=float).reshape(est.size, -1)
+    fin = np.isfinite(d)
+    n = fin.sum(axis=1)
+    with np.errstate(invalid="ignore"):
+        hits = (np.abs(d - est[:, None]) >= np.abs(est)[:, None]).sum(axis=1, where=fin)
+    out = (1 + hits) / (n + 1)
+    out[(n == 0) | ~np.isfinite(est)] = np.nan
+    return out
 
 
 def _quantiles(stats: np.ndarray, level: float) -> tuple[float, float]:

@@ -1,0 +1,43 @@
+"""Issue 27, point 1: the batched p-values and block lengths equal the one-at-a-time ones."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from arch.bootstrap import optimal_block_length
+
+from scoring.stats.inference import block_length, null_p_value, null_p_values
+
+
+def test_null_p_values_equal_null_p_value_row_by_row() -> None:
+    rng = np.random.default_rng(5)
+    draws = rng.normal(0.1, 1.0, (6, 500))
+    draws[1, ::7] = np.nan  # undefined draws are left out of that row only
+    draws[2] = np.nan  # no finite draw: NaN
+    draws[5] = rng.normal(5.0, 0.1, 500)  # far from 0: no centred draw reaches |5|
+    est = np.array([0.1, -0.3, 0.2, float("nan"), 0.0, 5.0])
+    got = null_p_values(est, draws)
+    for i in range(6):
+        want = null_p_value(float(est[i]), draws[i])
+        assert (math.isnan(got[i]) and math.isnan(want)) or got[i] == want
+    assert got[5] == 1 / 501  # never below 1 / (B + 1)
+
+
+def test_block_length_is_the_median_of_arch_per_column() -> None:
+    rng = np.random.default_rng(11)
+    e = rng.normal(size=(90, 7))
+    x = e.copy()
+    for t in range(1, 90):  # AR(1) columns with different persistence
+        x[t] = np.linspace(0.0, 0.8, 7) * x[t - 1] + e[t]
+    x[:20, 3] = np.nan  # a shorter column: its own length
+    x[:, 5] = 1.0  # constant: left out
+    want = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for j in (0, 1, 2, 3, 4, 6):
+            c = x[:, j][np.isfinite(x[:, j])]
+            want.append(min(max(float(optimal_block_length(c)["stationary"].iloc[0]), 1.0),
+                            float(c.size)))
+    assert block_length(x) == float(np.median(want))
