@@ -99,6 +99,7 @@ class _Market:
         self.has = np.isfinite(raw)
         self.periods = periods
         self._draws: dict[bytes, _Draws] = {}
+        self._estimates: dict[tuple[bytes, int], tuple[float, float]] = {}
 
     def draws(self, mask: np.ndarray) -> _Draws | None:
         """Return the draws over the days of ``mask`` (cached); None with fewer than 2 days."""
@@ -137,6 +138,13 @@ class _Market:
 
     def estimate(self, mask: np.ndarray, j: int) -> tuple[float, float]:
         """Return the observed cumulative excess return and Sharpe of column ``j`` on ``mask``."""
+        key = (mask.tobytes(), j)  # an agent meets every baseline over the same days
+        if key not in self._estimates:
+            self._estimates[key] = self._estimate(mask, j)
+        return self._estimates[key]
+
+    def _estimate(self, mask: np.ndarray, j: int) -> tuple[float, float]:
+        """Compute :meth:`estimate`."""
         x = self.excess[mask, j]
         cum = float(np.prod(1.0 + x) - 1.0)
         sd = float(np.std(x, ddof=DDOF)) if x.size > 1 else _NAN
