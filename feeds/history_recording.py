@@ -178,8 +178,8 @@ def parse_tickers(text: str) -> list[str]:
 
 def build_history_recording(settings: YahooSettings, tickers: Sequence[str], start: date,
                             end: date, out: str | Path, *,
-                            news: NewsSettings | None = None) -> int:
-    """Fetch the bars (and, with ``news``, Finnhub's company news of the window,
+                            news: NewsSettings | None = None, provider: str = "finnhub") -> int:
+    """Fetch the bars (and, with ``news``, the ``provider``'s company news of the window,
     :mod:`feeds.history_news`) and write the recording to ``out``; return the number of
     events."""
     window = HistoryWindow.of(start, end)
@@ -188,10 +188,11 @@ def build_history_recording(settings: YahooSettings, tickers: Sequence[str], sta
     last_close = max(window.sessions[d][1] for d in days if any(d in b for b in bars.values()))
     stories: list[NewsEvent] = []
     if news is not None:
-        from feeds.history_news import NewsHistoryError, fetch_finnhub_history
+        from feeds.history_news import NewsHistoryError, fetch_news_history
 
         try:
-            stories = asyncio.run(fetch_finnhub_history(news, tickers, start, end, last_close))
+            stories = asyncio.run(fetch_news_history(provider, news, tickers, start, end,
+                                                     last_close))
         except NewsHistoryError as exc:
             raise HistoryError(str(exc)) from None
     header = RecordingHeader(
@@ -201,7 +202,7 @@ def build_history_recording(settings: YahooSettings, tickers: Sequence[str], sta
         equities=tuple(tickers),
         meta={"source": SOURCE, "window": [start.isoformat(), end.isoformat()],
               "interval": "1d", "prints": ["open", "close"], "adjustment": ADJUSTMENT,
-              **({"news": "finnhub company-news"} if news is not None else {})},
+              **({"news": provider} if news is not None else {})},
     )
     first = window.sessions[days[0]][0]
     with RecordingWriter(out, header) as writer:

@@ -227,9 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("--end", required=True, help="last day (inclusive), YYYY-MM-DD")
     hist.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
     hist.add_argument("--config", "-c", help="config whose sources.equity.yahoo.chart_url is used")
-    hist.add_argument("--news", choices=("finnhub",), default=None,
+    hist.add_argument("--news", choices=("finnhub", "alpaca"), default=None,
                       help="add the tickers' company news of the window, stamped with their"
-                           " publication times (key: sources.news.finnhub_key_env)")
+                           " publication times (keys: sources.news.*_key_env)")
 
     vr = _command(sub, "verify-round",
                   "check a CapitalBench round directory against its hashes.json",
@@ -246,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="scope (process) to copy into (default: migrated-<file name>)")
     mg.add_argument("--password-env", default=None,
                     help="environment variable holding the password (default: PGPASSWORD)")
+
+    vf = _command(sub, "verify", "walk the store's hash chains; name the first row edited, "
+                  "deleted or out of order", "paperarena verify --db paperarena.db")
+    vf.add_argument("--db", default="paperarena.db",
+                    help="SQLite database or postgresql:// URL (read only)")
+    vf.add_argument("--password-env", default=None, metavar="VAR",
+                    help="for a postgresql:// --db: environment variable holding the password"
+                    " (default: PGPASSWORD)")
 
     pr = _command(sub, "probe", "re-issue a stored decision input K times (LLM consistency)",
                   "paperarena probe --agent my-llm --repeats 5 --db llm.db --config llm.toml")

@@ -210,7 +210,8 @@ def _build_recording(args: argparse.Namespace) -> int:
     try:
         tickers = parse_tickers(args.tickers)
         n = build_history_recording(cfg.sources.equity.yahoo, tickers, start, end, args.out,
-                                    news=cfg.sources.news if args.news == "finnhub" else None)
+                                    news=cfg.sources.news if args.news else None,
+                                    provider=args.news or "finnhub")
     except (HistoryError, OSError) as exc:
         return _fail(f"build-recording: {exc}")
     sys.stdout.write(f"{args.out}: {n} events, {len(tickers)} tickers, {start}..{end}\n")

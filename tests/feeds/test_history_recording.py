@@ -241,11 +241,13 @@ async def test_opens_splits_and_missing_days(yahoo: FakeYahoo, tmp_path: Path) -
     assert day == START and qty == pytest.approx(row[3] / (closes[START] - 0.5), rel=1e-9)
 
 
+@pytest.mark.parametrize("provider", ["finnhub", "alpaca"])
 async def test_historical_news_is_never_shown_before_it_was_published(
-        yahoo: FakeYahoo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--news finnhub``: company news of the window stamped with its publication time; a
-    story published one second after a decision is not in that decision's observation, only
-    in the next one (issue 29, point 2)."""
+        yahoo: FakeYahoo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        provider: str) -> None:
+    """``--news finnhub|alpaca``: company news of the window stamped with its publication
+    time; a story published one second after a decision is not in that decision's observation,
+    only in the next one (issue 29, point 2). Alpaca's answer comes in pages of two."""
     from aiohttp import web
 
     from daemon.timing.nyse import NY
@@ -272,8 +274,27 @@ async def test_historical_news_is_never_shown_before_it_was_published(
         return web.json_response([dict(s, source="Wire", url=f"u{s['id']}", summary="")
                                   for s in stories if lo <= s["datetime"] < hi])
 
+    async def alpaca_news(request: web.Request) -> web.Response:
+        q = dict(request.query)
+        asked.append(q | {"token": request.headers.get("APCA-API-KEY-ID", "")})
+        if request.headers.get("APCA-API-SECRET-KEY") != "al-secret":
+            return web.json_response({"message": "forbidden"}, status=403)
+        lo = datetime.fromisoformat(q["start"].replace("Z", "+00:00")).timestamp()
+        hi = datetime.fromisoformat(q["end"].replace("Z", "+00:00")).timestamp()
+        got = sorted((x for x in stories if lo <= x["datetime"] <= hi),
+                     key=lambda x: x["datetime"])
+        page = int(q.get("page_token", "0"))
+        body = [{"id": x["id"], "headline": x["headline"], "source": "Wire", "url": "",
+                 "summary": "", "symbols": ["AAPL"],
+                 "created_at": datetime.fromtimestamp(x["datetime"], UTC).strftime(
+                     "%Y-%m-%dT%H:%M:%SZ")} for x in got[2 * page:2 * page + 2]]
+        more = len(got) > 2 * page + 2
+        return web.json_response({"news": body,
+                                  "next_page_token": str(page + 1) if more else None})
+
     app = web.Application()
     app.router.add_get("/api/v1/company-news", company_news)
+    app.router.add_get("/v1beta1/news", alpaca_news)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -281,16 +302,25 @@ async def test_historical_news_is_never_shown_before_it_was_published(
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
         monkeypatch.setenv("PA_TEST_FINNHUB", "fh-test")
+        monkeypatch.setenv("PA_TEST_ALPACA_KEY", "fh-test")
+        monkeypatch.setenv("PA_TEST_ALPACA_SECRET", "al-secret")
         cfg = _config(tmp_path, yahoo)
         cfg.write_text(cfg.read_text() + f'\n[sources.news]\nfinnhub_url = '
-                       f'"http://127.0.0.1:{port}/api/v1"\nfinnhub_key_env = "PA_TEST_FINNHUB"\n')
+                       f'"http://127.0.0.1:{port}/api/v1"\nfinnhub_key_env = "PA_TEST_FINNHUB"\n'
+                       f'alpaca_url = "http://127.0.0.1:{port}/v1beta1/news"\n'
+                       'alpaca_key_env = "PA_TEST_ALPACA_KEY"\n'
+                       'alpaca_secret_env = "PA_TEST_ALPACA_SECRET"\n')
         out = tmp_path / "news.jsonl.gz"
         assert await _cli("build-recording", "--tickers", "AAPL,MSFT", "--start", str(START),
                           "--end", str(END), "--out", str(out), "--config", str(cfg),
-                          "--news", "finnhub") == 0
+                          "--news", provider) == 0
     finally:
         await runner.cleanup()
-    assert {q["symbol"] for q in asked} == {"AAPL", "MSFT"}
+    if provider == "alpaca":  # one request for both tickers, both pages read
+        assert [q["symbols"] for q in asked] == ["AAPL,MSFT"] * 2
+        assert asked[1]["page_token"] == "1"
+    else:
+        assert {q["symbol"] for q in asked} == {"AAPL", "MSFT"}
     assert all(q["token"] == "fh-test" for q in asked)
     from daemon.core.events import NewsEvent
 
