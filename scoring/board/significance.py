@@ -295,7 +295,7 @@ def _stability(mk: _Market, ranked: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return out
     out["block_length"] = d.block
     mk.stats(d, cols)
-    cum = np.vstack([d.cum[j] for j in cols]).T
+    cum = np.ascontiguousarray(np.vstack([d.cum[j] for j in cols]).T)  # rows: fast argmax
     est = [mk.estimate(mask, j)[0] for j in cols]
     first = np.argmax(cum, axis=1)
     k = min(TOP_K, len(cols))
