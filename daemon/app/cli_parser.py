@@ -247,6 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
     mg.add_argument("--password-env", default=None,
                     help="environment variable holding the password (default: PGPASSWORD)")
 
+    vf = _command(sub, "verify", "walk the store's hash chains; name the first row edited, "
+                  "deleted or out of order", "paperarena verify --db paperarena.db")
+    vf.add_argument("--db", default="paperarena.db",
+                    help="SQLite database or postgresql:// URL (read only)")
+    vf.add_argument("--password-env", default=None, metavar="VAR",
+                    help="for a postgresql:// --db: environment variable holding the password"
+                    " (default: PGPASSWORD)")
+
     pr = _command(sub, "probe", "re-issue a stored decision input K times (LLM consistency)",
                   "paperarena probe --agent my-llm --repeats 5 --db llm.db --config llm.toml")
     pr.add_argument("--agent", required=True, help="id of the LLM agent to probe")

@@ -1,5 +1,5 @@
-"""``paperarena report``, ``backup``/``export`` and ``migrate``: the commands that read, copy or
-move a store (no daemon needed).
+"""``paperarena report``, ``backup``/``export``, ``migrate`` and ``verify``: the commands that
+read, copy, move or check a store (no daemon needed).
 """
 
 from __future__ import annotations
@@ -91,3 +91,22 @@ def _migrate(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     sys.stdout.write(f"paperarena migrate: {summary.line()}\n")
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    """Walk the store's hash chains: exit 0 with "ok" and the counts, or 1 naming each stream's
+    first bad row (one line each)."""
+    from daemon.store.integrity.verify import VerifyError, summary, verify
+
+    if args.password_env:
+        from daemon.store.pg import use_password_env
+
+        use_password_env(args.db, args.password_env)
+    try:
+        checks = verify(args.db)
+    except VerifyError as exc:
+        return _fail(f"--db {exc}")
+    problems = [c.problem for c in checks if c.problem]
+    for line in problems or summary(checks):
+        sys.stdout.write(f"{line}\n")
+    return 1 if problems else 0

@@ -16,6 +16,7 @@ from typing import Any
 
 from daemon.core.events import Event, NewsEvent, PriceEvent, encode_event
 from daemon.core.price_bursts import BURST_FIELDS, BURST_KIND, burst_row
+from daemon.store.integrity.chain import Chains, with_chains
 
 __all__ = ["LIVE_PRICE_FIELDS", "event_row", "insert_event_rows", "price_rows"]
 
@@ -54,11 +55,18 @@ def price_rows(events: Sequence[Event], seq: int | None) -> list[tuple[Any, ...]
     return None
 
 
-async def insert_event_rows(db: Any, rows: list[tuple[Any, ...]],
-                            written: Set[str] = frozenset()) -> set[str]:
+def _chained(chains: Chains, content: list[tuple[Any, ...]],
+             params: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Return ``params`` each with the chain of its row (``content``: its ten columns)."""
+    return with_chains(params, chains.link("market_events", content))
+
+
+async def insert_event_rows(db: Any, rows: list[tuple[Any, ...]], written: Set[str],
+                            chains: Chains) -> set[str]:
     """Insert buffered rows in arrival order (inside the caller's transaction): each run of
-    one kind in one statement, so row ids follow arrival across kinds. A burst's asset-list
-    versions not in ``written`` (stored by an earlier commit) go first; return their keys."""
+    one kind in one statement, so row ids follow arrival across kinds, each row chained to
+    the one before (``chains``: the store's heads). A burst's asset-list versions not in
+    ``written`` (stored by an earlier commit) go first; return their keys."""
     added: set[str] = set()
     if all(len(r) == BURST_FIELDS for r in rows):
         runs: Iterable[tuple[int, Iterable[tuple[Any, ...]]]] = ((BURST_FIELDS, rows),)
@@ -80,22 +88,33 @@ async def insert_event_rows(db: Any, rows: list[tuple[Any, ...]],
                     "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
                     " ON CONFLICT(sha256) DO NOTHING", sorted(versions.items()))
                 added.update(versions)
+            params = [r[1:5] for r in bursts]
             await db.executemany(
-                "INSERT INTO market_events(seq, ts, recv_ts, kind, market, payload)"
-                f" VALUES(NULL,?,?,'{BURST_KIND}',?,?)", [r[1:5] for r in bursts])
+                "INSERT INTO market_events(seq, ts, recv_ts, kind, market, payload, chain)"
+                f" VALUES(NULL,?,?,'{BURST_KIND}',?,?,?)", _chained(chains, [
+                    (None, r[0], r[1], BURST_KIND, r[2], None, None, None, None, r[3])
+                    for r in params], params))
         elif fields == LIVE_PRICE_FIELDS:
             # Live rows have no seq: binding None goes through sqlite3's adapter lookup
             # (about 0.5 us a row on the writer thread, holding the GIL), a NULL literal
             # costs nothing.
+            params = list(run)
             await db.executemany(
                 "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price,"
-                " bid, ask) VALUES(NULL,?,?,'price',?,?,?,?,?)", list(run))
+                " bid, ask, chain) VALUES(NULL,?,?,'price',?,?,?,?,?,?)", _chained(chains, [
+                    (None, r[0], r[1], "price", r[2], r[3], r[4], r[5], r[6], None)
+                    for r in params], params))
         elif fields == 8:
+            params = list(run)
             await db.executemany(
                 "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price,"
-                " bid, ask) VALUES(?,?,?,'price',?,?,?,?,?)", list(run))
+                " bid, ask, chain) VALUES(?,?,?,'price',?,?,?,?,?,?)", _chained(chains, [
+                    (r[0], r[1], r[2], "price", r[3], r[4], r[5], r[6], r[7], None)
+                    for r in params], params))
         else:
+            params = list(run)
             await db.executemany(
                 "INSERT INTO market_events(seq, ts, recv_ts, kind, market, asset, price,"
-                " bid, ask, payload) VALUES(?,?,?,?,?,?,?,?,?,?)", list(run))
+                " bid, ask, payload, chain) VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                _chained(chains, params, params))
     return added

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -162,8 +162,27 @@ ALTER TABLE decisions ADD COLUMN reasoning TEXT;
 """
 # --- end v12 -----------------------------------------------------------------------------------
 
+# --- v13: hash chains (issue 32, point 2) ------------------------------------------------------
+# Every decision, model call, fill, market event, mark and resolution carries ``chain`` (20
+# bytes): its content's hash chained to the previous row of its table
+# (daemon.store.integrity.chain); NULL
+# in rows written before, which precede every chained row. ``season``: the frozen lineup of a
+# season and its dated amendments (daemon.store.integrity.season).
+_V13 = """
+ALTER TABLE decisions ADD COLUMN chain BLOB;
+ALTER TABLE llm_calls ADD COLUMN chain BLOB;
+ALTER TABLE fills ADD COLUMN chain BLOB;
+ALTER TABLE market_events ADD COLUMN chain BLOB;
+ALTER TABLE equity ADD COLUMN chain BLOB;
+ALTER TABLE resolutions ADD COLUMN chain BLOB;
+CREATE TABLE IF NOT EXISTS season(
+  id INTEGER PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, ts REAL NOT NULL,
+  lineup_json TEXT NOT NULL, lineup_sha256 TEXT NOT NULL, changes_json TEXT);
+"""
+# --- end v13 -----------------------------------------------------------------------------------
+
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                               8: _V8, 9: _V9, 10: _V10, 11: _V11, 12: _V12}
+                               8: _V8, 9: _V9, 10: _V10, 11: _V11, 12: _V12, 13: _V13}
 
 
 def _statements(script: str) -> list[str]:

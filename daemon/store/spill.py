@@ -161,9 +161,11 @@ async def ingest_spill(store: Any) -> int:
                 "ON CONFLICT(key) DO UPDATE SET value=excluded.value", (digest,))
             await store.db.execute("COMMIT")
         except BaseException:
+            store.chains.rollback()
             if store.db.in_transaction:
                 await store.db.execute("ROLLBACK")
             raise
+        store.chains.commit()
         n = sum(map(row_events, rows))
         store.events_written += n
         log.warning("stored market events spilled by the last stop", path=str(spill_path(

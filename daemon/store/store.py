@@ -46,6 +46,7 @@ from daemon.store.dbfile import (
 )
 from daemon.store.dblock import abandon_lock, acquire_lock, claim_lock
 from daemon.store.events import event_row, insert_event_rows, price_rows
+from daemon.store.integrity.chain import Chains, with_chains
 from daemon.store.queries import StoreQueries
 from daemon.store.records import RoundCommit, _dumps, _encode_book, _fill_row, _now_of
 from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION, _statements
@@ -115,6 +116,8 @@ class Store(StoreQueries):
         """Keys of the asset-list versions of bursts a committed transaction stored."""
         self._sets_new: set[str] = set()
         """Those the open transaction stores (written once it commits)."""
+        self.chains = Chains()
+        """The heads of the store's hash chains (:mod:`daemon.store.integrity.chain`)."""
         self.run_id: int | None = None
         self.events_written = 0
         self.fault: str | None = None
@@ -220,6 +223,7 @@ class Store(StoreQueries):
             except BaseException:
                 await self.db.execute("ROLLBACK")
                 raise
+        await self.chains.load(self.db)
         if current < SCHEMA_VERSION:  # one line per open, not one per schema version
             if current == 0:
                 log.info("store migrated", path=self.path, version=SCHEMA_VERSION)
@@ -371,6 +375,7 @@ class Store(StoreQueries):
                 except BaseException as exc:
                     self._writing = 0
                     self._sets_new.clear()
+                    self.chains.rollback()
                     if self.db.in_transaction:
                         with contextlib.suppress(sqlite3.Error, ValueError):
                             await self.db.execute("ROLLBACK")
@@ -379,6 +384,7 @@ class Store(StoreQueries):
                     raise
                 self._sets_written |= self._sets_new
                 self._sets_new.clear()
+                self.chains.commit()
                 if self._writing:
                     self.events_written += self._writing_events
                     self._buffered -= self._writing_events
@@ -473,7 +479,8 @@ class Store(StoreQueries):
             await self._insert_events(self._pending[:n])
 
     async def _insert_events(self, rows: list[tuple[Any, ...]]) -> None:
-        self._sets_new |= await insert_event_rows(self.db, rows, self._sets_written)
+        self._sets_new |= await insert_event_rows(self.db, rows, self._sets_written,
+                                                  self.chains)
 
     async def flush(self, checkpoint: tuple[int, float, dict[str, Any]] | None = None) -> None:
         """Write buffered events (and optionally a checkpoint) in one transaction."""
@@ -517,18 +524,20 @@ class Store(StoreQueries):
                 [(sha, *row, lists[sha][0] if sha in lists else None)
                  for sha, row in rc.observations.items()],
             )
-        await db.executemany(
-            "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
-            " reason, input_json, input_sha256, raw_output, allocation_json,"
-            " template_version, attempts, duration_s, run_id, observation_sha256, reasoning)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
+        chains = self.chains
+        decisions = [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
               d.input_json, d.input_sha256, d.raw_output,
               d.allocation_json if d.allocation_json is not None
               else encode_allocation(d.allocation),  # sparse: issue 16 point 4
               d.template_version, d.attempts, d.duration_s, self.run_id,
               d.observation_sha256, d.reasoning)
-             for d in rc.decisions],
+             for d in rc.decisions]
+        await db.executemany(
+            "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
+            " reason, input_json, input_sha256, raw_output, allocation_json,"
+            " template_version, attempts, duration_s, run_id, observation_sha256, reasoning,"
+            " chain) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            with_chains(decisions, chains.link("decisions", decisions)),
         )
         calls = [
             (d.agent, d.market, d.scheduled_ts, int(c.get("attempt", 0)),
@@ -543,9 +552,9 @@ class Store(StoreQueries):
             await db.executemany(
                 "INSERT INTO llm_calls(agent, market, scheduled_ts, attempt, ts, model,"
                 " raw_response, error, finish_reason, tokens_in, tokens_out, latency_s,"
-                " cost_usd, step, input_sha256, outcome, parsed_json)"
-                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                calls,
+                " cost_usd, step, input_sha256, outcome, parsed_json, chain)"
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                with_chains(calls, chains.link("llm_calls", calls)),
             )
         fills = [_fill_row(f) for f in rc.fills]  # sparse weights: issue 16 point 4
         sets = {row[-2]: row[-1] for row in fills if row[-2] is not None}
@@ -553,10 +562,12 @@ class Store(StoreQueries):
             await db.executemany(
                 "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
                 " ON CONFLICT(sha256) DO NOTHING", sorted(sets.items()))
+        fill_rows = [row[:-1] for row in fills]
         await db.executemany(
             "INSERT INTO fills(agent, market, scheduled_ts, ts, trades_json, traded_value,"
-            " cost, value_before, value_after, weights_json, assets_sha256)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?)", [row[:-1] for row in fills],
+            " cost, value_before, value_after, weights_json, assets_sha256, chain)"
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
+            with_chains(fill_rows, chains.link("fills", fill_rows)),
         )
         for market, state in rc.books.items():
             await db.execute(
@@ -567,9 +578,9 @@ class Store(StoreQueries):
             )
         if rc.equity:
             await db.executemany(
-                "INSERT OR REPLACE INTO equity(agent, market, ts, kind, value, cash) "
-                "VALUES(?,?,?,?,?,?)",
-                rc.equity,
+                "INSERT OR REPLACE INTO equity(agent, market, ts, kind, value, cash, chain) "
+                "VALUES(?,?,?,?,?,?,?)",
+                with_chains(rc.equity, chains.link("equity", rc.equity)),
             )
         for row in rc.agent_states:
             await db.execute(
@@ -578,14 +589,27 @@ class Store(StoreQueries):
                 "reason=excluded.reason, ts=excluded.ts",
                 row,
             )
-        for qid, market, ts, payouts, source in rc.resolutions:
-            await db.execute(
-                "INSERT OR IGNORE INTO resolutions(question_id, market, ts, payouts_json,"
-                " source) VALUES(?,?,?,?,?)",
-                (qid, market, ts, _dumps(payouts), source),
-            )
+        if rc.resolutions:
+            await self._write_resolutions(rc.resolutions)
         if rc.checkpoint is not None:
             await self._write_checkpoint(rc.checkpoint)
+
+    async def _write_resolutions(
+            self, resolutions: list[tuple[str, str, float, dict[str, float], str]]) -> None:
+        """Insert resolutions not stored yet (a question pays once), chained in insert order."""
+        rows: list[tuple[Any, ...]] = []
+        seen: set[str] = set()
+        for qid, market, ts, payouts, source in resolutions:
+            async with self.db.execute("SELECT 1 FROM resolutions WHERE question_id=?",
+                                       (qid,)) as cur:
+                stored = await cur.fetchone()
+            if stored is None and qid not in seen:
+                seen.add(qid)
+                rows.append((qid, market, ts, _dumps(payouts), source))
+        if rows:
+            await self.db.executemany(
+                "INSERT INTO resolutions(question_id, market, ts, payouts_json, source, chain)"
+                " VALUES(?,?,?,?,?,?)", with_chains(rows, self.chains.link("resolutions", rows)))
 
     async def execute_atomic(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Run ``(sql, params)`` write statements in one transaction (e.g. CapitalBench rows)."""
@@ -608,7 +632,11 @@ class Store(StoreQueries):
     # -- reads ----------------------------------------------------------------------------------
     async def delete_events_from(self, seq: int) -> None:
         """Delete replayed market events at or after recording offset ``seq`` (resume)."""
-        await self._atomic(self.db.execute, "DELETE FROM market_events WHERE seq >= ?", (seq,))
+        async def delete() -> None:
+            await self.db.execute("DELETE FROM market_events WHERE seq >= ?", (seq,))
+            await self.chains.reload(self.db, "market_events")  # the tail went: a new head
+
+        await self._atomic(delete)
 
 
 def record_probe(db_path: str, result: dict[str, Any], ts: float) -> None:

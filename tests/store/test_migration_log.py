@@ -70,7 +70,7 @@ async def test_a_v11_store_gains_the_reasoning_column_old_rows_keep_null(tmp_pat
     with capture_logs() as logs:
         store = await Store.open(db)
         await store.close()
-    assert [(e["from_version"], e["version"]) for e in _migrated(logs)] == [(11, 12)]
+    assert [(e["from_version"], e["version"]) for e in _migrated(logs)] == [(11, SCHEMA_VERSION)]
     con = sqlite3.connect(db)
     try:
         assert con.execute("SELECT agent, reasoning FROM decisions").fetchall() == [("old", None)]

@@ -1,0 +1,209 @@
+"""``paperarena verify --db F``: walk a store's hash chains and name the first bad row of each.
+
+Each chained table (:data:`~daemon.store.integrity.chain.STREAMS`) is read in row-id order and
+every row's chain recomputed from the chain before it and the row's stored content. The first row
+of a stream that does not fit is named, with why:
+
+- its back tag fits the row before but its link does not: the row was **edited** (its content,
+  or its chain, changed after it was written);
+- its back tag names no row of the table: a row before it was **deleted**;
+- its back tag names another row of the table: it is **out of order** (rows were moved, or one
+  was inserted among them);
+- it has no chain but follows chained rows: it was **inserted** by something other than
+  paperarena.
+
+What a chain cannot show by itself is a cut tail (the last rows deleted): compare the heads
+:func:`verify` returns with heads published earlier (docs/operations.md).
+
+A SQLite file is read read-only; a shared PostgreSQL store is checked scope by scope (each scope
+has its own streams).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.store.dbfile import connect_readonly
+from daemon.store.integrity.chain import NO_BACK, STREAMS, Stream, content_bytes, link_rows
+from daemon.store.read import is_store_url
+
+__all__ = ["RowSource", "StreamCheck", "VerifyError", "summary", "verify", "walk"]
+
+_CHUNK = 2000
+
+#: A source of a stream's rows: (row id, chain, *hashed columns) in row-id order, in chunks.
+RowSource = Callable[[], Iterator[Sequence[tuple[Any, ...]]]]
+
+
+class VerifyError(Exception):
+    """The store cannot be checked at all (one line)."""
+
+
+@dataclass
+class StreamCheck:
+    """What the walk of one stream found."""
+
+    name: str
+    """The table (``scope/table`` in a shared store)."""
+    rows: int = 0
+    """Chained rows checked (up to the first problem)."""
+    legacy: int = 0
+    """Rows written before the chain began (schema v13)."""
+    head: bytes = b""
+    """The chain of the last row checked."""
+    problem: str | None = None
+
+
+def _key(stream: Stream, rid: Any, cols: Sequence[Any]) -> str:
+    named = ", ".join(f"{c}={cols[stream.columns.index(c)]!r}" for c in stream.key)
+    return f"row {rid} ({named})"
+
+
+def _locate(source: RowSource, tag: bytes) -> Any:
+    """Return the id of the row whose link begins with ``tag`` (None if no row's does)."""
+    for chunk in source():
+        for rid, chain, *_ in chunk:
+            if chain is not None and bytes(chain)[4:8] == tag:
+                return rid
+    return None
+
+
+def walk(stream: Stream, name: str, source: RowSource) -> StreamCheck:
+    """Walk one stream's rows and return what it found (the first problem only)."""
+    out = StreamCheck(name)
+    prev = b""
+    for chunk in source():
+        contents = content_bytes(stream.table, [r[2:] for r in chunk])
+        for (rid, chain, *cols), data in zip(chunk, contents, strict=True):
+            if chain is None:
+                if not prev:
+                    out.legacy += 1
+                    continue
+                out.problem = (f"{name}: {_key(stream, rid, cols)} has no hash but follows "
+                               "hashed rows: inserted by something other than paperarena")
+                return out
+            chain = bytes(chain)
+            back = prev[4:8] if prev else NO_BACK
+            if chain[:4] != back:
+                found = None if chain[:4] == NO_BACK else _locate(source, chain[:4])
+                where = _key(stream, rid, cols)
+                if found is None:
+                    out.problem = (f"{name}: a row was deleted before {where} (its hash "
+                                   "names a row the table no longer holds)")
+                else:
+                    out.problem = (f"{name}: {where} is out of order: it was written after "
+                                   f"row {found}")
+                return out
+            if link_rows(prev, (data,))[0] != chain:
+                out.problem = (f"{name}: {_key(stream, rid, cols)} was edited: its content "
+                               "does not match its hash")
+                return out
+            prev = chain
+            out.rows += 1
+            out.head = chain
+    return out
+
+
+# ------------------------------------------------------------------------------ SQLite
+
+
+def _sqlite_source(con: sqlite3.Connection, stream: Stream) -> RowSource:
+    sql = (f"SELECT {stream.order}, chain, {', '.join(stream.columns)} FROM {stream.table}"
+           f" ORDER BY {stream.order}")
+
+    def rows() -> Iterator[Sequence[tuple[Any, ...]]]:
+        cur = con.execute(sql)
+        while chunk := cur.fetchmany(_CHUNK):
+            yield chunk
+
+    return rows
+
+
+def _verify_sqlite(path: str) -> list[StreamCheck]:
+    if not Path(path).is_file():
+        raise VerifyError(f"{path}: no such database")
+    try:
+        con = connect_readonly(path)
+    except Exception as exc:  # a file that is no database: one line
+        raise VerifyError(f"{path}: cannot be read as a store ({exc})") from None
+    try:
+        try:
+            cols = {r[1] for r in con.execute("PRAGMA table_info(decisions)")}
+        except sqlite3.DatabaseError as exc:
+            raise VerifyError(f"{path}: not a paperarena store ({exc})") from None
+        if "chain" not in cols:
+            raise VerifyError(f"{path}: no hash chains in this store (written by a paperarena "
+                              "before schema v13); open it once with this version to add them")
+        return [walk(s, s.table, _sqlite_source(con, s)) for s in STREAMS.values()]
+    finally:
+        con.close()
+
+
+# ------------------------------------------------------------------------------ PostgreSQL
+
+
+async def _pg_rows(url: str) -> list[tuple[str, Stream, list[tuple[Any, ...]]]]:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from daemon.store.pg import password_for, redact
+
+    try:
+        con = await asyncpg.connect(url, password=password_for(url), timeout=10)
+    except Exception as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise VerifyError(f"{redact(url)}: cannot connect to PostgreSQL ({text})") from None
+    out: list[tuple[str, Stream, list[tuple[Any, ...]]]] = []
+    try:
+        async with con.transaction(isolation="repeatable_read", readonly=True):
+            try:
+                scopes = await con.fetch("SELECT scope, schema_name FROM"
+                                         " public.paperarena_scopes ORDER BY scope")
+            except asyncpg.UndefinedTableError:
+                raise VerifyError(f"{redact(url)}: not a paperarena store") from None
+            for scope, schema in scopes:
+                has = await con.fetchval(
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema=$1 AND"
+                    " table_name='decisions' AND column_name='chain'", schema)
+                if not has:
+                    continue  # a scope never opened by this version: nothing chained
+                for s in STREAMS.values():
+                    rows = await con.fetch(
+                        f'SELECT {s.order}, chain, {", ".join(s.columns)}'
+                        f' FROM "{schema}".{s.table} ORDER BY {s.order}')
+                    out.append((f"{scope}/{s.table}", s, [tuple(r) for r in rows]))
+    finally:
+        await con.close()
+    return out
+
+
+def _verify_pg(url: str) -> list[StreamCheck]:
+    checks = []
+    for name, stream, rows in asyncio.run(_pg_rows(url)):
+        def source(rows: list[tuple[Any, ...]] = rows) -> Iterator[Sequence[tuple[Any, ...]]]:
+            for i in range(0, len(rows), _CHUNK):
+                yield rows[i:i + _CHUNK]
+
+        checks.append(walk(stream, name, source))
+    return checks
+
+
+def verify(db: str | Path) -> list[StreamCheck]:
+    """Walk every chain of the store ``db`` (a SQLite file or a ``postgresql://`` URL)."""
+    return _verify_pg(str(db)) if is_store_url(db) else _verify_sqlite(str(db))
+
+
+def summary(checks: Iterable[StreamCheck]) -> list[str]:
+    """Return the lines ``paperarena verify`` prints for a store whose chains hold."""
+    checks = list(checks)
+    total = sum(c.rows for c in checks)
+    legacy = sum(c.legacy for c in checks)
+    counts = ", ".join(f"{c.name} {c.rows}" for c in checks)
+    lines = [f"ok: {total} rows in {len(checks)} chains hold ({counts}"
+             + (f"; {legacy} rows written before the chains began)" if legacy else ")")]
+    lines += [f"head {c.name} {c.head.hex() or '-'}" for c in checks]
+    return lines
