@@ -33,8 +33,8 @@ from scoring.board.load import _NAN, AgentCurves, Key
 from scoring.stats.inference import (
     BOOTSTRAP_REPS,
     block_length,
-    null_p_value,
     null_p_values,
+    quantile_rows,
     resample_counts,
     stationary_indices,
 )
@@ -96,6 +96,8 @@ class _Market:
         raw[~np.isfinite(raw)] = np.nan
         self.raw = raw
         self.excess = raw - rf / periods
+        # rf = 0: x - 0.0 is x bit for bit, so the raw cumulative draws are the excess ones
+        self.excess_is_raw = rf / periods == 0.0
         self.has = np.isfinite(raw)
         self.periods = periods
         self._draws: dict[bytes, _Draws] = {}
@@ -161,8 +163,10 @@ def _quantiles(x: np.ndarray, level: float = BOOTSTRAP_LEVEL) -> np.ndarray:
     fin = np.isfinite(x)
     whole = fin.all(axis=1)
     out = np.full((x.shape[0], 2), np.nan)
+    if whole.all():
+        return quantile_rows(x, q)  # np.quantile's figures, faster
     if whole.any():
-        out[whole] = np.quantile(x[whole], q, axis=1).T
+        out[whole] = quantile_rows(x[whole], q)
     for i in np.flatnonzero(~whole):  # a row with undefined draws: its finite ones only
         row = x[i][fin[i]]
         if row.size:
@@ -190,9 +194,13 @@ def _intervals(mk: _Market, agents: Sequence[str]) -> dict[str, dict[str, list[f
         for s in range(0, len(cols), _CHUNK):
             part = cols[s : s + _CHUNK]
             raw = mk.raw[np.ix_(d.days, np.asarray(part, dtype=np.intp))]
-            cum = _quantiles(np.expm1(d.counts @ np.log1p(np.maximum(raw, -1.0 + 1e-12))).T)
-            mean = _quantiles((d.counts @ raw / n).T)
             mk.stats(d, part)
+            if mk.excess_is_raw:  # the same product as below, done once by stats
+                cum = _quantiles(np.vstack([d.cum[j] for j in part]))
+            else:
+                cum = _quantiles(
+                    np.expm1(d.counts @ np.log1p(np.maximum(raw, -1.0 + 1e-12))).T)
+            mean = _quantiles((d.counts @ raw / n).T)
             shp = _quantiles(np.vstack([d.shp[j] for j in part]))
             for i, j in enumerate(part):
                 out[mk.agents[j]] = {"cumulative_return_ci": cum[i].tolist(),
@@ -295,19 +303,27 @@ def _stability(mk: _Market, ranked: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return out
     out["block_length"] = d.block
     mk.stats(d, cols)
-    cum = np.ascontiguousarray(np.vstack([d.cum[j] for j in cols]).T)  # rows: fast argmax
+    by_agent = np.vstack([d.cum[j] for j in cols])  # k x B
     est = [mk.estimate(mask, j)[0] for j in cols]
+    # p to the best: every agent's one-sided test in one pass over contiguous rows
+    p_best: list[float] = (null_p_values([est[0] - e for e in est[1:]],
+                                         by_agent[0] - by_agent[1:], one_sided=True).tolist()
+                           if len(cols) > 1 else [])
+    cum = np.ascontiguousarray(by_agent.T)  # rows: fast argmax
+    del by_agent
     first = np.argmax(cum, axis=1)
     k = min(TOP_K, len(cols))
     top = np.argpartition(-cum, k - 1, axis=1)[:, :k] if len(cols) > k else None
-    best = cum[:, 0]
-    p_best = [null_p_value(est[0] - est[i], best - cum[:, i], one_sided=True)
-              for i in range(1, len(cols))]
     adj = holm(p_best)
+    # np.mean of a 0/1 column is its count over B: counted for every agent at once (a draw's
+    # top indices are distinct, so the rows holding i are the occurrences of i)
+    reps = cum.shape[0]
+    n_first = np.bincount(first, minlength=len(cols)).tolist()
+    n_top = None if top is None else np.bincount(top.ravel(), minlength=len(cols)).tolist()
     for i, r in enumerate(ranked):
-        in_top = 1.0 if top is None else float(np.mean((top == i).any(axis=1)))
+        in_top = 1.0 if n_top is None else float(n_top[i]) / reps
         r["rank_stability"] = {
-            "top1": float(np.mean(first == i)), f"top{TOP_K}": in_top,
+            "top1": float(n_first[i]) / reps, f"top{TOP_K}": in_top,
             "p_to_best": None if i == 0 else p_best[i - 1],
             "p_to_best_holm": None if i == 0 else adj[i - 1]}
     if len(cols) < 2:

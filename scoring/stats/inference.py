@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import numpy as np
@@ -31,6 +31,7 @@ __all__ = [
     "null_p_value",
     "null_p_values",
     "paired_bootstrap",
+    "quantile_rows",
     "relative_figures",
     "resample_counts",
     "stationary_indices",
@@ -120,20 +121,70 @@ def null_p_value(estimate: float, draws: ArrayLike, *, one_sided: bool = False) 
     return float((1 + hits) / (d.size + 1))
 
 
-def null_p_values(estimates: ArrayLike, draws: np.ndarray) -> np.ndarray:
-    """Return the two-sided :func:`null_p_value` of each ``estimates[i]`` against ``draws[i]``.
+def null_p_values(estimates: ArrayLike, draws: np.ndarray, *, one_sided: bool = False
+                  ) -> np.ndarray:
+    """Return the :func:`null_p_value` of each ``estimates[i]`` against ``draws[i]``.
 
-    ``draws`` is ``k x B``; row ``i`` gives exactly ``null_p_value(estimates[i], draws[i])``
-    (its finite draws only; NaN when none is finite or the estimate is not).
+    ``draws`` is ``k x B``; row ``i`` gives exactly
+    ``null_p_value(estimates[i], draws[i], one_sided=one_sided)`` (its finite draws only; NaN
+    when none is finite or the estimate is not).
     """
     est = np.asarray(estimates, dtype=float).reshape(-1)
     d = np.asarray(draws, dtype=float).reshape(est.size, -1)
-    fin = np.isfinite(d)
-    n = fin.sum(axis=1)
-    with np.errstate(invalid="ignore"):
-        hits = (np.abs(d - est[:, None]) >= np.abs(est)[:, None]).sum(axis=1, where=fin)
+    with np.errstate(invalid="ignore", over="ignore"):
+        centred = d - est[:, None]
+        if one_sided:
+            far = centred >= est[:, None]
+        else:
+            np.abs(centred, out=centred)
+            far = centred >= np.abs(est)[:, None]
+        # a finite sum: every draw is finite (one fast pass; else the mask, as row by row)
+        whole = bool(np.isfinite(d.sum()))
+    if whole:
+        n = np.full(est.size, d.shape[1])
+        hits = np.count_nonzero(far, axis=1)
+    else:
+        fin = np.isfinite(d)
+        n = fin.sum(axis=1)
+        hits = np.count_nonzero(far & fin, axis=1)
     out = (1 + hits) / (n + 1)
     out[(n == 0) | ~np.isfinite(est)] = np.nan
+    return out
+
+
+def quantile_rows(x: np.ndarray, q: Sequence[float]) -> np.ndarray:
+    """Return ``np.quantile(x, q, axis=1).T`` (``k x len(q)``) of a ``k x n`` matrix without NaN.
+
+    The same figures bit for bit (numpy's ``linear`` method: the order statistics at
+    ``floor((n - 1) q)`` and the next one, interpolated as numpy's ``_lerp`` does), about 4x
+    faster on ``256 x 10,000`` draws: each order statistic comes from a partition of contiguous
+    rows at one position (numpy partitions at four positions at once, much slower), the next one
+    is the minimum of what lies above it. Rows whose two order statistics are both zero take
+    ``np.quantile`` itself (a partition may return either of ``0.0`` and ``-0.0``).
+    """
+    a = np.array(x, dtype=float, order="C", copy=True)
+    k, n = a.shape
+    qs = np.asarray(q, dtype=float)
+    if n == 0:
+        raise ValueError("quantile_rows of an empty row")
+    virtual = (n - 1) * qs
+    prev = np.floor(virtual)
+    gamma = virtual - prev
+    below = np.empty((k, qs.size))
+    above = np.empty((k, qs.size))
+    for i, pos in enumerate(prev.astype(np.intp).tolist()):
+        if pos + 1 >= n:  # numpy takes the largest value for both
+            below[:, i] = above[:, i] = a.max(axis=1)
+            continue
+        a.partition(pos, axis=1)  # in place: each partition is of the whole row
+        below[:, i] = a[:, pos]
+        above[:, i] = a[:, pos + 1 :].min(axis=1)
+    diff = above - below
+    out = below + diff * gamma
+    np.subtract(above, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    zeros = np.flatnonzero(((below == 0.0) & (above == 0.0)).any(axis=1))
+    if zeros.size:
+        out[zeros] = np.quantile(np.asarray(x, dtype=float)[zeros], qs, axis=1).T
     return out
 
 

@@ -59,19 +59,31 @@ def model_confidence_set(losses: np.ndarray, counts: np.ndarray, size: float = 0
     if k < 2 or t < 2:
         return included, p_out
     means = losses.mean(axis=0)
-    boot = counts @ (losses - means) / counts.sum(axis=1, keepdims=True)  # B x k
+    boot = counts @ (losses - means)  # B x k
+    boot /= counts.sum(axis=1, keepdims=True)
     reps = boot.shape[0]
     running = 0.0
+    # Each step's B x k statistics in place (the same figures as fresh arrays, without four
+    # B x k temporaries per step: a large market's set is often found in one step).
+    sq = np.empty_like(boot)
     while included.sum() > 1:
         cols = np.flatnonzero(included)
-        err = boot[:, cols]
-        err = err - err.mean(axis=1, keepdims=True)
-        sd = np.sqrt((err**2).mean(axis=0))
+        kc = cols.size
+        if kc == k:  # the first step (often the only one): a plain copy, no gather
+            err = np.empty_like(boot)
+            np.copyto(err, boot)
+        else:
+            err = boot[:, cols]
+        err -= err.mean(axis=1, keepdims=True)
+        tmp = sq.reshape(-1)[: reps * kc].reshape(reps, kc)
+        np.square(err, out=tmp)
+        sd = np.sqrt(tmp.mean(axis=0))
         sd[sd <= 0.0] = np.inf  # a degenerate difference is never eliminated on its own
         diffs = means[cols] - means[cols].mean()
         stat_i = diffs / sd
         test = float(np.max(stat_i))
-        sim = np.max(err / sd, axis=1)
+        np.divide(err, sd, out=tmp)
+        sim = np.max(tmp, axis=1)
         p = (1 + int(np.count_nonzero(test < sim))) / (reps + 1)
         running = max(running, p)
         if running > size and not full:

@@ -1,0 +1,110 @@
+"""Issue 27, point 1: the faster batched statistics give numpy's and the scalar figures exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scoring.stats.inference import null_p_value, null_p_values, quantile_rows
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=float).view(np.int64)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 37, 9_999, 10_000])
+@pytest.mark.parametrize("q", [[0.025, 0.975], [0.975, 0.025], [0.0, 1.0], [0.5], [0.1, 0.9]])
+def test_quantile_rows_equal_np_quantile(n: int, q: list[float]) -> None:
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=(12, n))
+    x[1] = 1.0  # a constant row
+    x[2] = np.round(x[2], 1)  # many ties
+    x[3] = 0.0  # zeros: np.quantile itself
+    x[4, ::2] = -0.0
+    x[5] = np.abs(x[5]) * 1e-300
+    want = np.quantile(x, q, axis=1).T
+    got = quantile_rows(x, q)
+    assert got.shape == want.shape
+    assert np.array_equal(_bits(got), _bits(want))
+    assert np.array_equal(x, x)  # the input is left as it was
+    assert np.array_equal(_bits(quantile_rows(x.T.copy().T, q)), _bits(want))  # any layout
+
+
+def test_quantile_rows_leaves_its_input() -> None:
+    x = np.array([[3.0, 1.0, 2.0, 0.5]])
+    quantile_rows(x, [0.25, 0.75])
+    assert x.tolist() == [[3.0, 1.0, 2.0, 0.5]]
+
+
+def test_null_p_values_with_infinite_draws_equal_null_p_value() -> None:
+    rng = np.random.default_rng(9)
+    draws = rng.normal(0.0, 1.0, (4, 300))
+    draws[0, ::5] = np.inf  # not finite: out of the count, as in null_p_value
+    draws[1, ::9] = -np.inf
+    est = np.array([0.2, -0.1, 0.05, 3.0])
+    got = null_p_values(est, draws)
+    for i in range(4):
+        assert got[i] == null_p_value(float(est[i]), draws[i])
+    full = rng.normal(0.0, 1.0, (3, 200))  # every draw finite: the unmasked count
+    e2 = np.array([0.1, 0.0, -0.4])
+    got2 = null_p_values(e2, full)
+    assert [float(v) for v in got2] == [null_p_value(float(e2[i]), full[i]) for i in range(3)]
+
+
+def _mcs_reference(losses: np.ndarray, counts: np.ndarray, size: float
+                   ) -> tuple[np.ndarray, list[float]]:
+    """The elimination as first written (fresh arrays each step), for comparison."""
+    k = losses.shape[1]
+    p_out = [float("nan")] * k
+    included = np.ones(k, dtype=bool)
+    means = losses.mean(axis=0)
+    boot = counts @ (losses - means) / counts.sum(axis=1, keepdims=True)
+    reps = boot.shape[0]
+    running = 0.0
+    while included.sum() > 1:
+        cols = np.flatnonzero(included)
+        err = boot[:, cols]
+        err = err - err.mean(axis=1, keepdims=True)
+        sd = np.sqrt((err**2).mean(axis=0))
+        sd[sd <= 0.0] = np.inf
+        diffs = means[cols] - means[cols].mean()
+        stat_i = diffs / sd
+        test = float(np.max(stat_i))
+        sim = np.max(err / sd, axis=1)
+        p = (1 + int(np.count_nonzero(test < sim))) / (reps + 1)
+        running = max(running, p)
+        if running > size:
+            break
+        out = cols[stat_i == test]
+        for j in out.tolist():
+            p_out[j] = running
+        included[out] = False
+    return included, p_out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_model_confidence_set_in_place_equals_fresh_arrays(seed: int) -> None:
+    from scoring.stats.inference import resample_counts, stationary_indices
+    from scoring.stats.multiple import model_confidence_set
+
+    rng = np.random.default_rng(seed)
+    t, k = 60, 40
+    losses = rng.normal(0.0, 0.01, (t, k)) + np.linspace(0.0, 0.012, k)  # several eliminated
+    losses[:, 3] = losses[:, 2]  # a tie: eliminated together
+    counts = resample_counts(stationary_indices(t, 2.0, 2_000, seed), t)
+    got_in, got_p = model_confidence_set(losses, counts, 0.1)
+    want_in, want_p = _mcs_reference(losses, counts, 0.1)
+    assert got_in.tolist() == want_in.tolist()
+    assert np.array_equal(_bits(np.array(got_p)), _bits(np.array(want_p)))
+    assert sum(np.isfinite(want_p)) >= 10  # the test does eliminate (many steps)
+
+
+def test_null_p_values_one_sided_equal_null_p_value() -> None:
+    rng = np.random.default_rng(13)
+    draws = rng.normal(0.05, 0.2, (5, 400))
+    draws[2, ::11] = np.nan
+    est = np.array([0.05, -0.1, 0.3, 0.0, float("nan")])
+    got = null_p_values(est, draws, one_sided=True)
+    for i in range(5):
+        want = null_p_value(float(est[i]), draws[i], one_sided=True)
+        assert (np.isnan(got[i]) and np.isnan(want)) or got[i] == want
