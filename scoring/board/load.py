@@ -25,7 +25,7 @@ from daemon.core.price_bursts import (
     expand_price_rows,
     read_asset_sets,
 )
-from daemon.core.sparse_rows import FILLS, fill_map
+from daemon.core.sparse_rows import FILLS
 from scoring.stats.metrics import drawdown_series
 
 _NAN = float("nan")
@@ -121,6 +121,36 @@ def _table_columns(con: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
 
 
+class _FillDecoder:
+    """:func:`daemon.core.sparse_rows.fill_map` with each distinct asset list parsed once.
+
+    Every fill of a market names its assets by index into one of a few stored lists, which
+    ``fill_map`` parses again for each field of each fill; the same dicts (keys in the same
+    order, the same values) and the same error for an index outside the list.
+    """
+
+    def __init__(self) -> None:
+        self._assets: dict[str | None, list[str]] = {}
+
+    def __call__(self, text: str, assets_json: str | None) -> dict[str, float]:
+        value = json.loads(text)
+        if not isinstance(value, list):
+            return dict(value)
+        assets = self._assets.get(assets_json)
+        if assets is None:
+            assets = json.loads(assets_json) if assets_json is not None else []
+            self._assets[assets_json] = assets
+        n = len(assets)
+        out: dict[str, float] = {}
+        for key, v in value:
+            if isinstance(key, int):
+                if not 0 <= key < n:
+                    raise ValueError(f"stored fill names asset index {key} of {n}")
+                key = assets[key]
+            out[key] = v
+        return out
+
+
 def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
     """Read configs, series, fills, resolutions, books, probes and price panels."""
     runs = [json.loads(r[0]) for r in con.execute("SELECT config_json FROM runs ORDER BY id")]
@@ -139,11 +169,12 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
     # Since v11 a fill's trades and weights name assets by index into its asset list.
     sets = (f"s.assets_json FROM {FILLS}" if "assets_sha256" in _table_columns(con, "fills")
             else "NULL FROM fills f")
+    decode = _FillDecoder()
     for agent, market, ts, trades, w, cost, traded, assets in con.execute(
         "SELECT f.agent, f.market, f.ts, f.trades_json, f.weights_json, f.cost,"
         f" f.traded_value, {sets} ORDER BY f.agent, f.market, f.scheduled_ts"
     ):
-        fills[(agent, market)].append(_Fill(ts, fill_map(trades, assets), fill_map(w, assets),
+        fills[(agent, market)].append(_Fill(ts, decode(trades, assets), decode(w, assets),
                                             cost, float(traded or 0.0)))
     resolutions: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
     for market, ts, payouts in con.execute(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -108,3 +110,22 @@ def test_null_p_values_one_sided_equal_null_p_value() -> None:
     for i in range(5):
         want = null_p_value(float(est[i]), draws[i], one_sided=True)
         assert (np.isnan(got[i]) and np.isnan(want)) or got[i] == want
+
+
+def test_fill_decoder_equals_fill_map() -> None:
+    from daemon.core.sparse_rows import fill_map
+    from scoring.board.load import _FillDecoder
+
+    decode = _FillDecoder()
+    assets = '["AAA", "BBB", "CCC"]'
+    cases = [('[[0, 0.5], [2, -0.0], ["ZZZ", 0.25]]', assets), ('{"AAA": 1.0}', None),
+             ('[[1, 0.3]]', assets), ('[]', None), ('[[2, 0.1], [0, 0.9]]', assets)]
+    for text, a in cases * 2:  # the second time from the parsed list
+        got, want = decode(text, a), fill_map(text, a)
+        assert got == want and list(got) == list(want)
+        assert [math.copysign(1.0, v) for v in got.values()] == [
+            math.copysign(1.0, v) for v in want.values()]
+    with pytest.raises(ValueError, match="asset index 3 of 3"):
+        decode("[[3, 0.1]]", assets)
+    with pytest.raises(ValueError, match="asset index 3 of 3"):
+        fill_map("[[3, 0.1]]", assets)
