@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 from daemon.app.cli_common import _fail, _window_problem
 
@@ -48,12 +49,35 @@ def _report(args: argparse.Namespace) -> int:
         sys.stderr.write(f"paperarena report: wrote the HTML report to "
                          f"{Path(args.html).resolve()}\n")  # stderr: stdout stays the table/JSON
     board = report.board
+    season = _season_of(args.db)
+    if season is not None and args.json:
+        board = {**board, "season": season}  # which season, and its amendments (issue 32)
     sys.stdout.write(to_json(board) if args.json else to_table(board))
+    if season is not None and not args.json:
+        from daemon.store.integrity.season import season_lines
+
+        sys.stdout.write("".join(f"{line}\n" for line in season_lines(season)))
     if not args.json:
         from agents.alphaforgebench.report import text_section
 
         sys.stdout.write(text_section(load_alphaforge(args.db)))  # versions / instability
     return 0
+
+
+def _season_of(db: str) -> dict[str, Any] | None:
+    """Return the season of the SQLite store ``db`` (None: it has none, or ``db`` is a shared
+    store, whose season each scope's /api/status shows)."""
+    from daemon.store.dbfile import connect_readonly
+    from daemon.store.integrity.season import read_season
+    from daemon.store.read import is_store_url
+
+    if is_store_url(db):
+        return None
+    con = connect_readonly(db)
+    try:
+        return read_season(con)
+    finally:
+        con.close()
 
 
 def _backup_or_export(args: argparse.Namespace) -> int:

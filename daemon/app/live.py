@@ -79,6 +79,7 @@ class LiveDaemon:
                                                password_env=self.config.store.password_env)
         if not self.append:
             await self._refuse_replay(store)
+        await self._season(store, self.config)  # before anything is restored or written
         store.max_buffered_events = self.config.store.max_buffered_events
         engine = self.engine = Engine(self.config, clock=self.clock, store=store)
         engine.add_equity_universe(self.config.markets.equity.assets)
@@ -130,6 +131,18 @@ class LiveDaemon:
         log.info("daemon ready", db=self.db, markets=list(engine.markets),
                  agents=sorted({a for m in engine.slots.values() for a in m}),
                  sources=[s.name for s in self.sources])
+
+    async def _season(self, store: Store, config: Config, *, record: bool = True) -> None:
+        """Freeze the season's lineup, or check ``config``'s against it (issue 32, point 1):
+        a refusal raises :class:`~daemon.store.integrity.season.SeasonError` (one line)."""
+        from daemon.config.season import lineup
+        from daemon.store.integrity.season import open_season
+
+        line = await open_season(store, self.db, config.season.name, lineup(config),
+                                 amendments=config.season.amendments, ts=self.clock.now(),
+                                 record=record)
+        if line:  # an amendment is worth a warning, a new season a line
+            (log.warning if "amendment" in line else log.info)(line)
 
     async def _refuse_replay(self, store: Store) -> None:
         """Raise :class:`StoreOpenError` (nothing written yet) if the store's last run is a
@@ -218,7 +231,11 @@ class LiveDaemon:
 
             parse_alerts_config(new.alerts, source=path)  # validate all before applying any
             register_config_secrets(new)
+            # a frozen lineup refuses the reload before anything is applied; an allowed
+            # change is recorded as an amendment once it is
+            await self._season(self.engine.store, new, record=False)
             changes = await self.engine.reload(new)
+            await self._season(self.engine.store, new)
             for comp in self._started_components:
                 comp_reload = getattr(comp, "reload", None)
                 if comp_reload is not None:

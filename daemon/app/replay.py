@@ -220,6 +220,7 @@ async def replay_session(
         resume_clock = engine.state.clock if offset else start
         if resume_clock > clock.now():
             clock.advance(resume_clock)
+        await _season(store, str(db), config, clock.now())
         await store.begin_run(mode="replay", version=version, config=config.model_dump(mode="json"),
                               recording=recording_name, started_ts=clock.now())  # no wall time
         # Events stored after the checkpoint (background batches of an interrupted run, even
@@ -253,6 +254,18 @@ async def replay_session(
             await engine_stop(engine)
         finally:
             await store.close()
+
+
+async def _season(store: Store, db: str, config: Config, ts: float) -> None:
+    """Freeze the season's lineup, or check it against the frozen one (issue 32, point 1);
+    a refusal is one line (:class:`~daemon.store.integrity.season.SeasonError`)."""
+    from daemon.config.season import lineup
+    from daemon.store.integrity.season import open_season
+
+    line = await open_season(store, db, config.season.name, lineup(config),
+                             amendments=config.season.amendments, ts=ts)
+    if line:  # an amendment is worth a warning, a new season a line
+        (log.warning if "amendment" in line else log.info)(line)
 
 
 async def _check_fingerprint(store: Store, db: str, fp: dict[str, Any], cfg_json: str,

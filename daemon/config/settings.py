@@ -3,10 +3,11 @@
 Every field's meaning and default is stated once, in the module of its section:
 ``daemon.config.markets`` (``[markets]``), ``agents.config`` (``[[agents]]``) and
 ``daemon.config.runtime`` (``[leaderboard]``, ``[scheduler]``, ``[store]``, ``[http]``,
-``[logging]``, ``[evaluator]``), with the shared validators in ``daemon.core.fields``. This
-module assembles them into :class:`Config` and loads and checks a file; each section's names are
-imported from the module that defines them. Unknown keys, wrong types and impossible values are
-refused with one clear line per problem (:class:`ConfigError`).
+``[logging]``, ``[evaluator]``) and ``daemon.config.season`` (``[season]``), with the shared
+validators in ``daemon.core.fields``. This module assembles them into :class:`Config` and loads
+and checks a file; each section's names are imported from the module that defines them. Unknown
+keys, wrong types and impossible values are refused with one clear line per problem
+(:class:`ConfigError`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from daemon.config.runtime import (
     SchedulerConfig,
     StoreConfig,
 )
+from daemon.config.season import SeasonConfig
 from daemon.core.fields import (
     _Frozen,
     is_loopback_url,
@@ -88,6 +90,10 @@ class Config(_Frozen):
     sandbox: SandboxConfig = Field(
         default_factory=SandboxConfig,
         description="the AlphaForgeBench strategy sandbox (docs/protocol-alphaforgebench.md)",
+    )
+    season: SeasonConfig = Field(
+        default_factory=SeasonConfig,
+        description="the season whose lineup is frozen (daemon/config/season.py)",
     )
 
     @model_validator(mode="after")

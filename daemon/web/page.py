@@ -413,10 +413,13 @@ class Page:
             item["provisional_reason"] = reason or ""
             agents.append(item)
         from agents.alphaforgebench.isolation import sandbox_state
+        from daemon.store.integrity.season import store_season
 
+        async with srv._queries:
+            season = await store_season(engine.store)  # its lineup and amendments (issue 32)
         return {"clock": now, "wall": time.time(), "sources": sources, "rounds": rounds,
                 "agents": agents, "event_streams": self.events.clients,
-                "sandbox": sandbox_state()}
+                "sandbox": sandbox_state(), "season": season}
 
     async def _provisional(self) -> dict[tuple[str, str], str]:
         """Return (agent, market) -> reason for the leaderboard's provisional rows (if any)."""
