@@ -276,14 +276,14 @@ def _significant(p: float) -> bool:
 
 def _track_record(rows: Sequence[dict[str, Any]], excess: Mapping[str, np.ndarray]) -> None:
     """Set PSR, DSR (trials: the market's agents) and the minimum track record length."""
-    srs = [sharpe_moments(excess[r["agent"]])[0] for r in rows]
-    finite = [s for s in srs if math.isfinite(s)]
+    moments = [sharpe_moments(excess[r["agent"]]) for r in rows]  # once per row
+    finite = [m[0] for m in moments if math.isfinite(m[0])]
     var = float(np.var(finite, ddof=DDOF)) if len(finite) > 1 else 0.0
-    for r in rows:
+    for r, mom in zip(rows, moments, strict=True):
         x = excess[r["agent"]]
-        trl = min_track_record(x, 0.0, MIN_TRL_LEVEL)
-        r["psr"] = probabilistic_sharpe(x, 0.0)
-        r["dsr"] = deflated_sharpe(x, len(rows), var)
+        trl = min_track_record(x, 0.0, MIN_TRL_LEVEL, moments=mom)
+        r["psr"] = probabilistic_sharpe(x, 0.0, moments=mom)
+        r["dsr"] = deflated_sharpe(x, len(rows), var, moments=mom)
         r["min_trl"] = trl if math.isfinite(trl) else None
         r["min_trl_days"] = None if not math.isfinite(trl) else math.ceil(trl)
         # Distinguishable once the returns outnumber the MinTRL (an SR <= 0 never is).

@@ -11,6 +11,7 @@ Pure numpy otherwise. Undefined figures are NaN, never an exception.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -20,6 +21,7 @@ from scoring.stats.metrics import DDOF, STD_ZERO_RTOL
 
 __all__ = [
     "EULER_GAMMA",
+    "Moments",
     "deflated_sharpe",
     "expected_max_sharpe",
     "min_track_record",
@@ -31,6 +33,8 @@ __all__ = [
 #: The Euler-Mascheroni constant of the expected maximum Sharpe ratio (DSR).
 EULER_GAMMA = 0.5772156649015329
 _NAN = float("nan")
+#: ``(SR, skewness, kurtosis, T)`` of :func:`sharpe_moments`.
+Moments = tuple[float, float, float, int]
 
 
 def _norm_cdf(x: float) -> float:
@@ -38,8 +42,10 @@ def _norm_cdf(x: float) -> float:
     return 0.5 * math.erfc(-x / math.sqrt(2.0))
 
 
+@functools.lru_cache(maxsize=256)
 def _norm_ppf(q: float) -> float:
-    """Return the standard normal quantile of ``q`` (``scipy.stats.norm.ppf``)."""
+    """Return the standard normal quantile of ``q`` (``scipy.stats.norm.ppf``; a market's rows
+    ask for the same few quantiles, so each is computed once)."""
     from scipy.stats import norm
 
     return float(norm.ppf(q))
@@ -70,13 +76,15 @@ def _dispersion(sr: float, skew: float, kurt: float) -> float:
     return 1.0 - skew * sr + (kurt - 1.0) / 4.0 * sr**2
 
 
-def probabilistic_sharpe(returns: ArrayLike, benchmark: float = 0.0) -> float:
+def probabilistic_sharpe(returns: ArrayLike, benchmark: float = 0.0, *,
+                         moments: Moments | None = None) -> float:
     """Return the Probabilistic Sharpe Ratio ``P(SR > benchmark)`` (per-period benchmark).
 
     ``PSR = Phi((SR - SR*) sqrt(T - 1) / sqrt(1 - g3 SR + (g4 - 1) / 4 SR^2))`` with the
-    moments of :func:`sharpe_moments`. NaN when SR is undefined or the factor is not positive.
+    moments of :func:`sharpe_moments` (``moments``: those of ``returns``, computed already).
+    NaN when SR is undefined or the factor is not positive.
     """
-    sr, g3, g4, n = sharpe_moments(returns)
+    sr, g3, g4, n = sharpe_moments(returns) if moments is None else moments
     if not math.isfinite(sr):
         return _NAN
     f = _dispersion(sr, g3, g4)
@@ -101,24 +109,27 @@ def expected_max_sharpe(sr_variance: float, trials: int) -> float:
     return math.sqrt(sr_variance) * ((1.0 - EULER_GAMMA) * z1 + EULER_GAMMA * z2)
 
 
-def deflated_sharpe(returns: ArrayLike, trials: int, sr_variance: float) -> float:
+def deflated_sharpe(returns: ArrayLike, trials: int, sr_variance: float, *,
+                    moments: Moments | None = None) -> float:
     """Return the Deflated Sharpe Ratio: the PSR against :func:`expected_max_sharpe`.
 
     ``sr_variance`` is the variance of the per-period SRs across the ``trials`` strategies
     tried (the agents of the market).
     """
     sr0 = expected_max_sharpe(sr_variance, trials)
-    return probabilistic_sharpe(returns, sr0) if math.isfinite(sr0) else _NAN
+    return (probabilistic_sharpe(returns, sr0, moments=moments) if math.isfinite(sr0)
+            else _NAN)
 
 
-def min_track_record(returns: ArrayLike, benchmark: float = 0.0, level: float = 0.95) -> float:
+def min_track_record(returns: ArrayLike, benchmark: float = 0.0, level: float = 0.95, *,
+                     moments: Moments | None = None) -> float:
     """Return the minimum track record length (in periods) for ``SR > benchmark`` at ``level``.
 
     ``MinTRL = 1 + (1 - g3 SR + (g4 - 1) / 4 SR^2) (z_level / (SR - SR*))^2``; ``inf`` when the
     observed SR does not exceed the benchmark (no track record is long enough); NaN when SR is
     undefined.
     """
-    sr, g3, g4, _ = sharpe_moments(returns)
+    sr, g3, g4, _ = sharpe_moments(returns) if moments is None else moments
     if not math.isfinite(sr):
         return _NAN
     if sr <= benchmark:

@@ -129,3 +129,21 @@ def test_fill_decoder_equals_fill_map() -> None:
         decode("[[3, 0.1]]", assets)
     with pytest.raises(ValueError, match="asset index 3 of 3"):
         fill_map("[[3, 0.1]]", assets)
+
+
+def test_sharpe_tests_with_moments_given_equal_computed() -> None:
+    from scoring.stats.sharpe_tests import (
+        deflated_sharpe,
+        min_track_record,
+        probabilistic_sharpe,
+        sharpe_moments,
+    )
+
+    rng = np.random.default_rng(21)
+    for x in (rng.normal(0.001, 0.01, 80), rng.normal(-0.001, 0.01, 40), np.full(30, 0.001)):
+        mom = sharpe_moments(x)
+        pairs = [(probabilistic_sharpe(x, 0.0), probabilistic_sharpe(x, 0.0, moments=mom)),
+                 (deflated_sharpe(x, 7, 0.01), deflated_sharpe(x, 7, 0.01, moments=mom)),
+                 (min_track_record(x, 0.0, 0.95), min_track_record(x, 0.0, 0.95, moments=mom))]
+        for a, b in pairs:
+            assert (math.isnan(a) and math.isnan(b)) or a == b
