@@ -296,23 +296,20 @@ def flip_rate(weight_seq: Sequence[Mapping[str, float]], eps: float = 1e-9) -> f
     if len(weight_seq) < 2:
         return _NAN
     keys: list[str] = sorted({k for w in weight_seq for k in w})
-    last_sign: dict[str, float] = {}
-    flips = 0
-    eligible = 0
-    for prev, cur in pairwise(weight_seq):
-        for k in keys:
-            dw = float(cur.get(k, 0.0)) - float(prev.get(k, 0.0))
-            if abs(dw) <= eps:
-                continue
-            sign = 1.0 if dw > 0.0 else -1.0
-            if k in last_sign:
-                eligible += 1
-                if sign != last_sign[k]:
-                    flips += 1
-            last_sign[k] = sign
+    if not keys:
+        return _NAN
+    # All steps of all assets at once (the same float differences and counts as a loop per
+    # step and asset): an asset's counted changes in step order, column by column.
+    w = np.array([[float(a.get(k, 0.0)) for k in keys] for a in weight_seq])
+    dw = (w[1:] - w[:-1]).T  # assets x steps
+    counted = ~(np.abs(dw) <= eps)  # a NaN change counts (and is negative), as it always did
+    col = np.nonzero(counted)[0]  # row-major over assets x steps: each asset's steps in order
+    up = dw[counted] > 0.0
+    same = col[1:] == col[:-1]  # a change with an earlier counted change of the same asset
+    eligible = int(np.count_nonzero(same))
     if eligible == 0:
         return _NAN
-    return flips / eligible
+    return int(np.count_nonzero(same & (up[1:] != up[:-1]))) / eligible
 
 
 def _none_if_nan(x: float | int) -> float | int | None:

@@ -147,3 +147,42 @@ def test_sharpe_tests_with_moments_given_equal_computed() -> None:
                  (min_track_record(x, 0.0, 0.95), min_track_record(x, 0.0, 0.95, moments=mom))]
         for a, b in pairs:
             assert (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def _flip_rate_loop(weight_seq: list[dict[str, float]], eps: float = 1e-9) -> float:
+    """flip_rate as first written: a loop per step and asset."""
+    from itertools import pairwise
+
+    if len(weight_seq) < 2:
+        return float("nan")
+    keys = sorted({k for w in weight_seq for k in w})
+    last_sign: dict[str, float] = {}
+    flips = eligible = 0
+    for prev, cur in pairwise(weight_seq):
+        for k in keys:
+            dw = float(cur.get(k, 0.0)) - float(prev.get(k, 0.0))
+            if abs(dw) <= eps:
+                continue
+            sign = 1.0 if dw > 0.0 else -1.0
+            if k in last_sign:
+                eligible += 1
+                if sign != last_sign[k]:
+                    flips += 1
+            last_sign[k] = sign
+    return float("nan") if eligible == 0 else flips / eligible
+
+
+def test_flip_rate_equals_the_loop() -> None:
+    from scoring.stats.metrics import flip_rate
+
+    rng = np.random.default_rng(3)
+    names = ["A", "B", "C", "D", "CASH"]
+    for trial in range(200):
+        t = int(rng.integers(0, 9))
+        seq = [{k: float(rng.choice([0.0, 0.1, 0.2, 0.5, 1e-12, rng.random()]))
+                for k in names if rng.random() < 0.7} for _ in range(t)]
+        if trial % 17 == 0 and seq:
+            seq[0]["A"] = float("nan")
+        got, want = flip_rate(seq), _flip_rate_loop(seq)
+        assert (math.isnan(got) and math.isnan(want)) or got == want, seq
+    assert math.isnan(flip_rate([{}, {}, {}]))
