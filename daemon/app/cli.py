@@ -16,7 +16,13 @@ from daemon.app.cli_daemon import _resume, _serve, _status
 from daemon.app.cli_parser import build_parser
 from daemon.app.cli_protocols import _probe, _stage_scores, _stress_gate, alphaforge_instability
 from daemon.app.cli_runs import _build_recording, _record, _replay, _replay_roles, _run
-from daemon.app.cli_store import _backup_or_export, _migrate, _report, _verify
+from daemon.app.cli_store import (
+    _backup_or_export,
+    _migrate,
+    _report,
+    _verify,
+    _verify_bundle,
+)
 from daemon.app.sandbox_check import sandbox_problem
 from daemon.app.signals import Stopped
 from daemon.config.settings import ConfigError
@@ -63,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _migrate(args)
         if args.cmd == "verify":
             return _verify(args)
+        if args.cmd == "verify-bundle":
+            return _verify_bundle(args)
         if args.cmd == "probe":
             return _probe(args)
         if args.cmd == "stress-gate":

@@ -159,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="only from this time (ISO 8601; default: from the start)")
     rep.add_argument("--end", type=_when, default=None,
                      help="only until this time (ISO 8601; default: to the end)")
+    rep.add_argument("--bundle", metavar="FILE", default=None,
+                     help="the report of a season's bundle, once it verifies (instead of --db)")
     rep.add_argument("--html", metavar="FILE", default=None,
                      help="also write a self-contained offline HTML report to FILE")
     rep.add_argument("--password-env", default=None, metavar="VAR",
@@ -203,7 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex = _command(sub, "export", "export decisions, fills and equity to CSV or Parquet",
                   "paperarena export --db sample.db --out exported --format parquet")
     ex.add_argument("--db", default="paperarena.db", help="SQLite database to export")
-    ex.add_argument("--out", "-o", required=True, help="output directory")
+    ex.add_argument("--out", "-o", default=None, help="output directory (required without "
+                    "--bundle)")
+    ex.add_argument("--bundle", metavar="FILE", default=None,
+                    help="instead: write the season's verifiable bundle (store, report, chain "
+                    "heads; signed with [season] signing_key of --config) to FILE")
+    ex.add_argument("--config", "-c", default=None,
+                    help="with --bundle: the config naming [season] signing_key")
     ex.add_argument("--format", choices=["csv", "parquet"], default="csv",
                     help="file format, one file per table")
     ex.add_argument("--what", default="decisions,fills,equity",
@@ -254,6 +262,13 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--password-env", default=None, metavar="VAR",
                     help="for a postgresql:// --db: environment variable holding the password"
                     " (default: PGPASSWORD)")
+
+    vb = _command(sub, "verify-bundle", "check a season's bundle offline: hashes, chains, "
+                  "heads, the rebuilt report, the signature", "paperarena verify-bundle "
+                  "season.tar --key publisher.pub")
+    vb.add_argument("bundle", metavar="FILE", help="the bundle (paperarena export --bundle)")
+    vb.add_argument("--key", default=None, metavar="PUB",
+                    help="the publisher's Ed25519 public key (PEM): the signature must verify")
 
     pr = _command(sub, "probe", "re-issue a stored decision input K times (LLM consistency)",
                   "paperarena probe --agent my-llm --repeats 5 --db llm.db --config llm.toml")

@@ -28,6 +28,8 @@ def _report(args: argparse.Namespace) -> int:
         from daemon.store.pg import use_password_env
 
         use_password_env(args.db, args.password_env)
+    if args.bundle:
+        return _bundle_report(args)
     try:  # read only: the report never writes, so it works on a read-only file or file system
         if (not args.db.startswith(("postgresql://", "postgres://")) and  # shared store
                 inspect_database(args.db, create=False, schema_version=SCHEMA_VERSION) == 0):
@@ -64,6 +66,80 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_json(db: str) -> str:
+    """Return ``report --json`` of the SQLite store ``db`` (the season included)."""
+    from daemon.store.reports import load_report
+    from scoring.board.text import to_json
+
+    board = load_report(db).board
+    season = _season_of(db)
+    return to_json({**board, "season": season} if season is not None else board)
+
+
+def _bundle_report(args: argparse.Namespace) -> int:
+    """``report --bundle F``: verify the bundle, then print its report (text or JSON)."""
+    import tempfile
+
+    from daemon.store.integrity.bundle import BundleError, verify_bundle
+
+    try:
+        problems, _ = verify_bundle(args.bundle, _report_json)
+    except BundleError as exc:
+        return _fail(str(exc))
+    if problems:
+        return _fail(f"{args.bundle} does not verify: {problems[0]}")
+    with tempfile.TemporaryDirectory() as tmp:
+        import tarfile
+
+        with tarfile.open(args.bundle) as tar:
+            tar.extract("store.db", tmp, filter="data")
+        db = str(Path(tmp) / "store.db")
+        if args.json:
+            sys.stdout.write(_report_json(db))
+            return 0
+        ns = argparse.Namespace(**{**vars(args), "bundle": None, "db": db})
+        return _report(ns)
+
+
+def _export_bundle(args: argparse.Namespace) -> int:
+    from daemon.store.integrity.bundle import BundleError, write_bundle
+
+    key = None
+    if args.config:
+        from daemon.app.cli_common import _load
+
+        key = _load(args.config).season.signing_key
+        if key is not None and not Path(key).is_absolute():  # relative to the config file
+            key = str(Path(args.config).parent / key)
+    try:
+        manifest = write_bundle(args.db, args.bundle, _report_json, key)
+    except BundleError as exc:
+        return _fail(str(exc))
+    rows = sum(manifest["rows"].values())
+    sys.stdout.write(f"{args.bundle}: {rows} chained rows, {len(manifest['heads'])} heads"
+                     f"{', signed' if key else ''}\n")
+    return 0
+
+
+def _verify_bundle(args: argparse.Namespace) -> int:
+    """``verify-bundle F``: exit 0 with "ok", or 1 with one line per problem."""
+    from daemon.store.integrity.bundle import BundleError, verify_bundle
+
+    try:
+        problems, manifest = verify_bundle(args.bundle, _report_json, args.key)
+    except BundleError as exc:
+        return _fail(str(exc))
+    for line in problems:
+        sys.stdout.write(f"{line}\n")
+    if problems:
+        return 1
+    season = (manifest.get("season") or {}).get("name")
+    sys.stdout.write(f"ok: {args.bundle}: {sum(manifest['rows'].values())} chained rows hold, "
+                     f"heads and report match{', signature verified' if args.key else ''}"
+                     f"{f' (season {season})' if season else ''}\n")
+    return 0
+
+
 def _season_of(db: str) -> dict[str, Any] | None:
     """Return the season of the SQLite store ``db`` (None: it has none, or ``db`` is a shared
     store, whose season each scope's /api/status shows)."""
@@ -85,6 +161,10 @@ def _backup_or_export(args: argparse.Namespace) -> int:
 
     from daemon.store.backup import BackupError, backup, export
 
+    if args.cmd == "export" and args.bundle:
+        return _export_bundle(args)
+    if args.cmd == "export" and not args.out:
+        return _fail("export: give --out DIR (tables) or --bundle FILE (a season's bundle)")
     try:
         if args.cmd == "backup":
             info = backup(args.db, args.out, verify=not args.no_verify)

@@ -38,6 +38,9 @@ class SeasonConfig(_Frozen):
     name: Annotated[str, Field(min_length=1, max_length=80)] | None = Field(
         default=None, description="the season's name; its lineup is frozen in the store before "
         "the first round, and a store holding another season is refused")
+    signing_key: Annotated[str, Field(min_length=1)] | None = Field(
+        default=None, description="PEM file of the Ed25519 private key that signs the "
+        "season's bundle (paperarena export --bundle); the path only, never the key")
     amendments: Literal["refuse", "allow"] = Field(
         default="refuse", description="a changed lineup at a later start or reload: refused, "
         "or recorded as a dated amendment the report and /api/status show")

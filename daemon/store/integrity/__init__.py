@@ -2,9 +2,10 @@
 
 Owns the chain every stored decision, model call, fill, market event, mark and resolution
 carries (:mod:`.chain`: streams, canonical content, links), the walk that checks a store's
-chains and names the first row edited, deleted or out of order (:mod:`.verify`), and the
-season's frozen lineup and its amendments (:mod:`.season`).
+chains and names the first row edited, deleted or out of order (:mod:`.verify`), the
+season's frozen lineup and its amendments (:mod:`.season`), and the season's bundle that anyone
+can check offline, its manifest signed with Ed25519 (:mod:`.bundle`).
 
-May import: the ground (``daemon.core``) and the store's own file helpers (``daemon.store.dbfile``,
-``daemon.store.read``); never the store class above it.
+May import: the ground (``daemon.core``) and the store's own helpers (``daemon.store.dbfile``,
+``daemon.store.read``, ``daemon.store.backup``, ``daemon.store.pg``); never the store class.
 """

@@ -1,0 +1,1 @@
+"""Tests of the store's integrity: hash chains, seasons, bundles (issue 32)."""

@@ -1,0 +1,142 @@
+"""A season's bundle (issue 32, points 3-4): ``export --bundle`` writes it, ``verify-bundle``
+checks it offline (hashes, chains, heads, the rebuilt report, the Ed25519 signature) and names
+what does not hold, and ``report --bundle`` prints the report of a bundle that verifies."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.store.test_cli_database import cli
+from tests.store.test_faults import TINY_CONFIG, make_recording
+
+
+def _keys(d: Path) -> tuple[Path, Path, Path]:
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key, other = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    pub = ser.Encoding.PEM, ser.PublicFormat.SubjectPublicKeyInfo
+    (d / "key.pem").write_bytes(key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.PKCS8,
+                                                  ser.NoEncryption()))
+    (d / "pub.pem").write_bytes(key.public_key().public_bytes(*pub))
+    (d / "other.pem").write_bytes(other.public_key().public_bytes(*pub))
+    return d / "key.pem", d / "pub.pem", d / "other.pem"
+
+
+@pytest.fixture(scope="module")
+def season(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
+    """A replayed season's store, its signed bundle, the public key and another key."""
+    d = tmp_path_factory.mktemp("bundle")
+    key, pub, other = _keys(d)
+    rec = d / "rec.jsonl.gz"
+    make_recording(rec)
+    cfg = d / "season.toml"
+    cfg.write_text(TINY_CONFIG + f'\n[season]\nname = "S1"\nsigning_key = "{key}"\n')
+    r = cli("replay", str(rec), "--config", str(cfg), "--db", str(d / "s.db"), "--no-progress",
+            timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = cli("export", "--db", str(d / "s.db"), "--bundle", str(d / "b.tar"), "--config",
+            str(cfg), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.endswith(", 6 heads, signed\n")
+    return d / "s.db", d / "b.tar", pub, other
+
+
+def _members(bundle: Path) -> dict[str, bytes]:
+    with tarfile.open(bundle) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+
+
+def _pack(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_bundle_verifies_offline_and_reports_as_its_store(
+        season: tuple[Path, Path, Path, Path]) -> None:
+    db, bundle, pub, _ = season
+    r = cli("verify-bundle", str(bundle), "--key", str(pub), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ok: ") and "signature verified (season S1)" in r.stdout
+    manifest = json.loads(_members(bundle)["manifest.json"])
+    assert manifest["season"]["name"] == "S1" and manifest["rows"]["decisions"] > 0
+    assert all(len(h) == 40 for h in manifest["heads"].values() if h)
+    assert cli("report", "--bundle", str(bundle), "--json", timeout=120).stdout == cli(
+        "report", "--db", str(db), "--json", timeout=120).stdout
+    text = cli("report", "--bundle", str(bundle), timeout=120).stdout
+    assert "season S1: lineup frozen " in text
+
+
+def test_another_key_or_no_signature_is_named(season: tuple[Path, Path, Path, Path],
+                                              tmp_path: Path) -> None:
+    _, bundle, pub, other = season
+    r = cli("verify-bundle", str(bundle), "--key", str(other), timeout=120)
+    assert (r.returncode, r.stdout) == (
+        1, "manifest.sig is not this key's signature of manifest.json\n")
+    members = _members(bundle)
+    del members["manifest.sig"]
+    unsigned = _pack(tmp_path / "u.tar", members)
+    r = cli("verify-bundle", str(unsigned), "--key", str(pub), timeout=120)
+    assert (r.returncode, r.stdout) == (1, "the bundle is not signed (no manifest.sig)\n")
+    assert cli("verify-bundle", str(unsigned), timeout=120).returncode == 0  # no key asked
+
+
+def test_an_edited_store_or_report_in_a_bundle_is_named(
+        season: tuple[Path, Path, Path, Path], tmp_path: Path) -> None:
+    import hashlib
+
+    _, bundle, pub, _ = season
+    members = _members(bundle)
+    store = tmp_path / "store.db"
+    store.write_bytes(members["store.db"])
+    con = sqlite3.connect(store)
+    with con:
+        con.execute("UPDATE fills SET cost = cost + 1 WHERE id = (SELECT MIN(id) FROM fills)")
+    con.close()
+    edited = store.read_bytes()
+    r = cli("verify-bundle", str(_pack(tmp_path / "a.tar", {**members, "store.db": edited})),
+            timeout=120)
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[0] == (
+        "store.db is not the file the manifest names (sha256 differs)")
+    assert any(line.startswith("store.db: fills: row 1 (") and line.endswith(
+        "was edited: its content does not match its hash") for line in r.stdout.splitlines())
+    # the manifest rewritten to the edited file's hash: the signature no longer holds
+    manifest = json.loads(members["manifest.json"])
+    manifest["files"]["store.db"] = hashlib.sha256(edited).hexdigest()
+    forged = {**members, "store.db": edited,
+              "manifest.json": json.dumps(manifest, sort_keys=True, indent=2).encode()}
+    r = cli("verify-bundle", str(_pack(tmp_path / "b.tar", forged)), "--key", str(pub),
+            timeout=120)
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[0] == "manifest.sig is not this key's signature of manifest.json"
+    report = members["report.json"].replace(b'"S1"', b'"S2"')
+    r = cli("verify-bundle", str(_pack(tmp_path / "c.tar", {**members, "report.json": report})),
+            timeout=120)
+    assert r.returncode == 1 and "report.json is not the file the manifest names" in r.stdout
+    assert "the report rebuilt from store.db differs from report.json" in r.stdout
+    r = cli("report", "--bundle", str(tmp_path / "c.tar"), timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("paperarena: ") and "does not verify" in (
+        r.stderr)
+
+
+def test_a_file_that_is_no_bundle_is_refused_in_one_line(tmp_path: Path) -> None:
+    odd = _pack(tmp_path / "odd.tar", {"../etc/passwd": b"x"})
+    r = cli("verify-bundle", str(odd))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unexpected member" in r.stderr
+    (tmp_path / "junk.tar").write_bytes(b"not a tar")
+    r = cli("verify-bundle", str(tmp_path / "junk.tar"))
+    assert r.returncode == 2 and "not a readable bundle" in r.stderr and "Traceback" not in (
+        r.stderr)
+    r = cli("export", "--db", str(tmp_path / "none.db"))
+    assert r.returncode == 2 and "give --out DIR (tables) or --bundle FILE" in r.stderr
