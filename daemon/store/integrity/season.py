@@ -115,8 +115,13 @@ def read_season(con: sqlite3.Connection) -> dict[str, Any] | None:
 
 
 async def store_season(store: Any) -> dict[str, Any] | None:
-    """Return the season of an open :class:`daemon.store.store.Store` (None if it has none)."""
-    return _season(await store.fetchall(_READ))
+    """Return the season of an open :class:`daemon.store.store.Store` (None if it has none,
+    or is a store older than schema v13 that ``paperarena serve`` reads without migrating)."""
+    try:
+        rows = await store.fetchall(_READ)
+    except sqlite3.Error:  # PostgreSQL's errors are raised as sqlite3.OperationalError too
+        return None
+    return _season(rows)
 
 
 def _season(rows: Sequence[Sequence[Any]]) -> dict[str, Any] | None:

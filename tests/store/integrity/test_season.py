@@ -120,3 +120,19 @@ async def test_a_store_holds_one_season_and_starts_it_with_clean_books(tmp_path:
         assert await store_season(store) is None
     finally:
         await store.close()
+
+
+async def test_a_store_older_than_seasons_shows_none(tmp_path: Path) -> None:
+    """``paperarena serve`` reads an older store without migrating it: no season table."""
+    db = str(tmp_path / "old.db")
+    store = await Store.open(db)
+    try:
+        await store.execute_atomic([("DROP TABLE season", ())])
+        assert await store_season(store) is None
+    finally:
+        await store.close()
+    con = sqlite3.connect(db)
+    try:
+        assert read_season(con) is None
+    finally:
+        con.close()
