@@ -18,6 +18,7 @@ from daemon.store.integrity.verify import StreamCheck, verify
 from daemon.store.pg import is_url, scope_schema
 from daemon.store.records import DecisionRecord, FillRecord, RoundCommit
 from daemon.store.store import Store
+from tests.pg import pg_database, requires_pg
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
@@ -247,3 +248,17 @@ async def test_verify_command_says_ok_or_names_the_row(tmp_path: Path) -> None:
         " was edited: its content does not match its hash"]
     r = await asyncio.to_thread(_cli, "verify", "--db", str(tmp_path / "none.db"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such database" in r.stderr
+
+
+@requires_pg
+async def test_a_store_migrated_into_postgresql_keeps_its_chains(tmp_path: Path) -> None:
+    from daemon.store.pg_migrate import migrate
+
+    db = str(tmp_path / "s.db")
+    await _fill(db)
+    with pg_database() as url:
+        await migrate(db, url)
+        checks = await asyncio.to_thread(verify, url)
+    assert all(c.problem is None for c in checks)
+    assert {c.name: c.head for c in checks} == {
+        f"migrated-s.db/{t}": c.head for t, c in (await _checks(db)).items()}
