@@ -23,9 +23,10 @@ async def test_api_serves_versions_and_instability(tmp_path: Path) -> None:
                 "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
                 " raw_output) VALUES('af', 'equity', ?, ?, ?, ?)",
                 (ts, ts, outcome, json.dumps(summary, sort_keys=True)))
-            await db.execute("INSERT INTO equity VALUES('af', 'equity', ?, 'decision', ?, 0)",
-                             (ts, value))
-        await db.execute("INSERT INTO equity VALUES('af', 'equity', 400, 'daily', 1030, 0)")
+            await db.execute("INSERT INTO equity(agent, market, ts, kind, value, cash)"
+                             " VALUES('af', 'equity', ?, 'decision', ?, 0)", (ts, value))
+        await db.execute("INSERT INTO equity(agent, market, ts, kind, value, cash)"
+                         " VALUES('af', 'equity', 400, 'daily', 1030, 0)")
         await db.execute(
             "INSERT INTO instability_runs(ts, input_sha256, prompt_sha256, repeats,"
             " result_json) VALUES(5, 'in', 'pr', 5, ?)",

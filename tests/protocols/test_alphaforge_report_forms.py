@@ -38,9 +38,10 @@ async def make_db(path: Path) -> None:
             con.execute("INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
                         " raw_output) VALUES('af', 'equity', ?, ?, ?, ?)",
                         (ts, ts, outcome, json.dumps(summary, sort_keys=True)))
-            con.execute("INSERT INTO equity VALUES('af', 'equity', ?, 'decision', ?, 0)",
-                        (ts, value))
-        con.execute("INSERT INTO equity VALUES('af', 'equity', 400, 'daily', 1030, 0)")
+            con.execute("INSERT INTO equity(agent, market, ts, kind, value, cash)"
+                        " VALUES('af', 'equity', ?, 'decision', ?, 0)", (ts, value))
+        con.execute("INSERT INTO equity(agent, market, ts, kind, value, cash)"
+                    " VALUES('af', 'equity', 400, 'daily', 1030, 0)")
         con.execute("INSERT INTO instability_runs(ts, input_sha256, prompt_sha256, repeats,"
                     " result_json) VALUES(5, 'in', 'pr', 2, ?)", (json.dumps(INSTABILITY),))
     con.close()
