@@ -90,6 +90,8 @@ def validate_code(code: str) -> str:
         raise InvalidStrategy(f"the code does not parse: {exc.msg} (line {exc.lineno})") from None
     except ValueError as exc:  # e.g. null bytes
         raise InvalidStrategy(f"the code does not parse: {exc}") from None
+    except (MemoryError, RecursionError, SystemError):  # the parser's own limits (deep nesting)
+        raise InvalidStrategy("the code does not parse: nested too deeply") from None
     defined = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == FUNCTION]
     if not defined:
         raise InvalidStrategy(f"the code defines no top-level function {FUNCTION}(df)")

@@ -476,3 +476,11 @@ async def test_control_and_bidi_characters_never_reach_a_stored_reason() -> None
     text = str(info.value)
     assert "?[31mred? ?evil? ?2J end" in text
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u202e\u202c" for c in text)
+
+
+@pytest.mark.parametrize("code", ["-" * 39_000 + "1", "(" * 30_000, "x = " + "[" * 5_000])
+def test_code_the_parser_cannot_hold_is_one_line(code: str) -> None:
+    # The parser's own limits (a MemoryError for a long unary chain, too many parentheses)
+    # are a rejection in one line, never an exception out of the daemon.
+    with pytest.raises(InvalidStrategy, match="the code does not parse"):
+        validate_code(code)
