@@ -286,16 +286,9 @@ report(**out)
 
 
 async def test_memory_cpu_and_recursion_end_in_a_recorded_failure() -> None:
-    ticks = 0
+    from tests.sandbox.test_sandbox import ticking
 
-    async def tick() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
-
-    ticker = asyncio.create_task(tick())
-    try:
+    async def all_four() -> tuple[list[Any], ...]:
         memory = await attack("x = bytearray(10 * 1024 ** 3)\nreport(got=len(x))")
         cpu = await attack("while True:\n    pass", limits=SandboxLimits(cpu_s=1.0,
                                                                           timeout_s=30.0))
@@ -303,8 +296,9 @@ async def test_memory_cpu_and_recursion_end_in_a_recorded_failure() -> None:
                             limits=SandboxLimits(cpu_s=30.0, timeout_s=1.5))
         deep = await attack("def f(n):\n    return f(n + 1)\nSYS.setrecursionlimit(10 ** 7)\n"
                             "f(0)")
-    finally:
-        ticker.cancel()
+        return memory, cpu, wall, deep
+
+    (memory, cpu, wall, deep), ticks = await ticking(all_four())
     assert isinstance(memory[0], dict) and "MemoryError" in str(memory[0].get("error")), memory
     assert isinstance(cpu[0], SandboxError) and "SIGXCPU" in str(cpu[0])
     assert isinstance(wall[0], SandboxError) and "timed out after 1.5s" in str(wall[0])
