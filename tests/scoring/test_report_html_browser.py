@@ -14,10 +14,9 @@ from daemon.app.replay import replay
 from daemon.config.settings import load_config
 from daemon.store.reports import load_report
 from scoring.board.report_html import render_html
-from tests.web.test_page_browser import CHROMEDRIVER, CHROMIUM, ROOT
+from tests.web.test_page_browser import ROOT, chromium
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the dev extra)")
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +33,7 @@ def report_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def chrome() -> Iterator[Any]:
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    try:
-        yield drv
-    finally:
-        drv.quit()
+    yield from chromium()
 
 
 def test_report_fits_1400_px_without_sideways_scrolling(report_file: Path, chrome: Any) -> None:

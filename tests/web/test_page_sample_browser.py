@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from tests.web.test_page_browser import CHROMEDRIVER, CHROMIUM, ROOT, wait
+from tests.web.test_page_browser import ROOT, chromium, wait
 from tests.web.test_page_browser import click as click_css
 from tests.web.test_page_views_browser import legend
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (the dev extra)")
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 SAMPLE_AGENTS = ["all_cash", "buy_and_hold", "equal_weight", "momentum"]
@@ -80,16 +79,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def chrome() -> Iterator[Any]:
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000"):
-        opts.add_argument(arg)
-    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    try:
-        yield drv
-    finally:
-        drv.quit()
+    yield from chromium()
 
 
 def set_width(drv: Any, width: int) -> None:
