@@ -13,10 +13,9 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from agents.alphaforgebench.agent import PROTOCOL
 from agents.alphaforgebench.isolation import configure, probe
 from daemon.config.settings import Config
-
-PROTOCOL = "alphaforgebench"
 
 
 def sandbox_problem(cfg: Config, out: TextIO | None = None) -> str | None:
