@@ -147,6 +147,20 @@ async def test_socket_is_stopped() -> None:
             await w.close()
 
 
+async def test_socket_through_a_library_module_is_stopped() -> None:
+    # pandas keeps a reference to the os module: the audit hook stops what the AST cannot see.
+    code = ("import pandas as pd\n\ndef generate_signal(df):\n"
+            "    pd.io.common.os.system('echo pwned > /tmp/pwned')\n"
+            "    return {'signal': 1, 'position': 1.0}\n")
+    w = StrategyWorker(validate_code(code), LIMITS)
+    try:
+        got = await w.run_bar(BARS)
+        with pytest.raises(ValueError, match=r"os\.system is not allowed"):
+            check_result(got["AAPL"])
+    finally:
+        await w.close()
+
+
 @pytest.mark.parametrize("where", ["host", "/tmp/written.txt", "/sandbox/lib/written.txt"])
 async def test_file_write_is_stopped(tmp_path: Path, where: str) -> None:
     # A host path (not even visible in the sandbox), the sandbox's private /tmp, its read-only
