@@ -100,13 +100,16 @@ def pytest_args(rest: list[str]) -> list[str]:
     ``rest`` chooses the workers itself (``-n 0`` runs in this one process) or turns xdist off.
 
     Most tests wait on subprocesses and servers, so two workers on two cores finish the suite
-    in about 60% of the serial time."""
+    in about 60% of the serial time. A worker that crashes ends the run (``--max-worker-restart
+    0``) naming the test it died in: pytest-xdist's replacement worker can wait forever under
+    ``--dist loadfile`` (pytest-xdist issue 784), which turned one crash into a CI timeout."""
     for i, arg in enumerate(rest):
         if arg in {"-n", "--numprocesses"} or arg.startswith(("-n", "--numprocesses=")):
             return rest
         if arg == "-pno:xdist" or (arg == "-p" and rest[i + 1:i + 2] == ["no:xdist"]):
             return rest
-    return ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile", *rest]
+    return ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile", "--max-worker-restart", "0",
+            *rest]
 
 
 def _call(args: list[str], env: dict[str, str]) -> int:

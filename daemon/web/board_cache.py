@@ -57,7 +57,7 @@ class BoardCache:
         self.stamp: Stamp | None = None
         self.computed_at: float | None = None
         self._con: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # one refresh or close at a time on the connection
         self._refresh: asyncio.Future[None] | None = None
 
     async def get(self) -> dict[str, Any]:
@@ -135,9 +135,13 @@ class BoardCache:
             return None
 
     def _close_sync(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
+        # Under the lock: sqlite3 crashes the process (SIGSEGV) when one thread closes a
+        # connection another is reading from, and close() runs even when its wait for the
+        # running refresh was cancelled.
+        with self._lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
 
 
 def _log_failure(task: asyncio.Future[None]) -> None:

@@ -82,7 +82,8 @@ def _dev_module() -> object:
 
 def test_dev_test_runs_files_in_parallel_unless_told_otherwise() -> None:
     args = _dev_module().pytest_args  # type: ignore[attr-defined]
-    parallel = ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile"]
+    parallel = ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile", "--max-worker-restart",
+                "0"]
     assert args([]) == parallel
     assert args(["tests/core/test_bus.py", "-k", "drain"]) == [*parallel, "tests/core/test_bus.py",
     "-k",
@@ -90,3 +91,19 @@ def test_dev_test_runs_files_in_parallel_unless_told_otherwise() -> None:
     for own in (["-n", "0"], ["-n3", "tests"], ["--numprocesses=2"], ["-p", "no:xdist"],
                 ["-x", "-pno:xdist"]):
         assert args(own) == own
+
+
+def test_a_crashed_worker_ends_the_run_naming_its_test(tmp_path: Path) -> None:
+    """A segfault in one file fails the run at once (pytest-xdist's replacement worker can hang
+    under --dist loadfile), and says which test took the worker down."""
+    for i in range(4):
+        (tmp_path / f"test_ok{i}.py").write_text("def test_a():\n    pass\n")
+    (tmp_path / "test_crash.py").write_text(
+        "import ctypes\n\ndef test_fine():\n    pass\n\n"
+        "def test_segfault():\n    ctypes.string_at(0)\n\ndef test_after():\n    pass\n")
+    args = _dev_module().pytest_args(["-p", "no:cacheprovider", str(tmp_path)])  # type: ignore[attr-defined]
+    args[args.index("auto")] = "2"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", *args], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)  # hang guard
+    assert run.returncode != 0
+    assert "crashed while running 'test_crash.py::test_segfault'" in run.stdout
