@@ -13,6 +13,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from daemon.app.cli import main
@@ -141,3 +142,102 @@ async def test_the_livetradebench_recipe(tmp_path: Path, capsys: Any) -> None:
     total = con.execute("SELECT COUNT(*) FROM fills").fetchone()[0]
     con.close()
     assert total > 0 and late == total  # every fill after its decision: at the next prices
+
+
+def _djia_tickers() -> list[str]:
+    """Return the tickers of the doc's DJIA ``build-recording`` command."""
+    build = next(c for c in _commands() if c[0] == "build-recording" and "--news" in c)
+    return build[build.index("--tickers") + 1].split(",")
+
+
+async def test_the_stockbench_recipe(tmp_path: Path, capsys: Any,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build the DJIA recording (opens, closes, Finnhub news) from the fakes, replay
+    examples/stockbench-djia.toml: fills at the recorded opens, and the report's composite
+    score equals Eq. 4 recomputed from its CR, MDD and Sortino columns (CR and MDD from the
+    stored daily marks)."""
+    from tests.fakes.news_server import FakeNews
+    from tests.protocols.test_stockbench import StockBenchModel
+
+    tickers = _djia_tickers()
+    assert tickers == tomllib.loads((ROOT / "examples" / "stockbench-djia.toml").read_text()
+                                    )["markets"]["equity"]["assets"]
+    sessions = _sessions(date(2025, 3, 3), date(2025, 3, 11))
+    yahoo, news = FakeYahoo(), FakeNews(token="fh-test")
+    await yahoo.start()
+    await news.start()
+    opens: dict[tuple[str, float], float] = {}
+    try:
+        for k, sym in enumerate(tickers):
+            closes = [round(100.0 + k + 3 * ((i * (k + 2)) % 5 - 2) + 0.5 * i, 2)
+                      for i in range(len(sessions))]
+            payload = chart_payload(sym, None, 0, [(int(o), c) for (_, o, _), c
+                                                   in zip(sessions, closes, strict=True)])
+            quote = payload["chart"]["result"][0]["indicators"]["quote"][0]
+            quote["open"] = [round(c * (0.98 - 0.002 * k), 2) for c in closes]
+            opens |= {(sym, o): p for (_, o, _), p in zip(sessions, quote["open"], strict=True)}
+            yahoo.charts[sym] = payload
+        news.finnhub["AAPL"] = [{"id": i, "headline": f"Apple story {i}", "source": "Wire",
+                                 "url": "", "summary": "", "related": "AAPL",
+                                 "datetime": int(sessions[i][1]) + 3600} for i in range(3)]
+        monkeypatch.setenv("FINNHUB_API_KEY", "fh-test")
+        build = tmp_path / "build.toml"
+        build.write_text(f'[sources.equity.yahoo]\nchart_url = "{yahoo.chart_url}"\n'
+                         f'[sources.news]\nfinnhub_url = "{news.base}/api/v1"\n')
+        rec = tmp_path / "djia.jsonl.gz"
+        argv = ["build-recording", "--news", "finnhub", "--start", "2025-03-03",
+                "--end", "2025-03-11", "--tickers", ",".join(tickers), "--out", str(rec),
+                "--config", str(build)]
+        assert await asyncio.to_thread(main, argv) == 0
+    finally:
+        await news.stop()
+        await yahoo.stop()
+    cfg = tmp_path / "djia.toml"
+    db = tmp_path / "djia.db"
+    monkeypatch.setenv("LOCAL_LLM_KEY", "x")
+    async with StockBenchModel() as model:
+        cfg.write_text((ROOT / "examples" / "stockbench-djia.toml").read_text().replace(
+            "http://127.0.0.1:8000/v1", model.api_base))
+        assert await asyncio.to_thread(main, ["replay", str(rec), "--config", str(cfg),
+                                              "--db", str(db), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["report", "--db", str(db), "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    rows = {r["agent"]: r for r in board["rows"] if r["market"] == "equity"}
+    assert set(rows) == {"qwen-run1", "qwen-run2", "qwen-run3", "buy_and_hold"}
+    con = sqlite3.connect(db)
+    # Every purchase is filled at the session's recorded open (09:31 decisions).
+    from daemon.core.sparse_rows import FILLS, fill_map
+
+    fills = con.execute(f"SELECT f.scheduled_ts, f.trades_json, s.assets_json, f.agent,"
+                        f" f.traded_value FROM {FILLS} WHERE f.traded_value > 0").fetchall()
+    assert {f[3] for f in fills} >= {"buy_and_hold", "qwen-run1"}
+    marks = {a: [v for (v,) in con.execute(
+        "SELECT value FROM equity WHERE agent = ? AND market = 'equity' AND kind = 'daily'"
+        " ORDER BY ts", (a,))] for a in rows}
+    decisions = con.execute("SELECT COUNT(*) FROM decisions WHERE agent = 'qwen-run1'"
+                            ).fetchone()[0]
+    con.close()
+    assert decisions == len(sessions)
+    open_ts = {o for _, o, _ in sessions}
+    for ts, trades, assets, _, traded in fills:
+        day_open = max(o for o in open_ts if o <= ts)
+        at_open = sum(abs(q) * opens[(sym, day_open)] for sym, q in
+                      fill_map(trades, assets).items())
+        assert ts - day_open < 120 and traded == pytest.approx(at_open, rel=1.5e-3)
+    # CR and MDD from the stored daily marks, the composite from the three columns (Eq. 4).
+    for agent, values in marks.items():
+        v = np.asarray([100_000.0, *values])
+        assert rows[agent]["cumulative_return"] == pytest.approx(v[-1] / v[0] - 1, abs=1e-9)
+        peak = np.maximum.accumulate(v)
+        assert rows[agent]["max_drawdown"] == pytest.approx(float(np.max(1 - v / peak)),
+                                                            abs=1e-9)
+    ranked = [a for a in rows if not rows[a]["provisional"]]
+    cols = np.array([[rows[a]["cumulative_return"], -rows[a]["max_drawdown"],
+                      rows[a]["sortino_stockbench"]] for a in ranked], dtype=float)
+    sd = cols.std(axis=0)
+    z = np.where(sd > 1e-12, (cols - cols.mean(axis=0)) / np.where(sd > 1e-12, sd, 1), 0.0)
+    for a, score in zip(ranked, z.mean(axis=1), strict=True):
+        assert rows[a]["composite_score"] == pytest.approx(float(score), abs=1e-9)
+    order = sorted(ranked, key=lambda a: -rows[a]["composite_score"])
+    assert [rows[a]["composite_rank"] for a in order] == list(range(1, len(order) + 1))
