@@ -46,9 +46,10 @@ async def test_pongs_are_not_data_frozen_polymarket_reconnects(fake: FakePolymar
                        dead_after=0.3, ping_interval=0.05) as h:
         conns = await fake.wait_conns(1)
         await wait_for(lambda: bool(h.prices("Y1")))
+        pings_before = conns[0].pings
         fake.frozen = True  # socket open, PONGs answered, no book / price_change at all
-        await wait_for(lambda: h.source.counters.reconnects >= 1, timeout=5)
-        assert conns[0].pings >= 5  # the heartbeat kept flowing (and dead_after never fired)
+        await wait_for(lambda: h.source.counters.reconnects >= 1, timeout=30)
+        assert conns[0].pings > pings_before  # the heartbeat kept flowing while frozen
         assert "stale" in h.statuses()
         fake.frozen = False
         await fake.wait_conns(2)  # ...and every key was subscribed again on a new connection
