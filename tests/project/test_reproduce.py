@@ -8,6 +8,7 @@ import json
 import re
 import shlex
 import sqlite3
+import subprocess
 import tomllib
 from datetime import date, timedelta
 from pathlib import Path
@@ -241,3 +242,93 @@ async def test_the_stockbench_recipe(tmp_path: Path, capsys: Any,
         assert rows[a]["composite_score"] == pytest.approx(float(score), abs=1e-9)
     order = sorted(ranked, key=lambda a: -rows[a]["composite_score"])
     assert [rows[a]["composite_rank"] for a in order] == list(range(1, len(order) + 1))
+
+
+def _history_build(tmp_path: Path, chart_url: str) -> Path:
+    """Write the build config pointing ``build-recording`` at the fake chart history."""
+    build = tmp_path / "build.toml"
+    build.write_text(f'[sources.equity.yahoo]\nchart_url = "{chart_url}"\n')
+    return build
+
+
+def _doc_tickers(command: str, out: str) -> list[str]:
+    """Return the tickers of the doc's ``command`` that writes ``out``."""
+    argv = next(c for c in _commands() if c[0] == command and out in c)
+    return argv[argv.index("--tickers") + 1].split(",")
+
+
+async def test_the_capitalbench_recipe(tmp_path: Path, capsys: Any,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Build the options' and SPY's history from the fake, replay examples/capitalbench.toml:
+    weekly rounds frozen, marked retrospective, and each resolved round's return, score,
+    regret and S&P comparison equal to a recomputation from the recorded closes."""
+    from tests.protocols.test_capitalbench import SampleModel
+
+    tickers = _doc_tickers("build-recording", "cb-history.jsonl.gz")
+    options = [o["id"] for o in tomllib.loads((ROOT / "examples" / "capitalbench.toml")
+                                              .read_text())["capitalbench"]["options"]]
+    assert set(tickers) == {*options, "SPY"} - {"CASH"}
+    sessions = _sessions(date(2025, 1, 6), date(2025, 1, 24))
+    closes: dict[str, dict[date, float]] = {}
+    fake = FakeYahoo()
+    await fake.start()
+    try:
+        for k, sym in enumerate(tickers):
+            closes[sym] = {d: round(50.0 + 10 * k + ((i * (k + 3)) % 7 - 2) * (1 + k / 4), 2)
+                           for i, (d, _, _) in enumerate(sessions)}
+            fake.charts[sym] = chart_payload(sym, None, 0, [(int(o), closes[sym][d])
+                                                            for d, o, _ in sessions])
+        rec = tmp_path / "cb-history.jsonl.gz"
+        argv = ["build-recording", "--tickers", ",".join(tickers), "--start", "2025-01-06",
+                "--end", "2025-01-24", "--out", str(rec),
+                "--config", str(_history_build(tmp_path, fake.chart_url))]
+        assert await asyncio.to_thread(main, argv) == 0
+    finally:
+        await fake.stop()
+    # The doc's sed line adds SPY to the preset's universe (run as written, from the root).
+    sed = next(b for b in re.findall(r"```sh\n(.*?)```", DOC.read_text(), flags=re.S)
+               if "cb-history.toml" in b).replace("\\\n", " ")
+    line = next(x for x in sed.splitlines() if x.startswith("sed "))
+    words = shlex.split(line.split(">", 1)[0])
+    done = subprocess.run(words, cwd=ROOT, capture_output=True, text=True, check=True)
+    cfg, db = tmp_path / "cb-history.toml", tmp_path / "cb-history.db"
+    monkeypatch.setenv("LOCAL_LLM_KEY", "x")
+    async with SampleModel() as model:
+        assert "SPY" in tomllib.loads(done.stdout)["markets"]["equity"]["assets"]
+        cfg.write_text(done.stdout.replace("http://127.0.0.1:8000/v1", model.api_base)
+                       .replace('rounds_dir = "rounds"', f'rounds_dir = "{tmp_path / "rounds"}"')
+                       .replace('"examples/capitalbench-briefing.md"',
+                                f'"{ROOT / "examples" / "capitalbench-briefing.md"}"'))
+        assert await asyncio.to_thread(main, ["replay", str(rec), "--config", str(cfg),
+                                              "--db", str(db), "--no-progress"]) == 0
+    assert len(model.requests) == 3 * 2 * 3  # 3 weekly rounds x 2 models x (1 + 2 repeats)
+    capsys.readouterr()
+    assert main(["report", "--db", str(db), "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    rounds = {r["round_id"]: r for r in board["capitalbench"]["rounds"]}
+    assert set(rounds) == {"weekly-2025-01-06", "weekly-2025-01-13", "weekly-2025-01-21"}
+    weights = {"model_a": {"AAPL": 0.5, "MSFT": 0.5}, "model_b": {"JNJ": 1.0}}
+    resolved = 0
+    for rid, rnd in rounds.items():
+        manifest = json.loads((tmp_path / "rounds" / rid / "manifest.json").read_text())
+        assert manifest["retrospective"] is True and rnd["retrospective"] is True
+        if rnd["status"] != "resolved":
+            continue
+        resolved += 1
+        start, end = (date.fromisoformat(manifest[k]) for k in ("start_day", "end_day"))
+        ret = {s: closes[s][end] / closes[s][start] - 1 for s in tickers}
+        best = max(0.0, *(ret[o] for o in options if o != "CASH"))
+        res = {r["agent"]: r for r in rnd["results"]}
+        assert set(res) == set(weights)
+        for agent, w in weights.items():
+            pr = sum(x * ret[s] for s, x in w.items())
+            got = res[agent]
+            assert got["portfolio_return"] == pytest.approx(pr, abs=1e-9)
+            assert got["max_possible_return"] == pytest.approx(best, abs=1e-9)
+            assert got["regret"] == pytest.approx(best - pr, abs=1e-9)
+            assert got["score"] == pytest.approx(100 * pr / best, abs=1e-6)
+            assert got["vs_sp500"] == pytest.approx(pr - ret["SPY"], abs=1e-9)
+    assert resolved == 2  # the last round ends after the recording
+    assert main(["report", "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "CapitalBench rounds" in text and "(retrospective: built from history)" in text
