@@ -14,17 +14,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents.base import Observation
+from agents.base import AgentDecision, Observation
 from agents.config import AgentConfig
 from agents.llm import DecisionRun, LlmAgent, _Attempt, utc_day
 from agents.llm_output import InvalidOutput
 from agents.protocols import build_llm_agent
+from daemon.core.logs import redact_text
 
-__all__ = ["RebuiltPrompt", "StoredCall", "rebuild_prompts"]
+__all__ = ["RebuiltPrompt", "StoredCall", "answer_from_store", "rebuild_prompts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,9 @@ class StoredCall:
     error: str | None
     finish_reason: str | None
     outcome: str | None
+    usage: dict[str, Any] | None = None
+    """The call's stored ``ts``, ``model``, ``tokens_in``, ``tokens_out``, ``latency_s`` and
+    ``cost_usd`` (None: zeros, the prompt rebuild needs none of them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,18 +94,41 @@ def rebuild_prompts(cfg: AgentConfig, obs: Observation, calls: Sequence[StoredCa
 
 async def _replay(agent: LlmAgent, obs: Observation, calls: Sequence[StoredCall]) -> list[str]:
     """Run ``agent`` on ``obs`` answering each call from ``calls``; return the prompts sent."""
-    queue = list(calls)
     sent: list[str] = []
+    answer_from_store(agent, lambda _: calls, sent)
+    # A protocol that cannot run again: the prompts sent so far (the rest are named missing).
+    with contextlib.suppress(Exception):
+        await agent.decide(obs)
+    return sent
+
+
+def answer_from_store(agent: LlmAgent,
+                      calls_for: Callable[[Observation], Sequence[StoredCall] | None],
+                      sent: list[str] | None = None) -> None:
+    """Make ``agent`` answer each call of a decision from its stored calls, in order.
+
+    ``calls_for(obs)``: the stored calls of the decision on ``obs`` (None: none stored, each
+    call then fails as ``fatal``). No model is called, no key is needed, retries do not wait;
+    the daily budget still pauses as it did. A stored answer (outcome ``ok`` or ``invalid``) is
+    parsed again by the protocol's own check, as a live answer is; a stored transport error
+    stays one. ``sent``: receives the last message of every prompt the protocol sends.
+    """
+    queue: list[StoredCall] = []
+    own_prepare = agent.prepare
 
     async def no_wait(_: float) -> None:
         return None
 
-    def prepare(o: Observation, template_version: str) -> DecisionRun:
+    def prepare(o: Observation, template_version: str) -> AgentDecision | DecisionRun:
+        if agent.budget_exceeded(utc_day(o.decision_ts)):
+            return own_prepare(o, template_version)  # paused, as the live decision was
+        queue[:] = calls_for(o) or ()
         return DecisionRun(obs=o, day=utc_day(o.decision_ts), api_key=None)
 
     async def answer(n: int, messages: list[dict[str, str]], api_key: str | None,
                      o: Observation, check: Any) -> _Attempt:
-        sent.append(str(messages[-1].get("content", "")) if messages else "")
+        if sent is not None:
+            sent.append(str(messages[-1].get("content", "")) if messages else "")
         record: dict[str, Any] = {"attempt": n, "ts": 0.0, "model": agent.cfg.model,
                                   "raw_response": "", "error": None, "finish_reason": None,
                                   "tokens_in": 0, "tokens_out": 0, "latency_s": 0.0,
@@ -110,22 +137,21 @@ async def _replay(agent: LlmAgent, obs: Observation, calls: Sequence[StoredCall]
             return _Attempt(record=record, content="", kind="fatal", error="no stored call")
         call = queue.pop(0)
         content = call.raw_response or ""
-        record.update(raw_response=content, error=call.error,
-                      finish_reason=call.finish_reason)
+        record.update(raw_response=content, error=call.error, finish_reason=call.finish_reason,
+                      **({} if call.usage is None else call.usage))
         kind = call.outcome or ("error" if call.error else "ok")
-        if kind != "ok":
+        if kind not in ("ok", "invalid"):
             return _Attempt(record=record, content=content, kind=kind, error=call.error or "")
         try:
             parsed = check(content, call.finish_reason)
-        except InvalidOutput as exc:
-            return _Attempt(record=record, content=content, kind="invalid", error=str(exc))
+        except InvalidOutput as exc:  # as the live call words it (agents.llm)
+            record["error"] = redact_text(f"invalid output: {exc}")
+            return _Attempt(record=record, content=content, kind="invalid",
+                            error=record["error"])
+        record["error"] = None
         return _Attempt(record=record, content=content, kind="ok", parsed=parsed)
 
-    # The replay's own instance: no budget or key check, no waits, the stored answers.
+    # This instance only: no budget or key check, no waits, the stored answers.
     agent.prepare = prepare  # type: ignore[method-assign,assignment]
     agent._attempt = answer  # type: ignore[method-assign,assignment]
     agent._sleep = no_wait
-    # A protocol that cannot run again: the prompts sent so far (the rest are named missing).
-    with contextlib.suppress(Exception):
-        await agent.decide(obs)
-    return sent

@@ -66,39 +66,74 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_json(db: str) -> str:
-    """Return ``report --json`` of the SQLite store ``db`` (the season included)."""
+def _report_json(db: str, season_db: str | None = None) -> str:
+    """Return ``report --json`` of the SQLite store ``db`` (the season of ``season_db``, by
+    default of ``db``, included)."""
     from daemon.store.reports import load_report
     from scoring.board.text import to_json
 
     board = load_report(db).board
-    season = _season_of(db)
+    season = _season_of(season_db or db)
     return to_json({**board, "season": season} if season is not None else board)
 
 
+def _replayed_report(db: str) -> str:
+    """Return ``report --json`` of the season of the store ``db`` replayed from its stored
+    answers (:mod:`daemon.app.bundle_replay`); :class:`NotReplayed` when it cannot be."""
+    from daemon.app.bundle_replay import BundleReplayError, BundleReplayRefused, rebuilt_report
+    from daemon.core.logs import configure_logging
+    from daemon.store.integrity.bundle import BundleError, NotReplayed
+
+    # The replay's round logs are not the command's output: errors only, on stderr.
+    configure_logging("error", wrap_streams=False)
+    try:
+        return rebuilt_report(db, _report_json)
+    except BundleReplayRefused as exc:
+        raise NotReplayed(str(exc)) from None
+    except BundleReplayError as exc:
+        raise BundleError(f"the season cannot be replayed from its stored answers: {exc}"
+                          ) from None
+    except Exception as exc:  # a store the chains accept but the replay cannot read
+        raise BundleError(f"the replay of the stored answers failed: {type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())[:200]}") from None
+
+
 def _bundle_report(args: argparse.Namespace) -> int:
-    """``report --bundle F``: verify the bundle, then print its report (text or JSON)."""
+    """``report --bundle F``: verify the bundle and replay its season from the stored answers,
+    then print its report (text or JSON); exit 1 with one line naming the first difference
+    when the replayed report is not ``report.json``."""
     import tempfile
 
     from daemon.store.integrity.bundle import BundleError, verify_bundle
 
     try:
-        problems, _ = verify_bundle(args.bundle, _report_json)
+        problems, _, note = verify_bundle(args.bundle, _report_json, replay=_replayed_report)
     except BundleError as exc:
         return _fail(str(exc))
+    replayed = [p for p in problems if p.startswith(_REPLAY_DIFFERS)]
+    if replayed:  # the store holds (else no replay), the report is not what it yields
+        sys.stderr.write(f"paperarena: {args.bundle}: {replayed[0]}\n")
+        return 1
     if problems:
         return _fail(f"{args.bundle} does not verify: {problems[0]}")
+    if note:
+        sys.stderr.write(f"paperarena: {args.bundle}: not replayed ({note}): the report is "
+                         "recomputed from the stored rows\n")
     with tempfile.TemporaryDirectory() as tmp:
         import tarfile
 
         with tarfile.open(args.bundle) as tar:
             tar.extract("store.db", tmp, filter="data")
         db = str(Path(tmp) / "store.db")
-        if args.json:
+        if args.json:  # byte for byte the replayed report (or, not replayed, the stored one)
             sys.stdout.write(_report_json(db))
             return 0
         ns = argparse.Namespace(**{**vars(args), "bundle": None, "db": db})
         return _report(ns)
+
+
+#: How a replayed report that is not ``report.json`` is named (bundle.verify_bundle).
+_REPLAY_DIFFERS = "the report replayed from the stored answers differs"
 
 
 def _export_bundle(args: argparse.Namespace) -> int:
@@ -126,7 +161,8 @@ def _verify_bundle(args: argparse.Namespace) -> int:
     from daemon.store.integrity.bundle import BundleError, verify_bundle
 
     try:
-        problems, manifest = verify_bundle(args.bundle, _report_json, args.key)
+        problems, manifest, note = verify_bundle(args.bundle, _report_json, args.key,
+                                                 replay=_replayed_report)
     except BundleError as exc:
         return _fail(str(exc))
     for line in problems:
@@ -134,8 +170,11 @@ def _verify_bundle(args: argparse.Namespace) -> int:
     if problems:
         return 1
     season = (manifest.get("season") or {}).get("name")
+    replay = ("report replayed from the stored answers matches" if note == "" else
+              f"not replayed: {note}")
     sys.stdout.write(f"ok: {args.bundle}: {sum(manifest['rows'].values())} chained rows hold, "
-                     f"heads and report match{', signature verified' if args.key else ''}"
+                     f"heads and report match, {replay}"
+                     f"{', signature verified' if args.key else ''}"
                      f"{f' (season {season})' if season else ''}\n")
     return 0
 

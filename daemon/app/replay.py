@@ -28,7 +28,7 @@ import sqlite3
 import sys
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,10 @@ from daemon.timing.schedule import SimScheduler
 from feeds.recording import RecordingDamaged, count_events, iter_events, read_header
 
 log = structlog.get_logger(__name__)
+
+
+#: A scheduler job's callback: (job id, fire time, missed).
+JobCallback = Callable[[str, float, bool], Awaitable[None]]
 
 
 class ReplayError(Exception):
@@ -190,12 +194,16 @@ async def replay_session(
     window: tuple[float | None, float | None] | None = None,
     scope: str = "all",
     recording_path: str | None = None,
+    clock: SimClock | None = None,
+    wrap_job: Callable[[JobCallback], JobCallback] | None = None,
 ) -> AsyncIterator[ReplayContext]:
     """Open ``db``, build and restore the engine, start scheduler, bus and components.
 
     Refuse a database holding a replay with another fingerprint (:func:`run_fingerprint`)
     naming what differs; raise :class:`ReplayComplete` if it holds this replay, finished (a
-    ``recording_path`` is known by its content: :func:`content_digest`). On
+    ``recording_path`` is known by its content: :func:`content_digest`; ``clock``: the
+    simulated clock to run on, a fresh one at ``start`` by default; ``wrap_job``: wraps the
+    engine's job callback). On
     exit, stop the components, the bus and close the store (nothing is committed here:
     :meth:`ReplayDriver.finish` does it). A database error while starting is a
     :class:`ReplayError` naming the database.
@@ -210,7 +218,7 @@ async def replay_session(
         await _check_fingerprint(store, str(db), run_fingerprint(
             config, recording=recording_name, header=recording_header, window=window,
             agent_ids=agent_ids, content=content), _config_json(config), recording_path)
-        clock = SimClock(start)
+        clock = SimClock(start) if clock is None else clock
         engine = Engine(config, clock=clock, store=store, bus=bus)
         engine.stop_on_store_fault = True
         engine.add_equity_universe(config.markets.equity.assets)
@@ -229,8 +237,9 @@ async def replay_session(
         if offset:
             log.info("replay resumed", offset=offset, clock=resume_clock)
         sched = SimScheduler(clock, config.scheduler.misfire_grace)
+        on_job = engine.on_job if wrap_job is None else wrap_job(engine.on_job)
         for job_id, trigger in engine.triggers():
-            sched.add_job(job_id, trigger, engine.on_job, start=clock.now())
+            sched.add_job(job_id, trigger, on_job, start=clock.now())
         await engine.bus.start()
         started: list[Component] = []
         try:
@@ -334,9 +343,13 @@ class ReplayDriver:
         self._wall0 = time.monotonic()
         self._first_ts: float | None = None
 
-    async def step(self, i: int, ev: Event) -> bool:
-        """Apply event ``i`` (its recording offset); return False once past the window end."""
-        ts = ev.ts
+    async def step(self, i: int, ev: Event, at: float | None = None) -> bool:
+        """Apply event ``i`` (its recording offset); return False once past the window end.
+
+        ``at``: the time the event is applied at, when not its ``ts`` (a bundle's replay
+        applies a live event when the live run received it, keeping the source's ``ts``).
+        """
+        ts = ev.ts if at is None else at
         if ts > self.end:
             return False
         clock = self.clock

@@ -68,6 +68,7 @@ def test_a_bundle_verifies_offline_and_reports_as_its_store(
     r = cli("verify-bundle", str(bundle), "--key", str(pub), timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ok: ") and "signature verified (season S1)" in r.stdout
+    assert ", report replayed from the stored answers matches, " in r.stdout
     manifest = json.loads(_members(bundle)["manifest.json"])
     assert manifest["season"]["name"] == "S1" and manifest["rows"]["decisions"] > 0
     assert all(len(h) == 40 for h in manifest["heads"].values() if h)
@@ -126,8 +127,10 @@ def test_an_edited_store_or_report_in_a_bundle_is_named(
     assert r.returncode == 1 and "report.json is not the file the manifest names" in r.stdout
     assert "the report rebuilt from store.db differs from report.json" in r.stdout
     r = cli("report", "--bundle", str(tmp_path / "c.tar"), timeout=120)
-    assert r.returncode == 2 and r.stderr.startswith("paperarena: ") and "does not verify" in (
-        r.stderr)
+    line = f"paperarena: {tmp_path / 'c.tar'}: the report replayed from the stored answers"
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(line) and "differs from report.json at line " in r.stderr
+    assert "report.json has '" in r.stderr and "S2" in r.stderr and "S1" in r.stderr
 
 
 def test_a_file_that_is_no_bundle_is_refused_in_one_line(tmp_path: Path) -> None:

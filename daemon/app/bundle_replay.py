@@ -1,0 +1,244 @@
+"""Replay a bundle's season from its stored answers (issue 32, point 3): no model, no key.
+
+The bundle's store holds every market event the season saw, every model answer and the lineup
+(the run's config). :func:`replay_store` runs the season again through the replay's own engine
+code (:func:`~daemon.app.replay.replay_session`, :class:`~daemon.app.replay.ReplayDriver`,
+one simulated clock) into a fresh store:
+
+- the market events are read back from ``market_events`` in stored (arrival) order, a live
+  burst of prices expanded into its prices, each event keeping its source time; a live event is
+  applied when the live run received it (``recv_ts``, never earlier than the one before), a
+  replayed one at its own time;
+- each round runs with the clock at the time the live round read it (the decision's stored
+  ``decided_ts``: a live round starts a little after its scheduled time), the daily marks at
+  their scheduled times, up to the last stored round or mark;
+- each LLM agent is its protocol's own agent whose model calls are answered, in order, by the
+  calls stored for that agent and decision (:func:`agents.prompt_replay.answer_from_store`):
+  every answer is parsed again by the protocol's code, as a live answer is; usage and latency
+  are the stored ones. Baselines run as they did.
+
+:func:`rebuilt_report` then computes ``report --json`` of the replayed store (with the bundle's
+season record, which the replay does not recompute); the bundle check compares it byte for byte
+with ``report.json``.
+
+What cannot be replayed is refused in one line (:class:`BundleReplayRefused`): a protocol other
+than LiveTradeBench's (StockBench, PortBench, CapitalBench and AlphaForgeBench keep state or run
+code the stored answers do not capture yet), an HTTP or plugin agent, a store written by more
+than one run (a restart or a reload), and a PostgreSQL store. An event received between a
+round's scheduled time and the moment the live round read the clock is replayed after the
+round (the stored rows do not say which came first).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from agents.base import Observation
+from agents.llm import LlmAgent
+from agents.prompt_replay import StoredCall, answer_from_store
+from daemon.app.replay import JobCallback, ReplayDriver, ReplayError, replay_session
+from daemon.config.settings import Config, ConfigError, parse_config
+from daemon.core.events import Event, PriceEvent, decode_event
+from daemon.core.price_bursts import (
+    BURST_KIND,
+    PRICE_COLUMNS,
+    burst_key,
+    expand_price_rows,
+    read_asset_sets,
+)
+from daemon.store.dbfile import connect_readonly
+from daemon.timing.clock import SimClock
+
+__all__ = [
+    "BundleReplayError",
+    "BundleReplayRefused",
+    "rebuilt_report",
+    "refusal",
+    "replay_store",
+]
+
+#: The agent kinds a replay runs as they are (they call no model).
+BASELINES = frozenset({"cash", "equal_weight", "buy_and_hold", "momentum", "random_guess",
+                       "sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance"})
+
+
+class BundleReplayError(Exception):
+    """The season cannot be replayed (one line)."""
+
+
+class BundleReplayRefused(BundleReplayError):
+    """The season holds what a replay from stored answers does not support yet (one line)."""
+
+
+class StoredTimesClock(SimClock):
+    """A simulated clock that reads :attr:`at` while a live round's time is being replayed."""
+
+    def __init__(self, start: float) -> None:
+        """Create the clock at ``start``."""
+        super().__init__(start)
+        self.at: float | None = None
+
+    def now(self) -> float:
+        """Return the replayed round's live time inside a round, else the simulated time."""
+        return super().now() if self.at is None else self.at
+
+
+def refusal(config: Config) -> str | None:
+    """Return why ``config``'s season cannot be replayed from stored answers (None: it can)."""
+    if config.capitalbench is not None:
+        return "[capitalbench] rounds cannot be replayed from stored answers yet"
+    for a in config.agents:
+        if a.kind == "llm" and a.protocol != "livetradebench":
+            return (f"agent {a.id}: protocol {a.protocol} cannot be replayed from stored "
+                    "answers yet (only livetradebench LLM agents and baselines)")
+        if a.kind != "llm" and a.kind not in BASELINES:
+            return (f"agent {a.id}: kind {a.kind} cannot be replayed from stored answers (only"
+                    " livetradebench LLM agents and baselines)")
+    return None
+
+
+def _season_run(con: sqlite3.Connection) -> tuple[Config, str, float]:
+    """Return the config, mode and start of the one run that wrote the store."""
+    runs = con.execute("SELECT started_ts, mode, config_json FROM runs ORDER BY id").fetchall()
+    if not runs:
+        raise BundleReplayError("the store holds no run to replay")
+    if len(runs) > 1:
+        raise BundleReplayRefused(f"the store was written by {len(runs)} runs (a restart or a "
+                                  "reload): only a season of one run is replayed yet")
+    started, mode, config_json = runs[0]
+    try:
+        config = parse_config(json.loads(config_json), "the stored run's config")
+    except (ConfigError, ValueError) as exc:
+        raise BundleReplayError(f"the stored run's config cannot be read: "
+                                f"{' '.join(str(exc).split())[:200]}") from None
+    why = refusal(config)
+    if why:
+        raise BundleReplayRefused(why)
+    return config, str(mode), float(started)
+
+
+def stored_events(con: sqlite3.Connection, live: bool) -> Iterator[tuple[float | None, Event]]:
+    """Yield (the time to apply it at, None: its own; the event) of every stored market event,
+    in stored order, a burst of prices as its prices."""
+    keys = sorted({burst_key(p) for (p,) in con.execute(
+        f"SELECT payload FROM market_events WHERE kind='{BURST_KIND}'")})
+    sets = read_asset_sets(con, keys)
+    last = -math.inf
+    for row in con.execute(f"SELECT {PRICE_COLUMNS} FROM market_events ORDER BY id"):
+        kind, recv_ts, payload = row[0], row[4], row[8]
+        events: list[Event]
+        if kind in ("price", BURST_KIND):
+            events = [PriceEvent(ts=ts, recv_ts=recv, market=market, asset=asset, price=price,
+                                 bid=bid, ask=ask)
+                      for market, asset, ts, recv, price, bid, ask
+                      in expand_price_rows([row], sets)]
+        else:
+            events = [decode_event(payload)]
+        for ev in events:
+            if not live:
+                yield None, ev
+                continue
+            last = max(last, ev.recv_ts if kind == BURST_KIND else recv_ts)
+            yield last, ev
+
+
+def _stored_calls(con: sqlite3.Connection) -> dict[tuple[str, str, float], list[StoredCall]]:
+    """Return every stored model call by (agent, market, the live round's time)."""
+    out: dict[tuple[str, str, float], list[StoredCall]] = {}
+    for (agent, market, decided, attempt, step, sha, raw, error, finish, outcome, ts, model,
+         tin, tout, latency, cost) in con.execute(
+            "SELECT d.agent, d.market, d.decided_ts, c.attempt, c.step, c.input_sha256,"
+            " c.raw_response, c.error, c.finish_reason, c.outcome, c.ts, c.model, c.tokens_in,"
+            " c.tokens_out, c.latency_s, c.cost_usd FROM llm_calls c JOIN decisions d"
+            " ON d.agent = c.agent AND d.market = c.market AND d.scheduled_ts = c.scheduled_ts"
+            " ORDER BY c.id"):
+        usage = {"ts": ts, "model": model, "tokens_in": tin, "tokens_out": tout,
+                 "latency_s": latency, "cost_usd": cost}
+        out.setdefault((agent, market, decided), []).append(
+            StoredCall(attempt, step, sha, raw, error, finish, outcome, usage))
+    return out
+
+
+def _round_times(con: sqlite3.Connection) -> tuple[dict[tuple[str, float], float], float]:
+    """Return the live time of each round by (market, scheduled time), and the last job's."""
+    times = {(m, s): d for m, s, d in con.execute(
+        "SELECT market, scheduled_ts, MIN(decided_ts) FROM decisions GROUP BY market,"
+        " scheduled_ts")}
+    marks = con.execute("SELECT MAX(ts) FROM equity WHERE kind='daily'").fetchone()[0]
+    last = max([*(s for _, s in times), *([marks] if marks is not None else [])],
+               default=-math.inf)
+    return times, last
+
+
+def _answering(agent: LlmAgent, calls: dict[tuple[str, str, float], list[StoredCall]]) -> None:
+    def calls_for(obs: Observation) -> Sequence[StoredCall] | None:
+        return calls.get((agent.id, obs.market, obs.decision_ts))
+
+    answer_from_store(agent, calls_for)
+
+
+async def replay_store(src: str, out: str) -> None:
+    """Replay the season of the SQLite store ``src`` from its stored answers into ``out``.
+
+    Raise :class:`BundleReplayRefused` for what is not supported and
+    :class:`BundleReplayError` when the replay cannot run (one line each).
+    """
+    con = connect_readonly(Path(src))
+    try:
+        config, mode, start = _season_run(con)
+        calls = _stored_calls(con)
+        times, last = _round_times(con)
+        clock = StoredTimesClock(start)
+        try:
+            async with replay_session(config, out, recording_name=f"bundle:{Path(src).name}",
+                                      start=start, clock=clock,
+                                      wrap_job=lambda cb: _at_live_times(cb, clock, times)
+                                      ) as ctx:
+                agents = {id(s.agent): s.agent for slots in ctx.engine.slots.values()
+                          for s in slots.values()}  # an agent trading two markets is one
+                for agent in agents.values():
+                    if isinstance(agent, LlmAgent):
+                        _answering(agent, calls)
+                driver = ReplayDriver(ctx, start=start, end=last)
+                for i, (at, ev) in enumerate(stored_events(con, live=mode == "live")):
+                    if not await driver.step(i, ev, at):
+                        break
+                await driver.finish(last)
+        except ReplayError as exc:
+            raise BundleReplayError(str(exc)) from None
+    finally:
+        con.close()
+
+
+def _at_live_times(on_job: JobCallback, clock: StoredTimesClock,
+                   times: dict[tuple[str, float], float]) -> JobCallback:
+    """Return ``on_job`` running each decision round with the clock at its live time."""
+
+    async def job(job_id: str, fire_ts: float, missed: bool) -> None:
+        kind, market = job_id.split(":", 1)
+        clock.at = times.get((market, fire_ts)) if kind == "decide" else None
+        try:
+            await on_job(job_id, fire_ts, missed)
+        finally:
+            clock.at = None
+
+    return job
+
+
+def rebuilt_report(src: str, report_json: Callable[[str, str], str]) -> str:
+    """Return ``report --json`` of the season of ``src`` replayed from its stored answers.
+
+    ``report_json(db, season_db)``: the report of the store ``db`` with the season record of
+    ``season_db``.
+    """
+    import asyncio
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "replayed.db")
+        asyncio.run(replay_store(src, out))
+        return report_json(out, src)
