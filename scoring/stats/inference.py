@@ -14,13 +14,13 @@ measure give NaN rather than raising; series of different lengths raise ``ValueE
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from scoring.stats.blocks import stationary_block_lengths
 from scoring.stats.metrics import DDOF, STD_ZERO_RTOL
 
 __all__ = [
@@ -53,22 +53,27 @@ def block_length(x: ArrayLike) -> float:
     with at least :data:`MIN_BLOCK_OBS` finite, non-constant values (a column's non-finite
     values are dropped), clipped to ``[1, T]``. 1 (i.i.d. resampling) when no column qualifies.
     """
-    from arch.bootstrap import optimal_block_length
-
     a = np.asarray(x, dtype=float)
     cols = a.reshape(-1, 1) if a.ndim == 1 else a
-    by_size: dict[int, list[np.ndarray]] = {}  # columns of one length: one call of arch
-    for j in range(cols.shape[1]):
-        c = cols[:, j][np.isfinite(cols[:, j])]
+    rows = np.ascontiguousarray(cols.T)  # one contiguous row per series: figures as per column
+    whole = np.isfinite(rows).all(axis=1)
+    by_size: dict[int, list[np.ndarray]] = {}  # series of one length: one batched estimate
+    if cols.shape[0] >= MIN_BLOCK_OBS and whole.any():
+        full = rows[whole]
+        with np.errstate(invalid="ignore", over="ignore"):
+            keep = full.std(axis=1) > STD_ZERO_RTOL * np.maximum(1.0, np.abs(full.mean(axis=1)))
+        by_size[cols.shape[0]] = list(full[keep])
+    for j in np.flatnonzero(~whole).tolist():
+        c = rows[j][np.isfinite(rows[j])]
         if c.size < MIN_BLOCK_OBS or float(np.std(c)) <= STD_ZERO_RTOL * max(
                 1.0, abs(float(np.mean(c)))):
             continue
         by_size.setdefault(c.size, []).append(c)
     found: list[float] = []
     for size, group in by_size.items():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            blocks = optimal_block_length(np.column_stack(group))["stationary"].to_numpy()
+        if not group:
+            continue
+        blocks = stationary_block_lengths(np.vstack(group))  # arch's figures, per series
         found += [min(max(float(b), 1.0), float(size)) for b in blocks if math.isfinite(b)]
     return float(np.median(found)) if found else 1.0
 
