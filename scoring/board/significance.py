@@ -44,7 +44,7 @@ from scoring.stats.sharpe_tests import (
     deflated_sharpe,
     min_track_record,
     probabilistic_sharpe,
-    sharpe_difference_hac,
+    sharpe_difference_hac_rows,
     sharpe_moments,
 )
 
@@ -213,6 +213,8 @@ def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, st
     """Return the paired comparison of every ``(a, b)`` over the days both have."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     todo: list[tuple[dict[str, Any], float, float, np.ndarray, np.ndarray]] = []
+    hac: dict[bytes, list[tuple[dict[str, Any], int, int]]] = {}  # by days: one batch each
+    masks: dict[bytes, np.ndarray] = {}
     for a, b in dict.fromkeys(wanted):
         ja, jb = mk.col[a], mk.col[b]
         mask = mk.has[:, ja] & mk.has[:, jb]
@@ -228,13 +230,20 @@ def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, st
             continue
         mk.stats(d, [ja, jb])
         (ca, sa), (cb, sb) = mk.estimate(mask, ja), mk.estimate(mask, jb)
-        _, _, hac = sharpe_difference_hac(mk.excess[mask, ja], mk.excess[mask, jb])
-        vs |= {"difference": ca - cb, "sharpe_difference": sa - sb, "sharpe_hac_p_value": hac}
+        key = masks.setdefault(mask.tobytes(), mask).tobytes()
+        hac.setdefault(key, []).append((vs, ja, jb))
+        vs |= {"difference": ca - cb, "sharpe_difference": sa - sb}
         todo.append((vs, ca - cb, sa - sb, d.cum[ja] - d.cum[jb], d.shp[ja] - d.shp[jb]))
         if len(todo) == _CHUNK:
             _pair_tests(todo)
             todo = []
     _pair_tests(todo)
+    for key, group in hac.items():  # Ledoit-Wolf's test of every pair of these days at once
+        x = mk.excess[masks[key]]
+        _, _, p = sharpe_difference_hac_rows(x[:, [t[1] for t in group]].T,
+                                             x[:, [t[2] for t in group]].T)
+        for (vs, _, _), pv in zip(group, p.tolist(), strict=True):
+            vs["sharpe_hac_p_value"] = pv
     return out
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "min_track_record",
     "probabilistic_sharpe",
     "sharpe_difference_hac",
+    "sharpe_difference_hac_rows",
     "sharpe_moments",
 ]
 
@@ -178,3 +179,65 @@ def sharpe_difference_hac(a: ArrayLike, b: ArrayLike, lags: int | None = None
         return diff, _NAN, _NAN
     se = math.sqrt(var)
     return diff, se, 2.0 * (1.0 - _norm_cdf(abs(diff) / se))
+
+
+def sharpe_difference_hac_rows(a: np.ndarray, b: np.ndarray, lags: int | None = None
+                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return :func:`sharpe_difference_hac` of every row pair ``(a[i], b[i])``, batched.
+
+    ``a`` and ``b`` are ``P x T``; row ``i`` gives exactly
+    ``sharpe_difference_hac(a[i], b[i], lags)``: the moments are row reductions of contiguous
+    rows (numpy's sums of one series), the HAC matrices one stacked product per lag (the same
+    BLAS call per pair) and the scalar steps Python floats, as there. A row pair with a value
+    that is not finite takes :func:`sharpe_difference_hac` itself.
+    """
+    x = np.ascontiguousarray(a, dtype=float)
+    y = np.ascontiguousarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 2:
+        raise ValueError(f"row pairs differ in shape: {x.shape} and {y.shape}")
+    pairs, n = x.shape
+    diff, se, p = np.full(pairs, _NAN), np.full(pairs, _NAN), np.full(pairs, _NAN)
+    if pairs == 0 or n < 6:
+        return diff, se, p
+    whole = np.isfinite(x).all(axis=1) & np.isfinite(y).all(axis=1)
+    for i in np.flatnonzero(~whole).tolist():
+        diff[i], se[i], p[i] = sharpe_difference_hac(x[i], y[i], lags)
+    rows = np.flatnonzero(whole)
+    x, y = x[rows], y[rows]
+    x2, y2 = x**2, y**2
+    mx, my = x.mean(axis=1), y.mean(axis=1)
+    gx, gy = x2.mean(axis=1), y2.mean(axis=1)
+    ok: list[int] = []
+    grads: list[list[float]] = []
+    for i, (mxi, myi, gxi, gyi) in enumerate(zip(mx.tolist(), my.tolist(), gx.tolist(),
+                                                  gy.tolist(), strict=True)):
+        vx, vy = gxi - mxi**2, gyi - myi**2
+        if vx <= STD_ZERO_RTOL**2 or vy <= STD_ZERO_RTOL**2:
+            continue
+        diff[rows[i]] = mxi / math.sqrt(vx) - myi / math.sqrt(vy)
+        ok.append(i)
+        grads.append([gxi / vx**1.5, -gyi / vy**1.5, -mxi / (2.0 * vx**1.5),
+                      myi / (2.0 * vy**1.5)])
+    if not ok:
+        return diff, se, p
+    k = np.asarray(ok, dtype=np.intp)
+    v = np.empty((k.size, n, 4))
+    v[:, :, 0] = x[k] - mx[k][:, None]
+    v[:, :, 1] = y[k] - my[k][:, None]
+    v[:, :, 2] = x2[k] - gx[k][:, None]
+    v[:, :, 3] = y2[k] - gy[k][:, None]
+    lag = int(4.0 * (n / 100.0) ** (2.0 / 9.0)) if lags is None else int(lags)
+    vt = v.transpose(0, 2, 1)
+    psi = vt @ v / n
+    for j in range(1, min(lag, n - 1) + 1):
+        g = vt[:, :, j:] @ v[:, :-j] / n
+        psi += (1.0 - j / (lag + 1.0)) * (g + g.transpose(0, 2, 1))
+    psi *= n / (n - 4.0)
+    grad = np.asarray(grads)
+    var = ((grad[:, None, :] @ psi) @ grad[:, :, None])[:, 0, 0]
+    for i, d, vi in zip(rows[k].tolist(), diff[rows[k]].tolist(), (var / n).tolist(),
+                        strict=True):
+        if vi > 0.0:
+            s = math.sqrt(vi)
+            se[i], p[i] = s, 2.0 * (1.0 - _norm_cdf(abs(d) / s))
+    return diff, se, p
