@@ -1,0 +1,178 @@
+"""A live season's bundle rebuilds its report by replay (issue 32, points 3 and 5).
+
+A live-clock run (the daemon in this process, every source at the local fakes, an LLM agent at
+the fake OpenAI-compatible server, baselines beside it) writes a store; ``export --bundle``
+bundles it. Then, with the fakes and the model server stopped, ``report --bundle`` in a fresh
+process with no API key in its environment replays the season from the stored answers and
+prints the report byte-identical to the bundle's ``report.json``. A bundle whose stored answer
+was edited (re-chained and re-exported, so every other check holds) fails with one line naming
+the first difference; one whose report.json was edited too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.app.live import LiveDaemon
+from daemon.app.sources import build_sources
+from daemon.store.integrity.chain import STREAMS, chain_rows
+from tests.agents.test_llm_agent import KEY_ENV
+from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applied
+from tests.fakes.scenario import Scenario, wait_until
+from tests.llm_server import FakeLlmServer, answer, ok
+from tests.store.integrity.test_bundle import _members, _pack
+from tests.store.test_cli_database import cli
+
+pytestmark = pytest.mark.slow
+
+#: The model's answers, in request order (then the default): a retry after a bad answer, a
+#: hold-like all-cash answer and moves between the three stocks.
+ANSWERS = [answer({"AAPL": 0.6, "CASH": 0.4}), ok("not json"),
+           answer({"MSFT": 0.5, "NVDA": 0.3, "CASH": 0.2}), answer({"NVDA": 1.0}),
+           answer({"CASH": 1.0}), answer({"AAPL": 0.2, "MSFT": 0.2, "NVDA": 0.6})]
+DEFAULT = answer({"AAPL": 0.3, "MSFT": 0.3, "CASH": 0.4})
+
+
+def _env() -> dict[str, str]:
+    """A fresh process's environment: no provider key, LiteLLM's price map offline."""
+    env = {k: v for k, v in os.environ.items() if k != KEY_ENV and "API_KEY" not in k}
+    return {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
+async def _live_season(tmp: Path) -> tuple[Path, int]:
+    """Run the live daemon for a few rounds against the fakes; return its store and how many
+    model calls it made."""
+    db = tmp / "live.db"
+    sc = Scenario()
+    await sc.start()
+    try:
+        async with FakeLlmServer(default=DEFAULT) as llm:
+            llm.push(*ANSWERS)
+            agents: list[dict[str, Any]] = [
+                {"id": "llm", "kind": "llm", "model": "openai/test-model",
+                 "api_base": llm.api_base, "api_key_env": KEY_ENV, "markets": ["equity"],
+                 "max_attempts": 2, "timeout": 10.0},
+                {"id": "equal_weight", "kind": "equal_weight"},
+                {"id": "momentum", "kind": "momentum"},
+                {"id": "cash", "kind": "cash"},
+            ]
+            cfg = make_config(sc, db, agents=agents)
+            daemon = LiveDaemon(cfg, db=str(db), sources=lambda eng: build_sources(cfg, eng))
+            tape = Tape()
+            await sc.wait_phase(0.2)  # just after a round boundary
+            await daemon.start()
+            try:
+                eng = daemon.engine
+                assert eng is not None
+                eng.bus.add_tap("#", tape)
+                await wait_until(lambda: any(c.subscribed.is_set() and len(c.assets) == 6
+                                             for c in sc.pm.open_conns), 10, "Polymarket")
+                await wait_until(lambda: any(len(c.symbols) == 3 for c in sc.yahoo.open_conns),
+                                 10, "Yahoo")
+                t = await sc.wait_phase(1.0)  # prices in the quiet middle of a period
+                await sc.send_initial()
+                await wait_until(lambda: prices_applied(eng, sc), 5, "the first prices")
+                await next_round(eng, tape, t)
+                for _ in range(4):
+                    t = await sc.wait_phase(1.0)
+                    await sc.burst()
+                    await wait_until(lambda: prices_applied(eng, sc), 5, "a burst")
+                    await next_round(eng, tape, t)
+                await sc.wait_phase(1.0)  # stop in a quiet gap: no round in flight
+            finally:
+                await daemon.stop()
+            return db, len(llm.requests)
+    finally:
+        await sc.stop()
+
+
+@pytest.fixture(scope="module")
+def season(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """The live store and its bundle."""
+    tmp = tmp_path_factory.mktemp("live-bundle")
+    db, calls = asyncio.run(_live_season(tmp))
+    assert calls >= 6  # every queued answer was asked for, the bad one retried
+    bundle = tmp / "live.tar"
+    r = cli("export", "--db", str(db), "--bundle", str(bundle), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    yield db, bundle
+
+
+def _count(db: Path, sql: str) -> int:
+    con = sqlite3.connect(db)
+    try:
+        return int(con.execute(sql).fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_a_live_bundle_rebuilds_its_report_by_replay_with_no_model(
+        season: tuple[Path, Path]) -> None:
+    db, bundle = season
+    assert _count(db, "SELECT COUNT(*) FROM llm_calls WHERE outcome='invalid'") >= 1
+    assert _count(db, "SELECT COUNT(*) FROM fills WHERE agent='llm'") >= 3
+    assert _count(db, "SELECT COUNT(*) FROM market_events WHERE kind='prices'") >= 1  # bursts
+    r = cli("report", "--bundle", str(bundle), "--json", timeout=300, env=_env())
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.encode() == _members(bundle)["report.json"]
+    assert "not replayed" not in r.stderr
+    board = json.loads(r.stdout)
+    assert "llm" in json.dumps(board)
+    r = cli("verify-bundle", str(bundle), timeout=300, env=_env())
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert ", report replayed from the stored answers matches" in r.stdout
+
+
+def _edit_answer(store: Path) -> None:
+    """Change one stored valid answer of the LLM agent and re-chain ``llm_calls``."""
+    con = sqlite3.connect(store)
+    with con:
+        rid, raw = con.execute("SELECT id, raw_response FROM llm_calls WHERE agent='llm' AND"
+                               " outcome='ok' ORDER BY id LIMIT 1").fetchone()
+        assert json.loads(raw)["allocations"] != {"CASH": 1.0}
+        con.execute("UPDATE llm_calls SET raw_response=? WHERE id=?",
+                    (json.dumps({"reasoning": "edited", "allocations": {"CASH": 1.0}}), rid))
+        stream = STREAMS["llm_calls"]
+        rows = con.execute(f"SELECT {stream.order}, {', '.join(stream.columns)} FROM llm_calls"
+                           f" ORDER BY {stream.order}").fetchall()
+        chains = chain_rows("llm_calls", b"", [r[1:] for r in rows])
+        con.executemany(f"UPDATE llm_calls SET chain=? WHERE {stream.order}=?",
+                        [(c, r[0]) for c, r in zip(chains, rows, strict=True)])
+    con.close()
+
+
+def test_an_edited_answer_or_report_fails_with_the_first_difference(
+        season: tuple[Path, Path], tmp_path: Path) -> None:
+    _, bundle = season
+    store = tmp_path / "edited.db"
+    store.write_bytes(_members(bundle)["store.db"])
+    _edit_answer(store)
+    assert cli("verify", "--db", str(store), timeout=120).returncode == 0  # the chains hold
+    forged = tmp_path / "forged.tar"
+    r = cli("export", "--db", str(store), "--bundle", str(forged), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    # the rows' report is unchanged: only the replay sees the answer no longer yields the fills
+    assert _members(forged)["report.json"] == _members(bundle)["report.json"]
+    r = cli("report", "--bundle", str(forged), timeout=300, env=_env())
+    assert r.returncode == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"paperarena: {forged}: the report replayed from the stored "
+                               "answers differs from report.json at line "), r.stderr
+    assert "report.json has '" in r.stderr and "the replay '" in r.stderr
+    r = cli("verify-bundle", str(forged), timeout=300, env=_env())
+    assert r.returncode == 1 and r.stdout.startswith(
+        "the report replayed from the stored answers differs from report.json at line ")
+    members = _members(bundle)
+    report = members["report.json"].replace(b'"llm"', b'"llm2"', 1)
+    assert report != members["report.json"]
+    edited = _pack(tmp_path / "report.tar", {**members, "report.json": report})
+    r = cli("report", "--bundle", str(edited), timeout=300, env=_env())
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "llm2" in r.stderr and "differs from report.json at line " in r.stderr
