@@ -30,8 +30,7 @@ from scoring.stats.benchmarks import (
     historical_var,
     profile_alignment,
     regime_label,
-    rolling_k_delta,
-    rolling_k_return,
+    rolling_k_figures,
 )
 from scoring.stats.diversification import (
     class_correlations,
@@ -135,13 +134,7 @@ def _rolling_k(h: np.ndarray, p: np.ndarray) -> dict[str, Any]:
         nan_k = {str(k): _NAN for k in ROLLING_KS}
         return {"cr0": _NAN, "cr": nan_k, "delta": dict(nan_k),
                 "delta_same_window": dict(nan_k)}
-    return {
-        "cr0": rolling_k_return(h, p, 0),
-        "cr": {str(k): rolling_k_return(h, p, k) for k in ROLLING_KS},
-        "delta": {str(k): rolling_k_delta(h, p, k) for k in ROLLING_KS},
-        "delta_same_window": {str(k): rolling_k_delta(h, p, k, same_window=True)
-                              for k in ROLLING_KS},
-    }
+    return rolling_k_figures(h, p, ROLLING_KS)
 
 
 def _asset_returns(prices: np.ndarray) -> np.ndarray:

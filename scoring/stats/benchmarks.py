@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -35,6 +36,7 @@ __all__ = [
     "regime_label",
     "rolling_k_delta",
     "rolling_k_deltas",
+    "rolling_k_figures",
     "rolling_k_return",
 ]
 
@@ -69,7 +71,7 @@ def _hold_cr(q: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> float:
         return _NAN
     den = np.einsum("ta,ta->t", q, p0)
     num = np.einsum("ta,ta->t", q, p1 - p0)
-    if not np.all(np.isfinite(den)) or np.any(den <= 0.0) or not np.all(np.isfinite(num)):
+    if not np.isfinite(den).all() or (den <= 0.0).any() or not np.isfinite(num).all():
         return _NAN
     return float(np.prod(1.0 + num / den) - 1.0)
 
@@ -117,6 +119,33 @@ def rolling_k_delta(
     else:
         cr_0 = rolling_k_return(h, p, 0)
     return cr_k - cr_0
+
+
+def rolling_k_figures(holdings: ArrayLike, prices: ArrayLike, ks: Iterable[int] = ROLLING_KS
+                      ) -> dict[str, Any]:
+    """Return ``CR^(0)`` and, per ``k`` of ``ks`` (keys ``str(k)``), ``CR^(k)`` and both
+    ``Delta_k`` variants, each compounded once.
+
+    ``{"cr0": rolling_k_return(h, p, 0), "cr": {k: rolling_k_return(h, p, k)},
+    "delta": {k: rolling_k_delta(h, p, k)}, "delta_same_window": {k: rolling_k_delta(h, p, k,
+    same_window=True)}}``, the same figures: each delta reuses the ``CR^(k)`` and ``CR^(0)``
+    computed for the others instead of compounding them again.
+    """
+    h, p = _check_panel(holdings, prices)
+    n = h.shape[0]
+    cr0 = rolling_k_return(h, p, 0)
+    cr: dict[str, float] = {}
+    delta: dict[str, float] = {}
+    same: dict[str, float] = {}
+    for k in ks:
+        cr_k = rolling_k_return(h, p, k)
+        cr[str(k)] = cr_k
+        if math.isnan(cr_k):
+            delta[str(k)] = same[str(k)] = _NAN
+            continue
+        delta[str(k)] = cr_k - cr0
+        same[str(k)] = cr_k - _hold_cr(h[k : n - 1 - k], p[k : n - 1 - k], p[k + 1 : n - k])
+    return {"cr0": cr0, "cr": cr, "delta": delta, "delta_same_window": same}
 
 
 def rolling_k_deltas(
