@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,6 +20,7 @@ from scoring.board.figures import (
     VAR_MIN_PERIODS,
     VAR_WINDOW,
 )
+from scoring.board.json_text import dumps_indented
 from scoring.board.rank import _share
 from scoring.board.significance import (
     BASELINE_KINDS,
@@ -213,7 +213,7 @@ def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,
 
 def to_json(board: dict[str, Any]) -> str:
     """Serialise the leaderboard deterministically."""
-    return json.dumps(board, sort_keys=True, indent=2, allow_nan=False) + "\n"
+    return dumps_indented(board) + "\n"  # json.dumps(sort_keys, indent=2), faster
 
 
 def _header(conv: Mapping[str, Any]) -> str:
