@@ -82,6 +82,28 @@ LEGEND: tuple[tuple[str, str], ...] = (
 
 def _clean(x: Any) -> Any:
     """Round floats to 12 significant digits and map non-finite values to None."""
+    t = type(x)
+    if t is float:
+        return float(f"{x:.12g}") if _finite(x) else None
+    if t is dict:  # the common types inline, one call per container (issue 27, point 1)
+        out = {}
+        for k, v in x.items():
+            tv = type(v)
+            if tv is float:
+                out[k] = float(f"{v:.12g}") if _finite(v) else None
+            elif tv is str or tv is int or tv is bool or v is None:
+                out[k] = v
+            else:
+                out[k] = _clean(v)
+        return out
+    if t is list or t is tuple:
+        return [(float(f"{v:.12g}") if _finite(v) else None) if type(v) is float else
+                v if type(v) in _PLAIN else _clean(v) for v in x]
+    return _clean_any(x)
+
+
+def _clean_any(x: Any) -> Any:
+    """Return :func:`_clean` of any value (subclasses and numpy scalars included)."""
     if isinstance(x, bool | None):
         return x
     if isinstance(x, float | np.floating):
@@ -96,6 +118,10 @@ def _clean(x: Any) -> Any:
     if isinstance(x, list | tuple):
         return [_clean(v) for v in x]
     return x
+
+
+_finite = math.isfinite
+_PLAIN = frozenset((str, int, bool, type(None)))
 
 
 def _conventions(rf: Mapping[str, float], min_rate: float, min_days: int,

@@ -66,3 +66,33 @@ def test_non_finite_numbers_raise_as_json_does(bad: float) -> None:
     for x in ({"a": bad}, [1.0, bad], {"a": [bad]}, [{"b": 1, "c": bad}]):
         with pytest.raises(ValueError):
             dumps_indented(x)
+
+
+def _clean_reference(x: Any) -> Any:
+    """Return the cleaned value as the report always cleaned it (one isinstance chain)."""
+    if isinstance(x, bool | None):
+        return x
+    if isinstance(x, float | np.floating):
+        return float(f"{float(x):.12g}") if math.isfinite(float(x)) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, dict):
+        return {k: _clean_reference(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clean_reference(v) for v in x]
+    return x
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_clean_equals_the_reference(seed: int) -> None:
+    from scoring.board.text import _clean
+
+    rng = np.random.default_rng(seed)
+    x = {"nest": _random(rng, 0), "np": [np.float64(1 / 3), np.int64(7), np.float32(0.1),
+                                         np.bool_(True), math.nan, -math.inf, (1.0, math.inf)],
+         "od": OrderedDict(z=[0.1 + 0.2, 2 / 3], a=np.float64(math.nan)),
+         "floats": [float(v) for v in rng.normal(size=50) * 1e-3] + [math.nan]}
+    got, want = _clean(x), _clean_reference(x)
+    assert repr(got) == repr(want)
+    assert got["floats"][0] == float(f"{x['floats'][0]:.12g}") and got["floats"][-1] is None
+    assert type(got["np"][1]) is int and type(got["od"]) is dict
