@@ -46,6 +46,33 @@ class Fundamentals:
 
 
 @dataclass(frozen=True, slots=True)
+class DailyBar:
+    """One session's OHLCV bar as recorded (``ts``: the session's close, when it was complete).
+
+    ``open`` and ``volume`` are ``None`` when the source did not report them.
+    """
+
+    ts: float
+    day: str
+    open: float | None
+    high: float
+    low: float
+    close: float
+    volume: float | None = None
+
+    def to_list(self) -> list[Any]:
+        """Return the compact JSON form ``[ts, day, open, high, low, close, volume]``."""
+        return [self.ts, self.day, self.open, self.high, self.low, self.close, self.volume]
+
+    @classmethod
+    def from_list(cls, it: Any) -> DailyBar:
+        """Inverse of :meth:`to_list`."""
+        ts, day, o, h, lo, c, v = it
+        return cls(float(ts), str(day), None if o is None else float(o), float(h), float(lo),
+                   float(c), None if v is None else float(v))
+
+
+@dataclass(frozen=True, slots=True)
 class PastAllocation:
     """A past applied allocation with the cumulative return the account had reached then."""
 
@@ -85,6 +112,9 @@ class Observation:
     questions: tuple[Question, ...] = ()
     fundamentals: Mapping[str, Fundamentals] = field(default_factory=dict)
     """The latest fundamentals snapshot per stock observed by the decision time (if any)."""
+    bars: Mapping[str, tuple[DailyBar, ...]] = field(default_factory=dict)
+    """Recorded daily OHLCV bars per asset, oldest first, complete by the decision time (only
+    when the recording has them: a history recording's ``BarEvent``)."""
 
     @property
     def tradable(self) -> tuple[str, ...]:
@@ -100,8 +130,9 @@ class Observation:
                   "recent_allocations"):
             out[k] = a[k]
         out["news"], out["questions"] = m["news"], m["questions"]
-        if "fundamentals" in m:
-            out["fundamentals"] = m["fundamentals"]
+        for k in ("fundamentals", "bars"):
+            if k in m:
+                out[k] = m[k]
         return out
 
     def market_dict(self) -> dict[str, Any]:
@@ -124,6 +155,9 @@ class Observation:
                 a: [f.ts, dict(sorted(f.metrics.items())), f.source]
                 for a, f in sorted(self.fundamentals.items())
             }} if self.fundamentals else {}),
+            **({"bars": {
+                a: [b.to_list() for b in bars] for a, bars in sorted(self.bars.items())
+            }} if self.bars else {}),
         }
 
     def agent_dict(self) -> dict[str, Any]:
@@ -171,6 +205,8 @@ class Observation:
                 a: Fundamentals(float(t), dict(m), str(src))
                 for a, (t, m, src) in d.get("fundamentals", {}).items()
             },
+            bars={a: tuple(DailyBar.from_list(b) for b in bars)
+                  for a, bars in d.get("bars", {}).items()},
         )
 
     def canonical_json(self) -> bytes:
@@ -199,6 +235,7 @@ class MarketView:
     news: Mapping[str, tuple[NewsItem, ...]]
     questions: tuple[Question, ...]
     fundamentals: Mapping[str, Fundamentals]
+    bars: Mapping[str, tuple[DailyBar, ...]] = field(default_factory=dict)
     encoded: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
     """Canonical JSON of each market-wide key of :meth:`Observation.to_dict` (on first use)."""
 
@@ -206,11 +243,12 @@ class MarketView:
     def build(cls, market: str, decision_ts: float, assets: tuple[str, ...],
               prices: dict[str, PricePoint], history: dict[str, tuple[PricePoint, ...]],
               news: dict[str, tuple[NewsItem, ...]], questions: tuple[Question, ...],
-              fundamentals: dict[str, Fundamentals]) -> MarketView:
+              fundamentals: dict[str, Fundamentals],
+              bars: dict[str, tuple[DailyBar, ...]] | None = None) -> MarketView:
         """Freeze the market-wide values of a round."""
         ro = MappingProxyType
         return cls(market, decision_ts, assets, ro(prices), ro(history), ro(news), questions,
-                   ro(fundamentals))
+                   ro(fundamentals), ro(bars or {}))
 
     def observation(self, agent: str, *, holdings: Mapping[str, float], cash: float,
                     value: float, initial_value: float, weights: Mapping[str, float],
@@ -221,7 +259,7 @@ class MarketView:
             prices=self.prices, history=self.history, holdings=holdings, cash=cash,
             value=value, initial_value=initial_value, weights=weights,
             recent_allocations=recent_allocations, news=self.news, questions=self.questions,
-            fundamentals=self.fundamentals,
+            fundamentals=self.fundamentals, bars=self.bars,
         )
 
     def encode(self, obs: Observation) -> bytes:
@@ -304,6 +342,10 @@ def assert_no_lookahead(obs: Observation) -> None:
     for asset, f in obs.fundamentals.items():
         if f.ts > t:
             raise LookAheadError(f"fundamentals of {asset} at {f.ts} are after decision time {t}")
+    for asset, bars in obs.bars.items():
+        for bar in bars:
+            if bar.ts > t:
+                raise LookAheadError(f"bar of {asset} at {bar.ts} is after decision time {t}")
     for past in obs.recent_allocations:
         if past.ts > t:
             raise LookAheadError(f"past allocation at {past.ts} is after decision time {t}")

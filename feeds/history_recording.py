@@ -6,6 +6,10 @@ start, or at the session's open when the bar starts earlier (crypto's 00:00 UTC 
 was known by then), so a StockBench replay (``fill_at = "session_open"``) fills at the recorded
 open; and the bar's close at the session's official close time (from
 :func:`daemon.timing.nyse.get_nyse_calendar`). A bar without an open (null) has its close only.
+After the closes, each ticker's complete bar is a :class:`~daemon.core.events.BarEvent` (open,
+high, low, close, volume; header ``meta.bars = "ohlcv"``); a bar whose high, low or volume is
+missing or inconsistent (:func:`feeds.daily_bars.bar_problem`) keeps its two prints only, and
+each ticker with such bars or with missing days gets one line in ``notes``.
 Prices are Yahoo's quote prices: split-adjusted, not dividend-adjusted (the header's ``meta``
 says so, ``adjustment``). The recording ends with a
 :class:`~daemon.core.events.ClockEvent` one hour after the last close so a replay marks the last
@@ -22,13 +26,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import msgspec
 
 from daemon.core.events import ClockEvent, NewsEvent, PriceEvent
 from daemon.timing.nyse import NY, get_nyse_calendar
+from feeds.daily_bars import Bar, bar_event, bar_problem, yahoo_quotes
 from feeds.health import short_error
 from feeds.news import NewsSettings
 from feeds.recording import RecordingHeader, RecordingWriter
@@ -87,31 +91,14 @@ class HistoryWindow:
 
 
 #: What the recorded prices are, written into the header's ``meta``.
-ADJUSTMENT = "split-adjusted, not dividend-adjusted (Yahoo's quote open and close)"
+ADJUSTMENT = "split-adjusted, not dividend-adjusted (Yahoo's quote open, high, low and close)"
 
 
-@dataclass(frozen=True, slots=True)
-class Bar:
-    """One daily bar: its start (epoch seconds), open (``None``: not reported) and close."""
-
-    start: float
-    open: float | None
-    close: float
-
-
-def _opens(payload: Any) -> dict[float, float]:
-    """Return bar start -> its positive open from a chart payload (``{}`` when absent)."""
-    try:
-        r0 = payload["chart"]["result"][0]
-        stamps, opens = r0["timestamp"], r0["indicators"]["quote"][0].get("open") or []
-    except (KeyError, TypeError, IndexError, AttributeError):
-        return {}
-    out = {}
-    for t, o in zip(stamps, opens, strict=False):
-        if (isinstance(t, int | float) and isinstance(o, int | float)
-                and not isinstance(o, bool) and math.isfinite(o) and o > 0):
-            out[float(t)] = float(o)
-    return out
+def _bar_of(t: float, close: float, quote: dict[str, float | None]) -> Bar:
+    """Return the bar starting at ``t`` from its close and its chart quote values."""
+    o = quote.get("open")
+    return Bar(t, o if o is not None and math.isfinite(o) and o > 0 else None, close,
+               quote.get("high"), quote.get("low"), quote.get("volume"))
 
 
 async def _fetch_one(session: aiohttp.ClientSession, settings: YahooSettings, symbol: str,
@@ -143,12 +130,12 @@ async def _fetch_one(session: aiohttp.ClientSession, settings: YahooSettings, sy
         raise HistoryError(f"{symbol}: chart endpoint answered invalid JSON") from None
     except ChartError as exc:
         raise HistoryError(f"{symbol}: {exc}") from None
-    opens = _opens(payload)
+    quotes = yahoo_quotes(payload)
     bars: dict[date, Bar] = {}
     for t, close in result.daily_closes:
         day = datetime.fromtimestamp(t + BAR_DAY_SHIFT, UTC).astimezone(NY).date()
         if day in window.sessions:
-            bars[day] = Bar(t, opens.get(t), close)
+            bars[day] = _bar_of(t, close, quotes.get(t, {}))
     if not bars:
         raise HistoryError(f"{symbol}: no daily bars between {window.start} and {window.end}")
     return bars
@@ -176,16 +163,62 @@ def parse_tickers(text: str) -> list[str]:
     return tickers
 
 
+def bar_notes(tickers: Sequence[str], bars: dict[str, dict[date, Bar]],
+              window: HistoryWindow) -> tuple[dict[str, set[date]], list[str]]:
+    """Return each ticker's days with a usable OHLCV bar and one line per ticker with a problem.
+
+    A problem is a session of the window without a bar (a missing day: nothing is recorded for
+    that ticker that day) or bars without a usable high/low/volume (:func:`bar_problem`: their
+    open and close are recorded, no :class:`~daemon.core.events.BarEvent`).
+    """
+    usable: dict[str, set[date]] = {}
+    notes: list[str] = []
+    for symbol in tickers:
+        own = bars[symbol]
+        usable[symbol] = set()
+        bad: list[tuple[date, str]] = []
+        for day in sorted(own):
+            why = bar_problem(own[day])
+            if why is None:
+                usable[symbol].add(day)
+            else:
+                bad.append((day, why))
+        if bad:
+            notes.append(f"{symbol}: {len(bad)} of {len(own)} bars without usable OHLCV "
+                         f"(first {bad[0][0]}: {bad[0][1]}); their open and close only")
+        missing = [d for d in sorted(window.sessions) if d not in own]
+        if missing:
+            notes.append(f"{symbol}: no bar on {len(missing)} session(s) (first {missing[0]});"
+                         " nothing recorded for it those days")
+    return usable, notes
+
+
 def build_history_recording(settings: YahooSettings, tickers: Sequence[str], start: date,
                             end: date, out: str | Path, *,
-                            news: NewsSettings | None = None, provider: str = "finnhub") -> int:
+                            news: NewsSettings | None = None, provider: str = "finnhub",
+                            notes: list[str] | None = None) -> int:
     """Fetch the bars (and, with ``news``, the ``provider``'s company news of the window,
     :mod:`feeds.history_news`) and write the recording to ``out``; return the number of
-    events."""
+    events. One line per ticker whose bars had problems is appended to ``notes``."""
     window = HistoryWindow.of(start, end)
     bars = asyncio.run(fetch_daily_bars(settings, tickers, window))
+    return write_history_recording(bars, tickers, window, out, news=news, provider=provider,
+                                   notes=notes, source=SOURCE, adjustment=ADJUSTMENT,
+                                   origin="Yahoo chart history")
+
+
+def write_history_recording(bars: dict[str, dict[date, Bar]], tickers: Sequence[str],
+                            window: HistoryWindow, out: str | Path, *,
+                            news: NewsSettings | None, provider: str,
+                            notes: list[str] | None, source: str, adjustment: str,
+                            origin: str) -> int:
+    """Write the recording of fetched ``bars`` (see the module doc); return the event count."""
+    start, end = window.start, window.end
     days = sorted(window.sessions)
     last_close = max(window.sessions[d][1] for d in days if any(d in b for b in bars.values()))
+    usable, problems = bar_notes(tickers, bars, window)
+    if notes is not None:
+        notes.extend(problems)
     stories: list[NewsEvent] = []
     if news is not None:
         from feeds.history_news import NewsHistoryError, fetch_news_history
@@ -195,13 +228,16 @@ def build_history_recording(settings: YahooSettings, tickers: Sequence[str], sta
                                                      last_close))
         except NewsHistoryError as exc:
             raise HistoryError(str(exc)) from None
+    ohlcv = any(usable.values())
     header = RecordingHeader(
         start=min([window.sessions[days[0]][0], *(e.ts for e in stories[:1])]),
         end=last_close + END_MARGIN,
-        description=f"daily opens and closes {start}..{end} from Yahoo chart history",
+        description=(f"daily {'OHLCV bars' if ohlcv else 'opens and closes'} {start}..{end}"
+                     f" from {origin}"),
         equities=tuple(tickers),
-        meta={"source": SOURCE, "window": [start.isoformat(), end.isoformat()],
-              "interval": "1d", "prints": ["open", "close"], "adjustment": ADJUSTMENT,
+        meta={"source": source, "window": [start.isoformat(), end.isoformat()],
+              "interval": "1d", "prints": ["open", "close"], "adjustment": adjustment,
+              **({"bars": "ohlcv"} if ohlcv else {}),
               **({"news": provider} if news is not None else {})},
     )
     first = window.sessions[days[0]][0]
@@ -224,7 +260,11 @@ def build_history_recording(settings: YahooSettings, tickers: Sequence[str], sta
                 while later and later[0].ts <= ts:  # news published by then comes first
                     writer.write(later.pop(0))
                 writer.write(PriceEvent(ts=ts, recv_ts=ts, market="equity", asset=symbol,
-                                        price=price, source=SOURCE))
+                                        price=price, source=source))
+            for symbol in tickers:  # the day's complete bars, at its close
+                if day in usable[symbol]:
+                    writer.write(bar_event(bars[symbol][day], ts=close_ts, asset=symbol,
+                                           day=day.isoformat(), source=source))
         for story in later:
             writer.write(story)
         writer.write(ClockEvent(ts=header.end, recv_ts=header.end, reason="end of history"))

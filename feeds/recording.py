@@ -38,6 +38,7 @@ from typing import Any, Self
 import msgspec
 
 from daemon.core.events import (
+    BarEvent,
     ClockEvent,
     Event,
     FundamentalsEvent,
@@ -57,7 +58,7 @@ QUESTION_KEYS: tuple[str, ...] = ("id", "question", "yes", "no")
 #: Event types a recording may hold (the market-data union of :mod:`daemon.core.events`).
 RECORDED_TYPES: tuple[type, ...] = (
     PriceEvent, NewsEvent, MarketListed, ResolutionEvent, HistoryEvent, ClockEvent,
-    FundamentalsEvent,
+    FundamentalsEvent, BarEvent,
 )
 
 StrPath = str | os.PathLike[str]

@@ -11,9 +11,10 @@ A decision (one round of the equity market = one daily bar):
    keeps the current version (the decision says so); without any version the agent holds.
 2. execution (no call): the worker calls ``generate_signal(df)`` once per stock on the stock's
    last ``strategy.lookback`` daily bars (the daily closes plus the current price as today's
-   bar). Signal 1 sets the stock's exposure to the returned position, -1 to 0, 0 keeps it; a
-   stock whose call crashed, answered anything but numbers in range or was not answered keeps
-   it too (recorded per stock). When the whole bar fails (timeout, worker death, an answer
+   bar; with the recorded OHLCV bars of a history recording, :func:`bars_of`). Signal 1 sets
+   the stock's exposure to the returned position, -1 to 0, 0 keeps it; a stock whose call
+   crashed, answered anything but numbers in range or was not answered keeps it too (recorded
+   per stock). When the whole bar fails (timeout, worker death, an answer
    breaking the protocol) every stock keeps its exposure and is recorded as failed, the
    decision is ``invalid`` and the worker is started again at the next bar.
 
@@ -34,7 +35,9 @@ import math
 import string
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import structlog
 
@@ -55,6 +58,7 @@ from agents.stepwise import StepwiseAgent, flat, load_prompt_set
 log = structlog.get_logger(__name__)
 
 PROTOCOL = "alphaforgebench"
+NY = ZoneInfo("America/New_York")
 LOAD_FAILED = "the strategy does not load"
 
 #: The factor columns of a bar frame as the prompt lists them (agents/sandbox_worker.factors).
@@ -101,22 +105,56 @@ def check_strategy(answer: str, finish_reason: str | None) -> StrategyCode:
     return StrategyCode(code, code_sha256(code))
 
 
+#: What the prompt says of the price columns: closes only, or recorded OHLCV bars.
+PRICE_CLOSES = ("Only daily closes are recorded: open, high and low equal\n"
+                "  the close and volume is NaN.")
+PRICE_OHLCV = ("Each past day is its recorded daily bar (high, low and\n"
+               "  volume as the exchange reported them; a day without a recorded bar has NaN\n"
+               "  open, high, low and volume). The current bar is complete when the session has\n"
+               "  closed; before the close its open, high and low are the price now and its\n"
+               "  volume is NaN.")
+
+
 def factors_text() -> str:
     """Return the factor list of the prompt."""
     return "\n".join(f"  - {name}: {what}" for name, what in FACTORS)
 
 
-def bars_of(obs: Observation, lookback: int) -> dict[str, dict[str, list[float]]]:
-    """Return each priced stock's last ``lookback`` daily bars: closes plus the current price."""
-    out: dict[str, dict[str, list[float]]] = {}
+def bars_of(obs: Observation, lookback: int) -> dict[str, dict[str, list[Any]]]:
+    """Return each priced stock's last ``lookback`` daily bars: closes plus the current price.
+
+    A stock with recorded OHLCV bars (``obs.bars``) also gets ``open``/``high``/``low``/
+    ``volume`` lists (``None``: unknown, NaN in the frame): a past day takes its bar (none
+    recorded: unknown), the current row the bar of the price's day once complete, else the
+    price now as open, high and low and an unknown volume. A stock without bars gets the
+    closes only (the frame's open, high and low are then the close).
+    """
+    out: dict[str, dict[str, list[Any]]] = {}
     for a in obs.assets:
         pp = obs.prices.get(a)
         if pp is None:
             continue
         hist = [p for p in obs.history.get(a, ()) if p.ts < pp.ts][-(lookback - 1):]
-        out[a] = {"ts": [p.ts for p in hist] + [pp.ts],
-                  "close": [p.price for p in hist] + [pp.price]}
+        row: dict[str, list[Any]] = {"ts": [p.ts for p in hist] + [pp.ts],
+                                     "close": [p.price for p in hist] + [pp.price]}
+        recorded = obs.bars.get(a)
+        if recorded:
+            by_day = {b.day: b for b in recorded}
+            rows = [by_day.get(_ny_day(p.ts)) for p in hist]
+            now = by_day.get(_ny_day(pp.ts))
+            done = now if now is not None and now.ts <= pp.ts else None
+            rows.append(done)
+            for k in ("open", "high", "low", "volume"):
+                row[k] = [None if b is None else getattr(b, k) for b in rows]
+            if done is None:
+                row["open"][-1] = row["high"][-1] = row["low"][-1] = pp.price
+        out[a] = row
     return out
+
+
+def _ny_day(ts: float) -> str:
+    """Return the New York date of ``ts`` (a bar's session day), ISO."""
+    return datetime.fromtimestamp(ts, NY).date().isoformat()
 
 
 def target_weights(obs: Observation, answers: dict[str, tuple[int, float]]
@@ -161,12 +199,13 @@ class AlphaForgeAgent(StepwiseAgent):
         """Return the version of the AlphaForgeBench prompt set."""
         return load_prompt_set(PROTOCOL)[1]
 
-    def render_strategy_prompt(self) -> tuple[str, str]:
-        """Return (prompt text, prompt set version) of the strategy step."""
+    def render_strategy_prompt(self, ohlcv: bool = False) -> tuple[str, str]:
+        """Return (prompt text, prompt set version) of the strategy step (``ohlcv``: the
+        frames carry recorded OHLCV bars)."""
         templates, version = load_prompt_set(PROTOCOL)
         text = string.Template(templates["strategy"]).substitute(
             lookback=self.cfg.strategy.lookback, factors=factors_text(),
-            query=self.cfg.strategy.query)
+            query=self.cfg.strategy.query, price=PRICE_OHLCV if ohlcv else PRICE_CLOSES)
         return text, version
 
     def due(self, ts: float) -> bool:
@@ -236,7 +275,7 @@ class AlphaForgeAgent(StepwiseAgent):
     async def decide(self, obs: Observation) -> AgentDecision:
         """Renew the strategy when due, then run it on the current bar of every stock."""
         try:
-            text, version = self.render_strategy_prompt()
+            text, version = self.render_strategy_prompt(ohlcv=bool(obs.bars))
         except Exception as exc:
             log.exception("alphaforge.render_failed", agent=self.id, market=obs.market)
             return render_failed(exc)

@@ -12,8 +12,9 @@ Requests (each with the daemon's ``"id"``, which the answer echoes):
 
 - ``{"id": "...", "op": "load", "code": "..."}``: run the code's top level, find
   ``generate_signal``; the answer is ``{"id": "...", "ok": true}``;
-- ``{"id": "...", "op": "bar", "bars": {asset: {"ts": [...], "close": [...]}}}``: build each
-  asset's frame (OHLCV and indicators, oldest row first, the last row the current bar) and call
+- ``{"id": "...", "op": "bar", "bars": {asset: {"ts": [...], "close": [...]}}}`` (and, with
+  recorded bars, ``"open"``, ``"high"``, ``"low"``, ``"volume"`` lists, null for unknown): build
+  each asset's frame (OHLCV and indicators, oldest row first, the last row the current bar) and call
   ``generate_signal(df)`` once per asset, each time from a fresh run of the code's top level
   (the strategy is stateless: module-level objects do not carry over between calls); the
   answer is ``{"id": "...", "ok": true, "results": {asset: {"signal": s, "position": p} or
@@ -197,14 +198,22 @@ def _limit(which: int, value: int) -> None:
         resource.setrlimit(which, (value, value))
 
 
-def factors(close: Any) -> Any:
-    """Return the frame of one asset: OHLCV (open = high = low = close) and the indicators."""
+def factors(close: Any, ohlv: Any = None) -> Any:
+    """Return the frame of one asset: OHLCV and the indicators.
+
+    ``ohlv``: the recorded ``open``/``high``/``low``/``volume`` series (None values NaN);
+    without it open = high = low = close and volume is NaN (closes only).
+    """
     import numpy as np
     import pandas as pd  # type: ignore[import-untyped]
 
     c = close.astype("float64")
-    df = pd.DataFrame({"open": c, "high": c, "low": c, "close": c,
-                       "volume": np.nan}, index=c.index)
+    if ohlv is None:
+        df = pd.DataFrame({"open": c, "high": c, "low": c, "close": c,
+                           "volume": np.nan}, index=c.index)
+    else:
+        df = pd.DataFrame({"open": ohlv["open"], "high": ohlv["high"], "low": ohlv["low"],
+                           "close": c, "volume": ohlv["volume"]}, index=c.index)
     ret = c.pct_change()
     cols: dict[str, Any] = {"ret_1": ret}
     for w in (5, 10, 20, 50, 100, 200):
@@ -378,7 +387,12 @@ def main() -> int:
                 results: dict[str, Any] = {}
                 for asset, bar in sorted(req["bars"].items()):
                     idx = pd.to_datetime(bar["ts"], unit="s", utc=True)
-                    df = factors(pd.Series(bar["close"], index=idx, dtype="float64"))
+                    ohlv = None
+                    if "high" in bar:  # recorded OHLCV bars (None: unknown, NaN)
+                        ohlv = {k: pd.Series([math.nan if v is None else v for v in bar[k]],
+                                             index=idx, dtype="float64")
+                                for k in ("open", "high", "low", "volume")}
+                    df = factors(pd.Series(bar["close"], index=idx, dtype="float64"), ohlv)
                     results[asset] = _call(code, df)
                 answer = {"ok": True, "results": results}
             else:

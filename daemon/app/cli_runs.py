@@ -207,13 +207,16 @@ def _build_recording(args: argparse.Namespace) -> int:
     # Configured like every command (stderr, the config's level): the unconfigured default
     # printed debug lines (nyse_calendar_built) beside a bad input's one-line error.
     configure_logging(cfg.logging.level, cfg.logging.format, wrap_streams=False)
+    notes: list[str] = []
     try:
         tickers = parse_tickers(args.tickers)
         n = build_history_recording(cfg.sources.equity.yahoo, tickers, start, end, args.out,
                                     news=cfg.sources.news if args.news else None,
-                                    provider=args.news or "finnhub")
+                                    provider=args.news or "finnhub", notes=notes)
     except (HistoryError, OSError) as exc:
         return _fail(f"build-recording: {exc}")
+    for note in notes:  # bars left out or missing days: one line per ticker
+        sys.stderr.write(f"paperarena: build-recording: {note}\n")
     sys.stdout.write(f"{args.out}: {n} events, {len(tickers)} tickers, {start}..{end}\n")
     return 0
 

@@ -28,6 +28,7 @@ STATUS = "status"
 HISTORY = "history"
 CLOCK = "clock"
 FUNDAMENTALS = "fundamentals"
+BAR = "bar"
 
 
 class Event(msgspec.Struct, frozen=True, tag=True, kw_only=True):
@@ -237,6 +238,35 @@ class FundamentalsEvent(Event, frozen=True, tag=True, kw_only=True):
         return f"fundamentals.{self.market}.{self.asset}"
 
 
+class BarEvent(Event, frozen=True, tag=True, kw_only=True):
+    """One asset's daily OHLCV bar of one session (``day``, ISO date), from a history endpoint.
+
+    Published at the session's close (when the bar is complete); data, never a mark (the
+    session's prices are :class:`PriceEvent`). ``open`` and ``volume`` are ``None`` when the
+    source did not report them; ``low <= open, close <= high``. Whether the prices are adjusted
+    for splits and dividends is the recording header's ``meta.adjustment``.
+    """
+
+    topic_class: ClassVar[str] = BAR
+    market: Market = "equity"
+    asset: str
+    day: str
+    open: float | None
+    high: float
+    low: float
+    close: float
+    volume: float | None = None
+    source: str = ""
+
+    @property
+    def topic(self) -> str:
+        return f"bar.{self.market}.{self.asset}"
+
+    @property
+    def key(self) -> str:
+        return f"bar.{self.market}.{self.asset}.{self.day}"
+
+
 class ClockEvent(Event, frozen=True, tag=True, kw_only=True):
     """Time passed with no market data (e.g. the end of a live recording); moves replay clocks."""
 
@@ -261,6 +291,7 @@ AnyEvent = (
     | HistoryEvent
     | ClockEvent
     | FundamentalsEvent
+    | BarEvent
 )
 
 #: Events that come from the outside world (recorded and replayed).
@@ -273,6 +304,7 @@ MarketData = (
     | HistoryEvent
     | ClockEvent
     | FundamentalsEvent
+    | BarEvent
 )
 
 _encoder = msgspec.json.Encoder()

@@ -167,9 +167,11 @@ class Engine:
         self.bus.add_tap("resolution.#", st.on_resolution)  # type: ignore[arg-type]
         self.bus.add_tap("history.#", st.on_history)  # type: ignore[arg-type]
         self.bus.add_tap("fundamentals.#", st.on_fundamentals)  # type: ignore[arg-type]
+        self.bus.add_tap("bar.#", st.on_bar)  # type: ignore[arg-type]
         self.bus.add_tap("price.#", self._store_tap, batch=self._store_batch,
                          columns=self._store_columns)
-        for pattern in ("news.#", "market.#", "resolution.#", "history.#", "fundamentals.#"):
+        for pattern in ("news.#", "market.#", "resolution.#", "history.#", "fundamentals.#",
+                        "bar.#"):
             self.bus.add_tap(pattern, self._store_tap)
 
     def _store_tap(self, ev: Event) -> None:

@@ -31,6 +31,7 @@ from agents.base import (
     Question,
 )
 from daemon.core.events import (
+    BarEvent,
     FundamentalsEvent,
     HistoryEvent,
     MarketListed,
@@ -39,6 +40,7 @@ from daemon.core.events import (
     ResolutionEvent,
 )
 from daemon.core.price_columns import AssetTable, PriceColumns
+from daemon.market.bars import DailyBars
 from daemon.market.coverage import PriceCoverage, nyse_open_seconds
 from daemon.market.pending_lasts import PendingLasts, book_columns
 from scoring.ledger.ledger import Book
@@ -121,6 +123,9 @@ class MarketState:
         self.clock = 0.0
         self._opens: dict[str, float | None] = {}
         """NY day -> epoch seconds of that NYSE session's open (``None``: no session)."""
+        self.daily_bars = DailyBars(
+            history_days, lambda m, a: m in books and books[m].has_asset(a))
+        """Recorded daily OHLCV bars (history recordings only)."""
 
     @property
     def history(self) -> dict[str, dict[str, _AssetHistory]]:
@@ -307,6 +312,10 @@ class MarketState:
             return  # out of order: an older snapshot never replaces a newer one
         q.append(Fundamentals(ts, dict(ev.metrics), ev.source))
 
+    def on_bar(self, ev: BarEvent) -> None:
+        """Keep a recorded daily OHLCV bar (:class:`~daemon.market.bars.DailyBars`)."""
+        self.daily_bars.on_bar(ev)
+
     def on_history(self, ev: HistoryEvent) -> None:
         """Seed an asset's daily closes from a backfill (only points before the event time)."""
         if ev.market in self.history:
@@ -414,7 +423,7 @@ class MarketState:
                 if seen:
                     fundamentals[a] = seen[-1]
         return MarketView.build(market, decision_ts, assets, prices, history, news, questions,
-                                fundamentals)
+                                fundamentals, self.daily_bars.view(market, assets, decision_ts))
 
     def agent_observation(self, view: MarketView, agent: str,
                           recent: list[tuple[float, dict[str, float], float]],
@@ -521,6 +530,8 @@ class MarketState:
                 a: [[f.ts, f.metrics, f.source] for f in q]
                 for a, q in sorted(self.fundamentals.items())
             },
+            # Only when kept, so that the checkpoint of a replay without bars is unchanged.
+            **({"bars": bars} if (bars := self.daily_bars.state()) else {}),
         }
 
     def restore(self, st: dict[str, Any]) -> None:
@@ -552,6 +563,7 @@ class MarketState:
                      maxlen=FUNDAMENTALS_KEPT)
             for a, items in st.get("fundamentals", {}).items()
         }
+        self.daily_bars.restore(st.get("bars", {}))
 
     def seed_history(self, market: str, asset: str, closes: list[tuple[float, float]]) -> None:
         """Add backfilled daily closes (from a REST history endpoint) before live data."""
