@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from daemon.core.price_bursts import (
@@ -121,6 +122,9 @@ def _table_columns(con: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
 
 
+_json_decode = msgspec.json.decode
+
+
 class _FillDecoder:
     """:func:`daemon.core.sparse_rows.fill_map` with each distinct asset list parsed once.
 
@@ -133,7 +137,10 @@ class _FillDecoder:
         self._assets: dict[str | None, list[str]] = {}
 
     def __call__(self, text: str, assets_json: str | None) -> dict[str, float]:
-        value = json.loads(text)
+        try:  # msgspec: the same values as json.loads, about 5x faster (issue 27, point 1)
+            value = _json_decode(text)
+        except msgspec.DecodeError:  # NaN, Infinity, 1e400, ...: json's reading (or error)
+            value = json.loads(text)
         if not isinstance(value, list):
             return dict(value)
         assets = self._assets.get(assets_json)

@@ -119,10 +119,14 @@ def test_fill_decoder_equals_fill_map() -> None:
     decode = _FillDecoder()
     assets = '["AAA", "BBB", "CCC"]'
     cases = [('[[0, 0.5], [2, -0.0], ["ZZZ", 0.25]]', assets), ('{"AAA": 1.0}', None),
-             ('[[1, 0.3]]', assets), ('[]', None), ('[[2, 0.1], [0, 0.9]]', assets)]
+             ('[[1, 0.3]]', assets), ('[]', None), ('[[2, 0.1], [0, 0.9]]', assets),
+             # json's own literals and numbers msgspec refuses: read by json, as fill_map does
+             ('[[0, NaN], [1, Infinity], [2, -Infinity]]', assets), ('{"AAA": 1e400}', None),
+             ('[[0, 3], [1, 123456789012345678901234567890], [2, 1e-320]]', assets)]
     for text, a in cases * 2:  # the second time from the parsed list
         got, want = decode(text, a), fill_map(text, a)
-        assert got == want and list(got) == list(want)
+        assert repr(got) == repr(want) and list(got) == list(want)
+        assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
         assert [math.copysign(1.0, v) for v in got.values()] == [
             math.copysign(1.0, v) for v in want.values()]
     with pytest.raises(ValueError, match="asset index 3 of 3"):
