@@ -73,6 +73,13 @@ class AlpacaSettings(EquityStreamSettings):
 
     ws_url: str = "wss://stream.data.alpaca.markets/v2/iex"
     news_url: str = "https://data.alpaca.markets/v1beta1/news"
+    bars_url: str = Field(default="https://data.alpaca.markets/v2/stocks/bars",
+                          description="historical bars (build-recording --bars alpaca)")
+    bars_adjustment: Literal["raw", "split", "dividend", "all"] = Field(
+        default="split", description="historical bars: adjusted for splits ('split'), "
+        "dividends, both ('all') or neither ('raw')")
+    bars_feed: str | None = Field(default=None, description="historical bars' feed (sip, iex); "
+                                  "None: the account's default")
     key_env: str = "APCA_API_KEY_ID"
     secret_env: str = "APCA_API_SECRET_KEY"
     trades: bool = True

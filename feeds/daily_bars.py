@@ -1,4 +1,7 @@
-"""Daily OHLCV bars of history sources: the bar, its checks, and Yahoo's chart arrays.
+"""Daily OHLCV bars of history sources: the window, the bar, its checks, Yahoo's chart arrays.
+
+:class:`HistoryWindow` is the NYSE sessions of a date window and :class:`HistoryError` the
+one-line failure of every history fetch.
 
 A :class:`Bar` is what a history endpoint says of one session: its start, open, high, low,
 close and volume. :func:`bar_problem` names what makes a bar unusable as OHLCV (a missing or
@@ -12,15 +15,63 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from daemon.core.events import BarEvent
+from daemon.timing.nyse import NY, get_nyse_calendar
 
-__all__ = ["Bar", "bar_event", "bar_problem", "number", "yahoo_quotes"]
+__all__ = ["BAR_DAY_SHIFT", "Bar", "HistoryError", "HistoryWindow", "bar_event", "bar_problem",
+           "number", "yahoo_quotes"]
+
+#: Seconds added to a bar's start before taking its New York date: a bar starts at its own
+#: exchange's open (09:30 New York for US stocks, 00:00 UTC for crypto, 09:30 Shanghai), which is
+#: on the trading day itself once shifted half a day forward.
+BAR_DAY_SHIFT = 12 * 3600.0
 
 #: Relative slack allowed when checking that the range holds the open and the close (sources
 #: round adjusted prices independently).
 RANGE_SLACK = 1e-6
+
+
+class HistoryError(Exception):
+    """The history recording cannot be built (one-line message)."""
+
+
+@dataclass(frozen=True)
+class HistoryWindow:
+    """The NYSE sessions of a date window: session day -> (open, close) epoch seconds."""
+
+    start: date
+    end: date
+    sessions: dict[date, tuple[float, float]]
+
+    @classmethod
+    def of(cls, start: date, end: date) -> HistoryWindow:
+        """Return the sessions of ``[start, end]``; raise if the window is inverted or empty."""
+        if start > end:
+            raise HistoryError(f"--start {start} is after --end {end}")
+        cal = get_nyse_calendar()
+        sessions: dict[date, tuple[float, float]] = {}
+        day = start
+        while day <= end:
+            bounds = cal.session_bounds(day)
+            if bounds is not None:
+                sessions[day] = (bounds[0].timestamp(), bounds[1].timestamp())
+            day += timedelta(days=1)
+        if not sessions:
+            raise HistoryError(f"no NYSE session between {start} and {end}")
+        return cls(start, end, sessions)
+
+    def period(self) -> tuple[int, int]:
+        """Return Yahoo's ``period1``/``period2`` with a day to spare on each side.
+
+        The margin keeps bars that start before New York midnight (crypto at 00:00 UTC, Asian
+        exchanges); bars outside the window are dropped by their day afterwards.
+        """
+        first = datetime.combine(self.start - timedelta(days=1), time(0), NY)
+        after = datetime.combine(self.end + timedelta(days=2), time(0), NY)
+        return int(first.timestamp()), int(after.timestamp())
 
 
 @dataclass(frozen=True, slots=True)

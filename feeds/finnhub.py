@@ -70,6 +70,8 @@ class FinnhubSettings(EquityStreamSettings):
 
     ws_url: str = "wss://ws.finnhub.io"
     rest_url: str = "https://finnhub.io/api/v1"
+    bars_adjusted: bool = Field(default=False, description="historical candles (build-recording"
+                                " --bars finnhub): also adjusted for dividends")
     key_env: str = "FINNHUB_API_KEY"
     max_per_connection: int = Field(default=50, ge=1)
     stale_after: Duration = Field(default=120.0, gt=0)

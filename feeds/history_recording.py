@@ -1,4 +1,5 @@
-"""Build a replayable recording from historical daily bars (Yahoo's keyless chart history).
+"""Build a replayable recording from historical daily bars (Yahoo's keyless chart history, or
+with keys Alpaca's or Finnhub's historical bars, :mod:`feeds.history_keyed_bars`).
 
 For each NYSE session in ``[start, end]`` and each ticker, two
 :class:`~daemon.core.events.PriceEvent` are written: the bar's **opening print** at the bar's own
@@ -23,16 +24,24 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import aiohttp
 import msgspec
 
 from daemon.core.events import ClockEvent, NewsEvent, PriceEvent
-from daemon.timing.nyse import NY, get_nyse_calendar
-from feeds.daily_bars import Bar, bar_event, bar_problem, yahoo_quotes
+from daemon.timing.nyse import NY
+from feeds.daily_bars import (
+    BAR_DAY_SHIFT,
+    Bar,
+    HistoryError,
+    HistoryWindow,
+    bar_event,
+    bar_problem,
+    yahoo_quotes,
+)
+from feeds.equities import EquitySourcesSettings
 from feeds.health import short_error
 from feeds.news import NewsSettings
 from feeds.recording import RecordingHeader, RecordingWriter
@@ -44,52 +53,6 @@ __all__ = ["Bar", "HistoryError", "HistoryWindow", "build_history_recording",
 #: Seconds after the last session's close at which the closing :class:`ClockEvent` sits.
 END_MARGIN = 3600.0
 SOURCE = "yahoo-history"
-#: Seconds added to a bar's start before taking its New York date: a bar starts at its own
-#: exchange's open (09:30 New York for US stocks, 00:00 UTC for crypto, 09:30 Shanghai), which is
-#: on the trading day itself once shifted half a day forward.
-BAR_DAY_SHIFT = 12 * 3600.0
-
-
-class HistoryError(Exception):
-    """The history recording cannot be built (one-line message)."""
-
-
-@dataclass(frozen=True)
-class HistoryWindow:
-    """The NYSE sessions of a date window: session day -> (open, close) epoch seconds."""
-
-    start: date
-    end: date
-    sessions: dict[date, tuple[float, float]]
-
-    @classmethod
-    def of(cls, start: date, end: date) -> HistoryWindow:
-        """Return the sessions of ``[start, end]``; raise if the window is inverted or empty."""
-        if start > end:
-            raise HistoryError(f"--start {start} is after --end {end}")
-        cal = get_nyse_calendar()
-        sessions: dict[date, tuple[float, float]] = {}
-        day = start
-        while day <= end:
-            bounds = cal.session_bounds(day)
-            if bounds is not None:
-                sessions[day] = (bounds[0].timestamp(), bounds[1].timestamp())
-            day += timedelta(days=1)
-        if not sessions:
-            raise HistoryError(f"no NYSE session between {start} and {end}")
-        return cls(start, end, sessions)
-
-    def period(self) -> tuple[int, int]:
-        """Return Yahoo's ``period1``/``period2`` with a day to spare on each side.
-
-        The margin keeps bars that start before New York midnight (crypto at 00:00 UTC, Asian
-        exchanges); bars outside the window are dropped by their day afterwards.
-        """
-        first = datetime.combine(self.start - timedelta(days=1), time(0), NY)
-        after = datetime.combine(self.end + timedelta(days=2), time(0), NY)
-        return int(first.timestamp()), int(after.timestamp())
-
-
 #: What the recorded prices are, written into the header's ``meta``.
 ADJUSTMENT = "split-adjusted, not dividend-adjusted (Yahoo's quote open, high, low and close)"
 
@@ -196,15 +159,30 @@ def bar_notes(tickers: Sequence[str], bars: dict[str, dict[date, Bar]],
 def build_history_recording(settings: YahooSettings, tickers: Sequence[str], start: date,
                             end: date, out: str | Path, *,
                             news: NewsSettings | None = None, provider: str = "finnhub",
-                            notes: list[str] | None = None) -> int:
-    """Fetch the bars (and, with ``news``, the ``provider``'s company news of the window,
-    :mod:`feeds.history_news`) and write the recording to ``out``; return the number of
-    events. One line per ticker whose bars had problems is appended to ``notes``."""
+                            notes: list[str] | None = None, bars: str = "yahoo",
+                            equity: EquitySourcesSettings | None = None) -> int:
+    """Fetch the bars (Yahoo's chart history, or with ``bars`` ``alpaca``/``finnhub`` that
+    source's from ``equity``'s settings, :mod:`feeds.history_keyed_bars`) and, with ``news``,
+    the ``provider``'s company news of the window (:mod:`feeds.history_news`), and write the
+    recording to ``out``; return the number of events. One line per ticker whose bars had
+    problems is appended to ``notes``."""
     window = HistoryWindow.of(start, end)
-    bars = asyncio.run(fetch_daily_bars(settings, tickers, window))
-    return write_history_recording(bars, tickers, window, out, news=news, provider=provider,
-                                   notes=notes, source=SOURCE, adjustment=ADJUSTMENT,
-                                   origin="Yahoo chart history")
+    notes = [] if notes is None else notes
+    if bars == "yahoo":
+        got = asyncio.run(fetch_daily_bars(settings, tickers, window))
+        source, adjustment, origin = SOURCE, ADJUSTMENT, "Yahoo chart history"
+    else:
+        from feeds import history_keyed_bars as keyed
+
+        eq = equity or EquitySourcesSettings()
+        fetch = keyed.fetch_alpaca_bars if bars == "alpaca" else keyed.fetch_finnhub_bars
+        cfg = eq.alpaca if bars == "alpaca" else eq.finnhub
+        got = asyncio.run(fetch(cfg, tickers, window, notes))  # type: ignore[arg-type]
+        source, origin = f"{bars}-history", f"{bars.capitalize()} historical bars"
+        adjustment = keyed.keyed_adjustment(bars, eq.alpaca, eq.finnhub)
+    return write_history_recording(got, tickers, window, out, news=news, provider=provider,
+                                   notes=notes, source=source, adjustment=adjustment,
+                                   origin=origin)
 
 
 def write_history_recording(bars: dict[str, dict[date, Bar]], tickers: Sequence[str],

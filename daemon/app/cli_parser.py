@@ -235,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("--end", required=True, help="last day (inclusive), YYYY-MM-DD")
     hist.add_argument("--out", "-o", required=True, help="recording file (.jsonl or .jsonl.gz)")
     hist.add_argument("--config", "-c", help="config whose sources.equity.yahoo.chart_url is used")
+    hist.add_argument("--bars", choices=("yahoo", "alpaca", "finnhub"), default="yahoo",
+                      help="daily OHLCV source: Yahoo's keyless chart history, or Alpaca's or"
+                           " Finnhub's historical bars (keys: sources.equity.<source>.*_env)")
     hist.add_argument("--news", choices=("finnhub", "alpaca"), default=None,
                       help="add the tickers' company news of the window, stamped with their"
                            " publication times (keys: sources.news.*_key_env)")

@@ -212,7 +212,8 @@ def _build_recording(args: argparse.Namespace) -> int:
         tickers = parse_tickers(args.tickers)
         n = build_history_recording(cfg.sources.equity.yahoo, tickers, start, end, args.out,
                                     news=cfg.sources.news if args.news else None,
-                                    provider=args.news or "finnhub", notes=notes)
+                                    provider=args.news or "finnhub", notes=notes,
+                                    bars=args.bars, equity=cfg.sources.equity)
     except (HistoryError, OSError) as exc:
         return _fail(f"build-recording: {exc}")
     for note in notes:  # bars left out or missing days: one line per ticker
