@@ -171,13 +171,15 @@ def sortino(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
 
 
 def sortino_stockbench(returns: ArrayLike, periods: int, rf_annual: float = 0.0) -> float:
-    """Return the Sortino ratio of StockBench Eq. 3 read literally, annualised once.
+    """Return the Sortino ratio of StockBench Eq. 3: the per-period ratio, as its Table 2.
 
-    ``R_p = (mean(r) - rf_annual / N) * N`` and ``sigma_d = sqrt(mean_{r_t < 0} r_t**2) *
-    sqrt(N)``, where the mean runs over the ``N_d`` strictly negative raw returns only (target
-    0). The ratio equals ``(mean(r) - rf/N) / sqrt(mean_{r<0} r^2) * sqrt(N)``: larger than the
-    standard :func:`sortino`'s downside deviation by ``sqrt(T / N_d)``. The StockBench composite
-    rank uses this variant. NaN when there are no returns or no negative returns.
+    ``R_p = mean(r) - rf_annual / N`` (the mean excess return of one period) and ``sigma_d =
+    sqrt(mean_{r_t < 0} r_t**2)``, where the mean runs over the ``N_d`` strictly negative raw
+    returns only (target 0); nothing is annualised (the paper's figures are daily ratios of a
+    few hundredths). With rf 0 the standard :func:`sortino` is this ratio times
+    ``sqrt(N * T / N_d)``. The StockBench composite rank uses this variant
+    (its z-scores do not depend on the scale). NaN when there are no returns or no negative
+    returns.
     """
     r = _as_1d(returns)
     if r.size == 0:
@@ -185,9 +187,8 @@ def sortino_stockbench(returns: ArrayLike, periods: int, rf_annual: float = 0.0)
     neg = r[r < 0.0]
     if neg.size == 0:
         return _NAN
-    r_p = (float(np.mean(r)) - rf_annual / periods) * periods
-    sigma_d = math.sqrt(float(np.mean(neg**2))) * math.sqrt(periods)
-    return r_p / sigma_d
+    r_p = float(np.mean(r)) - rf_annual / periods
+    return r_p / math.sqrt(float(np.mean(neg**2)))
 
 
 def drawdown_series(values: ArrayLike) -> np.ndarray:

@@ -57,9 +57,10 @@ def test_sortino_standard_divides_by_all_days() -> None:
     r = [0.06, -0.02, -0.04, 0.04]
     assert sortino(r, 252) == pytest.approx(7.0992957, rel=1e-7)
     # StockBench Eq. 3 divides by the N_d = 2 negative days only: sqrt(0.001) = 0.0316228,
-    # 0.01 / 0.0316228 * sqrt(252) = 5.0199602 (a factor sqrt(T / N_d) = sqrt(2) lower).
-    assert sortino_stockbench(r, 252) == pytest.approx(5.0199602, rel=1e-7)
-    assert sortino(r, 252) / sortino_stockbench(r, 252) == pytest.approx(math.sqrt(2))
+    # and is the per-day ratio of its Table 2: 0.01 / 0.0316228 = 0.31622777 (a factor
+    # sqrt(T / N_d) * sqrt(252) = sqrt(2) * sqrt(252) below the standard figure).
+    assert sortino_stockbench(r, 252) == pytest.approx(0.31622777, rel=1e-7)
+    assert sortino(r, 252) / sortino_stockbench(r, 252) == pytest.approx(math.sqrt(2 * 252))
 
 
 def test_sortino_standard_uses_rf_as_the_target() -> None:
@@ -98,9 +99,9 @@ def test_leaderboard_headline_is_standard_and_composite_uses_stockbench(tmp_path
     # zero-length period from the initial cash at the same time): 1000, 1100, 990, 1089 ->
     # r = 0.1, -0.1, 0.1: mean 0.1/3. Standard: downside sqrt(0.01 / 3) -> Sortino
     # (0.1/3) / sqrt(0.01/3) * sqrt(252) = sqrt(1/3) * sqrt(252) = 9.1651514.
-    # StockBench: one loss day, sqrt(0.01) = 0.1 -> (1/3) * sqrt(252) = 5.2915026.
+    # StockBench (per day, Table 2): one loss day, sqrt(0.01) = 0.1 -> (0.1/3) / 0.1 = 1/3.
     assert rows["allA"]["sortino"] == pytest.approx(math.sqrt(1 / 3) * SQRT252)
-    assert rows["allA"]["sortino_stockbench"] == pytest.approx(SQRT252 / 3)
+    assert rows["allA"]["sortino_stockbench"] == pytest.approx(1 / 3)
     assert rows["allA"]["n_periods"] == 3
     nan = float("nan")
 
