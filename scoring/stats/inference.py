@@ -43,6 +43,7 @@ _NAN = float("nan")
 BOOTSTRAP_REPS = 10_000
 #: Fewer observations than this: no Politis-White estimate, the block length is 1 (i.i.d.).
 MIN_BLOCK_OBS = 10
+_P_ROWS = 16  # rows of draws per pass of null_p_values
 
 
 def block_length(x: ArrayLike) -> float:
@@ -136,6 +137,17 @@ def null_p_values(estimates: ArrayLike, draws: np.ndarray, *, one_sided: bool = 
     """
     est = np.asarray(estimates, dtype=float).reshape(-1)
     d = np.asarray(draws, dtype=float).reshape(est.size, -1)
+    if est.size <= _P_ROWS:
+        return _null_p_block(est, d, one_sided)
+    out = np.empty(est.size)
+    for s in range(0, est.size, _P_ROWS):  # a few rows at a time: the temporaries stay in cache
+        out[s : s + _P_ROWS] = _null_p_block(est[s : s + _P_ROWS], d[s : s + _P_ROWS],
+                                             one_sided)
+    return out
+
+
+def _null_p_block(est: np.ndarray, d: np.ndarray, one_sided: bool) -> np.ndarray:
+    """Return :func:`null_p_values` of the rows of ``d`` (``k x B``) against ``est``."""
     with np.errstate(invalid="ignore", over="ignore"):
         centred = d - est[:, None]
         if one_sided:

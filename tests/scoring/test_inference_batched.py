@@ -41,3 +41,19 @@ def test_block_length_is_the_median_of_arch_per_column() -> None:
             want.append(min(max(float(optimal_block_length(c)["stationary"].iloc[0]), 1.0),
                             float(c.size)))
     assert block_length(x) == float(np.median(want))
+
+
+def test_null_p_values_of_many_rows_equal_null_p_value_row_by_row() -> None:
+    rng = np.random.default_rng(8)
+    draws = rng.normal(0.05, 1.0, (53, 300))  # more rows than one pass takes
+    draws[17, ::5] = np.nan  # undefined draws in one pass only
+    draws[40] = np.nan
+    est = rng.normal(0.0, 0.5, 53)
+    est[3] = np.nan
+    for one_sided in (False, True):
+        got = null_p_values(est, draws, one_sided=one_sided)
+        assert got.shape == (53,)
+        for i in range(53):
+            want = null_p_value(float(est[i]), draws[i], one_sided=one_sided)
+            assert (math.isnan(got[i]) and math.isnan(want)) or got[i] == want
+        assert np.isnan(got[[3, 40]]).all() and np.isfinite(got).sum() == 51
