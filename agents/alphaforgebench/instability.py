@@ -4,7 +4,8 @@
 "alphaforgebench"`` agent of the config for ``--repeats`` strategies (5, as in the paper) at each
 temperature (0 and 0.7), each from the identical prompt, runs every strategy in the sandbox over the
 same frozen daily bars (the daily closes of the recording's equities: the last price of each asset
-per UTC day), and measures how the runs of one model agree
+per UTC day, with the recorded open, high, low and volume when the recording has OHLCV bars),
+and measures how the runs of one model agree
 (:mod:`agents.alphaforgebench.instability_stats`): pairwise agreement of signals, the share of
 disagreement steps, the Jaccard index of the active steps, the agreement of the majority signals
 between two temperatures, and, across models, the SNR of the runs' returns. The result is printed as
@@ -34,6 +35,7 @@ from agents.alphaforgebench.sandbox import SandboxError, SandboxLimits, Strategy
 from agents.base import Observation
 from agents.config import AgentConfig
 from agents.llm import DecisionRun
+from feeds.daily_bars import Bar, bar_problem
 
 log = structlog.get_logger(__name__)
 
@@ -42,18 +44,28 @@ DEFAULT_TEMPERATURES = (0.0, 0.7)
 COST = 1e-3
 
 
+#: The recorded bar columns beside the closes (history recordings with OHLCV).
+OHLV = ("open", "high", "low", "volume")
+
+
 class InstabilityError(ValueError):
     """The run cannot start (one line)."""
 
 
 def frozen_bars(recording: str | Path, assets: Sequence[str], sessions: int | None = None
-                ) -> dict[str, dict[str, list[float]]]:
-    """Return ``{asset: {"ts": [...], "close": [...]}}``: the last equity price per UTC day."""
-    from daemon.core.events import PriceEvent
+                ) -> dict[str, dict[str, list[Any]]]:
+    """Return ``{asset: {"ts": [...], "close": [...]}}``: the last equity price per UTC day.
+
+    When the recording has daily OHLCV bars (``BarEvent``, a history recording), each asset
+    also gets ``open``/``high``/``low``/``volume`` lists, the day's recorded bar (``None``
+    where it has none); without bars the frames are the closes only, as before.
+    """
+    from daemon.core.events import BarEvent, PriceEvent
     from feeds.recording import iter_events
 
     wanted = set(assets)
     last: dict[str, dict[str, tuple[float, float]]] = {}
+    recorded: dict[str, dict[str, BarEvent]] = {}
     for _, ev in iter_events(recording):
         if (type(ev) is PriceEvent and ev.market == "equity" and ev.asset in wanted
                 and math.isfinite(ev.price) and ev.price > 0):
@@ -61,14 +73,24 @@ def frozen_bars(recording: str | Path, assets: Sequence[str], sessions: int | No
             per = last.setdefault(ev.asset, {})
             if day not in per or ev.ts >= per[day][0]:
                 per[day] = (ev.ts, ev.price)
+        elif isinstance(ev, BarEvent) and ev.asset in wanted and bar_problem(
+                Bar(ev.ts, ev.open, ev.close, ev.high, ev.low, ev.volume)) is None:
+            recorded.setdefault(ev.asset, {})[
+                datetime.fromtimestamp(ev.ts, UTC).strftime("%Y-%m-%d")] = ev
     days = sorted({d for per in last.values() for d in per})
     full = [a for a in sorted(last) if len(last[a]) == len(days)]  # the same steps for all
     if sessions is not None:
         days = days[-sessions:]
-    out = {a: {"ts": [last[a][d][0] for d in days], "close": [last[a][d][1] for d in days]}
-           for a in full}
+    out: dict[str, dict[str, list[Any]]] = {
+        a: {"ts": [last[a][d][0] for d in days], "close": [last[a][d][1] for d in days]}
+        for a in full}
     if not out or len(days) < 2:
         raise InstabilityError(f"{recording}: fewer than two daily bars of a configured equity")
+    if recorded:
+        for a, frame in out.items():
+            got = [recorded.get(a, {}).get(d) for d in days]
+            for k in OHLV:
+                frame[k] = [None if b is None else getattr(b, k) for b in got]
     return out
 
 
@@ -91,8 +113,7 @@ async def execute(code: str, bars: dict[str, dict[str, list[float]]], lookback: 
     try:
         for t in range(n):
             lo = max(0, t + 1 - lookback)
-            req = {a: {"ts": bars[a]["ts"][lo:t + 1], "close": bars[a]["close"][lo:t + 1]}
-                   for a in assets}
+            req = {a: {k: v[lo:t + 1] for k, v in bars[a].items()} for a in assets}
             try:
                 raw = await worker.run_bar(req)
             except SandboxError:
@@ -141,11 +162,12 @@ def summarise(runs: list[tuple[list[int], list[bool], float]], generated: int, a
     return out
 
 
-async def generate(cfg: AgentConfig, temperature: float, obs: Observation
+async def generate(cfg: AgentConfig, temperature: float, obs: Observation, ohlcv: bool = False
                    ) -> tuple[StrategyCode | None, str, list[dict[str, Any]]]:
-    """Ask ``cfg``'s model for one strategy at ``temperature``; return (code, prompt, calls)."""
+    """Ask ``cfg``'s model for one strategy at ``temperature``; return (code, prompt, calls)
+    (``ohlcv``: the frames carry recorded bars, the prompt says so)."""
     agent = AlphaForgeAgent(cfg.model_copy(update={"temperature": temperature}))
-    text, version = agent.render_strategy_prompt()
+    text, version = agent.render_strategy_prompt(ohlcv=ohlcv)
     run = agent.start(obs, version)
     if not isinstance(run, DecisionRun):
         return None, text, []
@@ -189,7 +211,7 @@ async def run_instability(configs: Sequence[AgentConfig], assets: Sequence[str],
             versions = []
             codes: dict[str, str] = {}
             for k in range(repeats):
-                code, prompt, _ = await generate(cfg, temp, obs)
+                code, prompt, _ = await generate(cfg, temp, obs, "high" in first)
                 prompts.add(hashlib.sha256(prompt.encode()).hexdigest())
                 if code is None:
                     log.info("instability.generation_failed", agent=cfg.id, temperature=temp,

@@ -51,10 +51,8 @@ def _seen(text: str) -> list[float]:
     return [float(x) for x in m.group(1).split(", ")]
 
 
-async def test_a_strategy_sees_the_recorded_high_low_and_volume(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Recorded from the fake Yahoo chart history and replayed at each close: every frame's
-    rows are the recorded bars (a refused bar and a missing day: NaN, never invented)."""
+async def _record(tmp_path: Path) -> Path:
+    """Build the OHLCV recording of TSLA and AAPL from the fake Yahoo chart history."""
     fake = FakeYahoo()
     await fake.start()
     fake.charts["TSLA"] = ohlcv_payload("TSLA", tsla_rows())
@@ -69,6 +67,45 @@ async def test_a_strategy_sees_the_recorded_high_low_and_volume(
         assert rc == 0
     finally:
         await fake.stop()
+    return rec
+
+
+#: Invested on a wide day (high - low above 10), out otherwise (NaN: out).
+WIDE = """
+def generate_signal(df):
+    r = df.iloc[-1]
+    if r["high"] - r["low"] > 10:
+        return {"signal": 1, "position": 1.0}
+    return {"signal": -1, "position": 0.0}
+"""
+
+
+async def test_the_instability_backtest_runs_on_the_recorded_bars(tmp_path: Path) -> None:
+    """``alphaforge-instability``'s frozen frames carry the recorded OHLCV: a strategy on the
+    day's range trades TSLA's 20-wide bars and never AAPL's 5-wide ones (closes only: never)."""
+    from agents.alphaforgebench.instability import execute, frozen_bars
+    from agents.alphaforgebench.sandbox import SandboxLimits
+
+    rec = await _record(tmp_path)
+    tsla, aapl = frozen_bars(rec, ["TSLA"]), frozen_bars(rec, ["AAPL"])
+    assert set(frozen_bars(rec, ["TSLA", "AAPL"])) == {"TSLA"}  # AAPL misses a step
+    assert tsla["TSLA"]["high"] == [r[1] for r in tsla_rows().values()]
+    assert aapl["AAPL"]["volume"] == [None if d in (INVERTED, BAD_VOLUME) else r[4]
+                                      for d, r in aapl_rows().items()]
+    limits = SandboxLimits(cpu_s=30, timeout_s=10)
+    assert (await execute(WIDE, tsla, 300, limits))["signals"] == {"TSLA": [1] * len(SESSIONS)}
+    assert (await execute(WIDE, aapl, 300, limits))["signals"] == {
+        "AAPL": [-1] * (len(SESSIONS) - 1)}
+    closes_only = {"TSLA": {k: tsla["TSLA"][k] for k in ("ts", "close")}}
+    assert (await execute(WIDE, closes_only, 300, limits))["signals"] == {
+        "TSLA": [-1] * len(SESSIONS)}
+
+
+async def test_a_strategy_sees_the_recorded_high_low_and_volume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Recorded from the fake Yahoo chart history and replayed at each close: every frame's
+    rows are the recorded bars (a refused bar and a missing day: NaN, never invented)."""
+    rec = await _record(tmp_path)
 
     from daemon.app.replay import replay
     from daemon.config.settings import parse_config
