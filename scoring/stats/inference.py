@@ -43,7 +43,7 @@ _NAN = float("nan")
 BOOTSTRAP_REPS = 10_000
 #: Fewer observations than this: no Politis-White estimate, the block length is 1 (i.i.d.).
 MIN_BLOCK_OBS = 10
-_P_ROWS = 16  # rows of draws per pass of null_p_values
+_P_ROWS = 16  # rows of draws per pass of null_p_values and quantile_rows
 
 
 def block_length(x: ArrayLike) -> float:
@@ -179,11 +179,21 @@ def quantile_rows(x: np.ndarray, q: Sequence[float]) -> np.ndarray:
     is the minimum of what lies above it. Rows whose two order statistics are both zero take
     ``np.quantile`` itself (a partition may return either of ``0.0`` and ``-0.0``).
     """
+    qs = np.asarray(q, dtype=float)
+    if x.shape[1] == 0:
+        raise ValueError("quantile_rows of an empty row")
+    if x.shape[0] <= _P_ROWS:
+        return _quantile_block(x, qs)
+    out = np.empty((x.shape[0], qs.size))
+    for s in range(0, x.shape[0], _P_ROWS):  # a few rows at a time: they stay in cache
+        out[s : s + _P_ROWS] = _quantile_block(x[s : s + _P_ROWS], qs)
+    return out
+
+
+def _quantile_block(x: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """Return :func:`quantile_rows` of the rows of ``x`` at the quantiles ``qs``."""
     a = np.array(x, dtype=float, order="C", copy=True)
     k, n = a.shape
-    qs = np.asarray(q, dtype=float)
-    if n == 0:
-        raise ValueError("quantile_rows of an empty row")
     virtual = (n - 1) * qs
     prev = np.floor(virtual)
     gamma = virtual - prev

@@ -18,8 +18,9 @@ def _bits(a: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("q", [[0.025, 0.975], [0.975, 0.025], [0.0, 1.0], [0.5], [0.1, 0.9]])
 def test_quantile_rows_equal_np_quantile(n: int, q: list[float]) -> None:
     rng = np.random.default_rng(n)
-    x = rng.normal(size=(12, n))
-    x[1] = 1.0  # a constant row
+    x = rng.normal(size=(40, n))  # more rows than one pass of quantile_rows takes
+    x[1] = x[33] = 1.0  # a constant row
+    x[20] = 0.0
     x[2] = np.round(x[2], 1)  # many ties
     x[3] = 0.0  # zeros: np.quantile itself
     x[4, ::2] = -0.0
