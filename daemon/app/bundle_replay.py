@@ -19,7 +19,8 @@ one simulated clock) into a fresh store:
 
 :func:`rebuilt_report` then computes ``report --json`` of the replayed store (with the bundle's
 season record, which the replay does not recompute); the bundle check compares it byte for byte
-with ``report.json``.
+with ``report.json``, and every replayed decision (its time, outcome, reason, input hash, raw
+answer, allocation) and fill with the stored one (:func:`first_decision_difference`).
 
 What cannot be replayed is refused in one line (:class:`BundleReplayRefused`): a protocol other
 than LiveTradeBench's (StockBench, PortBench, CapitalBench and AlphaForgeBench keep state or run
@@ -57,6 +58,7 @@ from daemon.timing.clock import SimClock
 __all__ = [
     "BundleReplayError",
     "BundleReplayRefused",
+    "first_decision_difference",
     "rebuilt_report",
     "refusal",
     "replay_store",
@@ -122,29 +124,29 @@ def _season_run(con: sqlite3.Connection) -> tuple[Config, str, float]:
     return config, str(mode), float(started)
 
 
-def stored_events(con: sqlite3.Connection, live: bool) -> Iterator[tuple[float | None, Event]]:
-    """Yield (the time to apply it at, None: its own; the event) of every stored market event,
-    in stored order, a burst of prices as its prices."""
+def stored_events(con: sqlite3.Connection, live: bool
+                  ) -> Iterator[tuple[float | None, Event | list[Event]]]:
+    """Yield (the time to apply it at, None: its own; the event, or a live burst's prices as
+    one list) of every stored market event, in stored order."""
     keys = sorted({burst_key(p) for (p,) in con.execute(
         f"SELECT payload FROM market_events WHERE kind='{BURST_KIND}'")})
     sets = read_asset_sets(con, keys)
     last = -math.inf
     for row in con.execute(f"SELECT {PRICE_COLUMNS} FROM market_events ORDER BY id"):
         kind, recv_ts, payload = row[0], row[4], row[8]
-        events: list[Event]
         if kind in ("price", BURST_KIND):
-            events = [PriceEvent(ts=ts, recv_ts=recv, market=market, asset=asset, price=price,
-                                 bid=bid, ask=ask)
-                      for market, asset, ts, recv, price, bid, ask
-                      in expand_price_rows([row], sets)]
+            prices: list[Event] = [
+                PriceEvent(ts=ts, recv_ts=recv, market=market, asset=asset, price=price,
+                           bid=bid, ask=ask)
+                for market, asset, ts, recv, price, bid, ask in expand_price_rows([row], sets)]
+            got: Event | list[Event] = prices if kind == BURST_KIND else prices[0]
         else:
-            events = [decode_event(payload)]
-        for ev in events:
-            if not live:
-                yield None, ev
-                continue
-            last = max(last, ev.recv_ts if kind == BURST_KIND else recv_ts)
-            yield last, ev
+            got = decode_event(payload)
+        if live:
+            last = max(last, recv_ts)  # a burst's row: its latest receive time
+            yield last, got
+        else:
+            yield None, got
 
 
 def _stored_calls(con: sqlite3.Connection) -> dict[tuple[str, str, float], list[StoredCall]]:
@@ -230,8 +232,45 @@ def _at_live_times(on_job: JobCallback, clock: StoredTimesClock,
     return job
 
 
-def rebuilt_report(src: str, report_json: Callable[[str, str], str]) -> str:
-    """Return ``report --json`` of the season of ``src`` replayed from its stored answers.
+#: What a replayed decision must repeat of the stored one, and a fill of the stored fill.
+_DECISION = ("decided_ts", "outcome", "reason", "input_sha256", "raw_output", "allocation_json",
+             "attempts")
+_FILL = ("ts", "trades_json", "traded_value", "cost", "value_before", "value_after",
+         "weights_json")
+
+
+def _rows(con: sqlite3.Connection, table: str, columns: Sequence[str]
+          ) -> dict[tuple[str, str, float], tuple[object, ...]]:
+    return {(r[0], r[1], r[2]): tuple(r[3:]) for r in con.execute(
+        f"SELECT agent, market, scheduled_ts, {', '.join(columns)} FROM {table}")}
+
+
+def first_decision_difference(src: str, out: str) -> str | None:
+    """Return the first (by time) decision or fill of ``out`` that is not the stored one of
+    ``src``, in one line (None: every one is)."""
+    a, b = connect_readonly(Path(src)), connect_readonly(Path(out))
+    try:
+        for table, columns in (("decisions", _DECISION), ("fills", _FILL)):
+            want, got = _rows(a, table, columns), _rows(b, table, columns)
+            for key in sorted(want.keys() | got.keys(), key=lambda k: (k[2], k[0], k[1])):
+                what = f"{table[:-1]} of {key[0]} in {key[1]} at {key[2]!r}"
+                if key not in got:
+                    return f"the replay made no {what}"
+                if key not in want:
+                    return f"the replay made a {what} that is not stored"
+                for col, x, y in zip(columns, want[key], got[key], strict=True):
+                    if x != y:
+                        return (f"the replay's {what} differs in {col}: stored "
+                                f"{str(x)[:60]!r}, replayed {str(y)[:60]!r}")
+        return None
+    finally:
+        a.close()
+        b.close()
+
+
+def rebuilt_report(src: str, report_json: Callable[[str, str], str]) -> tuple[str, str | None]:
+    """Return ``report --json`` of the season of ``src`` replayed from its stored answers, and
+    the first replayed decision or fill that is not the stored one (None: none).
 
     ``report_json(db, season_db)``: the report of the store ``db`` with the season record of
     ``season_db``.
@@ -241,4 +280,4 @@ def rebuilt_report(src: str, report_json: Callable[[str, str], str]) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "replayed.db")
         asyncio.run(replay_store(src, out))
-        return report_json(out, src)
+        return report_json(out, src), first_decision_difference(src, out)

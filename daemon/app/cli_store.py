@@ -77,9 +77,10 @@ def _report_json(db: str, season_db: str | None = None) -> str:
     return to_json({**board, "season": season} if season is not None else board)
 
 
-def _replayed_report(db: str) -> str:
+def _replayed_report(db: str) -> tuple[str, str | None]:
     """Return ``report --json`` of the season of the store ``db`` replayed from its stored
-    answers (:mod:`daemon.app.bundle_replay`); :class:`NotReplayed` when it cannot be."""
+    answers (:mod:`daemon.app.bundle_replay`) and the first replayed decision or fill that is
+    not the stored one; :class:`NotReplayed` when it cannot be replayed."""
     from daemon.app.bundle_replay import BundleReplayError, BundleReplayRefused, rebuilt_report
     from daemon.core.logs import configure_logging
     from daemon.store.integrity.bundle import BundleError, NotReplayed
@@ -104,13 +105,13 @@ def _bundle_report(args: argparse.Namespace) -> int:
     when the replayed report is not ``report.json``."""
     import tempfile
 
-    from daemon.store.integrity.bundle import BundleError, verify_bundle
+    from daemon.store.integrity.bundle import REPLAY_PROBLEMS, BundleError, verify_bundle
 
     try:
         problems, _, note = verify_bundle(args.bundle, _report_json, replay=_replayed_report)
     except BundleError as exc:
         return _fail(str(exc))
-    replayed = [p for p in problems if p.startswith(_REPLAY_DIFFERS)]
+    replayed = [p for p in problems if p.startswith(REPLAY_PROBLEMS)]
     if replayed:  # the store holds (else no replay), the report is not what it yields
         sys.stderr.write(f"paperarena: {args.bundle}: {replayed[0]}\n")
         return 1
@@ -130,10 +131,6 @@ def _bundle_report(args: argparse.Namespace) -> int:
             return 0
         ns = argparse.Namespace(**{**vars(args), "bundle": None, "db": db})
         return _report(ns)
-
-
-#: How a replayed report that is not ``report.json`` is named (bundle.verify_bundle).
-_REPLAY_DIFFERS = "the report replayed from the stored answers differs"
 
 
 def _export_bundle(args: argparse.Namespace) -> int:

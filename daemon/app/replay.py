@@ -343,13 +343,15 @@ class ReplayDriver:
         self._wall0 = time.monotonic()
         self._first_ts: float | None = None
 
-    async def step(self, i: int, ev: Event, at: float | None = None) -> bool:
+    async def step(self, i: int, ev: Event | list[Event], at: float | None = None) -> bool:
         """Apply event ``i`` (its recording offset); return False once past the window end.
 
         ``at``: the time the event is applied at, when not its ``ts`` (a bundle's replay
-        applies a live event when the live run received it, keeping the source's ``ts``).
+        applies a live event when the live run received it, keeping the source's ``ts``). A
+        list: a live burst of prices, published as one batch as the live source did (the
+        books' incremental marks then round as they did live); ``at`` is then required.
         """
-        ts = ev.ts if at is None else at
+        ts = at if at is not None else ev[0].ts if isinstance(ev, list) else ev.ts
         if ts > self.end:
             return False
         clock = self.clock
@@ -368,7 +370,9 @@ class ReplayDriver:
                 if delay > 0:
                     await asyncio.sleep(delay)
             engine.seq = i
-            if ev.topic_class in self._conflating:
+            if isinstance(ev, list):
+                engine.bus.publish_batch(ev)
+            elif ev.topic_class in self._conflating:
                 engine.bus.publish_nowait(ev)  # prices: sync path, no coroutine per tick
             else:
                 await engine.bus.publish(ev)

@@ -16,7 +16,8 @@ chain of the store (:mod:`.verify`), that the heads and counts are the manifest'
 report recomputed from the stored rows is byte-identical to ``report.json``, that the report
 rebuilt by replaying the season from the stored answers is too (a ``replay`` callback:
 :mod:`daemon.app.bundle_replay`, no model called, no key needed; the first differing line is
-named), and with ``--key`` (a PEM public key) the signature. What it does not do yet: replay a
+named, and the first replayed decision or fill that is not the stored one), and with ``--key``
+(a PEM public key) the signature. What it does not do yet: replay a
 season whose protocols the replay does not support (StockBench, PortBench, CapitalBench,
 AlphaForgeBench, HTTP and plugin agents) or that more than one run wrote; the callback raises
 :class:`NotReplayed` and the caller says the replay check was not done.
@@ -35,8 +36,8 @@ from typing import Any
 
 from daemon.store.integrity.verify import VerifyError, verify
 
-__all__ = ["FORMAT", "BundleError", "NotReplayed", "first_difference", "verify_bundle",
-           "write_bundle"]
+__all__ = ["FORMAT", "REPLAY_PROBLEMS", "BundleError", "NotReplayed", "first_difference",
+           "verify_bundle", "write_bundle"]
 
 #: The manifest's ``format``.
 FORMAT = "paperarena-bundle/1"
@@ -47,6 +48,10 @@ _MAX_MEMBER = 64 << 30
 
 class BundleError(Exception):
     """The bundle cannot be written or does not verify (one line)."""
+
+
+#: How the replay's problems begin: the replayed report, a replayed decision or fill.
+REPLAY_PROBLEMS = ("the report replayed from the stored answers differs", "the replay")
 
 
 class NotReplayed(BundleError):
@@ -195,13 +200,15 @@ def _extract(path: str, into: Path) -> dict[str, Path]:
 
 
 def verify_bundle(path: str, report_json: Callable[[str], str], key: str | None = None,
-                  replay: Callable[[str], str] | None = None
+                  replay: Callable[[str], tuple[str, str | None]] | None = None
                   ) -> tuple[list[str], dict[str, Any], str | None]:
     """Check the bundle at ``path`` offline; return (problems, manifest, replay note).
 
     ``replay``: the report of a store path rebuilt by replaying its season from the stored
-    answers (raises :class:`NotReplayed` when it cannot). The note is None when no replay was
-    asked, ``""`` when it ran, else why it did not.
+    answers, and the first replayed decision or fill that is not the stored one (None: none);
+    it raises :class:`NotReplayed` when it cannot replay. The note is None when no replay was
+    asked, ``""`` when it ran, else why it did not. Problems found by the replay start with
+    one of :data:`REPLAY_PROBLEMS`.
     """
     with tempfile.TemporaryDirectory() as tmp:
         files = _extract(path, Path(tmp))
@@ -245,12 +252,15 @@ def verify_bundle(path: str, report_json: Callable[[str], str], key: str | None 
         note = None
         if replay is not None and store_holds:
             try:
-                replayed = replay(str(files["store.db"])).encode()
+                report_text, decision = replay(str(files["store.db"]))
             except NotReplayed as exc:
                 note = str(exc)
             else:
                 note = ""
+                replayed = report_text.encode()
                 if replayed != stored:
-                    problems.append("the report replayed from the stored answers differs from "
-                                    f"report.json at {first_difference(stored, replayed)}")
+                    problems.append(f"{REPLAY_PROBLEMS[0]} from report.json at "
+                                    f"{first_difference(stored, replayed)}")
+                if decision:
+                    problems.append(decision)
     return problems, manifest, note

@@ -167,8 +167,13 @@ def test_an_edited_answer_or_report_fails_with_the_first_difference(
                                "answers differs from report.json at line "), r.stderr
     assert "report.json has '" in r.stderr and "the replay '" in r.stderr
     r = cli("verify-bundle", str(forged), timeout=300, env=_env())
-    assert r.returncode == 1 and r.stdout.startswith(
+    lines = r.stdout.splitlines()
+    assert r.returncode == 1 and lines[0].startswith(
         "the report replayed from the stored answers differs from report.json at line ")
+    # and the first replayed decision that is not the stored one: the edited answer's
+    assert lines[1].startswith("the replay's decision of llm in equity at "), lines
+    assert "differs in raw_output: stored " in lines[1] and lines[1].endswith(
+        """replayed '{"reasoning": "edited", "allocations": {"CASH": 1.0}}'"""), lines
     members = _members(bundle)
     report = members["report.json"].replace(b'"llm"', b'"llm2"', 1)
     assert report != members["report.json"]
