@@ -349,7 +349,7 @@ class ReplayDriver:
         ``at``: the time the event is applied at, when not its ``ts`` (a bundle's replay
         applies a live event when the live run received it, keeping the source's ``ts``). A
         list: a live burst of prices, published as one batch as the live source did (the
-        books' incremental marks then round as they did live); ``at`` is then required.
+        books' incremental marks then round as they did live), at ``at`` or its first ``ts``.
         """
         ts = at if at is not None else ev[0].ts if isinstance(ev, list) else ev.ts
         if ts > self.end:

@@ -143,3 +143,58 @@ def test_a_file_that_is_no_bundle_is_refused_in_one_line(tmp_path: Path) -> None
         r.stderr)
     r = cli("export", "--db", str(tmp_path / "none.db"))
     assert r.returncode == 2 and "give --out DIR (tables) or --bundle FILE" in r.stderr
+
+
+def _stored_config(bundle: Path, d: Path) -> str:
+    """Return the config a bundle's store keeps of its run."""
+    store = d / "config.db"
+    store.write_bytes(_members(bundle)["store.db"])
+    con = sqlite3.connect(store)
+    try:
+        return str(con.execute("SELECT config_json FROM runs").fetchone()[0])
+    finally:
+        con.close()
+
+
+def _with_runs(bundle: Path, d: Path, edit: str, *params: object) -> Path:
+    """Return a bundle re-exported from ``bundle``'s store after the SQL ``edit`` of its runs
+    (not chained: a publisher's config), so every other check holds."""
+    store = d / "store.db"
+    store.write_bytes(_members(bundle)["store.db"])
+    con = sqlite3.connect(store)
+    with con:
+        con.execute(edit, params)
+    con.close()
+    out = d / "edited.tar"
+    r = cli("export", "--db", str(store), "--bundle", str(out), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out
+
+
+def test_a_season_the_replay_does_not_support_is_named_not_replayed(
+        season: tuple[Path, Path, Path, Path], tmp_path: Path) -> None:
+    _, bundle, _, _ = season
+    cfg = json.loads(_stored_config(bundle, tmp_path))
+    cfg["agents"].append({"id": "sb", "kind": "llm", "model": "openai/test-model",
+                          "protocol": "stockbench", "markets": ["equity"]})
+    edited = _with_runs(bundle, tmp_path, "UPDATE runs SET config_json = ?", json.dumps(cfg))
+    why = ("agent sb: protocol stockbench cannot be replayed from stored answers yet (only "
+           "livetradebench LLM agents and baselines)")
+    r = cli("verify-bundle", str(edited), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"heads and report match, not replayed: {why} (season S1)" in r.stdout
+    r = cli("report", "--bundle", str(edited), "--json", timeout=120)
+    assert r.returncode == 0 and r.stdout.encode() == _members(edited)["report.json"]
+    assert r.stderr == (f"paperarena: {edited}: not replayed ({why}): the report is recomputed "
+                        "from the stored rows\n")
+
+
+def test_a_store_of_two_runs_is_not_replayed(season: tuple[Path, Path, Path, Path],
+                                             tmp_path: Path) -> None:
+    _, bundle, _, _ = season
+    edited = _with_runs(bundle, tmp_path, "INSERT INTO runs(started_ts, mode, version,"
+                        " config_json) SELECT started_ts + 1, mode, version, config_json FROM runs")
+    r = cli("verify-bundle", str(edited), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("not replayed: the store was written by 2 runs (a restart or a reload): only a "
+            "season of one run is replayed yet") in r.stdout
