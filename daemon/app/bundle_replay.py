@@ -5,10 +5,11 @@ The bundle's store holds every market event the season saw, every model answer a
 code (:func:`~daemon.app.replay.replay_session`, :class:`~daemon.app.replay.ReplayDriver`,
 one simulated clock) into a fresh store:
 
-- the market events are read back from ``market_events`` in stored (arrival) order, a live
-  burst of prices expanded into its prices, each event keeping its source time; a live event is
-  applied when the live run received it (``recv_ts``, never earlier than the one before), a
-  replayed one at its own time;
+- the market events are read back from ``market_events`` in stored (arrival) order, each
+  keeping its source time; a live event is applied when the live run received it (``recv_ts``,
+  never earlier than the one before), a live burst of prices as one batch (as the source
+  published it: the books' incremental marks round as they did live), a replayed event at its
+  own time;
 - each round runs with the clock at the time the live round read it (the decision's stored
   ``decided_ts``: a live round starts a little after its scheduled time), the daily marks at
   their scheduled times, up to the last stored round or mark;
@@ -25,7 +26,7 @@ answer, allocation) and fill with the stored one (:func:`first_decision_differen
 What cannot be replayed is refused in one line (:class:`BundleReplayRefused`): a protocol other
 than LiveTradeBench's (StockBench, PortBench, CapitalBench and AlphaForgeBench keep state or run
 code the stored answers do not capture yet), an HTTP or plugin agent, a store written by more
-than one run (a restart or a reload), and a PostgreSQL store. An event received between a
+than one run (a restart or a reload). An event received between a
 round's scheduled time and the moment the live round read the clock is replayed after the
 round (the stored rows do not say which came first).
 """
