@@ -223,6 +223,12 @@ class AgentConfig(_Frozen):
         default_factory=lambda: StrategySettings(),
         description="alphaforgebench: strategy query, regeneration and sandbox limits",
     )
+    rebalance_rule: Literal["drift", "model"] = Field(
+        default="drift",
+        description="portbench: what decides S5's rebalance: 'drift' (the paper: the target is"
+        " applied when its largest single-asset drift from the current weights exceeds 5 %),"
+        " 'model' (the model's rebalance flag); the model's estimates are scored either way",
+    )
     revision_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
         default=3,
         description="stockbench: times orders exceeding the account may be revised before the"

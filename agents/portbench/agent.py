@@ -14,10 +14,13 @@ Stages of one decision (each model call is stored with its stage name, see
 4. ``execution`` (S4, no model call): the turnover of moving to the target, its estimated cost
    at :data:`COST_BPS` (10 bps slippage + 5 bps commission, the paper's model; the ledger applies
    the market's configured cost model) and the largest single-asset drift.
-5. ``risk`` (S5): the model estimates the target's one-day 95 % VaR and maximum drawdown over
-   the window and decides whether to rebalance now; ``false`` keeps the current portfolio
-   (outcome ``hold``). The same figures computed by historical simulation are stored beside the
-   model's, for scoring (:mod:`agents.portbench.scores`).
+5. ``risk`` (S5): the target's one-day 95 % VaR and maximum drawdown over the window are
+   computed by historical simulation, with its largest single-asset drift from the current
+   weights (:func:`risk_truth`); with ``rebalance_rule = "drift"`` (the default, the paper's
+   deterministic monitor) the target is applied only when that drift exceeds
+   :data:`DRIFT_THRESHOLD`, otherwise the current portfolio is kept (outcome ``hold``). The
+   model is asked for the same estimates and a rebalance flag, scored against the computed
+   ones (:mod:`agents.portbench.scores`); ``rebalance_rule = "model"`` lets its flag decide.
 """
 
 from __future__ import annotations
@@ -387,11 +390,14 @@ class PortBenchAgent(StepwiseAgent):
         risk: Risk = s5.parsed
         summary["risk"] = {"rebalance": risk.rebalance, "var_95": risk.var_95,
                            "max_drawdown": risk.max_drawdown}
-        summary["risk_truth"] = risk_truth(rets, [target[a] for a in assets], s4["drift"])
-        summary["applied"] = risk.rebalance
+        truth = risk_truth(rets, [target[a] for a in assets], s4["drift"])
+        summary["risk_truth"] = truth
+        summary["rebalance_rule"] = self.cfg.rebalance_rule
+        apply = truth["rebalance"] if self.cfg.rebalance_rule == "drift" else risk.rebalance
+        summary["applied"] = apply
         common = self._common(run, version, summary)
         reasoning = redact_text(flat(risk.reasoning, 2000))
-        if not risk.rebalance:
+        if not apply:
             return AgentDecision(allocation=None, outcome="hold",
                                  reason="risk monitor: no rebalance", reasoning=reasoning,
                                  **common)
