@@ -160,7 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--end", type=_when, default=None,
                      help="only until this time (ISO 8601; default: to the end)")
     rep.add_argument("--bundle", metavar="FILE", default=None,
-                     help="the report of a season's bundle, once it verifies (instead of --db)")
+                     help="the report of a season's bundle, once it verifies and its season, "
+                     "replayed from the stored answers (no model, no key), yields that report "
+                     "(instead of --db)")
     rep.add_argument("--html", metavar="FILE", default=None,
                      help="also write a self-contained offline HTML report to FILE")
     rep.add_argument("--password-env", default=None, metavar="VAR",
@@ -267,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
                     " (default: PGPASSWORD)")
 
     vb = _command(sub, "verify-bundle", "check a season's bundle offline: hashes, chains, "
-                  "heads, the rebuilt report, the signature", "paperarena verify-bundle "
+                  "heads, the rebuilt report, the season replayed from the stored answers, the "
+                  "signature", "paperarena verify-bundle "
                   "season.tar --key publisher.pub")
     vb.add_argument("bundle", metavar="FILE", help="the bundle (paperarena export --bundle)")
     vb.add_argument("--key", default=None, metavar="PUB",
