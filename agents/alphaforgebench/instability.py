@@ -40,8 +40,9 @@ from feeds.daily_bars import Bar, bar_problem
 log = structlog.get_logger(__name__)
 
 DEFAULT_TEMPERATURES = (0.0, 0.7)
-#: One-way cost of the frozen backtest (the paper's 10^-3).
-COST = 1e-3
+#: One-way cost per unit traded of the frozen backtest: 0, frictionless, as the paper's
+#: instability study ("transaction costs are set to zero", Sec. C) and backtest (Table 9).
+COST = 0.0
 
 
 #: The recorded bar columns beside the closes (history recordings with OHLCV).

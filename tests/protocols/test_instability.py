@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from agents.alphaforgebench.instability_stats import (
@@ -92,3 +93,24 @@ def test_bad_input_is_refused() -> None:
         pairwise_agreement([[1, 0]])
     with pytest.raises(ValueError):
         disagreement_step_fraction([[1, 0], [1]])
+
+
+def test_the_instability_backtest_is_frictionless() -> None:
+    """The paper's instability study and Table 9 backtest without costs: the frozen backtest's
+    cost is 0, so a run's return is the mean over its sleeves of the compounded exposure-weighted
+    close-to-close returns (numpy by hand), however often it trades."""
+    from agents.alphaforgebench.instability import COST, run_figures
+
+    assert COST == 0.0
+    bars = {"A": {"ts": [1.0, 2.0, 3.0, 4.0, 5.0], "close": [100.0, 104.0, 99.0, 101.0, 97.0]},
+            "B": {"ts": [1.0, 2.0, 3.0, 4.0, 5.0], "close": [50.0, 49.0, 52.0, 53.0, 55.0]}}
+    run = {"signals": {"A": [1, -1, 1, -1, 1], "B": [1, 0, 0, -1, 0]},
+           "positions": {"A": [1.0, 0.0, 0.5, 0.0, 1.0], "B": [0.8, 0.0, 0.0, 0.0, 0.0]},
+           "failed": {"A": [False] * 5, "B": [False] * 5}}
+    _, _, ret = run_figures(bars, run)
+    held = {"A": np.array([1.0, 0.0, 0.5, 0.0, 1.0]), "B": np.array([0.8, 0.8, 0.8, 0.0, 0.0])}
+    sleeves = []
+    for a in ("A", "B"):
+        c = np.asarray(bars[a]["close"])
+        sleeves.append(np.prod(1.0 + held[a][:-1] * (c[1:] / c[:-1] - 1.0)))
+    assert ret == pytest.approx(float(np.mean(sleeves)) - 1.0, abs=1e-15)
