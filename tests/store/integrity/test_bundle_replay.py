@@ -3,7 +3,8 @@
 A live-clock run (the daemon in this process, every source at the local fakes, an LLM agent at
 the fake OpenAI-compatible server, baselines beside it) writes a store; ``export --bundle``
 bundles it. Then, with the fakes and the model server stopped, ``report --bundle`` in a fresh
-process with no API key in its environment replays the season from the stored answers and
+process with no API key in its environment and no network (a network namespace of its own,
+where the system allows one: ``unshare -rn``) replays the season from the stored answers and
 prints the report byte-identical to the bundle's ``report.json``. A bundle whose stored answer
 was edited (re-chained and re-exported, so every other check holds) fails with one line naming
 the first difference; one whose report.json was edited too.
@@ -14,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +33,7 @@ from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applie
 from tests.fakes.scenario import Scenario, wait_until
 from tests.llm_server import FakeLlmServer, answer, ok
 from tests.store.integrity.test_bundle import _members, _pack
-from tests.store.test_cli_database import cli
+from tests.store.test_cli_database import ROOT, cli
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +49,21 @@ def _env() -> dict[str, str]:
     """A fresh process's environment: no provider key, LiteLLM's price map offline."""
     env = {k: v for k, v in os.environ.items() if k != KEY_ENV and "API_KEY" not in k}
     return {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
+def _no_network() -> list[str]:
+    """Return the command prefix that runs a process in a network namespace of its own (no
+    route anywhere, not even to this host's loopback), where the system allows one."""
+    unshare = shutil.which("unshare")
+    if unshare and subprocess.run([unshare, "-rn", "true"], capture_output=True).returncode == 0:
+        return [unshare, "-rn"]
+    return []  # the fakes and the model server are stopped anyway: nothing would answer
+
+
+def offline_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``paperarena ARGS`` in a fresh process with no network and no provider key."""
+    return subprocess.run([*_no_network(), sys.executable, "-m", "daemon.app.cli", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=_env())
 
 
 async def _live_season(tmp: Path) -> tuple[Path, int]:
@@ -120,7 +139,7 @@ def test_a_live_bundle_rebuilds_its_report_by_replay_with_no_model(
     assert _count(db, "SELECT COUNT(*) FROM llm_calls WHERE outcome='invalid'") >= 1
     assert _count(db, "SELECT COUNT(*) FROM fills WHERE agent='llm'") >= 3
     assert _count(db, "SELECT COUNT(*) FROM market_events WHERE kind='prices'") >= 1  # bursts
-    r = cli("report", "--bundle", str(bundle), "--json", timeout=300, env=_env())
+    r = offline_cli("report", "--bundle", str(bundle), "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.encode() == _members(bundle)["report.json"]
     assert "not replayed" not in r.stderr
