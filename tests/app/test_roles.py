@@ -419,17 +419,22 @@ async def test_overlapping_evaluators_refuse_to_start(
             ["run", "--role", "evaluator", "--db", str(tmp_path / "live.db"), "--agents", "bh",
              "--duration", "5"],
         ):
-            r = subprocess.run(
+            # in a thread: the first evaluator shares this loop and must keep its MQTT keepalive
+            # (5 s here; a loop blocked longer lets the broker declare it offline: no conflict)
+            r = await asyncio.to_thread(
+                subprocess.run,
                 [sys.executable, "-m", "daemon.app.cli", *args, "--config", str(cfg),
                  "--process-id", "live-second"],
-                cwd=ROOT, capture_output=True, text=True, timeout=60)
+                cwd=ROOT, capture_output=True, text=True, timeout=120)
             assert r.returncode == 2, r.stderr
             assert r.stderr.count("\n") == 1, r.stderr
             assert "bh owned by first" in r.stderr and "disjoint --agents" in r.stderr
         assert not first.done()  # the first evaluator is unaffected
-        r = subprocess.run([sys.executable, "-m", "daemon.app.cli", "replay-evaluate", "--config",
-                            str(cfg), "--agents", "nobody"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+        r = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "daemon.app.cli", "replay-evaluate", "--config", str(cfg),
+             "--agents", "nobody"],
+            cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nobody" in r.stderr
     finally:
         first.cancel()
