@@ -7,8 +7,9 @@ same frozen daily bars (the daily closes of the recording's equities: the last p
 per UTC day, with the recorded open, high, low and volume when the recording has OHLCV bars),
 and measures how the runs of one model agree
 (:mod:`agents.alphaforgebench.instability_stats`): pairwise agreement of signals, the share of
-disagreement steps, the Jaccard index of the active steps, the agreement of the majority signals
-between two temperatures, and, across models, the SNR of the runs' returns. The result is printed as
+disagreement steps, the step-wise agreement (the Jaccard similarity of the runs' actions at each
+bar), the Jaccard index of the active steps, the agreement of the majority signals between two
+temperatures, and, across models, the SNR of the runs' Sharpe ratios. The result is printed as
 JSON and stored in ``instability_runs`` (schema v6); the report and ``/api/alphaforge`` show the
 latest.
 
@@ -131,8 +132,9 @@ async def execute(code: str, bars: dict[str, dict[str, list[float]]], lookback: 
 
 
 def run_figures(bars: dict[str, dict[str, list[float]]], run: dict[str, Any]
-                ) -> tuple[list[int], list[bool], float]:
-    """Return (signals over all steps, active over all steps, backtest return) of one run."""
+                ) -> tuple[list[int], list[bool], float, float]:
+    """Return (signals over all steps, active over all steps, backtest return, Sharpe ratio of
+    the backtest's bar-to-bar returns) of one run."""
     assets = sorted(bars)
     signals: list[int] = []
     active: list[bool] = []
@@ -143,22 +145,37 @@ def run_figures(bars: dict[str, dict[str, list[float]]], run: dict[str, Any]
         signals.extend(0 if f else s for s, f in zip(run["signals"][a], run["failed"][a],
                                                       strict=True))
         active.extend(x > 0 for x in e)
-    ret = ins.backtest_return([bars[a]["close"] for a in assets], held, COST)
-    return signals, active, ret
+    values = ins.backtest_values([bars[a]["close"] for a in assets], held, COST)
+    return signals, active, values[-1] - 1.0, ins.run_sharpe(values)
 
 
-def summarise(runs: list[tuple[list[int], list[bool], float]], generated: int, asked: int
-              ) -> dict[str, Any]:
-    """Return one model's figures at one temperature."""
+def per_bar(series: Sequence[float], bars: int) -> list[float]:
+    """Return the mean over the assets of an asset-major step series, per bar."""
+    assets = len(series) // bars
+    return [fmean(series[k * bars + t] for k in range(assets)) for t in range(bars)]
+
+
+def summarise(runs: list[tuple[list[int], list[bool], float, float]], generated: int,
+              asked: int, bars: int | None = None) -> dict[str, Any]:
+    """Return one model's figures at one temperature (``bars``: steps per asset, for the
+    step-wise agreement per bar; default: every step is one bar)."""
     out: dict[str, Any] = {"asked": asked, "valid": generated, "runs": len(runs)}
     if runs:
         returns = [r[2] for r in runs]
         out["returns"] = returns
         out["mean_return"] = fmean(returns)
         out["std_return"] = stdev(returns) if len(returns) > 1 else None
+        sharpes = [r[3] for r in runs]
+        out["sharpes"] = sharpes
+        out["mean_sharpe"] = fmean(sharpes)
+        out["std_sharpe"] = stdev(sharpes) if len(sharpes) > 1 else None
     if len(runs) >= 2:
-        out["pairwise_agreement"] = ins.pairwise_agreement([r[0] for r in runs])
-        out["disagreement_steps"] = ins.disagreement_step_fraction([r[0] for r in runs])
+        signals = [r[0] for r in runs]
+        out["pairwise_agreement"] = ins.pairwise_agreement(signals)
+        out["disagreement_steps"] = ins.disagreement_step_fraction(signals)
+        steps = ins.stepwise_agreement(signals)
+        out["stepwise_agreement"] = per_bar(steps, bars or len(steps))
+        out["mean_stepwise_agreement"] = fmean(steps)
         out["active_jaccard"] = ins.active_jaccard([r[1] for r in runs])
     return out
 
@@ -223,14 +240,15 @@ async def run_instability(configs: Sequence[AgentConfig], assets: Sequence[str],
                 executed = await execute(code.code, bars, s.lookback, limits)
                 runs.append(run_figures(bars, executed))
             signals[(cfg.id, f"{temp:g}")] = [r[0] for r in runs]
-            models[cfg.id] = {"model": cfg.model, **summarise(runs, len(versions), repeats),
+            models[cfg.id] = {"model": cfg.model,
+                              **summarise(runs, len(versions), repeats, len(first["ts"])),
                               "versions": versions,
                               "distinct_versions": len(set(versions)),
                               # kept for audit: each run's steps, and each version's code
                               "run_signals": [r[0] for r in runs],
                               "run_active": [[int(x) for x in r[1]] for r in runs],
                               "codes": codes}
-        figures = {m: v["returns"] for m, v in models.items() if len(v.get("returns", [])) >= 2}
+        figures = {m: v["sharpes"] for m, v in models.items() if len(v.get("sharpes", [])) >= 2}
         snr = ins.snr(figures)
         result["temperatures"][f"{temp:g}"] = {
             "models": models, "snr": None if snr is None else (

@@ -8,25 +8,34 @@ Measures over the runs of one model at one temperature:
   are equal (the paper's pairwise agreement rate, Appendix C);
 - :func:`disagreement_step_fraction`: share of steps where not every run gives the same signal
   (the paper's "disagreement steps");
+- :func:`stepwise_agreement`: the paper's step-wise agreement (Appendix C), the Jaccard
+  similarity of the runs' actions at each step: per step, the mean over all pairs of runs of
+  the Jaccard index of their action sets there (one action each: 1 when equal, else 0); its
+  mean over the steps equals the pairwise agreement rate, as in the paper's figures;
 - :func:`active_jaccard`: mean over all pairs of runs of the Jaccard index of their active steps,
-  ``|A & B| / |A | B|`` (1.0 when neither is ever active);
+  ``|A & B| / |A | B|`` (1.0 when neither is ever active; an extra figure of invested steps);
 - :func:`temperature_agreement` between two temperatures of one model: the share of steps where
   the runs' majority signals agree (the paper's temperature agreement rate; a tie counts as 0);
 - :func:`snr` across models: the spread of the models' mean figures (max - min) over the mean
-  within-model standard deviation of that figure (the paper's "inter-model range divided by the
-  typical run-to-run std", Appendix F).
+  within-model standard deviation of that figure (the paper's "inter-model SR range divided by
+  the typical run-to-run std", Appendix F; the figure is each run's Sharpe ratio,
+  :func:`run_sharpe`).
 
 :func:`exposures` turns signals into the held exposure (signal 1: the position, -1: flat, 0 or a
-failed step: the previous exposure) and :func:`backtest_return` gives a run's return on the
-frozen closes, one equal sleeve per asset, with a one-way cost per unit of exposure traded.
+failed step: the previous exposure), :func:`backtest_values` gives a run's value after each bar
+on the frozen closes, one equal sleeve per asset, with a one-way cost per unit of exposure
+traded, :func:`backtest_return` its total return and :func:`run_sharpe` the annualised Sharpe
+ratio of its bar-to-bar returns.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from itertools import combinations
+from itertools import combinations, pairwise
 from statistics import fmean, stdev
+
+from scoring.stats.metrics import sharpe
 
 
 def _pairs(n: int) -> list[tuple[int, int]]:
@@ -63,6 +72,21 @@ def disagreement_step_fraction(runs: Sequence[Sequence[int]]) -> float:
     """Return the share of steps at which the runs do not all give the same signal."""
     n = _check(runs)
     return sum(1 for t in range(n) if len({r[t] for r in runs}) > 1) / n
+
+
+def set_jaccard(a: set[int], b: set[int]) -> float:
+    """Return ``|a & b| / |a | b|`` of two action sets (1.0 if both are empty)."""
+    union = a | b
+    return 1.0 if not union else len(a & b) / len(union)
+
+
+def stepwise_agreement(runs: Sequence[Sequence[int]]) -> list[float]:
+    """Return, per step, the mean over all pairs of runs of the Jaccard similarity of their
+    actions there (the paper's step-wise agreement series)."""
+    n = _check(runs)
+    pairs = _pairs(len(runs))
+    return [fmean(set_jaccard({runs[i][t]}, {runs[j][t]}) for i, j in pairs)
+            for t in range(n)]
 
 
 def jaccard(a: Sequence[bool], b: Sequence[bool]) -> float:
@@ -137,25 +161,47 @@ def exposures(signals: Sequence[int], positions: Sequence[float],
     return out
 
 
-def backtest_return(closes: Sequence[Sequence[float]], held: Sequence[Sequence[float]],
-                    cost: float = 1e-3) -> float:
-    """Return the total return of one equal sleeve per asset.
+def backtest_values(closes: Sequence[Sequence[float]], held: Sequence[Sequence[float]],
+                    cost: float = 1e-3) -> list[float]:
+    """Return the value (start 1.0) after each bar of one equal sleeve per asset.
 
     ``held[i][t]`` is the exposure of asset ``i`` chosen at the close of bar ``t`` and held to
     the close of bar ``t + 1`` (the last bar's choice earns nothing); each change of exposure
-    pays ``cost`` per unit traded, from the sleeve's value then.
+    pays ``cost`` per unit traded, from the sleeve's value then. Entry ``t`` is the mean of the
+    sleeves' values at the close of bar ``t``, after its trades.
     """
     if not closes:
         raise ValueError("no assets")
-    total = 0.0
+    n = len(closes[0])
+    paths: list[list[float]] = []
     for c, e in zip(closes, held, strict=True):
-        if len(c) != len(e):
+        if len(c) != len(e) or len(c) != n:
             raise ValueError("closes and exposures must be of equal length")
-        value, prev = 1.0, 0.0
-        for t in range(len(c)):
+        value, prev, path = 1.0, 0.0, []
+        for t in range(n):
+            if t > 0:
+                value *= 1.0 + prev * (c[t] / c[t - 1] - 1.0)
             value -= value * abs(e[t] - prev) * cost
             prev = e[t]
-            if t + 1 < len(c):
-                value *= 1.0 + e[t] * (c[t + 1] / c[t] - 1.0)
-        total += value
-    return total / len(closes) - 1.0
+            path.append(value)
+        paths.append(path)
+    return [fmean(p[t] for p in paths) for t in range(n)]
+
+
+def backtest_return(closes: Sequence[Sequence[float]], held: Sequence[Sequence[float]],
+                    cost: float = 1e-3) -> float:
+    """Return the total return of one equal sleeve per asset (see :func:`backtest_values`)."""
+    return backtest_values(closes, held, cost)[-1] - 1.0
+
+
+def run_sharpe(values: Sequence[float], periods: int = 252) -> float:
+    """Return the annualised Sharpe ratio (r_f 0) of the bar-to-bar returns of ``values``
+    (:func:`backtest_values`; the first return runs from the start value 1.0 to the second
+    bar's close, so it carries the first trades' cost). A run whose value never changes has
+    no volatility: its ratio is 0.0 (no excess return), not undefined."""
+    path = [1.0, *values[1:]]
+    rets = [b / a - 1.0 for a, b in pairwise(path)]
+    if len(rets) < 2 or max(abs(r) for r in rets) == 0.0:
+        return 0.0
+    sr = sharpe(rets, periods)
+    return 0.0 if math.isnan(sr) else sr

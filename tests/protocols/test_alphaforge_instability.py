@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from daemon.app.cli import main
@@ -116,9 +117,17 @@ async def test_repeated_generations_measure_instability(tmp_path: Path, monkeypa
         assert a["active_jaccard"] == 1.0 and a["std_return"] == 0.0
         assert b["distinct_versions"] == 2
         assert b["pairwise_agreement"] < 1.0 and b["disagreement_steps"] > 0.0
-        # SNR = |mean a - mean b| / mean(std a, std b) with std a = 0
-        expected = abs(a["mean_return"] - b["mean_return"]) / (b["std_return"] / 2)
+        # SNR over the runs' Sharpe ratios (Appendix F):
+        # |mean a - mean b| / mean(std a, std b) with std a = 0
+        assert a["std_sharpe"] == 0.0 and len(b["sharpes"]) == 2
+        expected = abs(a["mean_sharpe"] - b["mean_sharpe"]) / (b["std_sharpe"] / 2)
         assert block["snr"] == pytest.approx(expected)
+        # The step-wise agreement per bar: the mean over stocks of 1 where the two runs agree.
+        sb = np.asarray(b["run_signals"])
+        per_step = (sb[0] == sb[1]).astype(float).reshape(len(result["assets"]), -1)
+        assert b["stepwise_agreement"] == pytest.approx(per_step.mean(axis=0).tolist())
+        assert b["mean_stepwise_agreement"] == pytest.approx(b["pairwise_agreement"])
+        assert a["stepwise_agreement"] == [1.0] * result["bars"]
         # Every run's signals, active steps and code are kept, so the figures can be audited:
         # recompute b's pairwise agreement and Jaccard from the stored runs.
         steps = result["bars"] * len(result["assets"])

@@ -11,12 +11,15 @@ from agents.alphaforgebench.instability_stats import (
     active_jaccard,
     agreement_matrix,
     backtest_return,
+    backtest_values,
     disagreement_step_fraction,
     exposures,
     jaccard,
     majority,
     pairwise_agreement,
+    run_sharpe,
     snr,
+    stepwise_agreement,
     temperature_agreement,
 )
 
@@ -107,10 +110,58 @@ def test_the_instability_backtest_is_frictionless() -> None:
     run = {"signals": {"A": [1, -1, 1, -1, 1], "B": [1, 0, 0, -1, 0]},
            "positions": {"A": [1.0, 0.0, 0.5, 0.0, 1.0], "B": [0.8, 0.0, 0.0, 0.0, 0.0]},
            "failed": {"A": [False] * 5, "B": [False] * 5}}
-    _, _, ret = run_figures(bars, run)
+    _, _, ret, _ = run_figures(bars, run)
     held = {"A": np.array([1.0, 0.0, 0.5, 0.0, 1.0]), "B": np.array([0.8, 0.8, 0.8, 0.0, 0.0])}
     sleeves = []
     for a in ("A", "B"):
         c = np.asarray(bars[a]["close"])
         sleeves.append(np.prod(1.0 + held[a][:-1] * (c[1:] / c[:-1] - 1.0)))
     assert ret == pytest.approx(float(np.mean(sleeves)) - 1.0, abs=1e-15)
+
+
+def test_stepwise_agreement_is_the_jaccard_of_actions_per_step() -> None:
+    """The paper's step-wise agreement: per step, the Jaccard similarity of the actions of each
+    pair of runs ({a} vs {b}: 1 when equal, 0 otherwise), averaged over the pairs; its mean over
+    the steps is the pairwise agreement rate (the paper's two figures coincide)."""
+    rng = np.random.default_rng(3)
+    runs = rng.choice([-1, 0, 1], size=(5, 40), p=[0.2, 0.6, 0.2])
+    got = stepwise_agreement(runs.tolist())
+    pairs = [(i, j) for i in range(5) for j in range(i + 1, 5)]
+    want = np.mean([[len({runs[i, t]} & {runs[j, t]}) / len({runs[i, t]} | {runs[j, t]})
+                     for i, j in pairs] for t in range(40)], axis=1)
+    assert got == pytest.approx(want.tolist())
+    assert float(np.mean(got)) == pytest.approx(pairwise_agreement(runs.tolist()))
+    # By hand on RUNS: step 0 all agree (1), step 1 one pair of three (1/3), step 2 (0,2) agree
+    # (1/3), step 3 all agree (1).
+    assert stepwise_agreement(RUNS) == pytest.approx([1.0, 1 / 3, 1 / 3, 1.0])
+
+
+def test_snr_is_over_the_runs_sharpe_ratios() -> None:
+    """Appendix F's SNR is the inter-model Sharpe-ratio range over the typical run-to-run std:
+    each run's figure is the annualised Sharpe ratio of its backtest's bar-to-bar returns
+    (numpy by hand), and the SNR of those figures is (max - min of the means) / mean std."""
+    closes = [[100.0, 103.0, 101.0, 104.0, 102.0, 106.0, 105.0],
+              [20.0, 19.5, 20.5, 21.0, 20.0, 20.8, 21.5]]
+    helds = {"m1": [[[1, 1, 0, 1, 1, 0, 0], [0, 1, 1, 1, 0, 0, 0]],
+                    [[1, 0, 0, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0, 0]]],
+             "m2": [[[0, 0, 1, 1, 0, 1, 0], [1, 1, 0, 0, 1, 1, 0]],
+                    [[0, 1, 1, 1, 0, 1, 0], [1, 0, 0, 0, 1, 1, 0]],
+                    [[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 0]]]}
+    c = np.asarray(closes)
+    figures: dict[str, list[float]] = {}
+    for m, runs in helds.items():
+        for held in runs:
+            h = np.asarray(held, dtype=float)
+            sleeves = np.cumprod(np.concatenate(
+                [np.ones((2, 1)), 1.0 + h[:, :-1] * (c[:, 1:] / c[:, :-1] - 1.0)], axis=1),
+                axis=1)
+            v = sleeves.mean(axis=0)  # frictionless: value after each bar
+            assert backtest_values(closes, held, cost=0.0) == pytest.approx(v.tolist())
+            r = v[1:] / v[:-1] - 1.0
+            sr = r.mean() / r.std(ddof=1) * np.sqrt(252)
+            assert run_sharpe(v.tolist()) == pytest.approx(float(sr))
+            figures.setdefault(m, []).append(float(sr))
+    means = [np.mean(f) for f in figures.values()]
+    within = np.mean([np.std(f, ddof=1) for f in figures.values()])
+    assert snr(figures) == pytest.approx(float((max(means) - min(means)) / within))
+    assert run_sharpe([1.0, 1.0, 1.0]) == 0.0  # never invested: no volatility, ratio 0
