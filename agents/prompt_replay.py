@@ -14,18 +14,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agents.base import AgentDecision, Observation
 from agents.config import AgentConfig
-from agents.llm import DecisionRun, LlmAgent, _Attempt, utc_day
+from agents.llm import DecisionRun, LlmAgent, _Attempt, _one_line, utc_day
 from agents.llm_output import InvalidOutput
 from agents.protocols import build_llm_agent
 from daemon.core.logs import redact_text
 
-__all__ = ["RebuiltPrompt", "StoredCall", "answer_from_store", "rebuild_prompts"]
+__all__ = ["RebuiltPrompt", "StoredCall", "answer_from_store", "rebuild_prompts",
+           "stored_reply"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,25 @@ async def _replay(agent: LlmAgent, obs: Observation, calls: Sequence[StoredCall]
     return sent
 
 
+_TOOL_CALL = re.compile(r'\n?<tool_call name="[^"]*">(.*?)</tool_call>', re.DOTALL)
+_REFUSAL = re.compile(r"\n?<refusal>(.*)</refusal>\Z", re.DOTALL)
+
+
+def stored_reply(text: str) -> tuple[str, str]:
+    """Return (the answer a protocol parses, the refusal) of a stored ``raw_response``.
+
+    A stored answer is everything the model sent (:func:`agents.llm._reply`): the content,
+    each tool call's arguments in a ``<tool_call>`` block, a refusal in a ``<refusal>`` block
+    last; the protocol parsed the content and the arguments, joined by newlines.
+    """
+    refusal = ""
+    m = _REFUSAL.search(text)
+    if m is not None:
+        refusal, text = m.group(1), text[:m.start()]
+    content = _TOOL_CALL.sub("", text)
+    return "\n".join([*([content] if content else []), *_TOOL_CALL.findall(text)]), refusal
+
+
 def answer_from_store(agent: LlmAgent,
                       calls_for: Callable[[Observation], Sequence[StoredCall] | None],
                       sent: list[str] | None = None) -> None:
@@ -110,8 +131,9 @@ def answer_from_store(agent: LlmAgent,
     ``calls_for(obs)``: the stored calls of the decision on ``obs`` (None: none stored, each
     call then fails as ``fatal``). No model is called, no key is needed, retries do not wait;
     the daily budget still pauses as it did. A stored answer (outcome ``ok`` or ``invalid``) is
-    parsed again by the protocol's own check, as a live answer is; a stored transport error
-    stays one. ``sent``: receives the last message of every prompt the protocol sends.
+    parsed again by the protocol's own check, as a live answer is (:func:`stored_reply`: its
+    content and tool calls; a refusal is invalid); a stored transport error stays one.
+    ``sent``: receives the last message of every prompt the protocol sends.
     """
     queue: list[StoredCall] = []
     own_prepare = agent.prepare
@@ -142,8 +164,11 @@ def answer_from_store(agent: LlmAgent,
         kind = call.outcome or ("error" if call.error else "ok")
         if kind not in ("ok", "invalid"):
             return _Attempt(record=record, content=content, kind=kind, error=call.error or "")
+        answer_text, refusal = stored_reply(content)
         try:
-            parsed = check(content, call.finish_reason)
+            if refusal:  # as agents.llm treats a refusal
+                raise InvalidOutput(f"model refused: {_one_line(refusal, 200)}")
+            parsed = check(answer_text, call.finish_reason)
         except InvalidOutput as exc:  # as the live call words it (agents.llm)
             record["error"] = redact_text(f"invalid output: {exc}")
             return _Attempt(record=record, content=content, kind="invalid",

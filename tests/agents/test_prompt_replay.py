@@ -86,3 +86,36 @@ async def test_a_changed_prompt_is_named_not_shown(server: FakeLlmServer,
     assert bad.error is not None and "\n" not in bad.error
     assert "does not match the stored" in bad.error
     assert bad.stored_sha256 == hashlib.sha256(good.text.encode()).hexdigest()
+
+
+async def test_stored_answers_decide_as_the_live_calls_did(server: FakeLlmServer,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal (invalid, retried) then an answer given as a tool call: the agent answered
+    from the stored calls (the bundle replay's agent) parses them as the live agent did."""
+    from agents.prompt_replay import answer_from_store, stored_reply
+    from tests.llm_server import Behaviour
+
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+    cfg = config(server)
+    args = json.dumps({"reasoning": "tool", "allocations": {"MSFT": 0.7, "CASH": 0.3}})
+    server.push(Behaviour(content=None, refusal="I cannot help with trading"),
+                Behaviour(content="", tool_calls=(("allocate", args),), finish_reason="tool_calls"))
+    obs = equity_obs()
+    live = await LlmAgent(cfg, sleep=_no_sleep).decide(obs)
+    assert live.outcome == "ok" and live.attempts == 2, live.reason
+    assert [c["outcome"] for c in live.calls] == ["invalid", "ok"]
+    assert stored_reply(live.calls[0]["raw_response"]) == ("", "I cannot help with trading")
+    assert stored_reply(live.calls[1]["raw_response"]) == (args, "")
+    asked = len(server.requests)
+    usage = ("ts", "model", "tokens_in", "tokens_out", "latency_s", "cost_usd")
+    calls = [StoredCall(c["attempt"], c["step"], c["input_sha256"], c["raw_response"],
+                        c["error"], c["finish_reason"], c["outcome"], {k: c[k] for k in usage})
+             for c in live.calls]
+    monkeypatch.delenv(KEY_ENV)  # the stored answers need no key
+    agent = LlmAgent(cfg, sleep=_no_sleep)
+    answer_from_store(agent, lambda o: calls if o is obs else None)
+    replayed = await agent.decide(obs)
+    assert len(server.requests) == asked  # no model was called
+    assert (replayed.outcome, replayed.allocation, replayed.reason, replayed.raw_output) == (
+        live.outcome, live.allocation, live.reason, live.raw_output)
+    assert replayed.calls == live.calls  # errors, prompt hashes, usage: as stored
