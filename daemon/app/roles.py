@@ -52,7 +52,11 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 ROLES = ("all", "feeds", "evaluator")
-MARKET_DATA = ("price.#", "news.#", "market.#", "resolution.#")
+#: Every event class a source or a recording carries to the evaluators (a class missing here
+#: never reaches them: a replay stream holding one waits forever on the gap it leaves). Live
+#: sources publish no ``clock`` event; recordings end with one.
+MARKET_DATA = ("price.#", "news.#", "market.#", "resolution.#", "history.#", "fundamentals.#",
+               "bar.#", "clock.#")
 #: Default bridge patterns per role (used unless the ``[mqtt]`` section sets them).
 ROLE_PATTERNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "feeds": ((*MARKET_DATA, "status.#"), ("status.#",)),

@@ -283,6 +283,56 @@ async def test_two_evaluators_split_the_agents_and_match_the_single_process(
         con.close()
 
 
+async def test_a_recording_with_bars_fundamentals_and_clock_splits_like_one_process(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """Every event class a recording can hold crosses the broker: a history recording's daily
+    bars and closing clock tick, a StockBench recording's fundamentals (a class the evaluators
+    did not subscribe to left a gap the stream waited on forever)."""
+    from datetime import UTC, date, datetime, timedelta
+
+    from daemon.core.events import BarEvent, ClockEvent, FundamentalsEvent
+    from daemon.timing.nyse import get_nyse_calendar
+    from tests.recordings import TICKERS
+
+    cal = get_nyse_calendar()
+    extra: list[Event] = []
+    for k in range(4):
+        day = date(2026, 11, 2) + timedelta(days=k)
+        bounds = cal.session_bounds(day)
+        if bounds is None:
+            continue
+        close = bounds[1].timestamp() + 1
+        for n, s in enumerate(TICKERS):
+            extra.append(BarEvent(ts=close, recv_ts=close, asset=s, day=day.isoformat(),
+                                  open=100.0 + n, high=103.0 + n, low=98.0 + n, close=101.0 + n,
+                                  volume=1e6 * (n + 1), source="test"))
+            extra.append(FundamentalsEvent(ts=close, recv_ts=close, asset=s,
+                                           metrics={"pe_ratio": 20.0 + n}, source="test"))
+    end = datetime(2026, 11, 6, tzinfo=UTC).timestamp() + 7200
+    extra.append(ClockEvent(ts=end, recv_ts=end, reason="end of recording"))
+    path = tmp_path / "bars.jsonl.gz"
+    count = make_recording(path, days=4, extra=extra)
+    cfg_path = tmp_path / "tiny.toml"
+    cfg_path.write_text(TEST_CONFIG)
+    cfg = load_config(cfg_path)
+    reports: dict[tuple[str, ...] | None, str] = {}
+    fills: dict[tuple[str, ...] | None, list[tuple[Any, ...]]] = {}
+    for agents in (None, *GROUPS):
+        db = tmp_path / f"ref-{'-'.join(agents or ('all',))}.db"
+        await replay(path, cfg, db, progress=False,
+                     agent_ids=None if agents is None else list(agents))
+        reports[agents] = to_json(leaderboard(db))
+        fills[agents] = _fills(db)
+    rec = Rec(path, cfg_path, cfg, count, reports, fills)
+    async with split_run(rec, broker, tmp_path, GROUPS) as run:
+        published, evaluated = await run.results()
+    assert published.events == count
+    for summary in evaluated:
+        assert summary.events == count and summary.stream.applied == count
+    assert_matches_references(rec, run.dbs, GROUPS)
+
+
 @pytest.mark.skipif(shutil.which("mosquitto") is None, reason="mosquitto binary not installed")
 async def test_broker_restart_and_crash_mid_run_are_survived(
     rec: Rec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
