@@ -89,6 +89,35 @@ def poly_obs() -> Observation:
     )
 
 
+async def test_recorded_fundamentals_and_bars_reach_a_remote_agent_as_the_schema_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dataclasses import replace
+
+    from agents.base import DailyBar, Fundamentals
+
+    monkeypatch.setenv(TOKEN_ENV, "s3cret-token-value")
+    app = SERVICE.make_app(token="s3cret-token-value")
+    obs = replace(
+        equity_obs(),
+        fundamentals={"AAPL": Fundamentals(T - 3600, {"pe_ratio": 31.5}, "finnhub")},
+        bars={"AAPL": (DailyBar(T - 86400, "2026-11-24", 187.0, 189.5, 186.2, 188.0, 5.1e7),
+                       DailyBar(T - 60, "2026-11-25", None, 191.0, 188.1, 190.0, None))})
+    async with serve(app) as url:
+        agent = build_agent(http_cfg(url, token_env=TOKEN_ENV))
+        assert (await agent.decide(obs)).outcome == "ok"
+    body = app[SERVICE.REQUESTS][0]
+    schema = load_schema("request")
+    jsonschema.validate(body, schema)
+    assert body["observation"]["bars"]["AAPL"][1] == [T - 60, "2026-11-25", None, 191.0, 188.1,
+                                                      190.0, None]
+    assert body["observation"]["fundamentals"]["AAPL"] == [T - 3600, {"pe_ratio": 31.5},
+                                                           "finnhub"]
+    body["observation"]["bars"]["AAPL"][0] = body["observation"]["bars"]["AAPL"][0][:6]
+    with pytest.raises(jsonschema.ValidationError):  # the schema checks a bar's shape
+        jsonschema.validate(body, schema)
+
+
 def http_cfg(url: str, **http: Any) -> AgentConfig:
     """Return the config of an http agent calling ``url``."""
     return AgentConfig.model_validate(
