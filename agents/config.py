@@ -223,6 +223,12 @@ class AgentConfig(_Frozen):
         default_factory=lambda: StrategySettings(),
         description="alphaforgebench: strategy query, regeneration and sandbox limits",
     )
+    enforce_profile: bool = Field(
+        default=False,
+        description="portbench: reject and retry a target above the profile's equity cap or"
+        " below its bond floor; default false, the paper's: the profile is stated in the prompt"
+        " and its limits are scored after the fact (profile alignment)",
+    )
     rebalance_rule: Literal["drift", "model"] = Field(
         default="drift",
         description="portbench: what decides S5's rebalance: 'drift' (the paper: the target is"

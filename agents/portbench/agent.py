@@ -8,9 +8,11 @@ Stages of one decision (each model call is stored with its stage name, see
    investor profile and the news, and answers a view in [-1, 1] per asset and the market regime.
 2. ``signals`` (S2): a buy / sell / hold signal per asset.
 3. ``weights`` (S3): target weights over the buy-signal assets (the rest in CASH). The investor
-   profile's limits (:data:`daemon.config.settings.PROFILE_LIMITS`) are enforced: a target whose
-   equity-and-crypto weight is above the equity cap, or whose bond-and-cash weight (CASH
-   included) is below the bond floor, is rejected with the limit named and retried.
+   profile's limits (:data:`daemon.config.settings.PROFILE_LIMITS`) are stated in the prompt and
+   scored after the fact, as in the paper: the workflow's ``alignment`` records whether the
+   accepted target keeps the equity cap (equity-and-crypto weight) and the bond floor
+   (bond-and-cash weight, CASH included). With ``enforce_profile = true`` a target breaking
+   either is instead rejected with the limit named and retried.
 4. ``execution`` (S4, no model call): the turnover of moving to the target, its estimated cost
    at :data:`COST_BPS` (10 bps slippage + 5 bps commission, the paper's model; the ledger applies
    the market's configured cost model) and the largest single-asset drift.
@@ -218,14 +220,15 @@ def check_weights(
     obs: Observation,
     signals: Mapping[str, str],
     profile: Profile,
+    enforce: bool = True,
 ) -> dict[str, float]:
     """Return S3's full target (every asset plus CASH) or raise :class:`InvalidOutput`.
 
     Rules: known tickers only, each with a buy signal and a price; weights finite and >= 0,
     summing to at most 1 (the rest is CASH); a sum above 1 by at most
     :data:`~agents.validation.SUM_TOLERANCE` (rounding, e.g. six weights of 0.1667) is
-    renormalised to 1, as the other protocols do; the investor profile's limits kept (after
-    renormalising).
+    renormalised to 1, as the other protocols do; with ``enforce``, the investor profile's
+    limits kept (after renormalising).
     """
     obj = _answer(answer, finish_reason, "weights")
     raw = obj["weights"]
@@ -255,10 +258,21 @@ def check_weights(
         out = {a: w / total for a, w in out.items()}
         total = math.fsum(out.values())
     out[CASH] = max(0.0, 1.0 - total)
-    problem = profile.violation(out)
+    problem = profile.violation(out) if enforce else ""
     if problem:
         raise InvalidOutput(problem)
     return out
+
+
+def target_breaches(target: Mapping[str, float], profile: Profile) -> dict[str, int]:
+    """Return the profile alignment counts of one accepted target (the paper's after-the-fact
+    check: 1 for each limit it breaks)."""
+    eq, bc = profile.exposures(target)
+    return {
+        "answers": 1,
+        "equity_cap": int(eq > profile.limits.equity_cap + TOLERANCE),
+        "bond_floor": int(bc < profile.limits.bond_floor - TOLERANCE),
+    }
 
 
 def answer_breaches(errors: Sequence[str]) -> dict[str, int]:
@@ -361,16 +375,20 @@ class PortBenchAgent(StepwiseAgent):
             buys=", ".join(buys) or "none: answer empty weights, all in CASH",
             limits=profile.describe(),
         )
+        enforce = self.cfg.enforce_profile
         s3 = await self.run_step(
             run, "weights", weights_text,
-            lambda a, f: check_weights(a, f, obs, signals, profile),
+            lambda a, f: check_weights(a, f, obs, signals, profile, enforce),
         )
-        summary["alignment"] = answer_breaches([a.error for a in s3.attempts
-                                                if a.kind in ("ok", "invalid")])
+        if enforce:
+            summary["alignment"] = answer_breaches([a.error for a in s3.attempts
+                                                    if a.kind in ("ok", "invalid")])
         if not s3.ok:
             return self._failed(run, s3, version, summary)
         target: dict[str, float] = s3.parsed
         summary["weights"] = target
+        if not enforce:
+            summary["alignment"] = target_breaches(target, profile)
 
         s4 = execution(obs, target)
         summary["execution"] = s4

@@ -4,10 +4,11 @@
   [0, 1]: the equity cap (the share of the weights stage's answers that kept it), the bond floor
   (likewise) and the VaR limit (1 when the one-day 95 % VaR of the target weights by historical
   simulation over the lookback window, the workflow's ``risk_truth``, is no worse than the
-  profile's ``var_limit``, else 0). An answer that breaks a limit is rejected and retried by the
-  agent, so the first two checks score the model's answers, not the applied target. A workflow
-  that stopped before the weights stage has no PAS. An agent's PAS is the mean over its
-  decisions.
+  profile's ``var_limit``, else 0). By default (the paper's) the applied target is checked
+  after the fact (``alignment`` counts one answer); with ``enforce_profile`` a breaking answer
+  is rejected and retried, and the first two checks score the share of the answers that kept
+  the limit. A workflow that stopped before the weights stage has no PAS. An agent's PAS is
+  the mean over its decisions.
 - **Adaptation score**: per model (the agents' ``model``), the standard deviation (population,
   ``ddof = 0``) of its mean PAS per investor profile, when it runs under at least two profiles
   (the paper's Eq. 15 over conservative, balanced and aggressive).

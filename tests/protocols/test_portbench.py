@@ -121,10 +121,39 @@ async def test_five_stages_end_in_the_target(server: FakeLlmServer, monkeypatch:
     assert d.reasoning == "watch SPY"
 
 
+async def test_profile_is_stated_and_scored_not_enforced(
+    server: FakeLlmServer, monkeypatch: Any
+) -> None:
+    """The paper's default: the profile is stated in the prompt, a target breaking its equity
+    cap is applied, and the breach is scored after the fact (PAS)."""
+    from agents.portbench.profile_scores import decision_pas
+
+    script(server, weights(SPY=0.6, TLT=0.4))
+    d = await make(server, monkeypatch, risk_profile="conservative").decide(obs())
+    assert d.outcome == "ok", d.reason
+    assert server.steps == ["views", "signals", "weights", "risk"]
+    assert "conservative: at most 40% of the account in equities and crypto" in (
+        server.prompts()[2])
+    assert d.allocation == pytest.approx({"SPY": 0.6, "TLT": 0.4, "GLD": 0.0, CASH: 0.0})
+    summary = json.loads(d.raw_output)
+    # By hand: equities (SPY) 60 % > the 40 % cap; bonds and cash (TLT + CASH) 40 % >= 40 %.
+    eq, bc = 0.6, 0.4 + 0.0
+    assert summary["alignment"] == {"answers": 1, "equity_cap": int(eq > 0.40),
+                                    "bond_floor": int(bc < 0.40)}
+    # PAS: the mean of the cap check (0), the floor check (1) and the VaR check of the target
+    # by historical simulation over the observed closes against the -1 % limit.
+    o = obs()
+    closes = np.array([[p.price for p in o.history[a]] for a in ASSETS]).T
+    port = (closes[1:] / closes[:-1] - 1.0) @ np.array([0.6, 0.4, 0.0])
+    var_ok = float(np.quantile(port, 0.05) >= -0.01)
+    assert decision_pas(summary) == pytest.approx((0.0 + 1.0 + var_ok) / 3)
+
+
 async def test_equity_cap_is_enforced_and_named(server: FakeLlmServer, monkeypatch: Any) -> None:
     script(server, weights(SPY=0.6, TLT=0.4))
     server.push_step("weights", weights(SPY=0.4, TLT=0.6))
-    d = await make(server, monkeypatch, risk_profile="conservative").decide(obs())
+    d = await make(server, monkeypatch, risk_profile="conservative",
+                   enforce_profile=True).decide(obs())
     assert d.outcome == "ok", d.reason
     assert server.steps == ["views", "signals", "weights", "weights", "risk"]
     retry = server.prompts()[3]
@@ -141,7 +170,8 @@ async def test_bond_floor_breach_holds_naming_the_limit(
     server.push_step("views", views(SPY=0.5, TLT=0.3, GLD=0.4))
     server.push_step("signals", signals(SPY="buy", TLT="buy", GLD="buy"))
     server.push_step("weights", weights(SPY=0.3, GLD=0.5), weights(SPY=0.4, GLD=0.3, TLT=0.2))
-    d = await make(server, monkeypatch, risk_profile="conservative").decide(obs())
+    d = await make(server, monkeypatch, risk_profile="conservative",
+                   enforce_profile=True).decide(obs())
     assert (d.outcome, d.allocation) == ("invalid", None)
     assert d.reason == (
         "step weights: invalid output: bond floor of the conservative profile broken: bonds and"
