@@ -125,14 +125,15 @@ def _season_run(con: sqlite3.Connection) -> tuple[Config, str, float]:
     return config, str(mode), float(started)
 
 
-def stored_events(con: sqlite3.Connection, live: bool
+def stored_events(con: sqlite3.Connection, live: bool, start: float
                   ) -> Iterator[tuple[float | None, Event | list[Event]]]:
     """Yield (the time to apply it at, None: its own; the event, or a live burst's prices as
-    one list) of every stored market event, in stored order."""
+    one list) of every stored market event, in stored order (``start``: the live run's; no
+    event it stored is applied before)."""
     keys = sorted({burst_key(p) for (p,) in con.execute(
         f"SELECT payload FROM market_events WHERE kind='{BURST_KIND}'")})
     sets = read_asset_sets(con, keys)
-    last = -math.inf
+    last = start
     for row in con.execute(f"SELECT {PRICE_COLUMNS} FROM market_events ORDER BY id"):
         kind, recv_ts, payload = row[0], row[4], row[8]
         if kind in ("price", BURST_KIND):
@@ -208,7 +209,7 @@ async def replay_store(src: str, out: str) -> None:
                     if isinstance(agent, LlmAgent):
                         _answering(agent, calls)
                 driver = ReplayDriver(ctx, start=start, end=last)
-                for i, (at, ev) in enumerate(stored_events(con, live=mode == "live")):
+                for i, (at, ev) in enumerate(stored_events(con, mode == "live", start)):
                     if not await driver.step(i, ev, at):
                         break
                 await driver.finish(last)
