@@ -235,10 +235,11 @@ class AgentConfig(_Frozen):
         " applied when its largest single-asset drift from the current weights exceeds 5 %),"
         " 'model' (the model's rebalance flag); the model's estimates are scored either way",
     )
-    revision_rounds: Annotated[int, Field(ge=0, le=10)] = Field(
-        default=3,
-        description="stockbench: times orders exceeding the account may be revised before the"
-        " agent holds (default 3)",
+    revision_rounds: Annotated[int, Field(ge=0, le=10)] | Literal["until_fit"] = Field(
+        default="until_fit",
+        description="stockbench: revisions of orders exceeding the account: 'until_fit' (the"
+        " default, the paper's: revised until they fit, within the decision's deadline and the"
+        " daily budget) or at most N (0..10) before the agent holds",
     )
     action_days: Annotated[int, Field(ge=0, le=60)] = Field(
         default=7, description="stockbench: days of past actions the overview shows (default 7)"

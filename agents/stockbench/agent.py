@@ -10,8 +10,11 @@ Steps of one decision (each model call is stored with its step name, see :mod:`a
    are held.
 3. execution (no model call): dollars become shares at the current (opening) price. When the
    targets of all stocks exceed the account's value, the model is told by how much and asked to
-   revise (steps ``revision_1`` .. ``revision_<revision_rounds>``); after the last revision that
-   still does not fit, the agent holds (outcome ``invalid``, the reason names ``execution``).
+   revise (steps ``revision_1``, ``revision_2``, ...): with ``revision_rounds = "until_fit"``
+   (the default, the paper's) until the orders fit, a revision call being refused only by the
+   decision's deadline or the daily budget (the step then fails and the agent holds); with a
+   number N, after the N-th revision that still does not fit the agent holds (outcome
+   ``invalid``, the reason names ``execution``).
 
 The orders become the target weights the ledger applies (``target / account value``, held
 stocks at their current weight, the rest in CASH); the configured cost model applies.
@@ -245,7 +248,11 @@ class StockBenchAgent(StepwiseAgent):
             return check_orders(a, f, obs)
 
         step = await self.run_step(run, "decision", decision_text, check, dump=Orders.to_json)
-        for k in range(1, self.cfg.revision_rounds + 2):
+        rounds = self.cfg.revision_rounds
+        limit = None if rounds == "until_fit" else rounds
+        k = 0
+        while True:
+            k += 1
             if not step.ok:
                 return self._failed(run, step, version, summary)
             orders: Orders = step.parsed
@@ -255,21 +262,24 @@ class StockBenchAgent(StepwiseAgent):
             if not problem:
                 return self._executed(run, orders, version, summary)
             summary["execution"] = problem
-            if k > self.cfg.revision_rounds:
+            if limit is not None and k > limit:
                 reason = (
                     f"step execution: {problem} (after {k - 1} revision(s)); holding"
                 )
                 return self._held(run, reason, version, summary)
             revision = string.Template(templates["revision"]).substitute(
                 round=k,
-                rounds=self.cfg.revision_rounds,
+                of="" if limit is None else f" of {limit}",
+                after=("Orders that still do not fit are sent back again, until they fit."
+                       if limit is None else
+                       f"If the orders still cannot be executed after revision {limit}, the"
+                       " portfolio is kept as it is today."),
                 problem=problem,
                 previous=json.dumps(orders.to_json()["decisions"], sort_keys=True),
             )
             step = await self.run_step(
                 run, f"revision_{k}", decision_text + "\n" + revision, check, dump=Orders.to_json
             )
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def prompt_version(self, obs: Observation) -> str:
         """Return the version of the StockBench prompt set."""

@@ -31,7 +31,7 @@ def llm(**kw: Any) -> dict[str, Any]:
 def test_protocol_defaults_to_livetradebench() -> None:
     cfg = AgentConfig.model_validate(llm())
     assert cfg.protocol == "livetradebench"
-    assert (cfg.revision_rounds, cfg.action_days) == (3, 7)
+    assert (cfg.revision_rounds, cfg.action_days) == ("until_fit", 7)
     assert type(build_agent(cfg)) is LlmAgent
 
 

@@ -96,6 +96,52 @@ async def test_orders_over_the_account_are_revised(server: FakeLlmServer, monkey
     assert json.loads(d.raw_output)["revisions"] == 1
 
 
+async def test_orders_are_revised_until_they_fit(server: FakeLlmServer, monkeypatch: Any) -> None:
+    """The paper's rule by default: orders over the account go back to the model until they fit,
+    here five revisions (more than any fixed limit the setting used to have)."""
+    too_much = [orders({"MSFT": {"action": "increase", "target_usd": 900.0 - 10 * k}})
+                for k in range(5)]
+    fits = orders({"MSFT": {"action": "increase", "target_usd": 700.0}})
+    server.push_step("overview", pick())
+    server.push_step("decision", too_much[0])
+    for k in range(1, 5):
+        server.push_step(f"revision_{k}", too_much[k])
+    server.push_step("revision_5", fits)
+    d = await make(server, monkeypatch).decide(equity_obs())
+    assert d.outcome == "ok", d.reason
+    assert server.steps == ["overview", "decision", *(f"revision_{k}" for k in range(1, 6))]
+    # Each revision names the shortfall by hand: AAPL 180 USD kept + MSFT target > 1000 USD.
+    for k in range(1, 6):
+        prompt = server.prompts()[1 + k]
+        short = 180.0 + 900.0 - 10 * (k - 1) - 1000.0
+        assert f"revision {k})" in prompt and f"{short:.2f} USD short" in prompt
+        assert "sent back again, until they fit" in prompt
+    # The applied weights: AAPL kept at 180 / 1000, MSFT 700 / 1000, the rest in CASH.
+    assert d.allocation == pytest.approx({"AAPL": 0.18, "MSFT": 0.7, "NVDA": 0.0,
+                                          CASH: 1.0 - 0.18 - 0.7})
+    assert json.loads(d.raw_output)["revisions"] == 5
+
+
+def test_revision_rounds_is_until_fit_or_a_bounded_number() -> None:
+    import tomllib
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    base = {"id": "x", "kind": "llm", "model": "m", "protocol": "stockbench",
+            "markets": ["equity"]}
+    assert AgentConfig.model_validate(base).revision_rounds == "until_fit"
+    assert AgentConfig.model_validate({**base, "revision_rounds": 2}).revision_rounds == 2
+    for bad in ("forever", 11, -1):
+        with pytest.raises(ValidationError):
+            AgentConfig.model_validate({**base, "revision_rounds": bad})
+    root = Path(__file__).resolve().parents[2]
+    for preset in ("stockbench.toml", "stockbench-djia.toml"):
+        agents = tomllib.loads((root / "examples" / preset).read_text())["agents"]
+        assert {a["revision_rounds"] for a in agents if a.get("protocol") == "stockbench"} == {
+            "until_fit"}
+
+
 async def test_holds_after_the_last_revision(server: FakeLlmServer, monkeypatch: Any) -> None:
     too_much = orders({"MSFT": {"action": "increase", "target_usd": 5000.0}})
     server.push_step("overview", pick("AAPL"))
@@ -106,6 +152,8 @@ async def test_holds_after_the_last_revision(server: FakeLlmServer, monkeypatch:
     assert d.reason.startswith("step execution: the positions would total 5180.00 USD")
     assert "(after 1 revision(s)); holding" in d.reason
     assert server.steps == ["overview", "decision", "revision_1"]
+    assert "(revision 1 of 1)" in server.prompts()[2]
+    assert "cannot be executed after revision 1, the portfolio is kept" in server.prompts()[2]
 
 
 async def test_failed_step_is_named(server: FakeLlmServer, monkeypatch: Any) -> None:
