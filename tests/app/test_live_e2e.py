@@ -223,6 +223,15 @@ def assert_paid(book: Book, token: str, payout: float,
     assert not book.tradable[j] and float(book.holdings[:, j].sum()) == 0.0
 
 
+async def subscribed(sc: Scenario, *, yahoo: bool = True) -> None:
+    """Wait until the daemon subscribed to the fakes' six Polymarket tokens (and three stocks)."""
+    await wait_until(lambda: any(c.subscribed.is_set() and len(c.assets) == 6
+                                 for c in sc.pm.open_conns), 10, "the Polymarket subscription")
+    if yahoo:
+        await wait_until(lambda: any(len(c.symbols) == 3 for c in sc.yahoo.open_conns), 10,
+                         "the Yahoo subscription")
+
+
 async def next_round(eng: Engine, tape: Tape, after: float, timeout: float = 10.0) -> None:
     """Wait until every market's decision round scheduled after ``after`` was published."""
     slots = sum(len(s) for s in eng.slots.values())
@@ -259,10 +268,7 @@ async def test_live_run_with_faults_then_replay_reproduces_the_books(
         # -- start-up: discovery, subscriptions (data held back by the fakes) -----------------
         await wait_until(lambda: len(eng.books["polymarket"].questions()) == 3, 10,
                          "the three questions listed")
-        await wait_until(lambda: any(c.subscribed.is_set() and len(c.assets) == 6
-                                     for c in sc.pm.open_conns), 10, "the Polymarket subscription")
-        await wait_until(lambda: any(len(c.symbols) == 3 for c in sc.yahoo.open_conns), 10,
-                         "the Yahoo subscription")
+        await subscribed(sc)
         # -- cycle 1: first books and quotes, garbage frames --------------------------------
         t = await sc.wait_phase(1.0)
         await sc.send_initial()
@@ -567,10 +573,7 @@ async def test_a_resolution_paid_after_the_last_round_survives_a_restart(
         eng = daemon.engine
         assert eng is not None
         eng.bus.add_tap("#", tape)
-        await wait_until(lambda: any(c.subscribed.is_set() and len(c.assets) == 6
-                                     for c in sc.pm.open_conns), 10, "the Polymarket subscription")
-        await wait_until(lambda: any(len(c.symbols) == 3 for c in sc.yahoo.open_conns), 10,
-                         "the Yahoo subscription")
+        await subscribed(sc)
         t = await sc.wait_phase(1.0)
         await sc.send_initial()
         await wait_until(lambda: prices_applied(eng, sc), 5, "the first prices")
@@ -639,8 +642,7 @@ async def test_a_round_boundary_passed_while_stopping_is_not_replayed(
         slot.agent = Slow(slot.agent, 1.25 * PERIOD)
         slow.append(slot.agent)
         # Polymarket books too: a round without fresh prices is skipped, never asks the agent.
-        await wait_until(lambda: any(c.subscribed.is_set() and len(c.assets) == 6
-                                     for c in sc.pm.open_conns), 10, "the Polymarket subscription")
+        await subscribed(sc, yahoo=False)
         t = await sc.wait_phase(1.0)
         await sc.send_initial()
         await wait_until(lambda: prices_applied(eng, sc), 5, "the first prices")
@@ -717,8 +719,7 @@ async def test_nothing_reaches_the_books_after_the_recording_is_sealed(
         slot.agent = Slow(slot.agent, 0.75 * PERIOD)
         slow.append(slot.agent)
         # Polymarket books too: a round without fresh prices is skipped, never asks the agent.
-        await wait_until(lambda: any(c.subscribed.is_set() and len(c.assets) == 6
-                                     for c in sc.pm.open_conns), 10, "the Polymarket subscription")
+        await subscribed(sc, yahoo=False)
         await sc.wait_phase(1.0)
         await sc.send_initial()
         await wait_until(lambda: prices_applied(eng, sc), 5, "the first prices")

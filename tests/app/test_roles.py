@@ -28,7 +28,7 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,11 +91,10 @@ def _fills(db: Path) -> list[tuple[Any, ...]]:
         con.close()
 
 
-@pytest.fixture(scope="module")
-def rec(tmp_path_factory: pytest.TempPathFactory) -> Rec:
-    d = tmp_path_factory.mktemp("roles")
+def build_rec(d: Path, extra: Sequence[Event] = ()) -> Rec:
+    """Write the test recording (with ``extra`` events) into ``d`` and its references."""
     path = d / "rec.jsonl.gz"
-    count = make_recording(path, days=4)
+    count = make_recording(path, days=4, extra=extra)
     cfg_path = d / "tiny.toml"
     cfg_path.write_text(TEST_CONFIG)
     cfg = load_config(cfg_path)
@@ -108,6 +107,11 @@ def rec(tmp_path_factory: pytest.TempPathFactory) -> Rec:
         reports[agents] = to_json(leaderboard(db))
         fills[agents] = _fills(db)
     return Rec(path, cfg_path, cfg, count, reports, fills)
+
+
+@pytest.fixture(scope="module")
+def rec(tmp_path_factory: pytest.TempPathFactory) -> Rec:
+    return build_rec(tmp_path_factory.mktemp("roles"))
 
 
 @dataclass
@@ -311,25 +315,12 @@ async def test_a_recording_with_bars_fundamentals_and_clock_splits_like_one_proc
                                            metrics={"pe_ratio": 20.0 + n}, source="test"))
     end = datetime(2026, 11, 6, tzinfo=UTC).timestamp() + 7200
     extra.append(ClockEvent(ts=end, recv_ts=end, reason="end of recording"))
-    path = tmp_path / "bars.jsonl.gz"
-    count = make_recording(path, days=4, extra=extra)
-    cfg_path = tmp_path / "tiny.toml"
-    cfg_path.write_text(TEST_CONFIG)
-    cfg = load_config(cfg_path)
-    reports: dict[tuple[str, ...] | None, str] = {}
-    fills: dict[tuple[str, ...] | None, list[tuple[Any, ...]]] = {}
-    for agents in (None, *GROUPS):
-        db = tmp_path / f"ref-{'-'.join(agents or ('all',))}.db"
-        await replay(path, cfg, db, progress=False,
-                     agent_ids=None if agents is None else list(agents))
-        reports[agents] = to_json(leaderboard(db))
-        fills[agents] = _fills(db)
-    rec = Rec(path, cfg_path, cfg, count, reports, fills)
+    rec = await asyncio.to_thread(build_rec, tmp_path, extra)  # asyncio.run: not on this loop
     async with split_run(rec, broker, tmp_path, GROUPS) as run:
         published, evaluated = await run.results()
-    assert published.events == count
+    assert published.events == rec.count
     for summary in evaluated:
-        assert summary.events == count and summary.stream.applied == count
+        assert summary.events == rec.count and summary.stream.applied == rec.count
     assert_matches_references(rec, run.dbs, GROUPS)
 
 

@@ -29,7 +29,7 @@ from daemon.app.live import LiveDaemon
 from daemon.app.sources import build_sources
 from daemon.store.integrity.chain import STREAMS, chain_rows
 from tests.agents.test_llm_agent import KEY_ENV
-from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applied
+from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applied, subscribed
 from tests.fakes.scenario import Scenario, wait_until
 from tests.llm_server import FakeLlmServer, answer, ok
 from tests.store.integrity.test_bundle import _members, _pack
@@ -92,10 +92,7 @@ async def _live_season(tmp: Path) -> tuple[Path, int]:
                 eng = daemon.engine
                 assert eng is not None
                 eng.bus.add_tap("#", tape)
-                await wait_until(lambda: any(c.subscribed.is_set() and len(c.assets) == 6
-                                             for c in sc.pm.open_conns), 10, "Polymarket")
-                await wait_until(lambda: any(len(c.symbols) == 3 for c in sc.yahoo.open_conns),
-                                 10, "Yahoo")
+                await subscribed(sc)
                 t = await sc.wait_phase(1.0)  # prices in the quiet middle of a period
                 await sc.send_initial()
                 await wait_until(lambda: prices_applied(eng, sc), 5, "the first prices")
