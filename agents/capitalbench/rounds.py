@@ -6,10 +6,12 @@ path); :func:`verify_round` checks a directory against it later (``paperarena ve
 Run artifacts (answers, results) go under ``runs/`` and are not inputs. Neither side follows a
 link inside the round: entries are examined with lstat and opened with ``O_NOFOLLOW``.
 
-Input files: ``manifest.json`` (rules and dates), ``prompt.md`` (the exact text sent),
-``briefing.md`` (the operator's neutral briefing, copied byte for byte), ``options.json``,
+Input files: ``manifest.yaml`` (rules and dates), ``prompt.md`` (the exact text sent),
+``briefing.md`` (the operator's neutral briefing, copied byte for byte), ``options.yaml``,
 ``submission_schema.json`` and ``market_data/universe_trailing_returns.csv`` (7 d, 30 d, 6 m,
-1 y returns from daily closes of completed sessions before the freeze).
+1 y returns from daily closes of completed sessions before the freeze). Rounds frozen before the
+manifest and options were YAML hold ``manifest.json`` and ``options.json``; :func:`load_manifest`
+and :func:`read_data` read both.
 
 Every file is a function of the config, the briefing, the stored closes and the (simulated)
 freeze time only: a replay writes the same bytes, so it re-uses an existing identical round and
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Any, TextIO
 from zoneinfo import ZoneInfo
 
+import yaml  # type: ignore[import-untyped]
+
 from agents.capitalbench import nofollow
 from agents.capitalbench.config import CASH, CapitalBenchConfig
 from daemon.timing.nyse import NyseCalendar, get_nyse_calendar
@@ -39,6 +43,11 @@ from daemon.timing.triggers import NyseSessionTrigger
 
 NY = ZoneInfo("America/New_York")
 HASHES = "hashes.json"
+MANIFEST = "manifest.yaml"
+OPTIONS = "options.yaml"
+#: The JSON names of rounds frozen before the manifest and options were YAML (read only).
+LEGACY_MANIFEST = "manifest.json"
+LEGACY_OPTIONS = "options.json"
 RUNS = "runs"
 TABLE = "market_data/universe_trailing_returns.csv"
 #: Trailing-return windows: (label, calendar days).
@@ -207,6 +216,24 @@ def _dump(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def dump_yaml(obj: Any) -> str:
+    """Return ``obj`` as block YAML with sorted keys (the same bytes for the same object)."""
+    text: str = yaml.safe_dump(obj, sort_keys=True, allow_unicode=True,
+                               default_flow_style=False, width=100)
+    return text
+
+
+def read_data(path: Path) -> Any:
+    """Return the object of a round's YAML (``.yaml``) or older JSON file."""
+    text = path.read_text("utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+    return json.loads(text)
+
+
 def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
                 closes: Mapping[str, Sequence[tuple[date, float]]], template: str,
                 prompt_version: str, *, retrospective: bool = False) -> dict[str, bytes]:
@@ -244,17 +271,17 @@ def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
         "submission_format": cap.submission_format, "max_holdings": cap.max_holdings,
         "increment_pct": cap.increment_pct, "total_pct": 100,
         "cash_allowed": CASH in cap.option_ids, "benchmark": cap.benchmark,
-        "options_file": "options.json", "option_ids": list(cap.option_ids),
+        "options_file": OPTIONS, "option_ids": list(cap.option_ids),
         "trailing_returns_asof": asof.isoformat(),
     }
     if retrospective:
         manifest["retrospective"] = True
     return {
-        "manifest.json": _dump(manifest).encode(),
+        MANIFEST: dump_yaml(manifest).encode("utf-8"),
         "prompt.md": prompt.encode("utf-8"),
         "briefing.md": briefing,
-        "options.json": _dump({"universe_version": cap.universe_version,
-                               "options": options}).encode(),
+        OPTIONS: dump_yaml({"universe_version": cap.universe_version,
+                            "options": options}).encode("utf-8"),
         "submission_schema.json": _dump(_schema(cap)).encode(),
         TABLE: csv.encode(),
     }
@@ -284,7 +311,7 @@ def freeze_round(root: Path, files: Mapping[str, bytes], round_id: str) -> Path:
             problems, _ = _verify_at(fd, rdir)
             if problems:
                 raise RoundConflict(f"round {round_id}: {problems[0]}")
-            if nofollow.read_at(fd, HASHES) != hashes:
+            if nofollow.read_at(fd, HASHES) != hashes and not _legacy_same(fd, files):
                 raise RoundConflict(f"round {round_id}: {rdir} holds other inputs;"
                                     " not overwritten")
             return rdir
@@ -299,6 +326,29 @@ def freeze_round(root: Path, files: Mapping[str, bytes], round_id: str) -> Path:
     finally:
         os.close(fd)
     return rdir
+
+
+def _legacy_same(fd: int, files: Mapping[str, bytes]) -> bool:
+    """Return whether the intact round at ``fd`` is an older JSON-format freeze of ``files``:
+    its ``manifest.json`` and ``options.json`` hold the objects of the new YAML files (the
+    manifest's ``options_file`` aside) and every other file has the same bytes."""
+    listed = json.loads(nofollow.read_at(fd, HASHES).decode("utf-8"))["files"]
+    names = {MANIFEST: LEGACY_MANIFEST, OPTIONS: LEGACY_OPTIONS}
+    if set(listed) != {names.get(rel, rel) for rel in files}:
+        return False
+    for rel, data in files.items():
+        old = nofollow.read_at(fd, names.get(rel, rel))
+        if rel not in names:
+            if old != data:
+                return False
+            continue
+        new_obj, old_obj = yaml.safe_load(data.decode("utf-8")), json.loads(old.decode("utf-8"))
+        if rel == MANIFEST:
+            new_obj.pop("options_file", None)
+            old_obj.pop("options_file", None)
+        if new_obj != old_obj:
+            return False
+    return True
 
 
 def write_round_file(rdir: Path, rel: str, data: bytes) -> None:
@@ -405,8 +455,13 @@ def _verify_at(fd: int, rdir: Path) -> tuple[list[str], int]:
 
 
 def load_manifest(rdir: Path) -> dict[str, Any]:
-    """Return the round's manifest."""
-    data: dict[str, Any] = json.loads((rdir / "manifest.json").read_text("utf-8"))
+    """Return the round's manifest (``manifest.yaml``; an older round's ``manifest.json``)."""
+    path = rdir / MANIFEST
+    if not path.exists() and (rdir / LEGACY_MANIFEST).exists():
+        path = rdir / LEGACY_MANIFEST
+    data = read_data(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: the manifest is not a mapping")
     return data
 
 

@@ -42,6 +42,7 @@ from agents.capitalbench.rounds import (
     RoundPlan,
     TrackTrigger,
     freeze_round,
+    load_manifest,
     plan_round,
     round_files,
     sha256,
@@ -172,7 +173,7 @@ class CapitalRunner:
             log.error("capitalbench round not frozen; no model called", round=plan.round_id,
                       error=str(exc))
             return None
-        manifest = (rdir / "manifest.json").read_text("utf-8")
+        manifest = json.dumps(load_manifest(rdir), sort_keys=True)  # the store keeps JSON
         if not done:
             await store.execute_atomic([(
                 "INSERT INTO capital_rounds(round_id, track, frozen_ts, deadline_ts, start_day,"
@@ -251,7 +252,7 @@ class CapitalRunner:
         """Ask every agent (official run, then the track's consistency repeats); store all."""
         await self.restore_usage(self.host.clock.now())
         prompt = (rdir / "prompt.md").read_text("utf-8")
-        manifest = json.loads((rdir / "manifest.json").read_text("utf-8"))
+        manifest = load_manifest(rdir)
         rules = Rules(self.cap.option_ids, manifest["submission_format"],
                       int(manifest["max_holdings"]), int(manifest["increment_pct"]))
         version = str(manifest["prompt_version"])

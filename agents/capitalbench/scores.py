@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.capitalbench.rounds import LEGACY_OPTIONS, read_data
+
 CASH = "CASH"
 #: Shared resolved rounds a comparison set needs to qualify, per track (seed 004).
 QUALIFY = {"weekly": 6, "monthly": 3}
@@ -134,9 +136,9 @@ def _options(manifest: Mapping[str, Any], rdir: str) -> list[str]:
     ids = manifest.get("option_ids")
     if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
         return list(ids)
-    p = Path(rdir) / str(manifest.get("options_file", "options.json"))
+    p = Path(rdir) / str(manifest.get("options_file", LEGACY_OPTIONS))
     try:
-        return [o["id"] for o in json.loads(p.read_text("utf-8"))["options"]]
+        return [o["id"] for o in read_data(p)["options"]]
     except (OSError, ValueError, KeyError, TypeError):
         return []
 

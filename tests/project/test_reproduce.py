@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from daemon.app.cli import main
 from daemon.app.cli_parser import build_parser
@@ -311,7 +312,7 @@ async def test_the_capitalbench_recipe(tmp_path: Path, capsys: Any,
     weights = {"model_a": {"AAPL": 0.5, "MSFT": 0.5}, "model_b": {"JNJ": 1.0}}
     resolved = 0
     for rid, rnd in rounds.items():
-        manifest = json.loads((tmp_path / "rounds" / rid / "manifest.json").read_text())
+        manifest = yaml.safe_load((tmp_path / "rounds" / rid / "manifest.yaml").read_text())
         assert manifest["retrospective"] is True and rnd["retrospective"] is True
         if rnd["status"] != "resolved":
             continue

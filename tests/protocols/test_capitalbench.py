@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agents.capitalbench.agent import Rules, check_submission
 from agents.capitalbench.rounds import (
@@ -245,7 +246,7 @@ async def test_a_round_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert model.prompts()[0] == (tmp_path / "rounds" / "weekly-2026-10-19" /
                                   "prompt.md").read_text()
     assert "Facts: rates unchanged" in prompt and "- TLT: iShares 20+ Year Treasury" in prompt
-    manifest = json.loads((rdir / "manifest.json").read_text())
+    manifest = yaml.safe_load((rdir / "manifest.yaml").read_text())
     assert manifest["start_day"] == "2026-11-02" and manifest["end_day"] == "2026-11-09"
     assert (manifest["max_holdings"], manifest["increment_pct"]) == (5, 5)
     table = (rdir / "market_data" / "universe_trailing_returns.csv").read_text().splitlines()

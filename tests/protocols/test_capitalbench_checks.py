@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agents.capitalbench.agent import Rules, check_submission
 from agents.capitalbench.rounds import plan_round, round_files
@@ -46,7 +47,7 @@ def test_the_report_scores_from_the_store_without_the_round_folder(tmp_path: Pat
     freeze = datetime(2026, 10, 19, 13, 30, tzinfo=UTC).timestamp()
     plan = plan_round("weekly", freeze, 3600.0)
     files = round_files(plan, cap, b"Facts only.\n", {}, "$round_id", "v1")
-    manifest = json.loads(files["manifest.json"])
+    manifest = yaml.safe_load(files["manifest.yaml"])
     assert manifest["option_ids"] == ["QQQ", "TLT", "CASH"]
     con = sqlite3.connect(tmp_path / "cb.db")
     for v in sorted(MIGRATIONS):
@@ -58,7 +59,7 @@ def test_the_report_scores_from_the_store_without_the_round_folder(tmp_path: Pat
         (plan.round_id, "weekly", freeze, plan.deadline_ts, plan.start_day.isoformat(),
          plan.start_ts, plan.end_day.isoformat(), plan.end_ts,
          "rounds/" + plan.round_id,  # relative, and nothing there: moved away
-         files["manifest.json"].decode(), "0" * 64, "resolved",
+         json.dumps(manifest), "0" * 64, "resolved",
          json.dumps({"QQQ": 100.0, "TLT": 50.0, "SPY": 200.0}),
          json.dumps({"QQQ": 110.0, "TLT": 49.0, "SPY": 202.0})))
     con.execute(
