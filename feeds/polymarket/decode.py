@@ -38,7 +38,7 @@ across modules.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -48,6 +48,7 @@ from daemon.core.price_columns import AssetTable, PriceColumns
 from feeds.polymarket.price_frames import (
     NO_HINT,
     FastChange,
+    Hints,
     apply_price_changes,
     price_change_events,
 )
@@ -118,20 +119,20 @@ _ANY = msgspec.json.Decoder()
 #: Called for ``market_resolved`` events: (event, ts) -> event to publish, if any.
 ResolvedHook = Callable[[WsEvent, float], Event | None]
 
-#: Columns of the tops a frame changed: token, its index, ts, mark, bid, ask (NaN: none).
-_Tops = tuple[list[str], list[int], list[float], list[float], list[float], list[float]]
+#: No token is fresh (a frame without a ``book`` snapshot).
+_NONE_FRESH: frozenset[str] = frozenset()
 
 
-def _append_columns(prices: PriceColumns, now: float, idxs: list[int], tss: list[float],
-                    marks: list[float], bids: list[float], asks: list[float]) -> None:
-    """Append a frame's tops to ``prices`` (``array.fromlist`` sizes each array once: 3-6x
-    faster than ``extend``, which grows it item by item)."""
-    prices.a.fromlist(idxs)
-    prices.ts.fromlist(tss)
-    prices.recv_ts.fromlist([now] * len(idxs))
-    prices.price.fromlist(marks)
-    prices.bid.fromlist(bids)
-    prices.ask.fromlist(asks)
+def _append_columns(prices: PriceColumns, now: float, flat: list[float]) -> None:
+    """Append a frame's tops, ``flat`` rows of (index, ts, mark, bid, ask), to ``prices``
+    (``array.fromlist`` sizes each array once: 3-6x faster than ``extend``, which grows it item
+    by item; a row is one ``list.extend`` of a tuple, not five appends)."""
+    prices.a.fromlist(flat[0::5])  # type: ignore[arg-type]  # the indices are ints
+    prices.ts.fromlist(flat[1::5])
+    prices.recv_ts.fromlist([now] * (len(flat) // 5))
+    prices.price.fromlist(flat[2::5])
+    prices.bid.fromlist(flat[3::5])
+    prices.ask.fromlist(flat[4::5])
 
 
 class TokenBook:
@@ -147,15 +148,16 @@ class TokenBook:
         self.asks: dict[float, float] = {}
         self.bid: float | None = None
         self.ask: float | None = None
-        self.hint_bid: float | None = None
-        self.hint_ask: float | None = None
-        """The server's best bid / ask of the frame, parsed and checked once (``None``: absent)."""
+        self.hint_bid = NO_HINT
+        self.hint_ask = NO_HINT
+        """The general path's best bid / ask of the frame, parsed and checked once
+        (:data:`~feeds.polymarket.price_frames.NO_HINT`: absent)."""
         self.pub_mark = _NAN
         self.pub_bid: float | None = None
         self.pub_ask: float | None = None
         """The last (mark, bid, ask) published (mark NaN: none yet; no tuple made per top)."""
         self.ts = 0.0
-        """The ts of the last price change applied to the book (read by the fast path's tops)."""
+        """The ts of the last update of the frame (read by the tops)."""
 
     def sorted_bids(self) -> list[tuple[float, float]]:
         """Return bid levels, best (highest) first."""
@@ -316,13 +318,15 @@ class PolymarketDecoder:
                 res.decode_errors = 1
                 return res
         fast = price_change_events(frame)
-        if fast is not None:  # the commonest frame: price changes only, numbers parsed in C
+        if fast is not None:  # the commonest frame: price changes only, numbers checked in C
             last: dict[str, FastChange] = {}
-            dropped = apply_price_changes(fast, self.books, res, last)
+            dropped = apply_price_changes(fast, self.books, last)
             if dropped:
                 self.dropped_deltas += dropped
             if last:
-                self._fast_tops(last, now, res, prices)
+                flat = self._tops(last, _NONE_FRESH, res)
+                if flat:
+                    self._put(flat, now, res, prices)
                 res.data_keys = list(last)
             return res
         try:
@@ -368,10 +372,9 @@ class PolymarketDecoder:
             else:
                 res.unknown += 1
         if touched:
-            if prices is None:
-                self._emit(touched, fresh, now, res)
-            else:
-                self._emit_columns(touched, fresh, now, res, prices)
+            flat = self._tops(self._hints(touched), fresh, res)
+            if flat:
+                self._put(flat, now, res, prices)
         if data:
             res.data_keys = list(data)
         return res
@@ -422,14 +425,13 @@ class PolymarketDecoder:
             try:
                 price = float(c.price)
                 size = float(c.size)
-                hb = float(c.best_bid) if c.best_bid else None
-                ha = float(c.best_ask) if c.best_ask else None
+                hb = float(c.best_bid) if c.best_bid else NO_HINT
+                ha = float(c.best_ask) if c.best_ask else NO_HINT
             except ValueError:
                 res.decode_errors += 1
                 continue
-            if not (0.0 < price <= 1.0 and 0.0 <= size < _INF) or (
-                    hb is not None and not 0.0 <= hb <= 1.0) or (
-                    ha is not None and not 0.0 <= ha <= 1.0):
+            if not (0.0 < price <= 1.0 and 0.0 <= size < _INF and 0.0 <= hb <= 1.0
+                    and 0.0 <= ha <= 1.0):  # NO_HINT lies in [0, 1]
                 res.decode_errors += 1
                 continue
             side = c.side
@@ -516,83 +518,32 @@ class PolymarketDecoder:
         if ts is None or not (_hint_ok(ev.best_bid) and _hint_ok(ev.best_ask)):
             res.decode_errors += 1
             return
-        book.hint_bid = float(ev.best_bid) if ev.best_bid else None
-        book.hint_ask = float(ev.best_ask) if ev.best_ask else None
+        book.hint_bid = float(ev.best_bid) if ev.best_bid else NO_HINT
+        book.hint_ask = float(ev.best_ask) if ev.best_ask else NO_HINT
         touched[ev.asset_id] = ts
         data[ev.asset_id] = None
 
-    def _tops(self, touched: dict[str, float], fresh: set[str] | frozenset[str],
-              res: DecodeResult) -> _Tops:
-        """Return the columns (token, its index, ts, mark, bid, ask; NaN: no bid / ask) of each
-        touched token whose top changed; count each crossed top as rejected."""
-        toks: list[str] = []
-        idxs: list[int] = []
-        tss: list[float] = []
-        marks: list[float] = []
-        bids: list[float] = []
-        asks: list[float] = []
+    def _hints(self, touched: dict[str, float]) -> dict[str, Hints]:
+        """Return the hints of each token the general path touched that has a book (its ts
+        stored in the book), and clear them from the book."""
         books = self.books
-        last_trade = self.last_trade
-        mid = self.mark == "mid"
-        rejected = 0
+        out: dict[str, Hints] = {}
         for tok, ts in touched.items():
             book = books.get(tok)
             if book is None:
                 continue
-            hb = book.hint_bid
-            ha = book.hint_ask
-            bid: float | None
-            ask: float | None
-            if hb is not None:
-                bid = hb if hb > 0.0 else None
-            else:
-                bid = max(book.bids) if book.bids else None
-            if ha is not None:
-                ask = ha if ha < 1.0 else None
-            else:
-                ask = min(book.asks) if book.asks else None
-            book.hint_bid = book.hint_ask = None
-            if bid is not None and ask is not None and bid > ask:
-                rejected += 1  # crossed: never published; the last published top stays
-                continue
-            book.bid = bid
-            book.ask = ask
-            mark: float | None
-            if not mid:
-                mark = self._mark(bid, ask, last_trade.get(tok))
-            elif bid is not None:
-                mark = (bid + ask) / 2.0 if ask is not None else bid
-            else:
-                mark = ask if ask is not None else last_trade.get(tok)
-            if mark is None:
-                continue
-            if (mark == book.pub_mark and bid == book.pub_bid and ask == book.pub_ask
-                    and tok not in fresh):
-                continue
-            book.pub_mark = mark
-            book.pub_bid = bid
-            book.pub_ask = ask
-            toks.append(tok)
-            idxs.append(book.idx)
-            tss.append(ts)
-            marks.append(mark)
-            bids.append(_NAN if bid is None else bid)
-            asks.append(_NAN if ask is None else ask)
-        if rejected:
-            res.rejected += rejected
-        return toks, idxs, tss, marks, bids, asks
+            book.ts = ts
+            out[tok] = Hints(book.hint_bid, book.hint_ask)
+            book.hint_bid = book.hint_ask = NO_HINT
+        return out
 
-    def _fast_tops(self, last: dict[str, FastChange], now: float, res: DecodeResult,
-                   prices: PriceColumns | None) -> None:
-        """Append to ``prices`` (None: to the result's events) the top of each token the fast
-        path touched whose top changed (as :meth:`_tops` takes it, from the hints of the token's
-        last valid entry or, where it sent none, from the book); count each crossed top as
-        rejected."""
-        idxs: list[int] = []
-        tss: list[float] = []
-        marks: list[float] = []
-        bids: list[float] = []
-        asks: list[float] = []
+    def _tops(self, last: Mapping[str, Hints | FastChange], fresh: set[str] | frozenset[str],
+              res: DecodeResult) -> list[float]:
+        """Return flat rows (index, ts, mark, bid, ask; NaN: no bid / ask) of each token in
+        ``last`` (whose value names the token's hints) whose top changed, or that is ``fresh``;
+        count each crossed top as rejected and leave the last published top as it was."""
+        flat: list[float] = []
+        put = flat.extend
         books = self.books
         last_trade = self.last_trade
         mid = self.mark == "mid"
@@ -600,13 +551,26 @@ class PolymarketDecoder:
         for tok, c in last.items():
             book = books[tok]
             hb = c.best_bid
+            ha = c.best_ask
+            if mid and 0.0 < hb <= ha < 1.0 and hb is not NO_HINT and ha is not NO_HINT:
+                # The commonest top: both sides sent, neither empty, not crossed.
+                book.bid = hb
+                book.ask = ha
+                mark = (hb + ha) / 2.0
+                if (mark == book.pub_mark and hb == book.pub_bid and ha == book.pub_ask
+                        and tok not in fresh):
+                    continue
+                book.pub_mark = mark
+                book.pub_bid = hb
+                book.pub_ask = ha
+                put((book.idx, book.ts, mark, hb, ha))
+                continue
             bid: float | None
+            ask: float | None
             if hb is NO_HINT:
                 bid = max(book.bids) if book.bids else None
             else:
                 bid = hb if hb > 0.0 else None
-            ha = c.best_ask
-            ask: float | None
             if ha is NO_HINT:
                 ask = min(book.asks) if book.asks else None
             else:
@@ -616,54 +580,32 @@ class PolymarketDecoder:
                 continue
             book.bid = bid
             book.ask = ask
-            mark: float | None
-            if not mid:
-                mark = self._mark(bid, ask, last_trade.get(tok))
-            elif bid is not None:
-                mark = (bid + ask) / 2.0 if ask is not None else bid
-            else:
-                mark = ask if ask is not None else last_trade.get(tok)
-            if mark is None:
+            m = self._mark(bid, ask, last_trade.get(tok))
+            if m is None:
                 continue
-            if mark == book.pub_mark and bid == book.pub_bid and ask == book.pub_ask:
+            if m == book.pub_mark and bid == book.pub_bid and ask == book.pub_ask and (
+                    tok not in fresh):
                 continue
-            book.pub_mark = mark
+            book.pub_mark = m
             book.pub_bid = bid
             book.pub_ask = ask
-            idxs.append(book.idx)
-            tss.append(book.ts)
-            marks.append(mark)
-            bids.append(_NAN if bid is None else bid)
-            asks.append(_NAN if ask is None else ask)
+            put((book.idx, book.ts, m, _NAN if bid is None else bid,
+                 _NAN if ask is None else ask))
         if rejected:
             res.rejected += rejected
-        if not idxs:
-            return
+        return flat
+
+    def _put(self, flat: list[float], now: float, res: DecodeResult,
+             prices: PriceColumns | None) -> None:
+        """Append the rows of :meth:`_tops` to ``prices`` (None: as events to the result)."""
         if prices is not None:
-            _append_columns(prices, now, idxs, tss, marks, bids, asks)
+            _append_columns(prices, now, flat)
             return
         source = self.source
         names = self.assets.names
         res.events.extend(
-            PriceEvent(ts=ts, recv_ts=now, market="polymarket", asset=names[i], price=mark,
-                       bid=None if bid != bid else bid, ask=None if ask != ask else ask,
-                       source=source)
-            for i, ts, mark, bid, ask in zip(idxs, tss, marks, bids, asks, strict=True))
-
-    def _emit_columns(self, touched: dict[str, float], fresh: set[str] | frozenset[str],
-                      now: float, res: DecodeResult, prices: PriceColumns) -> None:
-        _, idxs, tss, marks, bids, asks = self._tops(touched, fresh, res)
-        if idxs:
-            _append_columns(prices, now, idxs, tss, marks, bids, asks)
-
-    def _emit(
-        self, touched: dict[str, float], fresh: set[str] | frozenset[str], now: float,
-        res: DecodeResult,
-    ) -> None:
-        source = self.source
-        toks, _, tss, marks, bids, asks = self._tops(touched, fresh, res)
-        res.events.extend(
-            PriceEvent(ts=ts, recv_ts=now, market="polymarket", asset=tok, price=mark,
-                       bid=None if bid != bid else bid, ask=None if ask != ask else ask,
-                       source=source)
-            for tok, ts, mark, bid, ask in zip(toks, tss, marks, bids, asks, strict=True))
+            PriceEvent(ts=flat[i + 1], recv_ts=now, market="polymarket",
+                       asset=names[int(flat[i])], price=flat[i + 2],
+                       bid=None if flat[i + 3] != flat[i + 3] else flat[i + 3],
+                       ask=None if flat[i + 4] != flat[i + 4] else flat[i + 4], source=source)
+            for i in range(0, len(flat), 5))

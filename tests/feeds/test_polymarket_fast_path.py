@@ -1,18 +1,23 @@
-"""The decoder's fast path (price_change-only frames, numbers parsed by msgspec) validates every
-price as the general path does and gives the same books, prices and counts."""
+"""The decoder's fast path (price_change-only frames, numbers parsed and checked by msgspec)
+validates every price as the general path does and gives the same books, prices and counts; a
+refused entry read from the wire is one log line and no price."""
 
 from __future__ import annotations
 
 import json
 import math
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from feeds.polymarket.decode import MarkMode, PolymarketDecoder
 from feeds.polymarket.price_frames import price_change_events
-from tests.fakes.polymarket_server import change, price_change
+from tests.fakes.polymarket_server import FakePolymarket, change, price_change
+from tests.feeds.test_polymarket import Harness, add_q1
+from tests.helpers import wait_for
 
 TOKENS = ["T", "U"]
 #: An event of an unknown type: appended to a frame, it sends the frame down the general path.
@@ -32,21 +37,38 @@ def _decoder(mark: MarkMode = "mid") -> PolymarketDecoder:
     return dec
 
 
-def _frames(n: int, seed: int) -> list[list[dict[str, Any]]]:
-    """Return price_change frames with some garbage, crossed tops and missing hints."""
+#: The garbage an entry may carry, field by field (each refused by the fast path's decode).
+GARBAGE = [("side", "HOLD"), ("price", "NaN"), ("price", "0"), ("price", "-0.2"), ("price", "1.5"),
+           ("price", "abc"), ("size", "-3"), ("size", "nan"), ("size", "inf"), ("best_bid", "nan"),
+           ("best_bid", "2"), ("best_ask", "-1"), ("timestamp", "0")]
+
+
+def _frames(n: int, seed: int, bad: float = 0.1) -> list[list[dict[str, Any]]]:
+    """Return price_change frames with crossed tops, missing hints, deltas without a book and,
+    in a share ``bad`` of the entries, garbage (a frame holding any takes the general path)."""
     rng = random.Random(seed)
     out = []
     for f in range(n):
         entries = []
+        ts: int | str = 2000 + f
         for _ in range(rng.randint(1, 6)):
-            tok = rng.choice([*TOKENS, "NOBOOK"])
-            side = rng.choice(["BUY", "SELL", "BUY", "SELL", "HOLD"])
-            price = rng.choice([f"{rng.randint(1, 99) / 100:.2f}", "NaN", "0", "-0.2", "1.5"])
-            size = rng.choice(["0", f"{rng.uniform(1, 50):.2f}", "-3", "nan"])
-            bb = rng.choice([None, f"{rng.randint(0, 60) / 100:.2f}", "nan", "2"])
-            ba = rng.choice([None, f"{rng.randint(40, 100) / 100:.2f}", "-1"])
-            entries.append(change(tok, price, size, side, bb, ba))
-        out.append([price_change(entries, 2000 + f)])
+            tok = rng.choice([*TOKENS, *TOKENS, "NOBOOK"])
+            side = rng.choice(["BUY", "SELL"])
+            price = f"{rng.randint(1, 99) / 100:.2f}"
+            size = rng.choice(["0", f"{rng.uniform(1, 50):.2f}"])
+            bb = rng.choice([None, f"{rng.randint(0, 60) / 100:.2f}"])
+            ba = rng.choice([None, f"{rng.randint(40, 100) / 100:.2f}"])
+            entry = change(tok, price, size, side, bb, ba)
+            if rng.random() < bad:
+                field, value = rng.choice(GARBAGE)
+                if field == "timestamp":
+                    ts = value
+                else:
+                    entry[field] = value
+            entries.append(entry)
+        ev = price_change(entries, 0)
+        ev["timestamp"] = str(ts)
+        out.append([ev])
     return out
 
 
@@ -85,11 +107,13 @@ def _same(a: list[tuple[float, ...]], b: list[tuple[float, ...]]) -> bool:
 @pytest.mark.parametrize("mark,columns", [
     ("mid", True), ("mid", False), ("last", True), ("bid", True), ("bid", False)])
 def test_fast_path_equals_general_path_on_mixed_garbage(mark: MarkMode, columns: bool) -> None:
-    frames = _frames(400, seed=3)
+    frames = _frames(600, seed=3)
+    fast_frames = sum(price_change_events(json.dumps(f)) is not None for f in frames)
+    assert 200 < fast_frames < 550  # both paths taken
     fast_rows, fast_counts, fast = _run(frames, [], mark, columns)
     slow_rows, slow_counts, slow = _run(frames, [UNKNOWN], mark, columns)
-    assert fast_rows and _same(fast_rows, slow_rows)
-    assert fast_counts == slow_counts and fast_counts[0] > 0 and fast_counts[1] > 0
+    assert len(fast_rows) > 100 and _same(fast_rows, slow_rows)
+    assert fast_counts == slow_counts and min(fast_counts) > 0
     for tok in TOKENS:
         assert fast.books[tok].bids == slow.books[tok].bids
         assert fast.books[tok].asks == slow.books[tok].asks
@@ -117,7 +141,7 @@ def test_fast_path_refuses_each_invalid_number(field: str, value: str) -> None:
     entry = change("T", "0.45", "5", "BUY", "0.45", "0.6")
     entry[field] = value
     frame = json.dumps(price_change([entry], 2000))
-    assert price_change_events(frame) is not None  # parsed as numbers: the fast path judges it
+    assert price_change_events(frame) is None  # refused as msgspec parses it: the general path
     cols = dec.price_columns()
     res = dec.decode_columns(frame, 2.0, cols)
     assert res.decode_errors == 1 and len(cols) == 0 and res.data_keys == []
@@ -201,3 +225,40 @@ def test_a_sent_hint_equal_to_the_missing_hint_default_is_a_hint() -> None:
         {"asset_id": "T", "price": 0.3, "size": 6, "side": "BUY", "best_bid": 0.5,
          "best_ask": 0.7}]}), 2.0)
     assert [(e.bid, e.ask) for e in res.events] == [(0.5, 0.7)]  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakePolymarket]:
+    srv = FakePolymarket()
+    await srv.start()
+    yield srv
+    await srv.stop()
+
+
+@pytest.mark.parametrize("entry,line", [
+    (change("Y1", "NaN", "5", "BUY", "0.49", "0.52"), "feed frame undecodable"),
+    (change("Y1", "0", "5", "BUY", "0.49", "0.52"), "feed frame undecodable"),
+    (change("Y1", "-0.2", "5", "SELL", "0.49", "0.52"), "feed frame undecodable"),
+    (change("Y1", "0.5x", "5", "BUY", "0.49", "0.52"), "feed frame undecodable"),
+    (change("Y1", "0.49", "5", "BUY", "0.53", "0.52"), "feed frame rejected"),  # crossed
+])
+async def test_a_refused_entry_is_one_log_line_and_nothing_applied(
+        fake: FakePolymarket, entry: dict[str, Any], line: str) -> None:
+    add_q1(fake)
+    async with Harness(fake, ids=("1",)) as h:
+        await fake.wait_conns(1)
+        await wait_for(lambda: bool(h.prices("Y1")))
+        book = dict(h.source.decoder.books["Y1"].bids), dict(h.source.decoder.books["Y1"].asks)
+        with capture_logs() as logs:
+            await fake.send(price_change([entry], fake.next_ts()))
+            # A good frame after it: once its price is out, the bad frame was read.
+            await fake.send(price_change([change("N1", "0.50", "0", "BUY", "0.49", "0.54")],
+                                         fake.next_ts()))
+            await wait_for(lambda: len(h.prices("N1")) == 2)
+        warned = [e for e in logs if e["log_level"] == "warning"]
+        assert [e["event"] for e in warned] == [line]
+        assert warned[0]["source"] == "polymarket" and '"Y1"' in warned[0]["sample"]
+        assert len(h.prices("Y1")) == 1  # the snapshot's price only
+        if line == "feed frame undecodable":  # refused as read: the book is as it was
+            assert (h.source.decoder.books["Y1"].bids, h.source.decoder.books["Y1"].asks) == book
+        assert h.source.decoder.top("Y1")[:2] == (0.48, 0.52)
