@@ -41,6 +41,7 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
+from agents.alphaforgebench.factor_library import FACTORS
 from agents.alphaforgebench.sandbox import (
     InvalidStrategy,
     SandboxError,
@@ -60,22 +61,6 @@ log = structlog.get_logger(__name__)
 PROTOCOL = "alphaforgebench"
 NY = ZoneInfo("America/New_York")
 LOAD_FAILED = "the strategy does not load"
-
-#: The factor columns of a bar frame as the prompt lists them (agents/sandbox_worker.factors).
-FACTORS: tuple[tuple[str, str], ...] = (
-    ("ret_1", "close / previous close - 1"),
-    ("sma_{w}, w in 5 10 20 50 100 200", "simple moving average of the close"),
-    ("ema_{w}, w in 5 10 12 20 26 50 100 200", "exponential moving average (span w)"),
-    ("ma_{w}, w in 5 10 20 50 100 200", "sma_w / close (around 1.0)"),
-    ("roc_{w}, w in 5 10 20 50 100 200", "close w bars ago / close (around 1.0)"),
-    ("std_{w}, w in 5 10 20 50 100 200", "standard deviation of ret_1 over w bars"),
-    ("rsi_{w}, w in 6 14 24", "relative strength index (Wilder), 0-100"),
-    ("macd, macd_signal, macd_hist", "ema_12 - ema_26, its 9-bar EMA, their difference"),
-    ("bb_upper_{w}, bb_middle_{w}, bb_lower_{w}, w in 10 20", "Bollinger bands (sma +- 2 std)"),
-    ("stoch_k_{w}, stoch_d_{w}, w in 14 20", "stochastic oscillator of the closes, 0-100"),
-    ("atr_{w}, w in 14 20", "mean absolute close-to-close change (closes only)"),
-)
-
 
 @dataclass(frozen=True, slots=True)
 class StrategyCode:
@@ -116,7 +101,8 @@ PRICE_OHLCV = ("Each past day is its recorded daily bar (high, low and\n"
 
 
 def factors_text() -> str:
-    """Return the factor list of the prompt."""
+    """Return the factor list of the prompt (the library of
+    :mod:`agents.alphaforgebench.factor_library`)."""
     return "\n".join(f"  - {name}: {what}" for name, what in FACTORS)
 
 

@@ -43,6 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 WORKER = Path(__file__).with_name("sandbox_worker.py")
 POLICY = Path(__file__).with_name("seccomp_policy.py")
+#: The factor library the worker builds the frames with (imports numpy and pandas only).
+LIBRARY = Path(__file__).with_name("factor_library.py")
 #: Top-level modules bound into the sandbox (strategy imports, what they import, the policy).
 PACKAGES = ("numpy", "pandas", "dateutil", "pytz", "tzdata", "six", "pyseccomp")
 #: Where the sandbox sees the packages and the worker.
@@ -186,6 +188,7 @@ def bwrap_argv(bwrap: str, config: dict[str, Any]) -> list[str]:
         for path in _module_paths(name):
             argv += ["--ro-bind", str(path), f"{LIB}/{path.name}"]
     argv += ["--ro-bind", str(POLICY), f"{LIB}/{POLICY.name}",
+             "--ro-bind", str(LIBRARY), f"{LIB}/{LIBRARY.name}",
              "--ro-bind", str(WORKER), WORKER_INSIDE,
              "--dir", "/proc", "--dir", "/dev", *_device_args(), "--tmpfs", "/tmp",
              "--chdir", "/tmp",

@@ -14,7 +14,8 @@ Requests (each with the daemon's ``"id"``, which the answer echoes):
   ``generate_signal``; the answer is ``{"id": "...", "ok": true}``;
 - ``{"id": "...", "op": "bar", "bars": {asset: {"ts": [...], "close": [...]}}}`` (and, with
   recorded bars, ``"open"``, ``"high"``, ``"low"``, ``"volume"`` lists, null for unknown): build
-  each asset's frame (OHLCV and indicators, oldest row first, the last row the current bar) and call
+  each asset's frame (OHLCV and the factor library of ``factor_library.py``, with the windows the
+  code names beyond the defaults; oldest row first, the last row the current bar) and call
   ``generate_signal(df)`` once per asset, each time from a fresh run of the code's top level
   (the strategy is stateless: module-level objects do not carry over between calls); the
   answer is ``{"id": "...", "ok": true, "results": {asset: {"signal": s, "position": p} or
@@ -198,54 +199,16 @@ def _limit(which: int, value: int) -> None:
         resource.setrlimit(which, (value, value))
 
 
-def factors(close: Any, ohlv: Any = None) -> Any:
-    """Return the frame of one asset: OHLCV and the indicators.
+def factors(close: Any, ohlv: Any = None, extra: tuple[str, ...] = ()) -> Any:
+    """Return the frame of one asset: OHLCV and the factor library (``factor_library.frame``,
+    bound next to this file; ``extra``: the windows the strategy names beyond the defaults).
 
     ``ohlv``: the recorded ``open``/``high``/``low``/``volume`` series (None values NaN);
     without it open = high = low = close and volume is NaN (closes only).
     """
-    import numpy as np
-    import pandas as pd  # type: ignore[import-untyped]
+    import factor_library  # type: ignore[import-not-found]
 
-    c = close.astype("float64")
-    if ohlv is None:
-        df = pd.DataFrame({"open": c, "high": c, "low": c, "close": c,
-                           "volume": np.nan}, index=c.index)
-    else:
-        df = pd.DataFrame({"open": ohlv["open"], "high": ohlv["high"], "low": ohlv["low"],
-                           "close": c, "volume": ohlv["volume"]}, index=c.index)
-    ret = c.pct_change()
-    cols: dict[str, Any] = {"ret_1": ret}
-    for w in (5, 10, 20, 50, 100, 200):
-        sma = c.rolling(w, min_periods=w).mean()
-        cols[f"sma_{w}"] = sma
-        cols[f"ma_{w}"] = sma / c
-        cols[f"ema_{w}"] = c.ewm(span=w, adjust=False, min_periods=w).mean()
-        cols[f"roc_{w}"] = c.shift(w) / c
-        cols[f"std_{w}"] = ret.rolling(w, min_periods=w).std()
-    for w in (12, 26):
-        cols[f"ema_{w}"] = c.ewm(span=w, adjust=False, min_periods=w).mean()
-    for w in (6, 14, 24):
-        delta = c.diff()
-        gain = delta.clip(lower=0).ewm(alpha=1 / w, adjust=False, min_periods=w).mean()
-        loss = (-delta.clip(upper=0)).ewm(alpha=1 / w, adjust=False, min_periods=w).mean()
-        cols[f"rsi_{w}"] = 100 - 100 / (1 + gain / loss)
-    macd = cols["ema_12"] - cols["ema_26"]
-    cols["macd"] = macd
-    cols["macd_signal"] = macd.ewm(span=9, adjust=False, min_periods=9).mean()
-    cols["macd_hist"] = macd - cols["macd_signal"]
-    for w in (10, 20):
-        mid = c.rolling(w, min_periods=w).mean()
-        sd = c.rolling(w, min_periods=w).std(ddof=0)
-        cols[f"bb_middle_{w}"], cols[f"bb_upper_{w}"] = mid, mid + 2 * sd
-        cols[f"bb_lower_{w}"] = mid - 2 * sd
-    for w in (14, 20):
-        hi = c.rolling(w, min_periods=w).max()
-        lo = c.rolling(w, min_periods=w).min()
-        cols[f"stoch_k_{w}"] = (c - lo) / (hi - lo) * 100
-        cols[f"stoch_d_{w}"] = cols[f"stoch_k_{w}"].rolling(3, min_periods=3).mean()
-        cols[f"atr_{w}"] = c.diff().abs().rolling(w, min_periods=w).mean()
-    return pd.concat([df, pd.DataFrame(cols, index=c.index)], axis=1)
+    return factor_library.frame(close, ohlv, extra)
 
 
 def _number(x: Any) -> Any:
@@ -329,6 +292,7 @@ def main() -> int:
     import statistics  # noqa: F401
     import typing  # noqa: F401
 
+    import factor_library  # type: ignore[import-not-found]
     import numpy as np  # noqa: F401
     import pandas as pd  # type: ignore[import-untyped]
     import seccomp_policy  # type: ignore[import-not-found]
@@ -366,6 +330,7 @@ def main() -> int:
     out.write(json.dumps(report) + "\n")  # before any request: no strategy code exists yet
     out.flush()
     code: Any = None
+    extra: tuple[str, ...] = ()
     stdin = sys.stdin
     while True:
         line = stdin.readline()
@@ -382,6 +347,7 @@ def main() -> int:
             if req["op"] == "load":
                 code = compile(req["code"], "<strategy>", "exec")
                 _load(code)
+                extra = factor_library.requested(code)
                 answer: dict[str, Any] = {"ok": True}
             elif req["op"] == "bar":
                 results: dict[str, Any] = {}
@@ -392,7 +358,8 @@ def main() -> int:
                         ohlv = {k: pd.Series([math.nan if v is None else v for v in bar[k]],
                                              index=idx, dtype="float64")
                                 for k in ("open", "high", "low", "volume")}
-                    df = factors(pd.Series(bar["close"], index=idx, dtype="float64"), ohlv)
+                    df = factors(pd.Series(bar["close"], index=idx, dtype="float64"), ohlv,
+                                 extra)
                     results[asset] = _call(code, df)
                 answer = {"ok": True, "results": results}
             else:

@@ -251,9 +251,9 @@ def test_the_prompt_lists_only_columns_the_frames_have() -> None:
     import pandas as pd  # type: ignore[import-untyped]
 
     from agents.alphaforgebench.agent import FACTORS
-    from agents.alphaforgebench.sandbox_worker import factors
+    from agents.alphaforgebench.factor_library import frame
 
-    cols = set(factors(pd.Series([float(i + 1) for i in range(10)])).columns)
+    cols = set(frame(pd.Series([float(i + 1) for i in range(10)])).columns)
     for names, _ in FACTORS:
         head, _, windows = names.partition(", w in ")
         for name in re.split(r",\s*", head):
