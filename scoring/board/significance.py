@@ -40,6 +40,7 @@ from scoring.stats.inference import (
 )
 from scoring.stats.metrics import DDOF, STD_ZERO_RTOL, simple_returns
 from scoring.stats.multiple import holm, model_confidence_set
+from scoring.stats.order_stats import rank_counts
 from scoring.stats.sharpe_tests import (
     deflated_sharpe,
     min_track_record,
@@ -312,23 +313,19 @@ def _stability(mk: _Market, ranked: Sequence[dict[str, Any]]) -> dict[str, Any]:
         return out
     out["block_length"] = d.block
     mk.stats(d, cols)
-    by_agent = np.vstack([d.cum[j] for j in cols])  # k x B
+    rows = [d.cum[j] for j in cols]  # one contiguous row of B draws per agent
     est = [mk.estimate(mask, j)[0] for j in cols]
-    # p to the best: every agent's one-sided test in one pass over contiguous rows
-    p_best: list[float] = (null_p_values([est[0] - e for e in est[1:]],
-                                         by_agent[0] - by_agent[1:], one_sided=True).tolist()
-                           if len(cols) > 1 else [])
-    cum = np.ascontiguousarray(by_agent.T)  # rows: fast argmax
-    del by_agent
-    first = np.argmax(cum, axis=1)
-    k = min(TOP_K, len(cols))
-    top = np.argpartition(-cum, k - 1, axis=1)[:, :k] if len(cols) > k else None
+    # p to the best: every agent's one-sided test, a block of agents at a time (no k x B copy)
+    p_best: list[float] = []
+    for s in range(1, len(cols), _CHUNK):
+        block = rows[0] - np.vstack(rows[s : s + _CHUNK])
+        p_best += null_p_values([est[0] - e for e in est[s : s + _CHUNK]], block,
+                                one_sided=True).tolist()
     adj = holm(p_best)
-    # np.mean of a 0/1 column is its count over B: counted for every agent at once (a draw's
-    # top indices are distinct, so the rows holding i are the occurrences of i)
-    reps = cum.shape[0]
-    n_first = np.bincount(first, minlength=len(cols)).tolist()
-    n_top = None if top is None else np.bincount(top.ravel(), minlength=len(cols)).tolist()
+    # the share of draws in which each agent is #1 and in the top TOP_K, as argmax and
+    # argpartition of the B x k draws give them (ties included)
+    reps = rows[0].size
+    n_first, n_top = rank_counts(rows, TOP_K)
     for i, r in enumerate(ranked):
         in_top = 1.0 if n_top is None else float(n_top[i]) / reps
         r["rank_stability"] = {

@@ -63,27 +63,12 @@ def model_confidence_set(losses: np.ndarray, counts: np.ndarray, size: float = 0
     boot /= counts.sum(axis=1, keepdims=True)
     reps = boot.shape[0]
     running = 0.0
-    # Each step's B x k statistics in place (the same figures as fresh arrays, without four
-    # B x k temporaries per step: a large market's set is often found in one step).
-    sq = np.empty_like(boot)
     while included.sum() > 1:
         cols = np.flatnonzero(included)
-        kc = cols.size
-        if kc == k:  # the first step (often the only one): a plain copy, no gather
-            err = np.empty_like(boot)
-            np.copyto(err, boot)
-        else:
-            err = boot[:, cols]
-        err -= err.mean(axis=1, keepdims=True)
-        tmp = sq.reshape(-1)[: reps * kc].reshape(reps, kc)
-        np.square(err, out=tmp)
-        sd = np.sqrt(tmp.mean(axis=0))
-        sd[sd <= 0.0] = np.inf  # a degenerate difference is never eliminated on its own
+        sd, sim = _step_draws(boot, None if cols.size == k else cols)
         diffs = means[cols] - means[cols].mean()
         stat_i = diffs / sd
         test = float(np.max(stat_i))
-        np.divide(err, sd, out=tmp)
-        sim = np.max(tmp, axis=1)
         p = (1 + int(np.count_nonzero(test < sim))) / (reps + 1)
         running = max(running, p)
         if running > size and not full:
@@ -97,3 +82,54 @@ def model_confidence_set(losses: np.ndarray, counts: np.ndarray, size: float = 0
             p_out[j] = 1.0
         included = np.array([p > size for p in p_out])
     return included, p_out
+
+
+_ROWS = 256  # draws per block of a step: the block's temporaries stay in cache
+
+
+def _step_draws(boot: np.ndarray, cols: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Return one elimination step's ``(sd, sim)`` from the ``B x k`` centred draws ``boot``.
+
+    Over the models ``cols`` (``None``: all): each draw's deviations ``e`` from its mean over
+    those models, ``sd`` the root mean square of ``e`` over the draws, ``sim`` each draw's
+    largest ``e / sd`` (degenerate ``sd`` of 0 counted as infinite). A block of draws at a time
+    with reused buffers instead of ``B x k`` temporaries; the sum over the draws adds them in
+    order, one draw after another, as numpy's reduction over the first axis does, so the
+    figures are those of the whole-matrix expressions bit for bit.
+    """
+    reps = boot.shape[0]
+    kc = boot.shape[1] if cols is None else cols.size
+    buf = np.empty((min(_ROWS, reps) + 1, kc))
+    total = np.zeros(kc)
+    for s in range(0, reps, _ROWS):
+        e = _centred(boot, cols, s, buf[1:])
+        np.square(e, out=e)
+        if s == 0:
+            total = np.add.reduce(e, axis=0)
+        else:
+            buf[0] = total
+            total = np.add.reduce(buf[: e.shape[0] + 1], axis=0)
+    sd = np.sqrt(total / reps)
+    sd[sd <= 0.0] = np.inf  # a degenerate difference is never eliminated on its own
+    sim = np.empty(reps)
+    for s in range(0, reps, _ROWS):
+        e = _centred(boot, cols, s, buf[1:])
+        np.divide(e, sd, out=e)
+        sim[s : s + e.shape[0]] = np.max(e, axis=1)
+    return sd, sim
+
+
+def _centred(boot: np.ndarray, cols: np.ndarray | None, start: int, out: np.ndarray
+             ) -> np.ndarray:
+    """Return draws ``start:start + _ROWS`` of ``boot`` (columns ``cols``) less their row
+    means, written into ``out``."""
+    block = boot[start : start + _ROWS]
+    e = out[: block.shape[0]]
+    if cols is None:
+        np.copyto(e, block)
+        e -= e.mean(axis=1, keepdims=True)
+    else:  # gathered columns come column-major: the row means add column after column
+        picked = block[:, cols]
+        picked -= picked.mean(axis=1, keepdims=True)
+        np.copyto(e, picked)
+    return e

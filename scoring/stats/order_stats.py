@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["MIN_WINDOW_N", "window_order_stats"]
+__all__ = ["MIN_WINDOW_N", "rank_counts", "window_order_stats"]
 
 _SAMPLE = 512  # leading columns of a row that place its windows
 _SIGMAS = 5.0  # a window reaches this many standard deviations of a rank beyond its target
@@ -82,3 +82,59 @@ def window_order_stats(x: np.ndarray, positions: Sequence[int]
         high[fits, j] = hi[fits]
     low[~ok] = high[~ok] = np.nan
     return low, high, ok
+
+
+def rank_counts(rows: Sequence[np.ndarray], top: int) -> tuple[list[int], list[int] | None]:
+    """Return how often each series is #1 and among the ``top`` largest, draw by draw.
+
+    ``rows[i]`` holds series ``i``'s ``B`` draws (every row the same length). The counts equal
+    those of ``argmax`` and ``argpartition(-m, top - 1)[:, :top]`` of the ``B x k`` matrix ``m``
+    of the rows as columns (``None`` for the second when ``k <= top``), ties included. One pass
+    over the series keeps each draw's ``top + 1`` largest values and the series holding them
+    (a later equal value ranks after an earlier one, so the first holder of the largest is
+    ``argmax``'s); a draw whose ``top``-th and next largest values are equal is left to numpy's
+    partition of that draw, as the whole matrix would have it. A non-finite draw: the whole
+    matrix is partitioned.
+    """
+    k = len(rows)
+    if k <= top + 1 or not all(np.isfinite(r).all() for r in rows):
+        return _rank_counts_full(np.vstack(rows), top) if rows else ([], None)
+    reps = rows[0].size
+    vals = [np.full(reps, -np.inf) for _ in range(top + 1)]  # descending, per draw
+    held = [np.full(reps, -1, dtype=np.intp) for _ in range(top + 1)]
+    for i, r in enumerate(rows):
+        at = np.flatnonzero(r > vals[top])
+        if not at.size:
+            continue
+        v = r[at]
+        old_v = [a[at] for a in vals]
+        old_i = [a[at] for a in held]
+        place = sum((o >= v).astype(np.intp) for o in old_v)  # where v goes: after ties
+        for j in range(top + 1):
+            before = place > j  # keeps its value
+            here = place == j
+            shifted_v = old_v[j - 1] if j else v
+            shifted_i = old_i[j - 1] if j else np.full(at.size, i, dtype=np.intp)
+            vals[j][at] = np.where(before, old_v[j], np.where(here, v, shifted_v))
+            held[j][at] = np.where(before, old_i[j], np.where(here, i, shifted_i))
+    n_first = np.bincount(held[0], minlength=k).tolist()
+    tied = vals[top - 1] == vals[top]  # the boundary is a tie: numpy's partition decides
+    clear = ~tied
+    n_top = np.bincount(np.concatenate([h[clear] for h in held[:top]]), minlength=k)
+    at = np.flatnonzero(tied)
+    if at.size:  # those draws of every series, partitioned draw by draw as the whole matrix
+        drawn = np.ascontiguousarray(np.vstack([r[at] for r in rows]).T)
+        n_top += np.bincount(np.argpartition(-drawn, top - 1, axis=1)[:, :top].ravel(),
+                             minlength=k)
+    return n_first, n_top.tolist()
+
+
+def _rank_counts_full(by_row: np.ndarray, top: int) -> tuple[list[int], list[int] | None]:
+    """Return :func:`rank_counts` of the ``k x B`` draws by partitioning every draw."""
+    k = by_row.shape[0]
+    cum = np.ascontiguousarray(by_row.T)  # rows: fast argmax
+    first = np.bincount(np.argmax(cum, axis=1), minlength=k).tolist()
+    if k <= top:
+        return first, None
+    ranked = np.argpartition(-cum, top - 1, axis=1)[:, :top]
+    return first, np.bincount(ranked.ravel(), minlength=k).tolist()
