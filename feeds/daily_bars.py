@@ -8,7 +8,8 @@ close and volume. :func:`bar_problem` names what makes a bar unusable as OHLCV (
 non-finite high or low, a high below the low, a range that does not hold the open or the close,
 a negative volume); such a bar keeps its open and close prints but gets no
 :class:`~daemon.core.events.BarEvent` (the builder reports it in one line).
-:func:`yahoo_quotes` reads the ``open``/``high``/``low``/``volume`` arrays of a chart payload.
+:func:`yahoo_quotes` reads the ``open``/``high``/``low``/``volume`` arrays of a chart payload,
+:func:`yahoo_adjcloses` its dividend-adjusted closes (``indicators.adjclose``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from daemon.core.events import BarEvent
 from daemon.timing.nyse import NY, get_nyse_calendar
 
 __all__ = ["BAR_DAY_SHIFT", "Bar", "HistoryError", "HistoryWindow", "bar_event", "bar_problem",
-           "number", "yahoo_quotes"]
+           "number", "yahoo_adjcloses", "yahoo_quotes"]
 
 #: Seconds added to a bar's start before taking its New York date: a bar starts at its own
 #: exchange's open (09:30 New York for US stocks, 00:00 UTC for crypto, 09:30 Shanghai), which is
@@ -145,4 +146,27 @@ def yahoo_quotes(payload: Any) -> dict[float, dict[str, float | None]]:
             v = col[i] if i < len(col) else None
             row[k] = None if v is None else (number(v) if number(v) is not None else math.nan)
         out[ts] = row
+    return out
+
+
+def yahoo_adjcloses(payload: Any) -> dict[float, float | None]:
+    """Return bar start -> dividend-adjusted close (``indicators.adjclose``) of a chart payload.
+
+    A null, absent, non-finite or non-positive value is ``None``; an unreadable payload or one
+    without the array gives ``{}``.
+    """
+    try:
+        r0 = payload["chart"]["result"][0]
+        stamps, adj = r0["timestamp"], r0["indicators"]["adjclose"][0]["adjclose"]
+    except (KeyError, TypeError, IndexError, AttributeError):
+        return {}
+    if not isinstance(stamps, list) or not isinstance(adj, list):
+        return {}
+    out: dict[float, float | None] = {}
+    for i, t in enumerate(stamps):
+        ts = number(t)
+        if ts is None:
+            continue
+        v = number(adj[i]) if i < len(adj) and adj[i] is not None else None
+        out[ts] = v if v is not None and math.isfinite(v) and v > 0 else None
     return out

@@ -11,8 +11,12 @@ After the closes, each ticker's complete bar is a :class:`~daemon.core.events.Ba
 high, low, close, volume; header ``meta.bars = "ohlcv"``); a bar whose high, low or volume is
 missing or inconsistent (:func:`feeds.daily_bars.bar_problem`) keeps its two prints only, and
 each ticker with such bars or with missing days gets one line in ``notes``.
-Prices are Yahoo's quote prices: split-adjusted, not dividend-adjusted (the header's ``meta``
-says so, ``adjustment``). The recording ends with a
+Prices are Yahoo's quote prices: split-adjusted, not dividend-adjusted; with ``dividends``
+(``build-recording --dividend-adjusted``) the close is Yahoo's dividend-adjusted close
+(``adjclose``) and the open, high and low are scaled by the same factor (adjusted close / close;
+volume as reported), as Alpaca's ``adjustment=all`` and Finnhub's ``adjusted=true`` bars are.
+The header's ``meta`` says which (``adjustment``, and ``dividend_adjusted``). A bar without an
+adjusted close in a dividend-adjusted build stops it (one line). The recording ends with a
 :class:`~daemon.core.events.ClockEvent` one hour after the last close so a replay marks the last
 day. Bars on days the calendar does not list as sessions are skipped (crypto weekends), and a bar is
 dated by its own trading day (:data:`BAR_DAY_SHIFT`). Every problem (unknown ticker, no bars in the
@@ -39,6 +43,7 @@ from feeds.daily_bars import (
     HistoryWindow,
     bar_event,
     bar_problem,
+    yahoo_adjcloses,
     yahoo_quotes,
 )
 from feeds.equities import EquitySourcesSettings
@@ -55,18 +60,26 @@ END_MARGIN = 3600.0
 SOURCE = "yahoo-history"
 #: What the recorded prices are, written into the header's ``meta``.
 ADJUSTMENT = "split-adjusted, not dividend-adjusted (Yahoo's quote open, high, low and close)"
+ADJUSTMENT_DIVIDENDS = ("split- and dividend-adjusted (Yahoo's adjclose; open, high and low"
+                        " scaled by adjclose / close)")
 
 
-def _bar_of(t: float, close: float, quote: dict[str, float | None]) -> Bar:
-    """Return the bar starting at ``t`` from its close and its chart quote values."""
+def _bar_of(t: float, close: float, quote: dict[str, float | None], factor: float = 1.0) -> Bar:
+    """Return the bar starting at ``t`` from its close and its chart quote values, its prices
+    times ``factor`` (a dividend adjustment: adjusted close / close)."""
     o = quote.get("open")
-    return Bar(t, o if o is not None and math.isfinite(o) and o > 0 else None, close,
-               quote.get("high"), quote.get("low"), quote.get("volume"))
+
+    def scaled(x: float | None) -> float | None:
+        return None if x is None else x * factor
+    return Bar(t, o * factor if o is not None and math.isfinite(o) and o > 0 else None,
+               close * factor, scaled(quote.get("high")), scaled(quote.get("low")),
+               quote.get("volume"))
 
 
 async def _fetch_one(session: aiohttp.ClientSession, settings: YahooSettings, symbol: str,
-                     window: HistoryWindow) -> dict[date, Bar]:
-    """Return the daily bars of ``symbol`` by session day inside ``window``."""
+                     window: HistoryWindow, dividends: bool = False) -> dict[date, Bar]:
+    """Return the daily bars of ``symbol`` by session day inside ``window`` (``dividends``:
+    dividend-adjusted, from the chart's ``adjclose``)."""
     period1, period2 = window.period()
     url = f"{settings.chart_url.rstrip('/')}/{symbol}"
     params = {"period1": str(period1), "period2": str(period2), "interval": "1d"}
@@ -94,25 +107,36 @@ async def _fetch_one(session: aiohttp.ClientSession, settings: YahooSettings, sy
     except ChartError as exc:
         raise HistoryError(f"{symbol}: {exc}") from None
     quotes = yahoo_quotes(payload)
+    adjusted = yahoo_adjcloses(payload) if dividends else {}
     bars: dict[date, Bar] = {}
     for t, close in result.daily_closes:
         day = datetime.fromtimestamp(t + BAR_DAY_SHIFT, UTC).astimezone(NY).date()
-        if day in window.sessions:
-            bars[day] = _bar_of(t, close, quotes.get(t, {}))
+        if day not in window.sessions:
+            continue
+        factor = 1.0
+        if dividends:
+            adj = adjusted.get(t)
+            if adj is None:
+                raise HistoryError(f"{symbol}: the chart history has no dividend-adjusted close"
+                                   f" (adjclose) for {day}")
+            factor = adj / close
+        bars[day] = _bar_of(t, close, quotes.get(t, {}), factor)
     if not bars:
         raise HistoryError(f"{symbol}: no daily bars between {window.start} and {window.end}")
     return bars
 
 
 async def fetch_daily_bars(settings: YahooSettings, tickers: Sequence[str],
-                           window: HistoryWindow) -> dict[str, dict[date, Bar]]:
-    """Fetch the daily bars of every ticker (``rest_concurrency`` at a time)."""
+                           window: HistoryWindow, dividends: bool = False
+                           ) -> dict[str, dict[date, Bar]]:
+    """Fetch the daily bars of every ticker (``rest_concurrency`` at a time; ``dividends``:
+    dividend-adjusted)."""
     sem = asyncio.Semaphore(settings.rest_concurrency)
     async with aiohttp.ClientSession() as session:
 
         async def one(symbol: str) -> dict[date, Bar]:
             async with sem:
-                return await _fetch_one(session, settings, symbol, window)
+                return await _fetch_one(session, settings, symbol, window, dividends)
 
         results = await asyncio.gather(*(one(s) for s in tickers))
     return dict(zip(tickers, results, strict=True))
@@ -160,21 +184,29 @@ def build_history_recording(settings: YahooSettings, tickers: Sequence[str], sta
                             end: date, out: str | Path, *,
                             news: NewsSettings | None = None, provider: str = "finnhub",
                             notes: list[str] | None = None, bars: str = "yahoo",
-                            equity: EquitySourcesSettings | None = None) -> int:
+                            equity: EquitySourcesSettings | None = None,
+                            dividends: bool = False) -> int:
     """Fetch the bars (Yahoo's chart history, or with ``bars`` ``alpaca``/``finnhub`` that
     source's from ``equity``'s settings, :mod:`feeds.history_keyed_bars`) and, with ``news``,
     the ``provider``'s company news of the window (:mod:`feeds.history_news`), and write the
     recording to ``out``; return the number of events. One line per ticker whose bars had
-    problems is appended to ``notes``."""
+    problems is appended to ``notes``. ``dividends``: the prices are dividend-adjusted too
+    (Yahoo's ``adjclose``, Alpaca's ``adjustment=all``, Finnhub's ``adjusted=true``, whatever
+    the config says of the latter two)."""
     window = HistoryWindow.of(start, end)
     notes = [] if notes is None else notes
     if bars == "yahoo":
-        got = asyncio.run(fetch_daily_bars(settings, tickers, window))
-        source, adjustment, origin = SOURCE, ADJUSTMENT, "Yahoo chart history"
+        got = asyncio.run(fetch_daily_bars(settings, tickers, window, dividends))
+        source, origin = SOURCE, "Yahoo chart history"
+        adjustment = ADJUSTMENT_DIVIDENDS if dividends else ADJUSTMENT
     else:
         from feeds import history_keyed_bars as keyed
 
         eq = equity or EquitySourcesSettings()
+        if dividends:
+            eq = eq.model_copy(update={
+                "alpaca": eq.alpaca.model_copy(update={"bars_adjustment": "all"}),
+                "finnhub": eq.finnhub.model_copy(update={"bars_adjusted": True})})
         fetch = keyed.fetch_alpaca_bars if bars == "alpaca" else keyed.fetch_finnhub_bars
         cfg = eq.alpaca if bars == "alpaca" else eq.finnhub
         got = asyncio.run(fetch(cfg, tickers, window, notes))  # type: ignore[arg-type]
@@ -183,6 +215,11 @@ def build_history_recording(settings: YahooSettings, tickers: Sequence[str], sta
     return write_history_recording(got, tickers, window, out, news=news, provider=provider,
                                    notes=notes, source=source, adjustment=adjustment,
                                    origin=origin)
+
+
+def dividend_adjusted(adjustment: str) -> bool:
+    """Return whether a header's ``adjustment`` says the prices are dividend-adjusted."""
+    return "dividend-adjusted" in adjustment and "not dividend-adjusted" not in adjustment
 
 
 def write_history_recording(bars: dict[str, dict[date, Bar]], tickers: Sequence[str],
@@ -215,6 +252,7 @@ def write_history_recording(bars: dict[str, dict[date, Bar]], tickers: Sequence[
         equities=tuple(tickers),
         meta={"source": source, "window": [start.isoformat(), end.isoformat()],
               "interval": "1d", "prints": ["open", "close"], "adjustment": adjustment,
+              "dividend_adjusted": dividend_adjusted(adjustment),
               **({"bars": "ohlcv"} if ohlcv else {}),
               **({"news": provider} if news is not None else {})},
     )

@@ -240,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     hist.add_argument("--bars", choices=("yahoo", "alpaca", "finnhub"), default="yahoo",
                       help="daily OHLCV source: Yahoo's keyless chart history, or Alpaca's or"
                            " Finnhub's historical bars (keys: sources.equity.<source>.*_env)")
+    hist.add_argument("--dividend-adjusted", action="store_true",
+                      help="record dividend-adjusted prices (Yahoo's adjclose, Alpaca"
+                           " adjustment=all, Finnhub adjusted=true); default: split-adjusted only")
     hist.add_argument("--news", choices=("finnhub", "alpaca"), default=None,
                       help="add the tickers' company news of the window, stamped with their"
                            " publication times (keys: sources.news.*_key_env)")

@@ -213,7 +213,8 @@ def _build_recording(args: argparse.Namespace) -> int:
         n = build_history_recording(cfg.sources.equity.yahoo, tickers, start, end, args.out,
                                     news=cfg.sources.news if args.news else None,
                                     provider=args.news or "finnhub", notes=notes,
-                                    bars=args.bars, equity=cfg.sources.equity)
+                                    bars=args.bars, equity=cfg.sources.equity,
+                                    dividends=args.dividend_adjusted)
     except (HistoryError, OSError) as exc:
         return _fail(f"build-recording: {exc}")
     for note in notes:  # bars left out or missing days: one line per ticker

@@ -60,8 +60,10 @@ def chart_payload(
     days: list[tuple[int, float | None]],
     *,
     session: tuple[int, int] | None = None,
+    adjclose: list[float | None] | None = None,
 ) -> dict[str, Any]:
-    """Return a v8 chart payload with ``timestamp[]`` and ``close[]`` (None -> JSON null)."""
+    """Return a v8 chart payload with ``timestamp[]`` and ``close[]`` (None -> JSON null);
+    ``adjclose``: the dividend-adjusted closes (default: the closes, no distribution)."""
     meta: dict[str, Any] = {
         "currency": "USD",
         "symbol": symbol,
@@ -81,7 +83,7 @@ def chart_payload(
                     "timestamp": [t for t, _ in days],
                     "indicators": {
                         "quote": [{"close": closes, "open": closes}],
-                        "adjclose": [{"adjclose": closes}],
+                        "adjclose": [{"adjclose": closes if adjclose is None else adjclose}],
                     },
                 }
             ],
@@ -274,7 +276,8 @@ def _within_period(payload: dict[str, Any], query: Any) -> dict[str, Any]:
     lo, hi = int(query["period1"]), int(query["period2"])
     r0 = payload["chart"]["result"][0]
     keep = [i for i, t in enumerate(r0["timestamp"]) if lo <= t < hi]
-    quote = r0["indicators"]["quote"][0]
+    ind = r0["indicators"]
     r1 = {**r0, "timestamp": [r0["timestamp"][i] for i in keep],
-          "indicators": {"quote": [{k: [v[i] for i in keep] for k, v in quote.items()}]}}
+          "indicators": {name: [{k: [v[i] for i in keep] for k, v in arrays[0].items()}]
+                         for name, arrays in ind.items()}}
     return {"chart": {**payload["chart"], "result": [r1]}}

@@ -261,28 +261,41 @@ def _doc_tickers(command: str, out: str) -> list[str]:
 
 async def test_the_capitalbench_recipe(tmp_path: Path, capsys: Any,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Build the options' and SPY's history from the fake, replay examples/capitalbench.toml:
-    weekly rounds frozen, marked retrospective, and each resolved round's return, score,
-    regret and S&P comparison equal to a recomputation from the recorded closes."""
+    """Build the options' and SPY's dividend-adjusted history from the fake (JNJ and SPY pay a
+    dividend), replay examples/capitalbench.toml: weekly rounds frozen, marked retrospective,
+    their trailing returns and each resolved round's return, score, regret and S&P comparison
+    equal to a recomputation from the adjusted closes, not the quoted ones."""
     from tests.protocols.test_capitalbench import SampleModel
 
     tickers = _doc_tickers("build-recording", "cb-history.jsonl.gz")
+    doc_argv = next(c for c in _commands() if c[0] == "build-recording"
+                    and "cb-history.jsonl.gz" in c)
+    assert "--dividend-adjusted" in doc_argv
     options = [o["id"] for o in tomllib.loads((ROOT / "examples" / "capitalbench.toml")
                                               .read_text())["capitalbench"]["options"]]
     assert set(tickers) == {*options, "SPY"} - {"CASH"}
     sessions = _sessions(date(2025, 1, 6), date(2025, 1, 24))
-    closes: dict[str, dict[date, float]] = {}
+    quoted: dict[str, dict[date, float]] = {}
+    closes: dict[str, dict[date, float]] = {}  # dividend-adjusted, as Yahoo's adjclose
+    ex = sessions[7][0]  # JNJ and SPY go ex-dividend on the 8th session (Wednesday, Jan 15)
     fake = FakeYahoo()
     await fake.start()
     try:
         for k, sym in enumerate(tickers):
-            closes[sym] = {d: round(50.0 + 10 * k + ((i * (k + 3)) % 7 - 2) * (1 + k / 4), 2)
+            quoted[sym] = {d: round(50.0 + 10 * k + ((i * (k + 3)) % 7 - 2) * (1 + k / 4), 2)
                            for i, (d, _, _) in enumerate(sessions)}
-            fake.charts[sym] = chart_payload(sym, None, 0, [(int(o), closes[sym][d])
-                                                            for d, o, _ in sessions])
+            # Yahoo's adjustment: closes before the ex-date times 1 - dividend / last close
+            # before it; from the ex-date on, as quoted.
+            dividend = {"JNJ": 1.24, "SPY": 1.97}.get(sym, 0.0)
+            before = max(d for d in quoted[sym] if d < ex)
+            factor = 1 - dividend / quoted[sym][before]
+            closes[sym] = {d: p * factor if d < ex else p for d, p in quoted[sym].items()}
+            fake.charts[sym] = chart_payload(
+                sym, None, 0, [(int(o), quoted[sym][d]) for d, o, _ in sessions],
+                adjclose=[closes[sym][d] for d, _, _ in sessions])
         rec = tmp_path / "cb-history.jsonl.gz"
         argv = ["build-recording", "--tickers", ",".join(tickers), "--start", "2025-01-06",
-                "--end", "2025-01-24", "--out", str(rec),
+                "--end", "2025-01-24", "--out", str(rec), "--dividend-adjusted",
                 "--config", str(_history_build(tmp_path, fake.chart_url))]
         assert await asyncio.to_thread(main, argv) == 0
     finally:
@@ -310,15 +323,35 @@ async def test_the_capitalbench_recipe(tmp_path: Path, capsys: Any,
     rounds = {r["round_id"]: r for r in board["capitalbench"]["rounds"]}
     assert set(rounds) == {"weekly-2025-01-06", "weekly-2025-01-13", "weekly-2025-01-21"}
     weights = {"model_a": {"AAPL": 0.5, "MSFT": 0.5}, "model_b": {"JNJ": 1.0}}
-    resolved = 0
+    resolved = spans_dividend = 0
     for rid, rnd in rounds.items():
         manifest = yaml.safe_load((tmp_path / "rounds" / rid / "manifest.yaml").read_text())
         assert manifest["retrospective"] is True and rnd["retrospective"] is True
+        # The mechanical table: 7-day returns of the adjusted closes as of the freeze's eve.
+        asof = date.fromisoformat(manifest["trailing_returns_asof"])
+        table = (tmp_path / "rounds" / rid / "market_data" / "universe_trailing_returns.csv"
+                 ).read_text().splitlines()
+        for line in table[1:]:
+            row = dict(zip(table[0].split(","), line.split(","), strict=True))
+            sym = row[table[0].split(",")[0]]
+            if sym not in closes:
+                continue
+            now = [p for d, p in sorted(closes[sym].items()) if d <= asof]
+            then = [p for d, p in sorted(closes[sym].items()) if d <= asof - timedelta(days=7)]
+            want = now[-1] / then[-1] - 1 if now and then else None
+            got_7d = row["return_7d"]
+            assert (got_7d == "") == (want is None), (rid, sym)
+            if want is not None:
+                assert float(got_7d) == pytest.approx(want, abs=1e-6), (rid, sym)
         if rnd["status"] != "resolved":
             continue
         resolved += 1
         start, end = (date.fromisoformat(manifest[k]) for k in ("start_day", "end_day"))
         ret = {s: closes[s][end] / closes[s][start] - 1 for s in tickers}
+        if start < ex <= end:  # the quoted closes would give JNJ another return
+            spans_dividend += 1
+            assert ret["JNJ"] != pytest.approx(quoted["JNJ"][end] / quoted["JNJ"][start] - 1,
+                                               abs=1e-4)
         best = max(0.0, *(ret[o] for o in options if o != "CASH"))
         res = {r["agent"]: r for r in rnd["results"]}
         assert set(res) == set(weights)
@@ -330,7 +363,7 @@ async def test_the_capitalbench_recipe(tmp_path: Path, capsys: Any,
             assert got["regret"] == pytest.approx(best - pr, abs=1e-9)
             assert got["score"] == pytest.approx(100 * pr / best, abs=1e-6)
             assert got["vs_sp500"] == pytest.approx(pr - ret["SPY"], abs=1e-9)
-    assert resolved == 2  # the last round ends after the recording
+    assert resolved == 2 and spans_dividend == 1  # the last round ends after the recording
     assert main(["report", "--db", str(db)]) == 0
     text = capsys.readouterr().out
     assert "CapitalBench rounds" in text and "(retrospective: built from history)" in text
