@@ -430,8 +430,9 @@ class PolymarketDecoder:
             except ValueError:
                 res.decode_errors += 1
                 continue
-            if not (0.0 < price <= 1.0 and 0.0 <= size < _INF and 0.0 <= hb <= 1.0
-                    and 0.0 <= ha <= 1.0):  # NO_HINT lies in [0, 1]
+            if not (0.0 < price <= 1.0 and 0.0 <= size < _INF
+                    and (hb is NO_HINT or 0.0 <= hb <= 1.0)
+                    and (ha is NO_HINT or 0.0 <= ha <= 1.0)):
                 res.decode_errors += 1
                 continue
             side = c.side
@@ -552,14 +553,14 @@ class PolymarketDecoder:
             book = books[tok]
             hb = c.best_bid
             ha = c.best_ask
-            if mid and 0.0 < hb <= ha < 1.0 and hb is not NO_HINT and ha is not NO_HINT:
-                # The commonest top: both sides sent, neither empty, not crossed.
+            if mid and 0.0 < hb <= ha < 1.0:
+                # The commonest top: both sides sent (NO_HINT is NaN: false), neither empty, not
+                # crossed; its mid is a function of the two, so they tell whether it changed.
                 book.bid = hb
                 book.ask = ha
-                mark = (hb + ha) / 2.0
-                if (mark == book.pub_mark and hb == book.pub_bid and ha == book.pub_ask
-                        and tok not in fresh):
+                if hb == book.pub_bid and ha == book.pub_ask and tok not in fresh:
                     continue
+                mark = (hb + ha) / 2.0
                 book.pub_mark = mark
                 book.pub_bid = hb
                 book.pub_ask = ha

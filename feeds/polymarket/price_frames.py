@@ -28,10 +28,10 @@ __all__ = ["NO_HINT", "FastChange", "FastEvent", "Hint", "Hints", "Price", "Size
 
 _MAX = sys.float_info.max
 
-#: The default of a missing ``best_bid`` / ``best_ask``: this very float object (told apart by
-#: identity, ``is``; a number msgspec or ``float()`` parses is always a new object). It lies in
-#: [0, 1], so it passes :data:`Hint`'s check like a sent hint.
-NO_HINT = float("0.5")
+#: The default of a missing ``best_bid`` / ``best_ask``: this very NaN (told apart by identity,
+#: ``is``; a sent hint is never NaN, :data:`Hint` refuses it). As NaN fails every comparison,
+#: one chained range test on the two hints is false for a missing one too.
+NO_HINT = float("nan")
 
 #: A price level or trade price: in (0, 1] (NaN fails every comparison: refused).
 Price = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]

@@ -216,15 +216,19 @@ def test_unknown_side_is_rejected_and_deltas_without_a_book_are_dropped() -> Non
     assert res.events == [] and res.rejected == 1 and dec.dropped_deltas == 1
 
 
-def test_a_sent_hint_equal_to_the_missing_hint_default_is_a_hint() -> None:
+@pytest.mark.parametrize("columns", [True, False])
+def test_one_missing_hint_takes_that_side_from_the_book(columns: bool) -> None:
     dec = _decoder()
-    res = dec.decode(json.dumps(price_change(
-        [change("T", "0.30", "5", "BUY", "0.5", "0.6")], 2000)), 2.0)  # 0.5: NO_HINT's value
-    assert [(e.bid, e.ask) for e in res.events] == [(0.5, 0.6)]  # type: ignore[attr-defined]
-    res = dec.decode(json.dumps({"event_type": "price_change", "timestamp": 2001, "price_changes": [
-        {"asset_id": "T", "price": 0.3, "size": 6, "side": "BUY", "best_bid": 0.5,
-         "best_ask": 0.7}]}), 2.0)
-    assert [(e.bid, e.ask) for e in res.events] == [(0.5, 0.7)]  # type: ignore[attr-defined]
+    cols = dec.price_columns()
+    frame = json.dumps(price_change([change("T", "0.30", "5", "BUY", "0.42", None)], 2000))
+    res = dec.decode_columns(frame, 2.0, cols) if columns else dec.decode(frame, 2.0)
+    rows = [(e.price, e.bid, e.ask) for e in (cols.events() if columns else res.events)]
+    assert rows == [(pytest.approx(0.51), 0.42, 0.60)]  # the ask: the book's best
+    frame = json.dumps(price_change([change("T", "0.65", "5", "SELL", None, "0.58")], 2001))
+    cols.take()
+    res = dec.decode_columns(frame, 2.0, cols) if columns else dec.decode(frame, 2.0)
+    rows = [(e.price, e.bid, e.ask) for e in (cols.events() if columns else res.events)]
+    assert rows == [(pytest.approx(0.49), 0.40, 0.58)]  # the bid: the book's best
 
 
 @pytest.fixture
