@@ -100,6 +100,11 @@ class CapitalBenchConfig(_Frozen):
     roster: tuple[str, ...] = Field(
         default=(), description="comparison-set roster (agent ids); default: every "
         "capitalbench agent")
+    adjusted_closes: bool = Field(
+        default=False, description="live rounds use Yahoo's dividend-adjusted closes (adjclose,"
+        " sources.equity.yahoo's chart history): the trailing table's fetched at the freeze, the"
+        " start and end closes fetched together after the end session; a replay uses the"
+        " recording's closes (build it with --dividend-adjusted)")
     show_retrospective: bool = Field(
         default=False, description="show rounds built from history (frozen in a replay, marked"
         " 'retrospective' in their manifest) in reports and on the page; off: the public"

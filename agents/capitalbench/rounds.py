@@ -236,11 +236,14 @@ def read_data(path: Path) -> Any:
 
 def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
                 closes: Mapping[str, Sequence[tuple[date, float]]], template: str,
-                prompt_version: str, *, retrospective: bool = False) -> dict[str, bytes]:
+                prompt_version: str, *, retrospective: bool = False,
+                adjusted: bool = False) -> dict[str, bytes]:
     """Return relative path -> bytes of every input file of the round (hashes excluded).
 
     ``retrospective``: the round is built from history (frozen in a replay, after its window
     was known): its manifest says ``"retrospective": true`` (a live round's has no such key).
+    ``adjusted``: the closes are Yahoo's dividend-adjusted ones, fetched live (the manifest's
+    ``price_basis`` says so; otherwise it is unchanged).
     """
     freeze_day = datetime.fromtimestamp(plan.freeze_ts, NY).date()
     asof = freeze_day - timedelta(days=1)
@@ -267,7 +270,10 @@ def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
         "deadline_ts": plan.deadline_ts, "deadline_utc": _utc(plan.deadline_ts),
         "start_rule": start_rule, "start_day": plan.start_day.isoformat(),
         "start_ts": plan.start_ts, "end_rule": end_rule, "end_day": plan.end_day.isoformat(),
-        "end_ts": plan.end_ts, "price_basis": "daily close (last regular-session price)",
+        "end_ts": plan.end_ts,
+        "price_basis": ("dividend-adjusted daily close (Yahoo adjclose), start and end fetched"
+                        " together after the end session" if adjusted
+                        else "daily close (last regular-session price)"),
         "submission_format": cap.submission_format, "max_holdings": cap.max_holdings,
         "increment_pct": cap.increment_pct, "total_pct": 100,
         "cash_allowed": CASH in cap.option_ids, "benchmark": cap.benchmark,

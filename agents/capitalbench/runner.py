@@ -18,7 +18,12 @@ the track's time) and calls :meth:`CapitalRunner.on_mark` after each equity dail
 
 A round whose fire time was missed (daemon down) is not run late. The closes come from the
 engine's daily closes (:class:`daemon.market.state.MarketState`): an option must be in the equity
-universe to have prices.
+universe to have prices. With ``[capitalbench] adjusted_closes`` (live only; a replay uses the
+recording's closes) they are Yahoo's dividend-adjusted closes instead
+(:meth:`CapitalRunner.adjusted`): the trailing table's are fetched at the freeze (a failed fetch:
+the round is not frozen), and the start and end closes are fetched together once the end
+session has closed, on one post-window basis (a failed fetch: the round stays unresolved and
+the next daily mark tries again).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from agents.capitalbench.rounds import (
     HASHES,
     NY,
     RUNS,
+    WINDOWS,
     RoundConflict,
     RoundPlan,
     TrackTrigger,
@@ -51,6 +57,9 @@ from agents.capitalbench.rounds import (
 from agents.config import AgentConfig
 from agents.host import Now, PriceHistory, StoreAccess
 from agents.stepwise import load_prompt_set
+from feeds.daily_bars import HistoryError, HistoryWindow
+from feeds.history_recording import fetch_daily_bars
+from feeds.yahoo import YahooSettings
 
 log = structlog.get_logger(__name__)
 
@@ -70,6 +79,11 @@ class CapitalConfig(Protocol):
     @property
     def agents(self) -> Sequence[AgentConfig]:
         """Return every configured agent."""
+        ...
+
+    @property
+    def sources(self) -> _Sources:
+        """Return the sources (``adjusted_closes`` reads Yahoo's chart history settings)."""
         ...
 
 
@@ -94,6 +108,20 @@ class CapitalHost(Protocol):
     @property
     def state(self) -> PriceHistory:
         """Return the market state (its daily closes)."""
+        ...
+
+
+class _Equity(Protocol):
+    @property
+    def yahoo(self) -> YahooSettings:
+        """Return the Yahoo settings (the chart history's URL and limits)."""
+        ...
+
+
+class _Sources(Protocol):
+    @property
+    def equity(self) -> _Equity:
+        """Return the equity sources."""
         ...
 
 
@@ -168,8 +196,9 @@ class CapitalRunner:
         if done and done[0][0] != "frozen":
             return plan.round_id  # collected before a restart
         try:
-            rdir = self.freeze(plan)
-        except (OSError, UnicodeDecodeError, RoundConflict, KeyError, ValueError) as exc:
+            rdir = self.freeze(plan, await self.trailing_closes(plan))
+        except (OSError, UnicodeDecodeError, RoundConflict, KeyError, ValueError,
+                HistoryError) as exc:
             log.error("capitalbench round not frozen; no model called", round=plan.round_id,
                       error=str(exc))
             return None
@@ -187,15 +216,44 @@ class CapitalRunner:
         await self.collect(plan, rdir)
         return plan.round_id
 
-    def freeze(self, plan: RoundPlan) -> Path:
-        """Write the round package and its hashes (or re-use an identical one)."""
+    def freeze(self, plan: RoundPlan,
+               closes: Mapping[str, Sequence[tuple[date, float]]] | None = None) -> Path:
+        """Write the round package and its hashes (or re-use an identical one); ``closes``:
+        the trailing table's (default: the kept daily closes)."""
         cap = self.cap
         briefing = Path(cap.briefing).read_bytes()
         briefing.decode("utf-8")  # a briefing must be text
         templates, version = load_prompt_set("capitalbench")
-        files = round_files(plan, cap, briefing, self.closes(plan.freeze_ts, cap.tickers),
-                            templates["round"], version, retrospective=self.retrospective)
+        if closes is None:
+            closes = self.closes(plan.freeze_ts, cap.tickers)
+        files = round_files(plan, cap, briefing, closes, templates["round"], version,
+                            retrospective=self.retrospective,
+                            adjusted=self.live_adjusted)
         return freeze_round(Path(cap.rounds_dir), files, plan.round_id)
+
+    @property
+    def live_adjusted(self) -> bool:
+        """Return whether prices are fetched dividend-adjusted (the setting, never in a replay)."""
+        return self.cap.adjusted_closes and not self.retrospective
+
+    async def adjusted(self, first: date, last: date, assets: Sequence[str]
+                       ) -> dict[str, dict[date, float]]:
+        """Return Yahoo's dividend-adjusted closes (``adjclose``) of ``assets`` by session day in
+        ``[first, last]``; raise :class:`HistoryError` (one line) when they cannot be had."""
+        bars = await fetch_daily_bars(self.host.config.sources.equity.yahoo, list(assets),
+                                      HistoryWindow.of(first, last), dividends=True)
+        return {a: {d: b.close for d, b in days.items()} for a, days in bars.items()}
+
+    async def trailing_closes(self, plan: RoundPlan
+                              ) -> dict[str, list[tuple[date, float]]] | None:
+        """Return the adjusted closes of the trailing table (a year and a week before the
+        freeze's eve), or None when prices are not fetched adjusted."""
+        if not self.live_adjusted:
+            return None
+        asof = _day(plan.freeze_ts) - timedelta(days=1)
+        got = await self.adjusted(asof - timedelta(days=WINDOWS[-1][1] + 7), asof,
+                                  self.cap.tickers)
+        return {a: sorted(days.items()) for a, days in got.items()}
 
     def closes(self, before: float, assets: Sequence[str]) -> dict[str, list[tuple[date, float]]]:
         """Return each asset's daily closes of sessions completed before ``before``'s day: the
@@ -350,7 +408,22 @@ class CapitalRunner:
                 prices = self.close_on(date.fromisoformat(sday), assets)
                 writes.append(("UPDATE capital_rounds SET start_prices_json=?, status='started'"
                                " WHERE round_id=?", (_dumps(prices), rid)))
-            if ep is None and ts >= ets:
+            if ep is None and ts >= ets and self.live_adjusted:
+                first, last = date.fromisoformat(sday), date.fromisoformat(eday)
+                try:  # both closes together, after the window (the paper's refresh)
+                    got = await self.adjusted(first, last, assets)
+                except HistoryError as exc:
+                    log.warning("capitalbench adjusted closes not fetched; the round stays"
+                                " unresolved until the next daily mark", round=rid,
+                                error=str(exc))
+                    continue
+                start = {a: days[first] for a, days in got.items() if first in days}
+                end = {a: days[last] for a, days in got.items() if last in days}
+                writes.append(("UPDATE capital_rounds SET start_prices_json=?,"
+                               " end_prices_json=?, status='resolved' WHERE round_id=?",
+                               (_dumps(start), _dumps(end), rid)))
+                resolved.append((rid, rdir))
+            elif ep is None and ts >= ets:
                 prices = self.close_on(date.fromisoformat(eday), assets)
                 writes.append(("UPDATE capital_rounds SET end_prices_json=?, status='resolved'"
                                " WHERE round_id=?", (_dumps(prices), rid)))
