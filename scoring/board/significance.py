@@ -124,16 +124,30 @@ class _Market:
         for s in range(0, len(todo), _CHUNK):
             part = todo[s : s + _CHUNK]
             x = self.excess[np.ix_(d.days, np.asarray(part, dtype=np.intp))]
-            cum = np.expm1(d.counts @ np.log1p(np.maximum(x, -1.0 + 1e-12)))
+            # in place where a fresh B x 256 array would only be filled once: the same
+            # operations in the same order as the expressions in the comments
+            cum = d.counts @ np.log1p(np.maximum(x, -1.0 + 1e-12))
+            np.expm1(cum, out=cum)  # expm1(counts @ log1p(max(x, -1 + 1e-12)))
             centre = x.mean(axis=0)
             xc = x - centre  # centred first: a constant column has exactly zero spread
-            mc = d.counts @ xc / n
-            mean = mc + centre
-            var = (d.counts @ xc**2 - n * mc**2) / (n - DDOF)
-            sd = np.sqrt(np.maximum(var, 0.0))
+            mc = d.counts @ xc
+            mc /= n  # counts @ xc / n
+            var = d.counts @ xc**2
+            tmp = np.square(mc)
+            tmp *= n
+            var -= tmp
+            var /= n - DDOF  # (counts @ xc**2 - n * mc**2) / (n - DDOF)
+            mc += centre  # mean = mc + centre
+            mean = mc
+            sd = np.maximum(var, 0.0, out=var)
+            np.sqrt(sd, out=sd)
             with np.errstate(divide="ignore", invalid="ignore"):
-                shp = mean / sd * math.sqrt(self.periods)
-            shp[sd <= STD_ZERO_RTOL * np.maximum(1.0, np.abs(mean))] = np.nan
+                shp = np.divide(mean, sd, out=tmp)
+                shp *= math.sqrt(self.periods)  # mean / sd * sqrt(N)
+            small = np.abs(mean, out=mean)
+            np.maximum(small, 1.0, out=small)
+            small *= STD_ZERO_RTOL
+            shp[sd <= small] = np.nan  # sd <= RTOL * max(1, |mean|)
             cum_rows, shp_rows = np.ascontiguousarray(cum.T), np.ascontiguousarray(shp.T)
             for i, j in enumerate(part):  # one contiguous row of B draws per agent
                 d.cum[j] = cum_rows[i]
