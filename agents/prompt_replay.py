@@ -26,8 +26,8 @@ from agents.llm_output import InvalidOutput
 from agents.protocols import build_llm_agent
 from daemon.core.logs import redact_text
 
-__all__ = ["RebuiltPrompt", "StoredCall", "answer_from_store", "rebuild_prompts",
-           "stored_reply"]
+__all__ = ["RebuiltPrompt", "StoredCall", "StoredDecision", "StoredDecisionAgent",
+           "answer_from_store", "rebuild_prompts", "stored_reply"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,52 @@ class StoredCall:
     usage: dict[str, Any] | None = None
     """The call's stored ``ts``, ``model``, ``tokens_in``, ``tokens_out``, ``latency_s`` and
     ``cost_usd`` (None: zeros, the prompt rebuild needs none of them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDecision:
+    """One stored decision (a ``decisions`` row) of an agent whose answer is its decision."""
+
+    outcome: str
+    reason: str
+    raw_output: str
+    allocation: dict[str, float] | None
+    attempts: int
+    template_version: str
+    calls: tuple[dict[str, Any], ...] = ()
+    """The stored call records of the decision (an HTTP agent's requests)."""
+
+
+#: Stored outcomes the engine made of an agent's ``ok`` answer (validated, then applied).
+_APPLIED = frozenset({"ok", "rejected"})
+
+
+class StoredDecisionAgent:
+    """An HTTP or plugin agent replayed from its stored decisions: no service is called.
+
+    Each decision returns the stored answer of the round (its outcome, reason, raw output and
+    the allocation the engine validated), so the engine validates and fills it again; a round
+    with no stored decision is an ``error`` naming it. The engine hashes the observation it
+    gives, so an input that is not the stored one shows as a differing input hash.
+    """
+
+    def __init__(self, agent_id: str,
+                 decision_for: Callable[[Observation], StoredDecision | None]) -> None:
+        """Answer as ``agent_id`` with ``decision_for(obs)``."""
+        self.id = agent_id
+        self._decision_for = decision_for
+
+    async def decide(self, obs: Observation) -> AgentDecision:
+        """Return the stored decision of the round of ``obs``."""
+        got = self._decision_for(obs)
+        if got is None:
+            return AgentDecision(None, outcome="error", reason="no stored decision")
+        applied = got.outcome in _APPLIED and got.allocation is not None
+        return AgentDecision(
+            got.allocation if applied else None, raw_output=got.raw_output,
+            outcome="ok" if applied else got.outcome,
+            reason="" if got.outcome == "rejected" else got.reason,
+            attempts=got.attempts, template_version=got.template_version, calls=got.calls)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,13 @@ import io
 import json
 import sqlite3
 import tarfile
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from tests.store.test_cli_database import cli
+from daemon.config.settings import parse_config
+from tests.store.test_cli_database import ROOT, cli
 from tests.store.test_faults import TINY_CONFIG, make_recording
 
 
@@ -175,11 +177,10 @@ def test_a_season_the_replay_does_not_support_is_named_not_replayed(
         season: tuple[Path, Path, Path, Path], tmp_path: Path) -> None:
     _, bundle, _, _ = season
     cfg = json.loads(_stored_config(bundle, tmp_path))
-    cfg["agents"].append({"id": "sb", "kind": "llm", "model": "openai/test-model",
-                          "protocol": "stockbench", "markets": ["equity"]})
+    capital = parse_config(tomllib.loads((ROOT / "examples" / "capitalbench.toml").read_text()))
+    cfg = {**capital.model_dump(mode="json"), "store": cfg["store"]}  # CapitalBench rounds
     edited = _with_runs(bundle, tmp_path, "UPDATE runs SET config_json = ?", json.dumps(cfg))
-    why = ("agent sb: protocol stockbench cannot be replayed from stored answers yet (only "
-           "livetradebench LLM agents and baselines)")
+    why = "[capitalbench] rounds cannot be replayed from stored answers yet"
     r = cli("verify-bundle", str(edited), timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"heads and report match, not replayed: {why} (season S1)" in r.stdout

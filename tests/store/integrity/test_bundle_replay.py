@@ -19,7 +19,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,42 +147,59 @@ def test_a_live_bundle_rebuilds_its_report_by_replay_with_no_model(
     assert ", report replayed from the stored answers matches" in r.stdout
 
 
-def _edit_answer(store: Path) -> None:
-    """Change one stored valid answer of the LLM agent and re-chain ``llm_calls``."""
+def edit_answer(store: Path, agent: str, raw: str, step: str | None = None) -> str:
+    """Set the first stored valid answer of ``agent`` (at ``step``) to ``raw`` and re-chain
+    ``llm_calls``; return the answer it had."""
     con = sqlite3.connect(store)
     with con:
-        rid, raw = con.execute("SELECT id, raw_response FROM llm_calls WHERE agent='llm' AND"
-                               " outcome='ok' ORDER BY id LIMIT 1").fetchone()
-        assert json.loads(raw)["allocations"] != {"CASH": 1.0}
-        con.execute("UPDATE llm_calls SET raw_response=? WHERE id=?",
-                    (json.dumps({"reasoning": "edited", "allocations": {"CASH": 1.0}}), rid))
-        stream = STREAMS["llm_calls"]
-        rows = con.execute(f"SELECT {stream.order}, {', '.join(stream.columns)} FROM llm_calls"
-                           f" ORDER BY {stream.order}").fetchall()
-        chains = chain_rows("llm_calls", b"", [r[1:] for r in rows])
-        con.executemany(f"UPDATE llm_calls SET chain=? WHERE {stream.order}=?",
-                        [(c, r[0]) for c, r in zip(chains, rows, strict=True)])
+        rid, old = con.execute(
+            "SELECT id, raw_response FROM llm_calls WHERE agent=? AND outcome='ok'"
+            " AND (? IS NULL OR step=?) ORDER BY id LIMIT 1", (agent, step, step)).fetchone()
+        con.execute("UPDATE llm_calls SET raw_response=? WHERE id=?", (raw, rid))
+        rechain(con, "llm_calls")
     con.close()
+    return str(old)
+
+
+def rechain(con: sqlite3.Connection, table: str) -> None:
+    """Recompute every chain of ``table`` (an edit the chains then accept)."""
+    stream = STREAMS[table]
+    rows = con.execute(f"SELECT {stream.order}, {', '.join(stream.columns)} FROM {table}"
+                       f" ORDER BY {stream.order}").fetchall()
+    chains = chain_rows(table, b"", [r[1:] for r in rows])
+    con.executemany(f"UPDATE {table} SET chain=? WHERE {stream.order}=?",
+                    [(c, r[0]) for c, r in zip(chains, rows, strict=True)])
+
+
+def forged(bundle: Path, tmp: Path, edit: Callable[[Path], object]) -> Path:
+    """Return ``bundle`` re-exported after ``edit`` of its store (the chains recomputed)."""
+    store = tmp / "edited.db"
+    store.write_bytes(_members(bundle)["store.db"])
+    edit(store)
+    assert cli("verify", "--db", str(store), timeout=120).returncode == 0  # the chains hold
+    out = tmp / "forged.tar"
+    r = cli("export", "--db", str(store), "--bundle", str(out), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out
 
 
 def test_an_edited_answer_or_report_fails_with_the_first_difference(
         season: tuple[Path, Path], tmp_path: Path) -> None:
     _, bundle = season
-    store = tmp_path / "edited.db"
-    store.write_bytes(_members(bundle)["store.db"])
-    _edit_answer(store)
-    assert cli("verify", "--db", str(store), timeout=120).returncode == 0  # the chains hold
-    forged = tmp_path / "forged.tar"
-    r = cli("export", "--db", str(store), "--bundle", str(forged), timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
+    edited = json.dumps({"reasoning": "edited", "allocations": {"CASH": 1.0}})
+
+    def edit(db: Path) -> None:
+        assert json.loads(edit_answer(db, "llm", edited))["allocations"] != {"CASH": 1.0}
+
+    forged_tar = forged(bundle, tmp_path, edit)
     # the rows' report is unchanged: only the replay sees the answer no longer yields the fills
-    assert _members(forged)["report.json"] == _members(bundle)["report.json"]
-    r = cli("report", "--bundle", str(forged), timeout=300, env=_env())
+    assert _members(forged_tar)["report.json"] == _members(bundle)["report.json"]
+    r = cli("report", "--bundle", str(forged_tar), timeout=300, env=_env())
     assert r.returncode == 1 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr.startswith(f"paperarena: {forged}: the report replayed from the stored "
-                               "answers differs from report.json at line "), r.stderr
+    assert r.stderr.startswith(f"paperarena: {forged_tar}: the report replayed from the stored"
+                               " answers differs from report.json at line "), r.stderr
     assert "report.json has '" in r.stderr and "the replay '" in r.stderr
-    r = cli("verify-bundle", str(forged), timeout=300, env=_env())
+    r = cli("verify-bundle", str(forged_tar), timeout=300, env=_env())
     lines = r.stdout.splitlines()
     assert r.returncode == 1 and lines[0].startswith(
         "the report replayed from the stored answers differs from report.json at line ")
