@@ -184,7 +184,8 @@ def _capitalbench(values: Sequence[float], assets: Sequence[str], prices: np.nda
 def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
                      assets: list[str], returns: np.ndarray,
                      questions: Mapping[str, Sequence[str]] | None = None,
-                     cache: dict[Any, Any] | None = None) -> dict[str, float]:
+                     cache: dict[Any, Any] | None = None,
+                     jobs: list[list[Any]] | None = None) -> dict[str, float]:
     """Return the mean over marks of s_intra / s_inter / s_corr of the portfolio held.
 
     ``h`` and ``pz`` are the units and prices panels (CASH last); correlations come from the
@@ -193,7 +194,7 @@ def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
     (:func:`scoring.stats.diversification.signed_question_exposures`).
     """
     if questions is not None:
-        return _question_diversification(h * pz, assets, returns, questions, cache)
+        return _question_diversification(h * pz, assets, returns, questions, cache, jobs)
     panel = np.column_stack([returns, np.zeros(returns.shape[0])])
     names = [*assets, CASH]
     cls = {**{a: classes.get(a, a) for a in assets}, CASH: "cash"}
@@ -206,7 +207,17 @@ def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
         corr = class_correlations(panel, names, cls)  # the whole class's, once for the window
         if cache is not None:
             cache[key] = corr
-    return _mean_scores(diversification_rows(_row_weights(h * pz), names, corr, _HELD_EPS))
+    return _scores(diversification_rows, (_row_weights(h * pz), names, corr, _HELD_EPS), jobs)
+
+
+def _scores(score_rows: Any, args: tuple[Any, ...], jobs: list[list[Any]] | None
+            ) -> dict[str, float]:
+    """Return :func:`_mean_scores` of ``score_rows(*args)``; with ``jobs``, NaN for now and
+    the call left in ``jobs`` (its row is set by :func:`_row`) to be scored with others."""
+    if jobs is None:
+        return _mean_scores(score_rows(*args))
+    jobs.append([score_rows, args, None])
+    return {"s_intra": _NAN, "s_inter": _NAN, "s_corr": _NAN}
 
 
 def _row_weights(held: np.ndarray) -> np.ndarray:
@@ -228,7 +239,8 @@ def _mean_scores(scores: np.ndarray) -> dict[str, float]:
 
 def _question_diversification(held: np.ndarray, assets: list[str], returns: np.ndarray,
                               questions: Mapping[str, Sequence[str]],
-                              cache: dict[Any, Any] | None = None) -> dict[str, float]:
+                              cache: dict[Any, Any] | None = None,
+                              jobs: list[list[Any]] | None = None) -> dict[str, float]:
     """Return the mean s_intra / s_inter / s_corr with questions as the unit of exposure.
 
     A question's series is its YES token's mark-to-mark return (its NO token's, negated, when
@@ -255,7 +267,7 @@ def _question_diversification(held: np.ndarray, assets: list[str], returns: np.n
                                   {**{q: q for q in names}, CASH: "cash"})
         if cache is not None:
             cache[key] = corr
-    return _mean_scores(signed_question_rows(_row_weights(held), assets, questions, corr))
+    return _scores(signed_question_rows, (_row_weights(held), assets, questions, corr), jobs)
 
 
 def _profile(agent_cfg: Mapping[str, Any], mdd: float, var95: float) -> dict[str, Any]:
@@ -391,7 +403,7 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         figures |= _diversification(h, pz, classes.get(market, {}), panel.assets,
                                     _asset_returns(prices),
                                     store.questions.get(market, {}) if market == "polymarket"
-                                    else None, store.corr_cache)
+                                    else None, store.corr_cache, store.div_jobs)
         if market == "polymarket":
             figures |= _brier(store, market, mark_ts, h * pz, [*panel.assets, CASH], hi)
     else:
@@ -437,6 +449,8 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
                       start_value),
         "relative": _relative(r, ends, store.bench.get(market, {}), n),
     }
+    if store.div_jobs and store.div_jobs[-1][2] is None:  # this row's scores wait there
+        store.div_jobs[-1][2] = row
     curve = None
     if pts:
         ts = ([first_fill.ts] if from_start and first_fill is not None else []) + mark_ts

@@ -37,6 +37,7 @@ import math
 import sqlite3
 from typing import Any
 
+from scoring.board.batched_rows import score_pending
 from scoring.board.extras import board_extras
 from scoring.board.figures import (
     _asset_classes,
@@ -131,6 +132,7 @@ def report_of(con: sqlite3.Connection, *,
     eq_marks, eq_labels, eq_index = _regime_by_mark(store)
     rows: list[dict[str, Any]] = []
     curves: dict[Key, AgentCurves] = {}
+    store.div_jobs = []  # the rows' diversification, scored together after the loop
     for key in sorted(set(store.series) | set(store.outcomes)):
         if not (any(lo <= p[0] <= hi for p in store.series.get(key, []))
                 or any(lo <= t <= hi for ts in store.outcomes.get(key, {}).values() for t in ts)):
@@ -141,6 +143,8 @@ def report_of(con: sqlite3.Connection, *,
         rows.append(row)
         if curve is not None:
             curves[key] = curve
+    score_pending(store.div_jobs)
+    store.div_jobs = None
     markets = {m: _market_summary(store, m, lo, hi) for m in sorted({r["market"] for r in rows})}
     _rank(rows)
     inferred = infer(rows, curves, store.agents_cfg, rf, {m: _periods(cfg, m) for m in markets})

@@ -112,6 +112,9 @@ class _Store:
     cost_usd)."""
     corr_cache: dict[Any, Any] = field(default_factory=dict)
     """Class correlations of a window's asset returns, computed once for every agent."""
+    div_jobs: list[list[Any]] | None = None
+    """With a list: the rows' diversification scores wait there, scored together
+    (:mod:`scoring.board.batched_rows`)."""
 
 
 # ----------------------------------------------------------------------------- loading

@@ -1,0 +1,224 @@
+"""Issue 27, point 1: every batched form of the report's statistics equals the per-item
+computation it replaced, element by element and bit for bit, on fixed data: order statistics
+from windows (and the percentiles built on them), rank stability in one pass, the Model
+Confidence Set's steps in blocks of draws, the resampled figures computed in place, and the
+rows' diversification scored together."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from scoring.board.batched_rows import score_pending
+from scoring.board.figures import _mean_scores
+from scoring.board.significance import _CHUNK, _Market
+from scoring.stats.diversification import (
+    class_correlations,
+    diversification_rows,
+    signed_question_rows,
+)
+from scoring.stats.inference import quantile_rows
+from scoring.stats.metrics import DDOF, STD_ZERO_RTOL
+from scoring.stats.multiple import _step_draws
+from scoring.stats.order_stats import MIN_WINDOW_N, rank_counts, window_order_stats
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=float).view(np.int64)
+
+
+def _rows(n: int) -> np.ndarray:
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=(24, n))
+    x[1] = np.round(x[1], 1)  # heavy ties
+    x[2] = 0.0  # constant: every window holds the whole row
+    x[3] = np.sort(x[3])  # sorted: the leading values place the windows wrongly
+    x[4] = np.sort(x[4])[::-1]
+    x[5, : n // 3] = np.inf  # infinite values in the top window
+    x[6] = rng.standard_cauchy(n)
+    x[7] = rng.lognormal(size=n) * 1e-300  # tiny magnitudes
+    x[8] = np.where(rng.random(n) < 0.5, -0.0, 0.0)
+    x[9, : n // 2] = -1.0  # a tie that holds the lower order statistics
+    return x
+
+
+@pytest.mark.parametrize("n", [MIN_WINDOW_N, 10_000, 12_345])
+@pytest.mark.parametrize("q", [[0.025, 0.975], [0.5], [0.001, 0.2, 0.8, 0.999]])
+def test_window_order_stats_equal_a_sort(n: int, q: list[float]) -> None:
+    x = _rows(n)
+    positions = [int(np.floor((n - 1) * v)) for v in q]
+    low, high, ok = window_order_stats(x, positions)
+    s = np.sort(x, axis=1)
+    for i in range(x.shape[0]):
+        if not ok[i]:
+            assert np.isnan(low[i]).all() and np.isnan(high[i]).all()
+            continue
+        for j, p in enumerate(positions):
+            assert low[i, j] == s[i, p] and high[i, j] == s[i, p + 1], (i, p)
+    assert ok[0] and ok[6] and ok[7]  # ordinary draws take the windows
+    assert not ok[3] or not ok[4]  # a sorted row is reported, not mis-read
+
+
+@pytest.mark.parametrize("n", [MIN_WINDOW_N, 10_000])
+def test_quantile_rows_with_windows_equal_np_quantile(n: int) -> None:
+    x = _rows(n)
+    x[5, : n // 3] = 7.0  # quantile_rows takes finite draws
+    x = np.vstack([x, np.random.default_rng(1).normal(size=(40, n))])  # several passes
+    for q in ([0.025, 0.975], [0.975, 0.025], [0.5], [0.0, 1.0]):
+        want = np.quantile(x, q, axis=1).T
+        assert np.array_equal(_bits(quantile_rows(x, q)), _bits(want)), q
+
+
+def test_window_order_stats_refuses_short_rows() -> None:
+    with pytest.raises(ValueError):
+        window_order_stats(np.zeros((2, MIN_WINDOW_N - 1)), [3])
+    with pytest.raises(ValueError):
+        window_order_stats(np.zeros((2, MIN_WINDOW_N)), [MIN_WINDOW_N - 1])
+
+
+def _by_matrix(m: np.ndarray, top: int) -> tuple[list[int], list[int] | None]:
+    """The counts as the report first computed them: argmax and argpartition of B x k."""
+    cum = np.ascontiguousarray(m.T)
+    k = m.shape[0]
+    first = np.bincount(np.argmax(cum, axis=1), minlength=k).tolist()
+    if k <= top:
+        return first, None
+    picked = np.argpartition(-cum, top - 1, axis=1)[:, :top]
+    return first, np.bincount(picked.ravel(), minlength=k).tolist()
+
+
+def _cases() -> list[np.ndarray]:
+    rng = np.random.default_rng(27)
+    plain = rng.normal(size=(1000, 2_000))
+    rounded = np.round(rng.normal(size=(300, 2_000)), 1)  # ties everywhere
+    flat_top = rng.normal(size=(200, 2_000))
+    flat_top[5:60] = 4.0  # 55 series tied above the rest: every boundary a tie
+    pairs = rng.normal(size=(50, 2_000))
+    pairs[1::2] = pairs[::2]  # each series twice
+    nan_row = rng.normal(size=(20, 500))
+    nan_row[7, 3] = np.nan  # not finite: the whole matrix
+    return [plain, rounded, flat_top, pairs, nan_row, rng.normal(size=(4, 300)),
+            rng.normal(size=(3, 300)), rng.normal(size=(1, 30))]
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_rank_counts_equal_argmax_and_argpartition(case: int) -> None:
+    m = _cases()[case]
+    rows = [np.ascontiguousarray(r) for r in m]
+    for top in (1, 3):
+        assert rank_counts(rows, top) == _by_matrix(m, top), top
+
+
+def _step_reference(boot: np.ndarray, cols: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """One step over the whole matrix, as the report computed it before blocks."""
+    reps = boot.shape[0]
+    if cols is None:
+        err = np.empty_like(boot)
+        np.copyto(err, boot)
+    else:
+        err = boot[:, cols]
+    err -= err.mean(axis=1, keepdims=True)
+    tmp = np.empty((reps, err.shape[1]))
+    np.square(err, out=tmp)
+    sd = np.sqrt(tmp.mean(axis=0))
+    sd[sd <= 0.0] = np.inf
+    np.divide(err, sd, out=tmp)
+    return sd, np.max(tmp, axis=1)
+
+
+@pytest.mark.parametrize(("reps", "k"), [(10_000, 1_000), (257, 40), (256, 7), (5, 3),
+                                         (1_000, 2)])
+def test_mcs_step_in_blocks_equals_whole_matrix(reps: int, k: int) -> None:
+    rng = np.random.default_rng(reps + k)
+    boot = rng.normal(0.0, 1e-3, (reps, k)) + rng.normal(0.0, 1e-4, k)
+    boot[:, -1] = boot[:, 0]  # a degenerate difference when both remain
+    for cols in (None, np.arange(0, k, 2), np.array([0, k - 1])):
+        got_sd, got_sim = _step_draws(boot, cols)
+        want_sd, want_sim = _step_reference(boot, cols)
+        assert np.array_equal(_bits(got_sd), _bits(want_sd))
+        assert np.array_equal(_bits(got_sim), _bits(want_sim))
+
+
+def test_stats_equal_fresh_expressions() -> None:
+    rng = np.random.default_rng(27)
+    days = [float(t) for t in range(40)]
+    k = _CHUNK + 9  # two chunks
+    returns = {f"a{j:03d}": {t: float(x) for t, x in zip(days, rng.normal(4e-4, 0.01, 40),
+                                                         strict=True)} for j in range(k)}
+    returns["a001"] = dict.fromkeys(days, 0.0)  # no spread: NaN Sharpe
+    returns["a002"] = dict.fromkeys(days, 0.001)  # constant: NaN Sharpe, exact centring
+    mk = _Market(returns, 0.02, 252)
+    d = mk.draws(mk.has[:, 0])
+    assert d is not None
+    mk.stats(d, range(k))
+    n = len(days)
+    x = mk.excess[d.days]
+    for s in range(0, k, _CHUNK):  # the expressions as first written, per chunk of columns
+        xs = x[:, s : s + _CHUNK]
+        cum = np.expm1(d.counts @ np.log1p(np.maximum(xs, -1.0 + 1e-12)))
+        centre = xs.mean(axis=0)
+        xc = xs - centre
+        mc = d.counts @ xc / n
+        mean = mc + centre
+        var = (d.counts @ xc**2 - n * mc**2) / (n - DDOF)
+        sd = np.sqrt(np.maximum(var, 0.0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shp = mean / sd * math.sqrt(252)
+        shp[sd <= STD_ZERO_RTOL * np.maximum(1.0, np.abs(mean))] = np.nan
+        for i in range(xs.shape[1]):
+            j = s + i
+            assert np.array_equal(_bits(d.cum[j]), _bits(cum[:, i]))
+            assert np.array_equal(_bits(d.shp[j]), _bits(shp[:, i]))
+    assert np.isnan(d.shp[1]).all() and np.isnan(d.shp[2]).all()
+
+
+def _weights(rng: np.random.Generator, marks: int, width: int, kind: int) -> np.ndarray:
+    w = rng.random((marks, width))
+    if kind == 1:
+        w[:, 1:-1] = 0.0  # one asset and cash
+    elif kind == 2:
+        w[::2, :-1] = 0.0  # cash only at every other mark
+    elif kind == 3:
+        w[:] = 0.0
+        w[:, 0] = 1.0  # a single asset held throughout
+    w /= np.maximum(w.sum(axis=1, keepdims=True), 1e-300)
+    return w
+
+
+def _check(score_rows: object, rest: tuple[object, ...], weights: list[np.ndarray]) -> None:
+    jobs = [[score_rows, (w, *rest), {"s_intra": None, "s_inter": None, "s_corr": None}]
+            for w in weights]
+    jobs.append([score_rows, (weights[0], *rest), None])  # a job without a row: skipped
+    score_pending(jobs)
+    for job, w in zip(jobs, weights, strict=False):
+        want = _mean_scores(score_rows(w, *rest))  # type: ignore[operator]
+        assert list(job[2]) == ["s_intra", "s_inter", "s_corr"]
+        assert np.array_equal(_bits(np.array(list(job[2].values()))),
+                              _bits(np.array(list(want.values()))))
+
+
+def test_asset_rows_scored_together_equal_each_alone() -> None:
+    rng = np.random.default_rng(27)
+    names = ["A", "B", "C", "D", "CASH"]
+    panel = np.column_stack([rng.normal(0, 0.01, (30, 4)), np.zeros(30)])
+    panel[:, 1] = 0.7 * panel[:, 0] + 0.3 * panel[:, 1]
+    corr = class_correlations(panel, names, {"A": "eq", "B": "eq", "C": "bond", "D": "D",
+                                             "CASH": "cash"})
+    weights = [_weights(rng, m, 5, kind) for m, kind in
+               [(20, 0), (1, 0), (15, 1), (12, 2), (9, 3), (0, 0), (30, 0)]]
+    _check(diversification_rows, (names, corr, 1e-12), weights)
+
+
+def test_question_rows_scored_together_equal_each_alone() -> None:
+    rng = np.random.default_rng(28)
+    assets = ["q1-yes", "q1-no", "q2-yes", "q2-no", "q3-yes"]
+    questions = {"q1": ["q1-yes", "q1-no"], "q2": ["q2-yes", "q2-no"], "q3": ["q3-yes"]}
+    series = rng.normal(0, 0.02, (25, 3))
+    corr = class_correlations(np.column_stack([series, np.zeros(25)]),
+                              ["q1", "q2", "q3", "CASH"],
+                              {"q1": "q1", "q2": "q2", "q3": "q3", "CASH": "cash"})
+    weights = [_weights(rng, m, 6, kind) for m, kind in
+               [(18, 0), (7, 1), (11, 2), (5, 3), (0, 0), (25, 0)]]
+    _check(signed_question_rows, (assets, questions, corr), weights)
