@@ -10,7 +10,7 @@ import shlex
 import sqlite3
 import subprocess
 import tomllib
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -434,17 +434,28 @@ def _sleeve_return(closes: list[float], held: list[float], cost: float) -> float
 
 async def test_the_alphaforgebench_recipe(tmp_path: Path, capsys: Any,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Build the paper's equities from the fake chart history and run the doc's
-    ``alphaforge-instability`` on examples/alphaforgebench.toml: each run's signals, the
-    pairwise agreement, the active-step Jaccard, the returns and the temperature agreement
-    equal the test's own computation from the recorded closes."""
+    """Build the paper's seven assets from the fake chart history (the crypto pairs with
+    00:00 UTC bars on every day, weekends included) and run the doc's
+    ``alphaforge-instability`` on the doc's copy of examples/alphaforgebench.toml: each run's
+    signals, the pairwise agreement, the active-step Jaccard, the returns and the temperature
+    agreement equal the test's own computation from the closes of the NYSE sessions."""
     tickers = _doc_tickers("build-recording", "af-history.jsonl.gz")
+    assert set(tickers) == {"AAPL", "GOOGL", "MSFT", "NVDA", "TSLA", "BTC-USD", "ETH-USD"}
     sessions = _sessions(date(2025, 3, 3), date(2025, 3, 14))
+    days = [date(2025, 3, 1) + timedelta(days=i) for i in range(15)]  # Mar 1 (Sat) .. 15
     closes: dict[str, list[float]] = {}
     fake = FakeYahoo()
     await fake.start()
     try:
         for k, sym in enumerate(tickers):
+            if sym.endswith("-USD"):  # 24/7: a bar per calendar day, starting 00:00 UTC
+                every = {d: round(900.0 + 37 * ((i * (k + 2)) % 7) - 5 * k + 1.1 * i, 2)
+                         for i, d in enumerate(days)}
+                closes[sym] = [every[d] for d, _, _ in sessions]
+                fake.charts[sym] = chart_payload(sym, None, 0, [
+                    (int(datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()), p)
+                    for d, p in every.items()])
+                continue
             closes[sym] = [round(100.0 + ((i * (k + 2)) % 5 - 2) * (1 + k) + 0.3 * i, 2)
                            for i in range(len(sessions))]
             fake.charts[sym] = chart_payload(sym, None, 0, [
@@ -457,10 +468,16 @@ async def test_the_alphaforgebench_recipe(tmp_path: Path, capsys: Any,
     finally:
         await fake.stop()
     cfg, db = tmp_path / "af.toml", tmp_path / "af.db"
+    # The doc's sed line makes the seven assets the universe (run as written, from the root).
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", DOC.read_text(), flags=re.S)
+                 if "af-history.toml" in b).replace("\\\n", " ")
+    line = next(x for x in block.splitlines() if x.startswith("sed "))
+    done = subprocess.run(shlex.split(line.split(">", 1)[0]), cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    assert sorted(tomllib.loads(done.stdout)["markets"]["equity"]["assets"]) == sorted(tickers)
     monkeypatch.setenv("LOCAL_LLM_KEY", "x")
     async with RuleModel() as model:
-        cfg.write_text((ROOT / "examples" / "alphaforgebench.toml").read_text().replace(
-            "http://127.0.0.1:8000/v1", model.api_base))
+        cfg.write_text(done.stdout.replace("http://127.0.0.1:8000/v1", model.api_base))
         argv = ["alphaforge-instability", "--config", str(cfg), "--recording", str(rec),
                 "--db", str(db), "--repeats", "2"]
         capsys.readouterr()
