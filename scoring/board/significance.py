@@ -40,7 +40,7 @@ from scoring.stats.inference import (
 )
 from scoring.stats.metrics import DDOF, STD_ZERO_RTOL, simple_returns
 from scoring.stats.multiple import holm, model_confidence_set
-from scoring.stats.order_stats import rank_counts
+from scoring.stats.order_stats import rank_counts, transposed
 from scoring.stats.sharpe_tests import (
     deflated_sharpe,
     min_track_record,
@@ -148,7 +148,7 @@ class _Market:
             np.maximum(small, 1.0, out=small)
             small *= STD_ZERO_RTOL
             shp[sd <= small] = np.nan  # sd <= RTOL * max(1, |mean|)
-            cum_rows, shp_rows = np.ascontiguousarray(cum.T), np.ascontiguousarray(shp.T)
+            cum_rows, shp_rows = transposed(cum), transposed(shp)
             for i, j in enumerate(part):  # one contiguous row of B draws per agent
                 d.cum[j] = cum_rows[i]
                 d.shp[j] = shp_rows[i]
@@ -213,9 +213,9 @@ def _intervals(mk: _Market, agents: Sequence[str]) -> dict[str, dict[str, list[f
             if mk.excess_is_raw:  # the same product as below, done once by stats
                 cum = _quantiles(np.vstack([d.cum[j] for j in part]))
             else:
-                cum = _quantiles(
-                    np.expm1(d.counts @ np.log1p(np.maximum(raw, -1.0 + 1e-12))).T)
-            mean = _quantiles((d.counts @ raw / n).T)
+                cum = _quantiles(transposed(
+                    np.expm1(d.counts @ np.log1p(np.maximum(raw, -1.0 + 1e-12)))))
+            mean = _quantiles(transposed(d.counts @ raw / n))
             shp = _quantiles(np.vstack([d.shp[j] for j in part]))
             for i, j in enumerate(part):
                 out[mk.agents[j]] = {"cumulative_return_ci": cum[i].tolist(),

@@ -22,7 +22,7 @@ from scoring.stats.diversification import (
 from scoring.stats.inference import quantile_rows
 from scoring.stats.metrics import DDOF, STD_ZERO_RTOL
 from scoring.stats.multiple import _step_draws
-from scoring.stats.order_stats import MIN_WINDOW_N, rank_counts, window_order_stats
+from scoring.stats.order_stats import MIN_WINDOW_N, rank_counts, transposed, window_order_stats
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -222,3 +222,13 @@ def test_question_rows_scored_together_equal_each_alone() -> None:
     weights = [_weights(rng, m, 6, kind) for m, kind in
                [(18, 0), (7, 1), (11, 2), (5, 3), (0, 0), (25, 0)]]
     _check(signed_question_rows, (assets, questions, corr), weights)
+
+
+@pytest.mark.parametrize("shape", [(10_000, 256), (33, 7), (1, 5), (0, 4), (31, 0)])
+def test_transposed_equals_a_contiguous_transpose(shape: tuple[int, int]) -> None:
+    m = np.random.default_rng(shape[0]).normal(size=shape)
+    got = transposed(m)
+    assert got.flags["C_CONTIGUOUS"] and got.shape == (shape[1], shape[0])
+    assert np.array_equal(_bits(got), _bits(np.ascontiguousarray(m.T)))
+    f = np.asfortranarray(m)  # any layout in
+    assert np.array_equal(_bits(transposed(f)), _bits(np.ascontiguousarray(m.T)))
