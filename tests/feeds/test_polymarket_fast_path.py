@@ -10,11 +10,12 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
 from structlog.testing import capture_logs
 
 from feeds.polymarket.decode import MarkMode, PolymarketDecoder
-from feeds.polymarket.price_frames import price_change_events
+from feeds.polymarket.price_frames import Price, Size, Stamp, price_change_events
 from tests.fakes.polymarket_server import FakePolymarket, change, price_change
 from tests.feeds.test_polymarket import Harness, add_q1
 from tests.helpers import wait_for
@@ -229,6 +230,19 @@ def test_one_missing_hint_takes_that_side_from_the_book(columns: bool) -> None:
     res = dec.decode_columns(frame, 2.0, cols) if columns else dec.decode(frame, 2.0)
     rows = [(e.price, e.bid, e.ask) for e in (cols.events() if columns else res.events)]
     assert rows == [(pytest.approx(0.49), 0.40, 0.58)]  # the bid: the book's best
+
+
+def test_numbers_parsed_in_c_equal_float_of_the_text() -> None:
+    """msgspec's lax str -> float gives float()'s value for every price with up to four
+    decimals, sizes of 0-6 decimals and ms timestamps (no fast path drift in the last bit)."""
+    rng = random.Random(5)
+    prices = [f"{i / 10_000:.4f}" for i in range(1, 10_001)]
+    prices += [str(i / 1000) for i in range(1, 1001)]
+    sizes = [f"{rng.uniform(0, 1e6):.{rng.randint(0, 6)}f}" for _ in range(20_000)] + ["0", "-0"]
+    stamps = [str(rng.randrange(1_600_000_000_000, 1_900_000_000_000)) for _ in range(5_000)]
+    for typ, texts in ((Price, prices), (Size, sizes), (Stamp, stamps)):
+        got = msgspec.json.Decoder(list[typ], strict=False).decode(json.dumps(texts))
+        assert got == [float(t) for t in texts]
 
 
 @pytest.fixture
