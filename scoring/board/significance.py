@@ -69,6 +69,7 @@ BASELINE_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "mome
                                    "sixty_forty", "risk_parity", "equal_risk_contribution",
                                    "min_variance", "random_guess")
 _CHUNK = 256  # columns per matrix product (bounds the memory of a large market)
+_Two = tuple[np.ndarray, np.ndarray]  # two agents' draws of one statistic
 
 
 @dataclass
@@ -227,7 +228,8 @@ def _intervals(mk: _Market, agents: Sequence[str]) -> dict[str, dict[str, list[f
 def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Return the paired comparison of every ``(a, b)`` over the days both have."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    todo: list[tuple[dict[str, Any], float, float, np.ndarray, np.ndarray]] = []
+    todo: list[tuple[dict[str, Any], float, float, _Two, _Two]] = []
+    bufs: dict[str, np.ndarray] = {}  # the chunk's differences, reused chunk after chunk
     hac: dict[bytes, list[tuple[dict[str, Any], int, int]]] = {}  # by days: one batch each
     masks: dict[bytes, np.ndarray] = {}
     for a, b in dict.fromkeys(wanted):
@@ -248,11 +250,11 @@ def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, st
         key = masks.setdefault(mask.tobytes(), mask).tobytes()
         hac.setdefault(key, []).append((vs, ja, jb))
         vs |= {"difference": ca - cb, "sharpe_difference": sa - sb}
-        todo.append((vs, ca - cb, sa - sb, d.cum[ja] - d.cum[jb], d.shp[ja] - d.shp[jb]))
+        todo.append((vs, ca - cb, sa - sb, (d.cum[ja], d.cum[jb]), (d.shp[ja], d.shp[jb])))
         if len(todo) == _CHUNK:
-            _pair_tests(todo)
+            _pair_tests(todo, bufs)
             todo = []
-    _pair_tests(todo)
+    _pair_tests(todo, bufs)
     for key, group in hac.items():  # Ledoit-Wolf's test of every pair of these days at once
         x = mk.excess[masks[key]]
         _, _, p = sharpe_difference_hac_rows(x[:, [t[1] for t in group]].T,
@@ -262,14 +264,24 @@ def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, st
     return out
 
 
-def _pair_tests(todo: Sequence[tuple[dict[str, Any], float, float, np.ndarray, np.ndarray]]
-                ) -> None:
-    """Set the interval and both p-values of a chunk of comparisons from their draws."""
+def _pair_tests(todo: Sequence[tuple[dict[str, Any], float, float, _Two, _Two]],
+                bufs: dict[str, np.ndarray]) -> None:
+    """Set the interval and both p-values of a chunk of comparisons from their draws.
+
+    Each comparison brings both agents' draws of the cumulative return and of the Sharpe
+    ratio; their differences are written into ``bufs`` (kept for the next chunk)."""
     if not todo:
         return
-    dc = np.vstack([t[3] for t in todo])
+    reps = todo[0][3][0].size
+    if "cum" not in bufs or bufs["cum"].shape[1] != reps:
+        bufs["cum"] = np.empty((_CHUNK, reps))
+        bufs["shp"] = np.empty((_CHUNK, reps))
+    dc, ds = bufs["cum"][: len(todo)], bufs["shp"][: len(todo)]
+    for i, (_, _, _, (ca, cb), (sa, sb)) in enumerate(todo):
+        np.subtract(ca, cb, out=dc[i])
+        np.subtract(sa, sb, out=ds[i])
     pc = null_p_values([t[1] for t in todo], dc)
-    ps = null_p_values([t[2] for t in todo], np.vstack([t[4] for t in todo]))
+    ps = null_p_values([t[2] for t in todo], ds)
     qc = _quantiles(dc)
     for i, (vs, *_) in enumerate(todo):
         vs |= {"difference_ci": qc[i].tolist(), "p_value": float(pc[i]),

@@ -95,7 +95,12 @@ def stationary_indices(n_obs: int, block: float, reps: int = BOOTSTRAP_REPS, see
     # arch types block_size as int; the stationary bootstrap takes any expected length >= 1.
     expected = cast("int", max(float(block), 1.0))
     bs = StationaryBootstrap(expected, np.arange(n_obs), seed=seed)
-    return np.vstack([np.asarray(d[0][0], dtype=np.int64) for d in bs.bootstrap(reps)])
+    # bs.bootstrap(reps) yields update_indices() of each draw (and the data they index):
+    # the same generator calls in the same order, without building the resampled data
+    out = np.empty((reps, n_obs), dtype=np.int64)
+    for i in range(reps):
+        out[i] = bs.update_indices()
+    return out
 
 
 def resample_counts(idx: np.ndarray, n_obs: int) -> np.ndarray:

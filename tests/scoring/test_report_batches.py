@@ -232,3 +232,44 @@ def test_transposed_equals_a_contiguous_transpose(shape: tuple[int, int]) -> Non
     assert np.array_equal(_bits(got), _bits(np.ascontiguousarray(m.T)))
     f = np.asfortranarray(m)  # any layout in
     assert np.array_equal(_bits(transposed(f)), _bits(np.ascontiguousarray(m.T)))
+
+
+@pytest.mark.parametrize(("n_obs", "block", "seed"), [(85, 3.7, 0), (29, 1.0, 0), (22, 2.2, 5),
+                                                      (1, 1.0, 0)])
+def test_stationary_indices_equal_arch_bootstrap_draws(n_obs: int, block: float, seed: int
+                                                       ) -> None:
+    from arch.bootstrap import StationaryBootstrap
+
+    from scoring.stats.inference import stationary_indices
+
+    bs = StationaryBootstrap(block, np.arange(n_obs), seed=seed)  # type: ignore[arg-type]
+    want = np.vstack([np.asarray(d[0][0], dtype=np.int64) for d in bs.bootstrap(500)])
+    got = stationary_indices(n_obs, block, 500, seed)
+    assert got.dtype == np.int64 and np.array_equal(got, want)
+
+
+def test_pair_tests_in_reused_buffers_equal_each_pair() -> None:
+    from scoring.board.significance import _pair_tests
+    from scoring.stats.inference import null_p_value
+
+    rng = np.random.default_rng(7)
+    draws = rng.normal(0.01, 0.05, (60, 10_000))
+    draws[5, ::3] = np.nan  # an undefined Sharpe draw: its finite draws only
+    bufs: dict[str, np.ndarray] = {}
+    for size in (_CHUNK, 45):  # a full chunk, then a shorter one into the same buffers
+        pairs = [(int(a), int(b)) for a, b in rng.integers(0, 60, (size, 2))]
+        todo = [({}, 0.01 * i, -0.02, (draws[a], draws[b]), (draws[b], draws[a]))
+                for i, (a, b) in enumerate(pairs)]
+        _pair_tests(todo, bufs)
+        for (vs, est_c, est_s, (a, b), (c, d)) in todo:
+            diff = a - b
+            assert vs["p_value"] == null_p_value(est_c, diff) or (
+                math.isnan(vs["p_value"]) and math.isnan(null_p_value(est_c, diff)))
+            want_s = null_p_value(est_s, c - d)
+            assert vs["sharpe_p_value"] == want_s or (
+                math.isnan(vs["sharpe_p_value"]) and math.isnan(want_s))
+            fin = diff[np.isfinite(diff)]
+            q = [(1.0 - 0.95) / 2.0, 1.0 - (1.0 - 0.95) / 2.0]  # the report's level
+            want_ci = np.quantile(fin, q).tolist() if fin.size else [math.nan] * 2
+            assert np.array_equal(_bits(np.array(vs["difference_ci"])), _bits(np.array(want_ci)))
+    assert bufs["cum"].shape == (_CHUNK, 10_000)
