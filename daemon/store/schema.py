@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -181,8 +181,18 @@ CREATE TABLE IF NOT EXISTS season(
 """
 # --- end v13 -----------------------------------------------------------------------------------
 
+# --- v14: the run's config chained (issue 32) -------------------------------------------------
+# Every ``runs`` row carries ``chain``: its config as it started, chained to the run before
+# (daemon.store.integrity.chain); the rows written before are chained by the migration itself
+# (chain_existing_runs), so ``verify`` names an edited config of any run.
+_V14 = """
+ALTER TABLE runs ADD COLUMN chain BLOB;
+"""
+# --- end v14 -----------------------------------------------------------------------------------
+
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                               8: _V8, 9: _V9, 10: _V10, 11: _V11, 12: _V12, 13: _V13}
+                               8: _V8, 9: _V9, 10: _V10, 11: _V11, 12: _V12, 13: _V13,
+                               14: _V14}
 
 
 def _statements(script: str) -> list[str]:

@@ -46,7 +46,7 @@ from daemon.store.dbfile import (
 )
 from daemon.store.dblock import abandon_lock, acquire_lock, claim_lock
 from daemon.store.events import event_row, insert_event_rows, price_rows
-from daemon.store.integrity.chain import Chains, with_chains
+from daemon.store.integrity.chain import Chains, chain_existing_runs, with_chains
 from daemon.store.queries import StoreQueries
 from daemon.store.records import RoundCommit, _dumps, _encode_book, _fill_row, _now_of
 from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION, _statements
@@ -214,6 +214,8 @@ class Store(StoreQueries):
             try:
                 for stmt in _statements(MIGRATIONS[version]):
                     await self.db.execute(stmt)
+                if version == 14:  # the configs stored before are chained too
+                    await chain_existing_runs(self.db)
                 await self.db.execute(
                     "INSERT INTO meta(key, value) VALUES('schema_version', ?) "
                     "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
@@ -264,11 +266,10 @@ class Store(StoreQueries):
         """Record the start of a process run and return its id."""
 
         async def insert() -> None:
+            row = (started_ts, mode, version, _dumps(config), recording)
             cur = await self.db.execute(
-                "INSERT INTO runs(started_ts, mode, version, config_json, recording) "
-                "VALUES(?,?,?,?,?)",
-                (started_ts, mode, version, _dumps(config), recording),
-            )
+                "INSERT INTO runs(started_ts, mode, version, config_json, recording, chain) "
+                "VALUES(?,?,?,?,?,?)", with_chains([row], self.chains.link("runs", [row]))[0])
             self.run_id = cur.lastrowid
 
         await self._atomic(insert)

@@ -33,8 +33,12 @@ season record, which the replay does not recompute); the bundle check compares i
 with ``report.json``, and every replayed decision (its time, outcome, reason, input hash, raw
 answer, allocation) and fill with the stored one (:func:`first_decision_difference`).
 
+A store written by several live runs (a restart) is replayed run after run into the same
+output store, each run with its stored config, resuming from the checkpoint the run before
+left, as the daemon does at a restart (the rounds due while it was down settled first).
+
 What cannot be replayed is refused in one line (:class:`BundleReplayRefused`): CapitalBench
-rounds, and a store written by more than one run (a restart or a reload). An event received
+rounds, and a store of several runs of which one is not live (a resumed replay). An event received
 between a round's scheduled time and the moment the live round read the clock is replayed
 after the round's observation (the stored rows do not say which came first).
 """
@@ -45,6 +49,7 @@ import json
 import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from agents.llm import LlmAgent
@@ -58,12 +63,21 @@ from daemon.app.bundle_replay.rows import (
     stored_events,
     stored_rounds,
 )
-from daemon.app.replay import JobCallback, ReplayDriver, ReplayError, replay_session
+from daemon.app.replay import (
+    _META_COMPLETE,
+    _META_CONFIG,
+    _META_FINGERPRINT,
+    JobCallback,
+    ReplayDriver,
+    ReplayError,
+    replay_session,
+)
 from daemon.config.settings import Config, ConfigError, parse_config
 from daemon.core.events import Event
 from daemon.engine.engine import Engine
 from daemon.store.dbfile import connect_readonly
 from daemon.store.records import DecisionRecord, RoundCommit
+from daemon.store.store import StoreWriteError
 from daemon.timing.clock import SimClock
 
 __all__ = [
@@ -116,24 +130,41 @@ def refusal(config: Config) -> str | None:
     return None
 
 
-def _season_run(con: sqlite3.Connection) -> tuple[Config, str, float]:
-    """Return the config, mode and start of the one run that wrote the store."""
-    runs = con.execute("SELECT started_ts, mode, config_json FROM runs ORDER BY id").fetchall()
-    if not runs:
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One run that wrote the store (a ``runs`` row)."""
+
+    id: int
+    started: float
+    stopped: float | None
+    mode: str
+    config: Config
+
+
+def _season_runs(con: sqlite3.Connection) -> list[_Run]:
+    """Return the runs that wrote the store, in order, each with its config."""
+    rows = con.execute("SELECT id, started_ts, stopped_ts, mode, config_json FROM runs"
+                       " ORDER BY id").fetchall()
+    if not rows:
         raise BundleReplayError("the store holds no run to replay")
-    if len(runs) > 1:
-        raise BundleReplayRefused(f"the store was written by {len(runs)} runs (a restart or a "
-                                  "reload): only a season of one run is replayed yet")
-    started, mode, config_json = runs[0]
-    try:
-        config = parse_config(json.loads(config_json), "the stored run's config")
-    except (ConfigError, ValueError) as exc:
-        raise BundleReplayError(f"the stored run's config cannot be read: "
-                                f"{' '.join(str(exc).split())[:200]}") from None
-    why = refusal(config)
-    if why:
-        raise BundleReplayRefused(why)
-    return config, str(mode), float(started)
+    if len(rows) > 1 and any(r[3] != "live" for r in rows):
+        raise BundleReplayRefused(f"the store was written by {len(rows)} runs, not all live (a "
+                                  "resumed replay): only live runs are replayed one after "
+                                  "the other")
+    runs = []
+    for rid, started, stopped, mode, config_json in rows:
+        name = "the stored run's config" if len(rows) == 1 else f"the config of stored run {rid}"
+        try:
+            config = parse_config(json.loads(config_json), name)
+        except (ConfigError, ValueError) as exc:
+            raise BundleReplayError(f"{name} cannot be read: "
+                                    f"{' '.join(str(exc).split())[:200]}") from None
+        why = refusal(config)
+        if why:
+            raise BundleReplayRefused(why)
+        runs.append(_Run(int(rid), float(started), None if stopped is None else float(stopped),
+                         str(mode), config))
+    return runs
 
 
 class _Feed:
@@ -141,9 +172,9 @@ class _Feed:
     live run received while a round's agents were still answering, inside that round before
     its fills (as live, where the books took it before the round's trades)."""
 
-    def __init__(self, driver: ReplayDriver, clock: StoredTimesClock,
+    def __init__(self, clock: StoredTimesClock,
                  events: Iterator[tuple[float | None, Event | list[Event]]]) -> None:
-        self.driver = driver
+        self.driver: ReplayDriver
         self.clock = clock
         self._events = enumerate(events)
         self._next: tuple[int, tuple[float | None, Event | list[Event]]] | None = None
@@ -155,11 +186,14 @@ class _Feed:
             self.done = self._next is None
         return self._next
 
-    async def run(self) -> None:
-        """Apply every event, the rounds due before it first (a round may take it)."""
+    async def run(self, before: float | None = None) -> None:
+        """Apply every event (``before``: every one the live run received before then), the
+        rounds due before it first (a round may take it)."""
         driver = self.driver
         while (got := self._peek()) is not None:
             i, (at, ev) = got
+            if before is not None and at is not None and at >= before:
+                return
             ts = at if at is not None else ev[0].ts if isinstance(ev, list) else ev.ts
             if driver.start <= ts <= driver.end and ts > self.clock.now():
                 driver.decisions += await driver.sched.run_until(ts, inclusive=False)
@@ -191,43 +225,113 @@ class _Feed:
 
 
 async def replay_store(src: str, out: str) -> None:
-    """Replay the season of the SQLite store ``src`` from its stored answers into ``out``.
+    """Replay the season of the SQLite store ``src`` from its stored answers into ``out``;
+    a store written by several live runs (a restart) run after run, each with its config,
+    resuming from the checkpoint the one before left, as the daemon does.
 
     Raise :class:`BundleReplayRefused` for what is not supported and
     :class:`BundleReplayError` when the replay cannot run (one line each).
     """
     con = connect_readonly(Path(src))
     try:
-        config, mode, start = _season_run(con)
-        calls = stored_calls(con)
+        runs = _season_runs(con)
         rounds, last = stored_rounds(con)
-        remote = [a.id for a in config.agents if a.kind != "llm" and a.kind not in BASELINES]
-        decisions = stored_decisions(con, remote, calls)
-        bars = failed_bars(con)
-        clock = StoredTimesClock(start)
-        engines: list[Engine] = []
-        try:
-            async with replay_session(config, out, recording_name=f"bundle:{Path(src).name}",
-                                      start=start, clock=clock,
-                                      wrap_job=lambda cb: _at_live_times(cb, clock, rounds,
-                                                                         engines)
-                                      ) as ctx:
-                driver = ReplayDriver(ctx, start=start, end=last)
-                feed = _Feed(driver, clock, stored_events(con, mode == "live", start))
-                ends = {(m, r.decided): r.end for (m, _), r in rounds.items()}
-                engines.append(ctx.engine)
-                stand_ins(ctx.engine, remote, decisions)
-                agents = {id(s.agent): s.agent for slots in ctx.engine.slots.values()
-                          for s in slots.values()}  # an agent trading two markets is one
-                for agent in agents.values():
-                    if isinstance(agent, LlmAgent):
-                        answer_llm(agent, calls, bars)
-                    if mode == "live":
-                        wait_for_events(agent, feed.catch_up, ends)
-                await feed.run()
+        clock = StoredTimesClock(runs[0].started)
+        feed = _Feed(clock, stored_events(con, runs[0].mode == "live", runs[0].started))
+        stored = _Stored(con, rounds)
+        for k, run in enumerate(runs):
+            if k:
+                _forget_replay(out)
+                clock.advance(max(clock.now(), run.started))
+            nxt = runs[k + 1] if k + 1 < len(runs) else None
+            await _replay_run(run, nxt, out, Path(src).name, clock, feed, stored, last)
+    finally:
+        con.close()
+
+
+class _Stored:
+    """What every run's replay reads of the stored rows."""
+
+    def __init__(self, con: sqlite3.Connection,
+                 rounds: dict[tuple[str, float], StoredRound]) -> None:
+        self.calls = stored_calls(con)
+        self.rounds = rounds
+        self.ends = {(m, r.decided): r.end for (m, _), r in rounds.items()}
+        self.bars = failed_bars(con)
+        self.con = con
+        self.marks = [t for (t,) in con.execute(
+            "SELECT DISTINCT ts FROM equity WHERE kind='daily' ORDER BY ts")]
+
+
+async def _replay_run(run: _Run, nxt: _Run | None, out: str, name: str,
+                      clock: StoredTimesClock, feed: _Feed, stored: _Stored,
+                      last: float) -> None:
+    """Replay the events and rounds of one stored run into ``out``."""
+    config = run.config
+    remote = [a.id for a in config.agents if a.kind != "llm" and a.kind not in BASELINES]
+    decisions = stored_decisions(stored.con, remote, stored.calls)
+    # A run followed by another: up to its stop (its last round or daily mark).
+    stop = None if nxt is None else run.stopped if run.stopped is not None else nxt.started
+    end = last if stop is None else max(
+        [run.started, *(s for (_, s), r in stored.rounds.items() if r.run == run.id),
+         *(t for t in stored.marks if t <= stop)])
+    engines: list[Engine] = []
+    jobs: list[JobCallback] = []
+
+    def wrap(cb: JobCallback) -> JobCallback:
+        jobs.append(_at_live_times(cb, clock, stored.rounds, engines))
+        return jobs[-1]
+
+    try:
+        async with replay_session(config, out, recording_name=f"bundle:{name}",
+                                  start=run.started, clock=clock, wrap_job=wrap) as ctx:
+            driver = feed.driver = ReplayDriver(ctx, start=run.started,
+                                                end=end if stop is None else stop)
+            engines.append(ctx.engine)
+            stand_ins(ctx.engine, remote, decisions)
+            agents = {id(s.agent): s.agent for slots in ctx.engine.slots.values()
+                      for s in slots.values()}  # an agent trading two markets is one
+            for agent in agents.values():
+                if isinstance(agent, LlmAgent):
+                    answer_llm(agent, stored.calls, stored.bars)
+                if run.mode == "live":
+                    wait_for_events(agent, feed.catch_up, stored.ends)
+            # The rounds a restart settled before anything else (missed during the downtime).
+            for (market, scheduled), r in sorted(stored.rounds.items(), key=lambda x: x[0][1]):
+                if r.run == run.id and scheduled < run.started:
+                    await jobs[0](f"decide:{market}", scheduled, False)
+            await feed.run(None if nxt is None else nxt.started)
+            if stop is None:
                 await driver.finish(last)
-        except ReplayError as exc:
-            raise BundleReplayError(str(exc)) from None
+            else:
+                await _stop(driver, end, stop)
+    except ReplayError as exc:
+        raise BundleReplayError(str(exc)) from None
+
+
+async def _stop(driver: ReplayDriver, end: float, stop: float) -> None:
+    """End a run as the daemon does when stopped: its rounds up to ``end`` run, then the books
+    and a checkpoint committed and the run ended at ``stop``."""
+    driver.decisions += await driver.sched.run_until(end, inclusive=True)
+    if stop > driver.clock.now():
+        driver.clock.advance(stop)
+    engine = driver.engine
+    await engine.bus.drain()
+    try:
+        await engine.commit(RoundCommit())
+        await engine.store.end_run(stop)
+    except StoreWriteError as exc:
+        raise BundleReplayError(str(exc)) from None
+
+
+def _forget_replay(out: str) -> None:
+    """Let the next run's replay open ``out``: it holds no finished replay, only the books
+    and checkpoint the run before left."""
+    con = sqlite3.connect(out)
+    try:
+        with con:
+            con.execute(f"DELETE FROM meta WHERE key IN ('{_META_FINGERPRINT}', '{_META_CONFIG}',"
+                        f" '{_META_COMPLETE}')")
     finally:
         con.close()
 
@@ -253,7 +357,7 @@ def _at_live_times(on_job: JobCallback, clock: StoredTimesClock,
         clock.at = None if got is None else got.decided
         try:
             if got is not None and got.outcomes == {"abandoned"}:
-                await _abandoned(engine[0], got)
+                await _abandoned(engine[-1], got)
             else:
                 await on_job(job_id, fire_ts, missed or (
                     got is not None and got.outcomes == {"missed"}))

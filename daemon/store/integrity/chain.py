@@ -13,7 +13,9 @@ grew the sample's store by a quarter.
 
 The back tag lets :mod:`.verify` tell an edited row (its back tag fits, its link does not) from a
 deleted one (its back tag names no row) and from one out of order (its back tag names a row found
-elsewhere). Rows written before schema v13 have no chain (NULL) and precede every chained row.
+elsewhere). Rows written before schema v13 have no chain (NULL) and precede every chained row;
+the ``runs`` rows (a run's config, as it started) are chained since v14, the rows before it by
+the migration to v14 (:func:`chain_existing_runs`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["NO_BACK", "STREAMS", "Chains", "Stream", "chain_rows", "content_bytes", "link_rows",
-           "with_chains"]
+__all__ = ["NO_BACK", "STREAMS", "Chains", "Stream", "chain_existing_runs", "chain_rows",
+           "content_bytes", "link_rows", "with_chains"]
 
 #: The back tag of a stream's first row.
 NO_BACK: Final[bytes] = bytes(4)
@@ -81,6 +83,9 @@ STREAMS: Final[dict[str, Stream]] = {s.table: s for s in (
            ("agent", "market", "kind", "ts")),
     Stream("resolutions", "rowid", ("question_id", "market", "ts", "payouts_json", "source"),
            "ssfss", ("question_id",)),
+    # A run's config, as it started (its stop time is written later: not hashed; schema v14).
+    Stream("runs", "id", ("started_ts", "mode", "version", "config_json", "recording"),
+           "fssss", ("mode", "started_ts")),
 )}
 _LISTS: Final[dict[str, Any]] = {t: list[s.row_type] for t, s in STREAMS.items()}  # type: ignore[name-defined]
 _KINDS: Final[dict[str, str]] = {t: s.kinds for t, s in STREAMS.items()}
@@ -221,3 +226,16 @@ def with_chains(rows: Sequence[tuple[Any, ...]],
                 chains: Sequence[bytes]) -> list[tuple[Any, ...]]:
     """Return ``rows`` with their chain appended as the last parameter."""
     return [(*r, c) for r, c in zip(rows, chains, strict=True)]
+
+
+async def chain_existing_runs(db: Any) -> None:
+    """Chain the ``runs`` rows written before schema v14 (inside the migration's transaction
+    on the connection ``db``): a season's config, stored before, is covered too."""
+    stream = STREAMS["runs"]
+    async with db.execute(f"SELECT id, {', '.join(stream.columns)} FROM runs ORDER BY id"
+                          ) as cur:
+        rows = [tuple(r) for r in await cur.fetchall()]
+    if rows:
+        chains = chain_rows("runs", b"", [r[1:] for r in rows])
+        await db.executemany("UPDATE runs SET chain=? WHERE id=?",
+                             [(c, r[0]) for c, r in zip(chains, rows, strict=True)])

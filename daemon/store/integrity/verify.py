@@ -113,8 +113,10 @@ def walk(stream: Stream, name: str, source: RowSource) -> StreamCheck:
 
 
 def _sqlite_source(con: sqlite3.Connection, stream: Stream) -> RowSource:
-    sql = (f"SELECT {stream.order}, chain, {', '.join(stream.columns)} FROM {stream.table}"
-           f" ORDER BY {stream.order}")
+    # A table chained since a later schema (runs: v14) has rows written before it, unchained.
+    chained = "chain" in {r[1] for r in con.execute(f"PRAGMA table_info({stream.table})")}
+    sql = (f"SELECT {stream.order}, {'chain' if chained else 'NULL'},"
+           f" {', '.join(stream.columns)} FROM {stream.table} ORDER BY {stream.order}")
 
     def rows() -> Iterator[Sequence[tuple[Any, ...]]]:
         cur = con.execute(sql)
@@ -172,9 +174,12 @@ async def _pg_rows(url: str) -> list[tuple[str, Stream, list[tuple[Any, ...]]]]:
                 if not has:
                     continue  # a scope never opened by this version: nothing chained
                 for s in STREAMS.values():
+                    chained = await con.fetchval(
+                        "SELECT 1 FROM information_schema.columns WHERE table_schema=$1 AND"
+                        " table_name=$2 AND column_name='chain'", schema, s.table)
                     rows = await con.fetch(
-                        f'SELECT {s.order}, chain, {", ".join(s.columns)}'
-                        f' FROM "{schema}".{s.table} ORDER BY {s.order}')
+                        f'SELECT {s.order}, {"chain" if chained else "NULL"},'
+                        f' {", ".join(s.columns)} FROM "{schema}".{s.table} ORDER BY {s.order}')
                     out.append((f"{scope}/{s.table}", s, [tuple(r) for r in rows]))
     finally:
         await con.close()

@@ -27,12 +27,11 @@ import pytest
 
 from daemon.app.live import LiveDaemon
 from daemon.app.sources import build_sources
-from daemon.store.integrity.chain import STREAMS, chain_rows
 from tests.agents.test_llm_agent import KEY_ENV
 from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applied, subscribed
 from tests.fakes.scenario import Scenario, wait_until
 from tests.llm_server import FakeLlmServer, answer, ok
-from tests.store.integrity.test_bundle import _members, _pack
+from tests.store.integrity.test_bundle import _members, _pack, rechain
 from tests.store.test_cli_database import ROOT, cli
 
 pytestmark = pytest.mark.slow
@@ -159,16 +158,6 @@ def edit_answer(store: Path, agent: str, raw: str, step: str | None = None) -> s
         rechain(con, "llm_calls")
     con.close()
     return str(old)
-
-
-def rechain(con: sqlite3.Connection, table: str) -> None:
-    """Recompute every chain of ``table`` (an edit the chains then accept)."""
-    stream = STREAMS[table]
-    rows = con.execute(f"SELECT {stream.order}, {', '.join(stream.columns)} FROM {table}"
-                       f" ORDER BY {stream.order}").fetchall()
-    chains = chain_rows(table, b"", [r[1:] for r in rows])
-    con.executemany(f"UPDATE {table} SET chain=? WHERE {stream.order}=?",
-                    [(c, r[0]) for c, r in zip(chains, rows, strict=True)])
 
 
 def forged(bundle: Path, tmp: Path, edit: Callable[[Path], object]) -> Path:

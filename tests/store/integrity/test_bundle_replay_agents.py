@@ -1,13 +1,14 @@
 """A live season of every replayed kind of agent rebuilds its report by replay (issue 32).
 
-One live-clock run (the daemon in this process, the equity feeds and their daily history at the
-local fakes) trades a StockBench, a PortBench and an AlphaForgeBench agent, each at a fake
-OpenAI-compatible model that reads its prompts (the protocol tests' models), an HTTP agent at
-the reference agent service (examples/http_agent) and a baseline. ``report --bundle`` in a
-fresh process with no key and no network rebuilds its report byte for byte, the AlphaForgeBench
-strategies running again in the sandbox. Then an edited stored answer of each protocol, and an
-edited stored decision of the HTTP agent, is named as the first replayed decision or fill that
-is not the stored one.
+A live-clock season (the daemon in this process, the equity feeds and their daily history at
+the local fakes), stopped and started again on the same store, trades a StockBench, a PortBench
+and an AlphaForgeBench agent, each at a fake OpenAI-compatible model that reads its prompts
+(the protocol tests' models), an HTTP agent at the reference agent service
+(examples/http_agent) and a baseline. ``report --bundle`` in a fresh process with no key and no
+network rebuilds its report byte for byte, run after run, the AlphaForgeBench strategies
+running again in the sandbox. Then an edited stored answer of each protocol, and an edited
+stored decision of the HTTP agent, is named as the first replayed decision or fill that is not
+the stored one.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 
 from daemon.app.live import LiveDaemon
 from daemon.app.sources import build_sources
+from daemon.config.settings import Config
 from tests.agents.test_llm_agent import KEY_ENV
 from tests.agents.test_remote_agent import SERVICE, serve
 from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applied
@@ -46,8 +48,36 @@ pytestmark = pytest.mark.slow
 PROTOCOLS = {"sb": "stockbench", "pb": "portbench", "af": "alphaforgebench"}
 
 
+async def _run(sc: Scenario, cfg: Config, db: Path, rounds: int, first: bool) -> None:
+    """Run the live daemon on ``db`` for ``rounds`` rounds with fresh prices before each (the
+    first prices of the season when ``first``), then stop it in a quiet gap."""
+    daemon = LiveDaemon(cfg, db=str(db), sources=lambda eng: build_sources(cfg, eng))
+    tape = Tape()
+    await sc.wait_phase(0.2)  # just after a round boundary
+    await daemon.start()
+    try:
+        eng = daemon.engine
+        assert eng is not None
+        eng.bus.add_tap("#", tape)
+        await wait_until(lambda: any(len(c.symbols) == 3 for c in sc.yahoo.open_conns),
+                         10, "the Yahoo subscription")
+        for k in range(rounds):
+            t = await sc.wait_phase(1.0)
+            if first and k == 0:
+                await sc.send_initial()
+                await wait_until(lambda: prices_applied(eng, sc), 5, "the first prices")
+            else:
+                await sc.burst(polymarket=False)
+            await next_round(eng, tape, t, timeout=60)
+        await sc.wait_phase(1.0)  # stop in a quiet gap
+    finally:
+        await daemon.stop()
+
+
 async def _live_season(tmp: Path) -> Path:
-    """Run the live daemon for a few rounds of every agent; return its store."""
+    """Run the live daemon for a few rounds of every agent, stop it, start it again on the same
+    store (a restart: the round due meanwhile is settled as the daemon does) and run a few more
+    rounds; return its store."""
     db = tmp / "live.db"
     sc = Scenario()
     await sc.start()
@@ -70,27 +100,8 @@ async def _live_season(tmp: Path) -> Path:
                 {"id": "equal_weight", "kind": "equal_weight"},
             ]
             cfg = make_config(sc, db, agents=agents, polymarket=False, backfill=True)
-            daemon = LiveDaemon(cfg, db=str(db), sources=lambda eng: build_sources(cfg, eng))
-            tape = Tape()
-            await sc.wait_phase(0.2)  # just after a round boundary
-            await daemon.start()
-            try:
-                eng = daemon.engine
-                assert eng is not None
-                eng.bus.add_tap("#", tape)
-                await wait_until(lambda: any(len(c.symbols) == 3 for c in sc.yahoo.open_conns),
-                                 10, "the Yahoo subscription")
-                t = await sc.wait_phase(1.0)
-                await sc.send_initial()
-                await wait_until(lambda: prices_applied(eng, sc), 5, "the first prices")
-                await next_round(eng, tape, t, timeout=60)
-                for _ in range(4):
-                    t = await sc.wait_phase(1.0)
-                    await sc.burst(polymarket=False)
-                    await next_round(eng, tape, t, timeout=60)
-                await sc.wait_phase(1.0)  # stop in a quiet gap
-            finally:
-                await daemon.stop()
+            await _run(sc, cfg, db, 3, first=True)
+            await _run(sc, cfg, db, 3, first=False)
             assert af.served >= 2 and len(sb.requests) >= 5 and len(pb.requests) >= 5
             return db
     finally:
@@ -119,6 +130,10 @@ def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
 
 def test_every_kind_of_agent_is_replayed_byte_identically(season: tuple[Path, Path]) -> None:
     db, bundle = season
+    # Two runs, each of which decided rounds (the second also the one due while stopped).
+    runs = _rows(db, "SELECT r.id, COUNT(DISTINCT d.scheduled_ts), MIN(d.scheduled_ts) <"
+                     " r.started_ts FROM runs r JOIN decisions d ON d.run_id = r.id GROUP BY r.id")
+    assert [(n >= 3, settled) for _, n, settled in runs] == [(True, 0), (True, 1)], runs
     # Every agent traded; every protocol's steps and the HTTP agent's requests were stored.
     traded = {a for (a,) in _rows(db, "SELECT agent FROM fills WHERE traded_value > 0")}
     assert traded == {"sb", "pb", "af", "remote", "equal_weight"}, traded

@@ -26,7 +26,8 @@ T0 = 1_700_000_000.0
 #: A column of each chained table to change, and a new value for it.
 EDITS = {"decisions": ("reason", "edited"), "llm_calls": ("raw_response", '{"w": 1}'),
          "fills": ("traded_value", 123.25), "market_events": ("price", 0.51),
-         "equity": ("value", 999.5), "resolutions": ("source", "forged")}
+         "equity": ("value", 999.5), "resolutions": ("source", "forged"),
+         "runs": ("config_json", '{"agents": []}')}
 
 
 def _round(i: int) -> RoundCommit:
@@ -51,6 +52,10 @@ async def _fill(db: str) -> None:
     store = await Store.open(db)
     try:
         await store.claim_agents(["a", "b"])  # a shared store's scope owns its agents
+        for i in range(3):  # a run started three times (restarts), each with its config
+            await store.begin_run(mode="live", version="t", config={"agents": ["a", "b"],
+                                                                    "n": i},
+                                  recording=None, started_ts=T0 + i)
         for i in range(3):
             store.add_event(PriceEvent(ts=T0 + i, recv_ts=T0 + i, market="polymarket",
                                        asset="q1-yes", price=0.5, bid=0.49, ask=None))
@@ -107,7 +112,8 @@ async def test_every_chain_holds_and_counts_its_rows(backend: str) -> None:
     checks = await _checks(backend)
     assert {t: (c.rows, c.problem) for t, c in checks.items()} == {
         "decisions": (6, None), "llm_calls": (6, None), "fills": (6, None),
-        "market_events": (9, None), "equity": (6, None), "resolutions": (3, None)}
+        "market_events": (9, None), "equity": (6, None), "resolutions": (3, None),
+        "runs": (3, None)}
     # a reopened store goes on from its heads
     store = await Store.open(backend)
     try:
@@ -234,7 +240,8 @@ async def test_verify_command_says_ok_or_names_the_row(tmp_path: Path) -> None:
     await _fill(db)
     r = await asyncio.to_thread(_cli, "verify", "--db", db)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("ok: 36 rows in 6 chains hold (decisions 6, llm_calls 6,")
+    assert r.stdout.startswith("ok: 39 rows in 7 chains hold (decisions 6, llm_calls 6,")
+    assert ", resolutions 3, runs 3)\n" in r.stdout
     ids = await _ids(db, "fills")
     await _sql(db, [("DELETE FROM fills WHERE id=?", (ids[0],)),
                     ("UPDATE equity SET cash=cash+1 WHERE rowid=?",
@@ -262,3 +269,29 @@ async def test_a_store_migrated_into_postgresql_keeps_its_chains(tmp_path: Path)
     assert all(c.problem is None for c in checks)
     assert {c.name: c.head for c in checks} == {
         f"migrated-s.db/{t}": c.head for t, c in (await _checks(db)).items()}
+
+
+async def test_the_configs_of_runs_stored_before_v14_are_chained_by_the_migration(
+        tmp_path: Path) -> None:
+    """A store of schema v13 (runs unchained) verifies with its runs as rows written before
+    the chains; opened once by this version, every run's config is chained, and an edited
+    config is named."""
+    db = str(tmp_path / "s.db")
+    await _fill(db)
+    await _sql(db, [("ALTER TABLE runs DROP COLUMN chain", ()),
+                    ("UPDATE meta SET value='13' WHERE key='schema_version'", ())])
+    checks = await _checks(db)
+    assert (checks["runs"].rows, checks["runs"].legacy, checks["runs"].problem) == (0, 3, None)
+    store = await Store.open(db)  # the migration to v14
+    try:
+        assert await store.schema_version() == 14
+        await store.begin_run(mode="live", version="t", config={"n": 3}, recording=None,
+                              started_ts=T0 + 3)
+    finally:
+        await store.close()
+    checks = await _checks(db)
+    assert (checks["runs"].rows, checks["runs"].legacy, checks["runs"].problem) == (4, 0, None)
+    await _sql(db, [("UPDATE runs SET config_json=? WHERE id=2", ('{"n": 9}',))])
+    problem = (await _checks(db))["runs"].problem
+    assert problem == (f"runs: row 2 (mode='live', started_ts={T0 + 1}) was edited: its content"
+                       " does not match its hash"), problem
