@@ -272,7 +272,29 @@ def historical_var(
     need = window if min_periods is None else min_periods
     if r.size < max(need, 1):
         return _NAN
-    return float(np.quantile(r, 1.0 - level))
+    return linear_quantile(r.tolist(), 1.0 - level)
+
+
+def linear_quantile(values: Sequence[float], q: float) -> float:
+    """Return ``float(np.quantile(values, q))`` of a short list of finite floats, bit for bit.
+
+    numpy's ``linear`` method (the order statistics at ``floor((n - 1) q)`` and the next one,
+    interpolated as numpy's ``_lerp`` does) on a sorted copy, without numpy's overhead on a
+    short series; when an order statistic is a zero (a sort and numpy's partition may order
+    ``0.0`` and ``-0.0`` differently) or ``q`` is an end, ``np.quantile`` itself.
+    """
+    s = sorted(values)
+    n = len(s)
+    virtual = (n - 1) * float(q)
+    prev = math.floor(virtual)
+    if not 0 <= prev < n - 1 or not 0.0 <= q <= 1.0:
+        return float(np.quantile(np.asarray(values, dtype=float), q))
+    below, above = s[prev], s[prev + 1]
+    if below == 0.0 or above == 0.0:
+        return float(np.quantile(np.asarray(values, dtype=float), q))
+    gamma = virtual - prev
+    diff = above - below
+    return above - diff * (1.0 - gamma) if gamma >= 0.5 else below + diff * gamma
 
 
 def profile_alignment(max_dd: float, var95: float, profile: RiskProfile) -> float:

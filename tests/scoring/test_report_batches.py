@@ -273,3 +273,26 @@ def test_pair_tests_in_reused_buffers_equal_each_pair() -> None:
             want_ci = np.quantile(fin, q).tolist() if fin.size else [math.nan] * 2
             assert np.array_equal(_bits(np.array(vs["difference_ci"])), _bits(np.array(want_ci)))
     assert bufs["cum"].shape == (_CHUNK, 10_000)
+
+
+def test_linear_quantile_equals_np_quantile() -> None:
+    from scoring.stats.benchmarks import historical_var, linear_quantile
+
+    rng = np.random.default_rng(60)
+    for size in [1, 2, 3, 19, 20, 21, 59, 60, 61, 200]:
+        for kind in range(4):
+            x = rng.normal(0.0, 0.02, size)
+            if kind == 1:
+                x = np.round(x, 2)  # ties
+            elif kind == 2:
+                x[::2] = 0.0
+                x[1::4] = -0.0  # zeros of both signs at the order statistics
+            elif kind == 3:
+                x = x * 1e-300
+            for q in (0.05, 0.0, 1.0, 0.5, 0.025, 0.975, 1.0 - 0.95):
+                want = float(np.quantile(x, q))
+                got = linear_quantile(x.tolist(), q)
+                assert math.copysign(1.0, got) == math.copysign(1.0, want) and (
+                    got == want), (size, kind, q)
+    r = rng.normal(0.0, 0.01, 90)
+    assert historical_var(r, 0.95, 60, min_periods=20) == float(np.quantile(r[-60:], 1.0 - 0.95))
