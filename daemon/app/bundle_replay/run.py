@@ -38,7 +38,9 @@ output store, each run with its stored config, resuming from the checkpoint the 
 left, as the daemon does at a restart (the rounds due while it was down settled first).
 
 What cannot be replayed is refused in one line (:class:`BundleReplayRefused`): CapitalBench
-rounds, and a store of several runs of which one is not live (a resumed replay). An event received
+rounds, a store of several runs of which one is not live (a resumed replay), and a season whose
+config was reloaded while running (an amendment no run started with: a reload writes no run
+row, so its config is not stored). An event received
 between a round's scheduled time and the moment the live round read the clock is replayed
 after the round's observation (the stored rows do not say which came first).
 """
@@ -50,6 +52,7 @@ import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agents.llm import LlmAgent
@@ -164,7 +167,31 @@ def _season_runs(con: sqlite3.Connection) -> list[_Run]:
             raise BundleReplayRefused(why)
         runs.append(_Run(int(rid), float(started), None if stopped is None else float(stopped),
                          str(mode), config))
+    why = _reloaded(con, [r.started for r in runs])
+    if why:
+        raise BundleReplayRefused(why)
     return runs
+
+
+#: Seconds between a season's amendment and the start of the run that recorded it (a restart
+#: records it just before its run row; a reload records none).
+_AT_START = 60.0
+
+
+def _reloaded(con: sqlite3.Connection, starts: list[float]) -> str | None:
+    """Return why the season cannot be replayed when its config was reloaded while running (an
+    amendment no run started with; None: none was)."""
+    try:
+        stamps = [t for (t,) in con.execute("SELECT ts FROM season WHERE kind='amendment'"
+                                            " ORDER BY id")]
+    except sqlite3.OperationalError:  # a store from before seasons
+        return None
+    for ts in stamps:
+        if not any(ts <= s <= ts + _AT_START for s in starts):
+            when = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            return (f"the config was reloaded while running ({when}, a season amendment): a "
+                    "reload is not replayed yet (a restart is)")
+    return None
 
 
 class _Feed:

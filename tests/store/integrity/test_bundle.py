@@ -211,3 +211,16 @@ def test_a_store_of_a_resumed_replay_is_not_replayed(season: tuple[Path, Path, P
     assert r.returncode == 0, r.stdout + r.stderr
     assert ("not replayed: the store was written by 2 runs, not all live (a resumed replay): "
             "only live runs are replayed one after the other") in r.stdout
+
+
+def test_a_season_whose_config_was_reloaded_is_not_replayed(
+        season: tuple[Path, Path, Path, Path], tmp_path: Path) -> None:
+    _, bundle, _, _ = season
+    # An amendment an hour into the season that no run started with: a reload's.
+    edited = _with_runs(bundle, tmp_path, "INSERT INTO season(name, kind, ts, lineup_json,"
+                        " lineup_sha256, changes_json) SELECT name, 'amendment', ts + 3600,"
+                        " lineup_json, lineup_sha256, '[]' FROM season")
+    r = cli("verify-bundle", str(edited), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "not replayed: the config was reloaded while running (" in r.stdout, r.stdout
+    assert "a season amendment): a reload is not replayed yet (a restart is)" in r.stdout
