@@ -12,6 +12,8 @@ rather than every agent with every other (all baselines: a quadratic number of p
 Beside the report, measured in the same run in fresh processes:
 
 - ``limit_import_s``: importing the CLI and the scoring modules (every report pays it);
+  ``report_cpu_over_import_cpu`` is the report's CPU time over that import's (the aim of issue
+  27's fourth pass: about 3);
 - ``limit_draws_s``: the same ``arch`` stationary-bootstrap draws alone (10,000 draws per market
   at the report's block lengths and days, and their count matrices), the resampling any block
   bootstrap of this store needs.
@@ -104,6 +106,7 @@ def measure(db: Path, repeats: int) -> dict:
             "report_cpu_s": round(statistics.median(cpus), 2),
             "report_wall_s_all": [round(x, 2) for x in walls],
             "limit_import_s": round(wi, 2), "limit_import_cpu_s": round(ci, 2),
+            "report_cpu_over_import_cpu": round(statistics.median(cpus) / ci, 1) if ci else None,
             "limit_draws_s": round(limit["draws_s"], 2), "draws": draws,
             "target_cpu_s": TARGET_S, "meets_target": statistics.median(cpus) <= TARGET_S,
             "loadavg": [round(x, 2) for x in os.getloadavg()]}
