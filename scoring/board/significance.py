@@ -101,6 +101,7 @@ class _Market:
         # rf = 0: x - 0.0 is x bit for bit, so the raw cumulative draws are the excess ones
         self.excess_is_raw = rf / periods == 0.0
         self.has = np.isfinite(raw)
+        self.days_of = [c.tobytes() for c in np.ascontiguousarray(self.has.T)]  # per column
         self.periods = periods
         self._draws: dict[bytes, _Draws] = {}
         self._estimates: dict[tuple[bytes, int], tuple[float, float]] = {}
@@ -232,10 +233,14 @@ def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, st
     bufs: dict[str, np.ndarray] = {}  # the chunk's differences, reused chunk after chunk
     hac: dict[bytes, list[tuple[dict[str, Any], int, int]]] = {}  # by days: one batch each
     masks: dict[bytes, np.ndarray] = {}
+    by_days: dict[tuple[bytes, bytes], tuple[np.ndarray, int]] = {}  # agents' days -> common
     for a, b in dict.fromkeys(wanted):
         ja, jb = mk.col[a], mk.col[b]
-        mask = mk.has[:, ja] & mk.has[:, jb]
-        n = int(mask.sum())
+        days = (mk.days_of[ja], mk.days_of[jb])
+        if days not in by_days:  # most agents have the same days: one mask for them all
+            common = mk.has[:, ja] & mk.has[:, jb]
+            by_days[days] = (common, int(common.sum()))
+        mask, n = by_days[days]
         vs: dict[str, Any] = {"agent": b, "days": n, "difference": _NAN,
                               "difference_ci": [_NAN, _NAN], "p_value": _NAN,
                               "sharpe_difference": _NAN, "sharpe_p_value": _NAN,

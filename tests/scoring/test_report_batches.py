@@ -296,3 +296,37 @@ def test_linear_quantile_equals_np_quantile() -> None:
                     got == want), (size, kind, q)
     r = rng.normal(0.0, 0.01, 90)
     assert historical_var(r, 0.95, 60, min_periods=20) == float(np.quantile(r[-60:], 1.0 - 0.95))
+
+
+def test_holdings_in_python_floats_equal_float64_items() -> None:
+    from types import SimpleNamespace
+
+    from scoring.board.figures import _holdings
+
+    rng = np.random.default_rng(11)
+    assets = ["A", "B", "C"]
+    fills = [SimpleNamespace(ts=float(t), trades={a: float(x) for a, x in
+                                                 zip(["A", "B", "Z", "C"], rng.normal(0, 3, 4),
+                                                     strict=True) if rng.random() < 0.8})
+             for t in range(0, 40, 3)]
+    fills[2].trades["A"] = -0.0
+    fills[3].trades["B"] = 1e-300
+    resolutions = [(10.5, {"B": 1.0}), (30.0, {"A": 0.0, "Q": 1.0})]
+    store = SimpleNamespace(fills={("x", "m"): fills}, resolutions={"m": resolutions})
+    marks = [float(t) for t in range(-1, 45, 2)]
+    got = _holdings(store, ("x", "m"), marks, assets)  # type: ignore[arg-type]
+    q = np.zeros(3)  # the form before: float64 items updated in place
+    want = np.zeros((len(marks), 3))
+    events = sorted([(f.ts, 0, n) for n, f in enumerate(fills)]
+                    + [(t, 1, n) for n, (t, _) in enumerate(resolutions)])
+    e = 0
+    for row, m in enumerate(marks):
+        while e < len(events) and events[e][0] <= m:
+            _, kind, n = events[e]
+            for a, d in (fills[n].trades.items() if kind == 0 else
+                         ((a, None) for a in resolutions[n][1])):
+                if a in assets:
+                    q[assets.index(a)] = q[assets.index(a)] + float(d) if kind == 0 else 0.0
+            e += 1
+        want[row] = q
+    assert np.array_equal(_bits(got), _bits(want))
