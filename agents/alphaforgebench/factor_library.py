@@ -10,6 +10,13 @@ The sandboxed worker imports this module as ``factor_library`` (bound next to it
 any strategy code), so it imports numpy and pandas only (inside the functions: the daemon imports
 the lists without them), never anything of paperarena.
 
+A frame is built as numpy arrays, each intermediate (a rolling mean, a true range) computed once
+for every family and window that uses it, rolling and exponential statistics by pandas' own
+window kernels (``pandas._libs.window.aggregations``, given the bounds and inputs pandas' rolling
+and ``ewm`` would give them), and the DataFrame made once: the same values bit for bit as the
+pandas expressions one Series at a time (tests/protocols/test_alphaforge_factors_exact.py holds
+them), about a fifth of the time (bench/bench_factor_library.py).
+
 Conventions where the paper leaves a choice: ``ret`` is the close-to-close percentage change;
 standard deviations are sample ones (ddof 1) except the Bollinger bands' (ddof 0); ``imax_w`` and
 ``imin_w`` count the bars since the window's latest high (low) (0: the current bar), so that
@@ -138,147 +145,275 @@ def requested(code: Any) -> tuple[str, ...]:
     return tuple(sorted(found))[:MAX_EXTRA]
 
 
-def _windowed(x: Any, w: int, fn: Any) -> Any:
-    """Return ``fn`` of every full window of ``x`` (rows: windows; NaN where one is unknown)."""
+class _Frame:
+    """One asset's arrays and the windowed results shared across families and windows.
+
+    Every value is the same, bit for bit, as the pandas expression the comment beside it names:
+    elementwise steps are the numpy operations pandas performs, rolling and exponential ones
+    call pandas' own window kernels with the bounds and the input pandas would pass them.
+    """
+
+    def __init__(self, a: dict[str, Any]) -> None:
+        import numpy as np
+        from pandas._libs.window import aggregations  # type: ignore[import-untyped]
+
+        self.np, self.agg, self.a = np, aggregations, a
+        self.n = len(a["c"])
+        self._prepped: dict[str, Any] = {}
+        self._bounds: dict[int, tuple[Any, Any]] = {}
+        self._memo: dict[tuple[Any, ...], Any] = {}
+
+    def prep(self, key: str) -> Any:
+        """Return input ``key`` as pandas' window functions see it (inf: NaN)."""
+        x = self._prepped.get(key)
+        if x is None:
+            x = self.a[key]
+            inf = self.np.isinf(x)
+            if inf.any():
+                x = self.np.where(inf, self.np.nan, x)
+            self._prepped[key] = x
+        return x
+
+    def bounds(self, w: int) -> tuple[Any, Any]:
+        """Return the start and end of every trailing window of ``w`` bars (pandas' fixed)."""
+        b = self._bounds.get(w)
+        if b is None:
+            np = self.np
+            end = np.arange(1, self.n + 1, dtype="int64")
+            b = self._bounds[w] = (np.clip(end - w, 0, self.n), np.clip(end, 0, self.n))
+        return b
+
+    def roll(self, op: str, key: str, w: int, arg: Any = None) -> Any:
+        """Return ``Series(a[key]).rolling(w, min_periods=w).<op>()`` as an array.
+
+        ``op``: mean, sum, max, min, std (``arg``: ddof) or quantile (``arg``: q, linear).
+        """
+        memo = (op, key, w, arg)
+        out = self._memo.get(memo)
+        if out is not None:
+            return out
+        x = self.prep(key)
+        if self.n == 0:
+            out = x.copy()
+        else:
+            start, end = self.bounds(w)
+            if op == "std":
+                var = self.agg.roll_var(x, start, end, w, ddof=arg)
+                with self.np.errstate(all="ignore"):
+                    out = self.np.sqrt(var)
+                    neg = var < 0
+                if neg.any():
+                    out[neg] = 0
+            elif op == "quantile":
+                out = self.agg.roll_quantile(x, start, end, w, arg, "linear")
+            else:
+                out = getattr(self.agg, "roll_" + op)(x, start, end, w)
+        self._memo[memo] = out
+        return out
+
+    def corr(self, kx: str, ky: str, w: int) -> Any:
+        """Return ``Series(a[kx]).rolling(w, min_periods=w).corr(Series(a[ky]))``."""
+        x, y = self.a[kx], self.a[ky]
+        self.a[kx + "|" + ky], self.a[ky + "|" + kx] = x + 0 * y, y + 0 * x  # prep_binary
+        if self.n == 0:
+            return self.a[kx].copy()
+        start, end = self.bounds(w)
+        return self.agg.roll_corr(self.prep(kx + "|" + ky), self.prep(ky + "|" + kx), start,
+                                  end, w)
+
+    def ewm(self, key: str, com: float, w: int) -> Any:
+        """Return ``Series(a[key]).ewm(com=com, adjust=False, min_periods=w).mean()``."""
+        x = self.prep(key)
+        if self.n == 0:
+            return x.copy()
+        np = self.np
+        return self.agg.ewm(x, np.array([0], dtype="int64"),
+                            np.array([self.n], dtype="int64"), max(w, 1), com, False, False,
+                            None, True)
+
+    def windowed(self, key: str, w: int, fn: Any) -> Any:
+        """Return ``fn`` of every full window of ``a[key]`` (rows: windows; NaN where one is
+        unknown)."""
+        np = self.np
+        a = self.a[key]
+        out = np.full(self.n, np.nan)
+        if self.n >= w:
+            v = np.lib.stride_tricks.sliding_window_view(a, w)
+            res = fn(v).astype("float64")
+            res[np.isnan(v).any(axis=1)] = np.nan
+            out[w - 1:] = res
+        return out
+
+
+def _shift(x: Any, w: int) -> Any:
+    """Return ``Series(x).shift(w)`` as an array (w >= 1)."""
     import numpy as np
-    import pandas as pd  # type: ignore[import-untyped]
 
-    a = x.to_numpy(dtype="float64")
-    out = np.full(len(a), np.nan)
-    if len(a) >= w:
-        v = np.lib.stride_tricks.sliding_window_view(a, w)
-        res = fn(v).astype("float64")
-        res[np.isnan(v).any(axis=1)] = np.nan
-        out[w - 1:] = res
-    return pd.Series(out, index=x.index)
+    out = np.full(len(x), np.nan)
+    if w < len(x):
+        out[w:] = x[:len(x) - w]
+    return out
 
 
-def _family(f: str, w: int, d: dict[str, Any]) -> dict[str, Any]:
+def _family(f: str, w: int, fr: _Frame) -> dict[str, Any]:
     """Return the columns of family ``f`` at window ``w``."""
-    import numpy as np
-
-    h, lo, c, v, ret = d["high"], d["low"], d["close"], d["volume"], d["ret"]
-
-    def roll(x: Any) -> Any:
-        return x.rolling(w, min_periods=w)
-
+    np, a = fr.np, fr.a
+    c, v = a["c"], a["v"]
     if f in ("sma", "ma"):
-        sma = roll(c).mean()
+        sma = fr.roll("mean", "c", w)
         return {f"sma_{w}": sma, f"ma_{w}": sma / c}
     if f == "ema":
-        return {f"ema_{w}": c.ewm(span=w, adjust=False, min_periods=w).mean()}
+        return {f"ema_{w}": fr.ewm("c", float((w - 1) / 2), w)}
     if f == "roc":
-        return {f"roc_{w}": c.shift(w) / c}
+        return {f"roc_{w}": _shift(c, w) / c}
     if f == "std":
-        return {f"std_{w}": roll(c).std() / c}
+        return {f"std_{w}": fr.roll("std", "c", w, 1) / c}
     if f == "rsi":
-        delta = c.diff()
-        gain = delta.clip(lower=0).ewm(alpha=1 / w, adjust=False, min_periods=w).mean()
-        loss = (-delta.clip(upper=0)).ewm(alpha=1 / w, adjust=False, min_periods=w).mean()
+        com = float((1 - 1 / w) / (1 / w))
+        gain, loss = fr.ewm("gain", com, w), fr.ewm("loss", com, w)
         return {f"rsi_{w}": 100 - 100 / (1 + gain / loss)}
     if f == "bb":
-        mid, sd = roll(c).mean(), roll(c).std(ddof=0)
+        mid, sd = fr.roll("mean", "c", w), fr.roll("std", "c", w, 0)
         return {f"bb_upper_{w}": mid + 2 * sd, f"bb_middle_{w}": mid,
                 f"bb_lower_{w}": mid - 2 * sd}
     if f in ("stoch", "rsv"):
-        low_w, high_w = roll(lo).min(), roll(h).max()
+        low_w, high_w = fr.roll("min", "lo", w), fr.roll("max", "h", w)
         k = (c - low_w) / (high_w - low_w)
         if f == "rsv":
             return {f"rsv_{w}": k}
-        return {f"stoch_k_{w}": k * 100,
-                f"stoch_d_{w}": (k * 100).rolling(3, min_periods=3).mean()}
+        a[f"k100_{w}"] = k100 = k * 100
+        return {f"stoch_k_{w}": k100, f"stoch_d_{w}": fr.roll("mean", f"k100_{w}", 3)}
     if f == "atr":
-        pc = c.shift(1)
-        tr = np.maximum(np.maximum(h - lo, (h - pc).abs()), (lo - pc).abs())  # NaN: unknown
-        return {f"atr_{w}": roll(tr).mean()}
+        return {f"atr_{w}": fr.roll("mean", "tr", w)}
     if f == "cci":
-        tp = (h + lo + c) / 3
-        mad = _windowed(tp, w, lambda x: np.abs(x - x.mean(axis=1, keepdims=True)).mean(axis=1))
-        return {f"cci_{w}": (tp - roll(tp).mean()) / (0.015 * mad)}
+        mad = fr.windowed("tp", w, lambda x: np.abs(x - x.mean(axis=1, keepdims=True)).mean(
+            axis=1))
+        return {f"cci_{w}": (a["tp"] - fr.roll("mean", "tp", w)) / (0.015 * mad)}
     if f == "mfi":
-        tp = (h + lo + c) / 3
-        flow, prev = tp * v, tp.shift(1)
-        up = roll(flow.where(tp > prev, 0.0).where(prev.notna())).sum()
-        down = roll(flow.where(tp < prev, 0.0).where(prev.notna())).sum()
+        up, down = fr.roll("sum", "flow_up", w), fr.roll("sum", "flow_down", w)
         return {f"mfi_{w}": 100 - 100 / (1 + up / down)}
     if f == "beta":
-        return {f"beta_{w}": (c.shift(w) - c) / (w * c)}
+        return {f"beta_{w}": (_shift(c, w) - c) / (w * c)}
     if f == "corr":
-        return {f"corr_{w}": roll(c).corr(np.log(v))}
+        return {f"corr_{w}": fr.corr("c", "logv", w)}
     if f == "cord":
-        return {f"cord_{w}": roll(c.diff()).corr(v.diff())}
+        return {f"cord_{w}": fr.corr("dc", "dv", w)}
     if f == "vstd":
-        return {f"vstd_{w}": roll(v).std() / v}
+        return {f"vstd_{w}": fr.roll("std", "v", w, 1) / v}
     if f in ("max", "min"):
-        return {f"max_{w}": roll(c).max() / c, f"min_{w}": roll(c).min() / c}
+        return {f"max_{w}": fr.roll("max", "c", w) / c, f"min_{w}": fr.roll("min", "c", w) / c}
     if f == "rank":
-        return {f"rank_{w}": _windowed(c, w, lambda x: (x[:, :-1] < x[:, -1:]).sum(axis=1) / w)}
+        return {f"rank_{w}": fr.windowed(
+            "c", w, lambda x: (x[:, :-1] < x[:, -1:]).sum(axis=1) / w)}
     if f in ("imax", "imin", "imxd"):
-        since_high = _windowed(h, w, lambda x: np.argmax(x[:, ::-1], axis=1) / w)
-        since_low = _windowed(lo, w, lambda x: np.argmin(x[:, ::-1], axis=1) / w)
+        since_high = fr.windowed("h", w, lambda x: np.argmax(x[:, ::-1], axis=1) / w)
+        since_low = fr.windowed("lo", w, lambda x: np.argmin(x[:, ::-1], axis=1) / w)
         return {f"imax_{w}": since_high, f"imin_{w}": since_low,
                 f"imxd_{w}": since_low - since_high}
     if f in ("qtlu", "qtld"):
-        return {f"qtlu_{w}": (c - roll(c).quantile(0.8)) / c,
-                f"qtld_{w}": (c - roll(c).quantile(0.2)) / c}
+        return {f"qtlu_{w}": (c - fr.roll("quantile", "c", w, 0.8)) / c,
+                f"qtld_{w}": (c - fr.roll("quantile", "c", w, 0.2)) / c}
     if f == "vma":
-        return {f"vma_{w}": roll(v).mean() / v}
+        return {f"vma_{w}": fr.roll("mean", "v", w) / v}
     if f == "wvma":
-        x = ret.abs() * v
-        return {f"wvma_{w}": roll(x).std() / roll(x).mean()}
+        return {f"wvma_{w}": fr.roll("std", "wv", w, 1) / fr.roll("mean", "wv", w)}
     if f in ("cntp", "cntn", "cntd"):
-        known = ret.notna()
-        p, n = roll((ret > 0).astype(float).where(known)).mean(), roll(
-            (ret < 0).astype(float).where(known)).mean()
+        p, n = fr.roll("mean", "up", w), fr.roll("mean", "down", w)
         return {f"cntp_{w}": p, f"cntn_{w}": n, f"cntd_{w}": p - n}
-    x, pre = (ret, "") if f in ("sump", "sumn", "sumd") else (v.diff(), "v")
-    share = roll(x.clip(lower=0)).sum() / roll(x.abs()).sum()
+    x, pre = ("ret", "") if f in ("sump", "sumn", "sumd") else ("dv", "v")
+    share = fr.roll("sum", x + "+", w) / fr.roll("sum", x + "||", w)
     return {f"{pre}sump_{w}": share, f"{pre}sumn_{w}": 1 - share,
             f"{pre}sumd_{w}": 2 * share - 1}
+
+
+def _clip_lower(x: Any) -> Any:
+    """Return ``Series(x).clip(lower=0)`` as an array."""
+    import numpy as np
+
+    return np.where(x < 0, 0.0, x)
+
+
+def _inputs(o: Any, h: Any, lo: Any, c: Any, v: Any) -> dict[str, Any]:
+    """Return the arrays the families are computed from (the pandas steps in comments)."""
+    import numpy as np
+
+    nan = np.isnan
+    prev = _shift(c, 1)
+    ret = c / prev - 1  # c.pct_change(fill_method=None)
+    delta = c - prev  # c.diff()
+    known = ~nan(ret)
+    tp = (h + lo + c) / 3
+    tp_prev = _shift(tp, 1)
+    flow = tp * v
+    dv = v - _shift(v, 1)  # v.diff()
+    wv = np.abs(ret) * v
+    return {
+        "o": o, "h": h, "lo": lo, "c": c, "v": v, "ret": ret, "dc": delta, "dv": dv,
+        "gain": _clip_lower(delta), "loss": -np.where(delta > 0, 0.0, delta),
+        # max(high - low, |high - prev close|, |low - prev close|)
+        "tr": np.maximum(np.maximum(h - lo, np.abs(h - prev)), np.abs(lo - prev)),
+        "tp": tp, "logv": np.log(v), "wv": wv,
+        # flow.where(tp > prev, 0.0).where(prev.notna()), and < for the down flow
+        "flow_up": np.where(nan(tp_prev), np.nan, np.where(tp > tp_prev, flow, 0.0)),
+        "flow_down": np.where(nan(tp_prev), np.nan, np.where(tp < tp_prev, flow, 0.0)),
+        # (ret > 0).astype(float).where(ret.notna())
+        "up": np.where(known, (ret > 0).astype("float64"), np.nan),
+        "down": np.where(known, (ret < 0).astype("float64"), np.nan),
+        "ret+": _clip_lower(ret), "ret||": np.abs(ret), "dv+": _clip_lower(dv),
+        "dv||": np.abs(dv),
+    }
 
 
 def frame(close: Any, ohlv: Any = None, extra: tuple[str, ...] = ()) -> Any:
     """Return one asset's frame: OHLCV and every factor column (the defaults and ``extra``).
 
-    ``ohlv``: the recorded ``open``/``high``/``low``/``volume`` series (NaN: unknown); without
-    it open = high = low = close and volume is NaN (closes only: volume factors are NaN).
+    ``ohlv``: the recorded ``open``/``high``/``low``/``volume`` series on the close's index
+    (NaN: unknown); without it open = high = low = close and volume is NaN (closes only: volume
+    factors are NaN).
     """
     import numpy as np
     import pandas as pd
 
-    c = close.astype("float64")
+    c = close.to_numpy(dtype="float64")
     if ohlv is None:
-        nan = pd.Series(np.nan, index=c.index, dtype="float64")
-        d = {"open": c, "high": c, "low": c, "close": c, "volume": nan}
+        o = h = lo = c
+        v = np.full(len(c), np.nan)
     else:
-        d = {"open": ohlv["open"], "high": ohlv["high"], "low": ohlv["low"], "close": c,
-             "volume": ohlv["volume"]}
-    base = pd.DataFrame(d, index=c.index)
-    o, h, lo, v = d["open"], d["high"], d["low"], d["volume"]
-    ret = c.pct_change(fill_method=None)
-    d["ret"] = ret
-    cols: dict[str, Any] = {"ret_1": ret}
-    windows = {f: set(ws) for f, ws in DEFAULTS.items()}
-    for name in extra:
-        fam = family_of(name)
-        if fam is not None:
-            windows[fam[0]].add(fam[1])
-    for f, ws in windows.items():
-        for w in sorted(ws):
-            if COLUMNS.get(f, (f + "_{w}",))[0].format(w=w) not in cols:
-                cols.update(_family(f, w, d))  # a family's siblings come with it
-    ema12 = c.ewm(span=12, adjust=False, min_periods=12).mean()
-    macd = ema12 - c.ewm(span=26, adjust=False, min_periods=26).mean()
-    cols["macd"] = macd
-    cols["macd_signal"] = macd.ewm(span=9, adjust=False, min_periods=9).mean()
-    cols["macd_hist"] = macd - cols["macd_signal"]
-    cols["obv"] = (np.sign(ret).fillna(0.0) * v).cumsum()
-    cols["logvol"] = np.log(v + 1)
-    top, bottom, rng = np.maximum(o, c), np.minimum(o, c), h - lo
-    for name, num, den in (("klen", rng, o), ("kup", h - top, o), ("klow", bottom - lo, o),
-                           ("kmid", c - o, c), ("ksft", 2 * c - h - lo, o)):
-        cols[name] = num / den
-        if name != "klen":
-            cols[name + "2"] = num / rng
-    out = pd.concat([base, pd.DataFrame(cols, index=c.index)], axis=1)
-    return out.replace([np.inf, -np.inf], np.nan)
+        o, h, lo, v = (ohlv[k].to_numpy(dtype="float64") for k in ("open", "high", "low",
+                                                                    "volume"))
+    with np.errstate(all="ignore"):
+        fr = _Frame(_inputs(o, h, lo, c, v))
+        cols: dict[str, Any] = {"open": o, "high": h, "low": lo, "close": c, "volume": v,
+                                "ret_1": fr.a["ret"]}
+        windows = {f: set(ws) for f, ws in DEFAULTS.items()}
+        for name in extra:
+            fam = family_of(name)
+            if fam is not None:
+                windows[fam[0]].add(fam[1])
+        for f, ws in windows.items():
+            for w in sorted(ws):
+                if COLUMNS.get(f, (f + "_{w}",))[0].format(w=w) not in cols:
+                    cols.update(_family(f, w, fr))  # a family's siblings come with it
+        macd = fr.ewm("c", 5.5, 12) - fr.ewm("c", 12.5, 26)  # spans 12 and 26
+        fr.a["macd"] = macd
+        signal = fr.ewm("macd", 4.0, 9)  # span 9
+        ret = fr.a["ret"]
+        step = np.sign(ret)
+        step[np.isnan(step)] = 0.0  # np.sign(ret).fillna(0.0)
+        obv = step * v
+        unknown = np.isnan(obv)
+        obv = np.cumsum(np.where(unknown, 0.0, obv))  # Series.cumsum (NaN skipped and kept)
+        obv[unknown] = np.nan
+        cols.update({"macd": macd, "macd_signal": signal, "macd_hist": macd - signal,
+                     "obv": obv, "logvol": np.log(v + 1)})
+        top, bottom, rng = np.maximum(o, c), np.minimum(o, c), h - lo
+        for name, num, den in (("klen", rng, o), ("kup", h - top, o), ("klow", bottom - lo, o),
+                               ("kmid", c - o, c), ("ksft", 2 * c - h - lo, o)):
+            cols[name] = num / den
+            if name != "klen":
+                cols[name + "2"] = num / rng
+        table = np.empty((len(c), len(cols)))
+        for j, col in enumerate(cols.values()):
+            table[:, j] = col
+        table[np.isinf(table)] = np.nan
+    return pd.DataFrame(table, index=close.index, columns=list(cols))
