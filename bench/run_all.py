@@ -30,6 +30,7 @@ BENCHES = {
     "report": "bench_report",
     "polymarket_decode": "bench_polymarket_decode",
     "equity_decode": "bench_equity_decode",
+    "factor_library": "bench_factor_library",
     "mqtt": "bench_mqtt",
     "reconnect": "bench_reconnect",
     "plugins": "bench_plugins",
