@@ -12,7 +12,8 @@ one simulated clock) into a fresh store, from the stored rows
   published it: the books' incremental marks round as they did live), a replayed event at its
   own time;
 - each round runs with the clock at the time the live round read it (the decision's stored
-  ``decided_ts``: a live round starts a little after its scheduled time), the daily marks at
+  ``decided_ts``: a live round starts a little after its scheduled time), after every live
+  event received by then (a round that started late saw them), the daily marks at
   their scheduled times, up to the last stored round or mark; a live event received while the
   round's agents were answering (by ``decided_ts`` plus the round's stored ``duration_s``)
   reaches the books before the round's fills, as it did live; a round stored ``missed`` is
@@ -40,17 +41,18 @@ left, as the daemon does at a restart (the rounds due while it was down settled 
 What cannot be replayed is refused in one line (:class:`BundleReplayRefused`): CapitalBench
 rounds, a store of several runs of which one is not live (a resumed replay), and a season whose
 config was reloaded while running (an amendment no run started with: a reload writes no run
-row, so its config is not stored). An event received
-between a round's scheduled time and the moment the live round read the clock is replayed
-after the round's observation (the stored rows do not say which came first).
+row, so its config is not stored). An event received within a millisecond or so of the moment
+the live round read the clock may have reached the books on the other side of it (the stored
+rows do not say which came first): the check then names the round.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -206,6 +208,8 @@ class _Feed:
         self._events = enumerate(events)
         self._next: tuple[int, tuple[float | None, Event | list[Event]]] | None = None
         self.done = False
+        self.before = math.inf
+        """The start of the next run: its events are not this run's."""
 
     def _peek(self) -> tuple[int, tuple[float | None, Event | list[Event]]] | None:
         if self._next is None and not self.done:
@@ -217,9 +221,10 @@ class _Feed:
         """Apply every event (``before``: every one the live run received before then), the
         rounds due before it first (a round may take it)."""
         driver = self.driver
+        self.before = math.inf if before is None else before
         while (got := self._peek()) is not None:
             i, (at, ev) = got
-            if before is not None and at is not None and at >= before:
+            if at is not None and at >= self.before:
                 return
             ts = at if at is not None else ev[0].ts if isinstance(ev, list) else ev.ts
             if driver.start <= ts <= driver.end and ts > self.clock.now():
@@ -235,7 +240,7 @@ class _Feed:
         round_at = self.clock.at
         engine = self.driver.engine
         while (got := self._peek()) is not None and got[1][0] is not None \
-                and got[1][0] <= until and got[1][0] <= self.driver.end:
+                and got[1][0] <= min(until, self.driver.end) and got[1][0] < self.before:
             self._next = None
             i, (at, ev) = got
             self.clock.at = at
@@ -306,7 +311,7 @@ async def _replay_run(run: _Run, nxt: _Run | None, out: str, name: str,
     jobs: list[JobCallback] = []
 
     def wrap(cb: JobCallback) -> JobCallback:
-        jobs.append(_at_live_times(cb, clock, stored.rounds, engines))
+        jobs.append(_at_live_times(cb, clock, stored.rounds, engines, feed.catch_up))
         return jobs[-1]
 
     try:
@@ -373,10 +378,11 @@ async def _abandoned(engine: Engine, got: StoredRound) -> None:
 
 
 def _at_live_times(on_job: JobCallback, clock: StoredTimesClock,
-                   rounds: dict[tuple[str, float], StoredRound], engine: list[Engine]
-                   ) -> JobCallback:
+                   rounds: dict[tuple[str, float], StoredRound], engine: list[Engine],
+                   catch_up: Callable[[float], Awaitable[None]]) -> JobCallback:
     """Return ``on_job`` running each decision round as the live round ran: with the clock at
-    its live time, missed when it was, abandoned when the live run stopped during it."""
+    its live time, after the live events received by then (a round that started late saw
+    them), missed when it was, abandoned when the live run stopped during it."""
 
     async def job(job_id: str, fire_ts: float, missed: bool) -> None:
         kind, market = job_id.split(":", 1)
@@ -386,13 +392,14 @@ def _at_live_times(on_job: JobCallback, clock: StoredTimesClock,
             if got is not None and got.outcomes == {"abandoned"}:
                 await _abandoned(engine[-1], got)
             else:
+                if got is not None and not missed and got.outcomes != {"missed"}:
+                    await catch_up(got.decided)
                 await on_job(job_id, fire_ts, missed or (
                     got is not None and got.outcomes == {"missed"}))
         finally:
             clock.at = None
 
     return job
-
 
 
 def rebuilt_report(src: str, report_json: Callable[[str, str], str]) -> tuple[str, str | None]:
