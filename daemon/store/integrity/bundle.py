@@ -18,9 +18,9 @@ rebuilt by replaying the season from the stored answers is too (a ``replay`` cal
 :mod:`daemon.app.bundle_replay`, no model called, no key needed; the first differing line is
 named, and the first replayed decision or fill that is not the stored one), and with ``--key``
 (a PEM public key) the signature. What it does not do yet: replay a
-season whose protocols the replay does not support (StockBench, PortBench, CapitalBench,
-AlphaForgeBench, HTTP and plugin agents) or that more than one run wrote; the callback raises
-:class:`NotReplayed` and the caller says the replay check was not done.
+season the replay does not support (CapitalBench rounds, a resumed replay, a config reloaded
+while running: :func:`daemon.app.bundle_replay.refusal` and the run checks); the callback
+raises :class:`NotReplayed` and the caller says the replay check was not done.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ and an AlphaForgeBench agent, each at a fake OpenAI-compatible model that reads 
 (the protocol tests' models), an HTTP agent at the reference agent service
 (examples/http_agent) and a baseline. ``report --bundle`` in a fresh process with no key and no
 network rebuilds its report byte for byte, run after run, the AlphaForgeBench strategies
-running again in the sandbox. Then an edited stored answer of each protocol, and an edited
-stored decision of the HTTP agent, is named as the first replayed decision or fill that is not
-the stored one.
+running again in the sandbox. Then an edited stored answer of each protocol, an edited stored
+decision of the HTTP agent and an edited stored headline (an input that is not the stored one)
+are named as the first replayed decision that is not the stored one.
 """
 
 from __future__ import annotations
@@ -189,3 +189,23 @@ def test_an_edited_decision_of_an_http_agent_is_named(season: tuple[Path, Path],
     line = _difference(forged(bundle, tmp_path, _edit_remote))
     assert line.startswith("the replay's decision of remote in equity at "), line
     assert "differs in allocation_json" in line, line
+
+
+def _edit_news(db: Path) -> None:
+    """Change a stored headline (market_events re-chained): every later input differs."""
+    con = sqlite3.connect(db)
+    with con:
+        n = con.execute("UPDATE market_events SET payload=replace(payload, 'Apple unveils a"
+                        " thing', 'Apple unveils a forgery') WHERE kind='NewsEvent'").rowcount
+        assert n >= 1  # fetched again by each run
+        rechain(con, "market_events")
+    con.close()
+
+
+def test_an_input_that_is_not_the_stored_one_is_named(season: tuple[Path, Path],
+                                                      tmp_path: Path) -> None:
+    _, bundle = season
+    r = cli("verify-bundle", str(forged(bundle, tmp_path, _edit_news)), timeout=300, env=_env())
+    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    named = [x for x in r.stdout.splitlines() if x.startswith("the replay's decision of ")]
+    assert len(named) == 1 and " differs in input_sha256: stored " in named[0], r.stdout
