@@ -419,6 +419,12 @@ class CapitalRunner:
                     continue
                 start = {a: days[first] for a, days in got.items() if first in days}
                 end = {a: days[last] for a, days in got.items() if last in days}
+                lacking = sorted(a for a in assets if a not in start or a not in end)
+                if lacking:  # the paper's rule: rows matching both dates, or no scoring
+                    log.warning("capitalbench adjusted closes lack the start or end session;"
+                                " the round stays unresolved until the next daily mark",
+                                round=rid, assets=",".join(lacking)[:200])
+                    continue
                 writes.append(("UPDATE capital_rounds SET start_prices_json=?,"
                                " end_prices_json=?, status='resolved' WHERE round_id=?",
                                (_dumps(start), _dumps(end), rid)))

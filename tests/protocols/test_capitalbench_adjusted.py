@@ -109,21 +109,27 @@ async def test_the_trailing_table_uses_adjusted_closes(yahoo: FakeYahoo, tmp_pat
     assert manifest["price_basis"].startswith("dividend-adjusted daily close")
 
 
+async def _started_round(runner: CapitalRunner, store: Store) -> Any:
+    """Freeze the test's round and store it as started with provisional start closes."""
+    plan = plan_round("weekly", FREEZE, 3600.0)
+    rdir = runner.freeze(plan)
+    provisional = {"QQQ": 1.0, "TLT": 1.0, "SPY": 1.0}  # as stored at the start session
+    await store.execute_atomic([(
+        "INSERT INTO capital_rounds(round_id, track, frozen_ts, deadline_ts, start_day,"
+        " start_ts, end_day, end_ts, dir, manifest_json, hashes_sha256, status,"
+        " start_prices_json) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (plan.round_id, "weekly", plan.freeze_ts, plan.deadline_ts,
+         plan.start_day.isoformat(), plan.start_ts, plan.end_day.isoformat(), plan.end_ts,
+         str(rdir), json.dumps({"benchmark": "SPY"}), "0" * 64, "started",
+         json.dumps(provisional)))])
+    return plan
+
+
 async def test_start_and_end_closes_are_fetched_together_after_the_window(
         yahoo: FakeYahoo, tmp_path: Path) -> None:
     runner, store = await _runner(tmp_path, yahoo)
-    plan = plan_round("weekly", FREEZE, 3600.0)
     try:
-        rdir = runner.freeze(plan)
-        provisional = {"QQQ": 1.0, "TLT": 1.0, "SPY": 1.0}  # as stored at the start session
-        await store.execute_atomic([(
-            "INSERT INTO capital_rounds(round_id, track, frozen_ts, deadline_ts, start_day,"
-            " start_ts, end_day, end_ts, dir, manifest_json, hashes_sha256, status,"
-            " start_prices_json) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (plan.round_id, "weekly", plan.freeze_ts, plan.deadline_ts,
-             plan.start_day.isoformat(), plan.start_ts, plan.end_day.isoformat(), plan.end_ts,
-             str(rdir), json.dumps({"benchmark": "SPY"}), "0" * 64, "started",
-             json.dumps(provisional)))])
+        plan = await _started_round(runner, store)
         assert plan.start_day < date(2026, 10, 22) <= plan.end_day  # a dividend inside
         yahoo.chart_fail = [500] * 3  # the first fetch fails: the round waits
         await runner.on_mark(plan.end_ts + 60)
@@ -142,6 +148,30 @@ async def test_start_and_end_closes_are_fetched_together_after_the_window(
         assert end[a] == pytest.approx(ADJUSTED[a][plan.end_day])
     # TLT's return includes the dividend: more than the quoted closes give.
     assert end["TLT"] / start["TLT"] > QUOTED["TLT"][plan.end_day] / QUOTED["TLT"][plan.start_day]
+
+
+async def test_a_fetch_without_the_end_session_leaves_the_round_unresolved(
+        yahoo: FakeYahoo, tmp_path: Path) -> None:
+    """The paper's rule: rows matching the start and end dates, or no scoring yet (an asset
+    left out would drop from the oracle and its holders from the scores)."""
+    runner, store = await _runner(tmp_path, yahoo)
+    full = yahoo.charts["QQQ"]
+    try:
+        plan = await _started_round(runner, store)
+        kept = [(d, o) for d, o, _ in SESSIONS if d != plan.end_day]
+        yahoo.charts["QQQ"] = chart_payload("QQQ", None, 0, [(int(o), QUOTED["QQQ"][d])
+                                                             for d, o in kept],
+                                            adjclose=[ADJUSTED["QQQ"][d] for d, _ in kept])
+        await runner.on_mark(plan.end_ts + 60)
+        assert await store.fetchall("SELECT status, end_prices_json FROM capital_rounds") == [
+            ("started", None)]
+        yahoo.charts["QQQ"] = full  # the row is there at the next daily mark
+        await runner.on_mark(plan.end_ts + 86_400)
+        (status, ep), = await store.fetchall("SELECT status, end_prices_json FROM capital_rounds")
+    finally:
+        await store.close()
+    assert status == "resolved"
+    assert json.loads(ep)["QQQ"] == pytest.approx(ADJUSTED["QQQ"][plan.end_day])
 
 
 async def test_without_the_setting_nothing_is_fetched(yahoo: FakeYahoo, tmp_path: Path) -> None:
