@@ -49,6 +49,7 @@ from daemon.core.logs import redact_text
 from daemon.core.sparse_rows import asset_list, encode_allocation, fill_columns
 from daemon.engine.next_fill import NEXT_PRICE_REASON, NextPriceFills
 from daemon.engine.round_gc import no_full_collection
+from daemon.engine.round_release import release
 from daemon.market.coverage import PriceCoverage, format_age
 from daemon.market.open_fill import at_prices, missing_open_reason
 from daemon.market.state import MarketState
@@ -377,6 +378,9 @@ class DecisionRound:
         await self._remember(rc.fills, pause)
         await self._publish(events, pause)
         self._log(result)
+        # Freed a slice at a time, not in one turn as the frame ends (issue 31 point 3).
+        await release(pause, events, rc.decisions, rc.fills, rc.equity, calls,
+                      observations, inputs, decisions, checked, slot_of, recents)
         return result
 
     async def fill_next_prices(self) -> None:

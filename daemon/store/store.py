@@ -36,7 +36,6 @@ from daemon.core.events import Event
 from daemon.core.faults import report_fault
 from daemon.core.price_bursts import columns_row
 from daemon.core.price_columns import PriceColumns
-from daemon.core.sparse_rows import encode_allocation
 from daemon.store.dbfile import (
     StoreOpenError,
     StoreSchemaError,
@@ -48,7 +47,8 @@ from daemon.store.dblock import abandon_lock, acquire_lock, claim_lock
 from daemon.store.events import event_row, insert_event_rows, price_rows
 from daemon.store.integrity.chain import Chains, chain_existing_runs, with_chains
 from daemon.store.queries import StoreQueries
-from daemon.store.records import RoundCommit, _dumps, _encode_book, _fill_row, _now_of
+from daemon.store.records import RoundCommit, _dumps
+from daemon.store.round_rows import round_rows
 from daemon.store.schema import MIGRATIONS, SCHEMA_VERSION, _statements
 from daemon.store.spill import (
     DEFAULT_MAX_BUFFERED_EVENTS,
@@ -513,76 +513,48 @@ class Store(StoreQueries):
     async def _commit_round(self, rc: RoundCommit) -> None:
         db = self.db
         await self._write_pending()
-        if rc.observations:
-            lists = rc.observation_assets
-            if lists:
-                await db.executemany(
-                    "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
-                    " ON CONFLICT(sha256) DO NOTHING", sorted(set(lists.values())))
+        # Rows and chain links built in a worker thread (issue 31 point 3): tens of ms at
+        # 5,000 agents that would stall prices on the event loop. Still inside this
+        # transaction (the lock is held): the chain heads move as they did on the loop.
+        rows = await asyncio.to_thread(round_rows, rc, self.run_id, self.chains)
+        if rows.observation_sets:
+            await db.executemany(
+                "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
+                " ON CONFLICT(sha256) DO NOTHING", rows.observation_sets)
+        if rows.observations:
             await db.executemany(
                 "INSERT INTO observations(sha256, market, decision_ts, market_json,"
                 " assets_sha256) VALUES(?,?,?,?,?) ON CONFLICT(sha256) DO NOTHING",
-                [(sha, *row, lists[sha][0] if sha in lists else None)
-                 for sha, row in rc.observations.items()],
+                rows.observations,
             )
-        chains = self.chains
-        decisions = [(d.agent, d.market, d.scheduled_ts, d.decided_ts, d.outcome, d.reason,
-              d.input_json, d.input_sha256, d.raw_output,
-              d.allocation_json if d.allocation_json is not None
-              else encode_allocation(d.allocation),  # sparse: issue 16 point 4
-              d.template_version, d.attempts, d.duration_s, self.run_id,
-              d.observation_sha256, d.reasoning)
-             for d in rc.decisions]
         await db.executemany(
             "INSERT INTO decisions(agent, market, scheduled_ts, decided_ts, outcome,"
             " reason, input_json, input_sha256, raw_output, allocation_json,"
             " template_version, attempts, duration_s, run_id, observation_sha256, reasoning,"
-            " chain) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            with_chains(decisions, chains.link("decisions", decisions)),
-        )
-        calls = [
-            (d.agent, d.market, d.scheduled_ts, int(c.get("attempt", 0)),
-             float(c.get("ts", d.decided_ts)), c.get("model"), c.get("raw_response"),
-             c.get("error"), c.get("finish_reason"), c.get("tokens_in"),
-             c.get("tokens_out"), c.get("latency_s"), c.get("cost_usd"), c.get("step"),
-             c.get("input_sha256"), c.get("outcome"),
-             None if c.get("parsed") is None else _dumps(c["parsed"]))
-            for d in rc.decisions for c in d.calls
-        ]
-        if calls:
+            " chain) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows.decisions)
+        if rows.calls:
             await db.executemany(
                 "INSERT INTO llm_calls(agent, market, scheduled_ts, attempt, ts, model,"
                 " raw_response, error, finish_reason, tokens_in, tokens_out, latency_s,"
                 " cost_usd, step, input_sha256, outcome, parsed_json, chain)"
-                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                with_chains(calls, chains.link("llm_calls", calls)),
-            )
-        fills = [_fill_row(f) for f in rc.fills]  # sparse weights: issue 16 point 4
-        sets = {row[-2]: row[-1] for row in fills if row[-2] is not None}
-        if sets:
+                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows.calls)
+        if rows.fill_sets:
             await db.executemany(
                 "INSERT INTO asset_sets(sha256, assets_json) VALUES(?,?)"
-                " ON CONFLICT(sha256) DO NOTHING", sorted(sets.items()))
-        fill_rows = [row[:-1] for row in fills]
+                " ON CONFLICT(sha256) DO NOTHING", rows.fill_sets)
         await db.executemany(
             "INSERT INTO fills(agent, market, scheduled_ts, ts, trades_json, traded_value,"
             " cost, value_before, value_after, weights_json, assets_sha256, chain)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
-            with_chains(fill_rows, chains.link("fills", fill_rows)),
-        )
-        for market, state in rc.books.items():
+            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?)", rows.fills)
+        for book in rows.books:
             await db.execute(
                 "INSERT INTO books(market, state_json, updated_ts) VALUES(?,?,?) "
                 "ON CONFLICT(market) DO UPDATE SET state_json=excluded.state_json, "
-                "updated_ts=excluded.updated_ts",
-                (market, _encode_book(state), _now_of(rc)),
-            )
-        if rc.equity:
+                "updated_ts=excluded.updated_ts", book)
+        if rows.equity:
             await db.executemany(
                 "INSERT OR REPLACE INTO equity(agent, market, ts, kind, value, cash, chain) "
-                "VALUES(?,?,?,?,?,?,?)",
-                with_chains(rc.equity, chains.link("equity", rc.equity)),
-            )
+                "VALUES(?,?,?,?,?,?,?)", rows.equity)
         for row in rc.agent_states:
             await db.execute(
                 "INSERT INTO agent_state(agent, market, status, reason, ts) VALUES(?,?,?,?,?) "
