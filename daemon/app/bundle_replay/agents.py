@@ -1,7 +1,8 @@
 """How a bundle's replay answers each agent of the season from the stored rows (issue 32).
 
 - an LLM agent of any protocol but CapitalBench: its own code, its model calls answered by the
-  stored calls (:func:`agents.prompt_replay.answer_from_store`);
+  stored calls (:func:`agents.prompt_replay.answer_from_store`); a CapitalBench agent the same
+  way, from the calls stored with its submissions (:mod:`daemon.app.bundle_replay.capital`);
 - an AlphaForgeBench agent also runs its strategy code again in the sandbox; only a bar that
   ran out of wall-clock time live (``timed out after Ns``, which depends on the load of the
   host, not on the code) fails so again without running, and the replay's bars get a wall-clock

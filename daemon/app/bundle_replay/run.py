@@ -25,6 +25,9 @@ one simulated clock) into a fresh store, from the stored rows
   sandbox); usage and latency are the stored ones. The protocols' state (StockBench's past
   actions, PortBench's views, AlphaForgeBench's strategy version) is rebuilt by the replayed
   decisions themselves. Baselines run as they did;
+- CapitalBench rounds run the season's own round code at their stored freeze times, each
+  agent's calls answered by the calls stored with its submission
+  (:mod:`daemon.app.bundle_replay.capital`);
 - an HTTP or plugin agent (its answer is its decision) is a stand-in answering each round with
   its stored decision (:class:`agents.prompt_replay.StoredDecisionAgent`): the engine
   validates and fills it again, and hashes the observation it is given.
@@ -32,18 +35,22 @@ one simulated clock) into a fresh store, from the stored rows
 :func:`rebuilt_report` then computes ``report --json`` of the replayed store (with the bundle's
 season record, which the replay does not recompute); the bundle check compares it byte for byte
 with ``report.json``, and every replayed decision (its time, outcome, reason, input hash, raw
-answer, allocation) and fill with the stored one (:func:`first_decision_difference`).
+answer, allocation) and fill with the stored one (:func:`first_decision_difference`), and every
+CapitalBench round and submission
+(:func:`~daemon.app.bundle_replay.capital.first_capital_difference`).
 
 A store written by several live runs (a restart) is replayed run after run into the same
 output store, each run with its stored config, resuming from the checkpoint the run before
 left, as the daemon does at a restart (the rounds due while it was down settled first).
 
 What cannot be replayed is refused in one line (:class:`BundleReplayRefused`): CapitalBench
-rounds, a store of several runs of which one is not live (a resumed replay), and a season whose
-config was reloaded while running (an amendment no run started with: a reload writes no run
-row, so its config is not stored). An event received within a millisecond or so of the moment
-the live round read the clock may have reached the books on the other side of it (the stored
-rows do not say which came first): the check then names the round.
+rounds of adjusted closes (the trailing table's fetched closes are not stored) or whose
+briefing file is not here, a store of several runs of which one is not live (a resumed replay),
+and a season whose config was reloaded while running (an amendment no run started with: a
+reload writes no run row, so its config is not stored). An event received within a
+millisecond or so of the moment the live round read the clock may have reached the books on
+the other side of it (the stored rows do not say which came first): the check then names the
+round.
 """
 
 from __future__ import annotations
@@ -59,6 +66,12 @@ from pathlib import Path
 
 from agents.llm import LlmAgent
 from daemon.app.bundle_replay.agents import answer_llm, stand_ins, wait_for_events
+from daemon.app.bundle_replay.capital import (
+    capital_refusal,
+    first_capital_difference,
+    replay_capital,
+    stored_capital,
+)
 from daemon.app.bundle_replay.rows import (
     StoredRound,
     failed_bars,
@@ -99,8 +112,9 @@ BASELINES = frozenset({"cash", "equal_weight", "buy_and_hold", "momentum", "rand
                        "sixty_forty", "risk_parity", "equal_risk_contribution", "min_variance"})
 
 
-#: The LLM protocols a replay answers from the stored calls.
-REPLAYED_PROTOCOLS = frozenset({"livetradebench", "stockbench", "portbench", "alphaforgebench"})
+#: The LLM protocols a replay answers from the stored calls (CapitalBench's with its rounds).
+REPLAYED_PROTOCOLS = frozenset({"livetradebench", "stockbench", "portbench", "alphaforgebench",
+                                "capitalbench"})
 
 
 class BundleReplayError(Exception):
@@ -126,8 +140,8 @@ class StoredTimesClock(SimClock):
 
 def refusal(config: Config) -> str | None:
     """Return why ``config``'s season cannot be replayed from stored answers (None: it can)."""
-    if config.capitalbench is not None:
-        return "[capitalbench] rounds cannot be replayed from stored answers yet"
+    if config.capitalbench is not None and (why := capital_refusal(config.capitalbench)):
+        return why
     for a in config.agents:
         if a.kind == "llm" and a.protocol not in REPLAYED_PROTOCOLS:
             return (f"agent {a.id}: protocol {a.protocol} cannot be replayed from stored "
@@ -265,12 +279,13 @@ async def replay_store(src: str, out: str) -> None:
     :class:`BundleReplayError` when the replay cannot run (one line each).
     """
     con = connect_readonly(Path(src))
+    rounds_dir = tempfile.TemporaryDirectory(prefix="capitalbench-rounds-")
     try:
         runs = _season_runs(con)
         rounds, last = stored_rounds(con)
         clock = StoredTimesClock(runs[0].started)
         feed = _Feed(clock, stored_events(con, runs[0].mode == "live", runs[0].started))
-        stored = _Stored(con, rounds)
+        stored = _Stored(con, rounds, Path(rounds_dir.name))
         for k, run in enumerate(runs):
             if k:
                 _forget_replay(out)
@@ -279,14 +294,18 @@ async def replay_store(src: str, out: str) -> None:
             await _replay_run(run, nxt, out, Path(src).name, clock, feed, stored, last)
     finally:
         con.close()
+        rounds_dir.cleanup()
 
 
 class _Stored:
     """What every run's replay reads of the stored rows."""
 
     def __init__(self, con: sqlite3.Connection,
-                 rounds: dict[tuple[str, float], StoredRound]) -> None:
+                 rounds: dict[tuple[str, float], StoredRound], rounds_dir: Path) -> None:
         self.calls = stored_calls(con)
+        self.capital = stored_capital(con)
+        self.rounds_dir = rounds_dir
+        """Where the replay freezes its CapitalBench rounds (never the live ones' directory)."""
         self.rounds = rounds
         self.ends = {(m, r.decided): r.end for (m, _), r in rounds.items()}
         self.bars = failed_bars(con)
@@ -321,6 +340,8 @@ async def _replay_run(run: _Run, nxt: _Run | None, out: str, name: str,
                                                 end=end if stop is None else stop)
             engines.append(ctx.engine)
             stand_ins(ctx.engine, remote, decisions)
+            replay_capital(ctx.engine, ctx.sched, jobs[0], clock, stored.capital,
+                           stored.rounds_dir, run.mode == "live")
             agents = {id(s.agent): s.agent for slots in ctx.engine.slots.values()
                       for s in slots.values()}  # an agent trading two markets is one
             for agent in agents.values():
@@ -414,4 +435,5 @@ def rebuilt_report(src: str, report_json: Callable[[str, str], str]) -> tuple[st
     with tempfile.TemporaryDirectory() as tmp:
         out = str(Path(tmp) / "replayed.db")
         asyncio.run(replay_store(src, out))
-        return report_json(out, src), first_decision_difference(src, out)
+        return report_json(out, src), (first_decision_difference(src, out)
+                                       or first_capital_difference(src, out))

@@ -1,0 +1,228 @@
+"""CapitalBench rounds replayed from the stored rows (issue 32).
+
+A replay runs the season's own :class:`~agents.capitalbench.runner.CapitalRunner`: each stored
+round (``capital_rounds``) is frozen again at its stored freeze time (the track's job fires at
+the stored times, not at the calendar's: the stored round is the one to repeat), into a
+directory of the replay's own (the live round package is never touched), from the briefing and
+the closes the replayed market state holds; every ``capitalbench`` agent is its own protocol
+code whose model calls are answered, in order, by the calls stored with its submission
+(``capital_submissions.calls_json``, :func:`agents.prompt_replay.answer_from_store`), each
+answer checked again by the protocol; a submission ends at its stored time (a late one is late
+again); the start and end closes are stored again at the daily marks. No price is fetched: a
+season with ``[capitalbench] adjusted_closes`` is refused (the trailing table's closes fetched at
+a freeze are not in the store). :func:`first_capital_difference` names the first replayed round
+or submission that is not the stored one.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from apscheduler.triggers.base import BaseTrigger
+
+from agents.capitalbench.config import CapitalBenchConfig
+from agents.prompt_replay import StoredCall, answer_from_store
+from daemon.store.dbfile import connect_readonly
+from daemon.timing.clock import SimClock, utc_datetime
+
+__all__ = ["StoredCapital", "capital_refusal", "first_capital_difference", "replay_capital",
+           "stored_capital"]
+
+JobCallback = Callable[[str, float, bool], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Submission:
+    ts: float
+    calls: tuple[StoredCall, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCapital:
+    """The stored CapitalBench rounds and submissions a replay repeats."""
+
+    rounds: Mapping[tuple[str, float], str] = field(default_factory=dict)
+    """(track, freeze time) -> round id."""
+    submissions: Mapping[tuple[str, str], tuple[_Submission, ...]] = field(default_factory=dict)
+    """(agent, round id) -> its submissions in the order they were asked."""
+
+
+def capital_refusal(cap: CapitalBenchConfig) -> str | None:
+    """Return why the CapitalBench rounds of ``cap`` cannot be replayed here (None: they can)."""
+    if cap.adjusted_closes:
+        return ("[capitalbench] adjusted_closes: the trailing table's closes fetched at a "
+                "round's freeze are not stored, so its prompt cannot be rebuilt")
+    if not Path(cap.briefing).is_file():
+        return (f"the CapitalBench briefing {cap.briefing} is not here: a round's prompt is "
+                "rebuilt from it (the store holds its SHA-256 only)")
+    return None
+
+
+def _has(con: sqlite3.Connection, table: str) -> bool:
+    return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                       (table,)).fetchone() is not None
+
+
+def stored_capital(con: sqlite3.Connection) -> StoredCapital:
+    """Return the stored CapitalBench rounds and submissions (empty: none)."""
+    if not _has(con, "capital_rounds"):
+        return StoredCapital()
+    rounds = {(str(t), float(f)): str(r) for r, t, f in con.execute(
+        "SELECT round_id, track, frozen_ts FROM capital_rounds")}
+    subs: dict[tuple[str, str], list[_Submission]] = {}
+    for rid, agent, ts, calls_json in con.execute(
+            "SELECT round_id, agent, ts, calls_json FROM capital_submissions ORDER BY rowid"):
+        calls = tuple(_call(c) for c in json.loads(calls_json or "[]"))
+        subs.setdefault((agent, rid), []).append(_Submission(float(ts), calls))
+    return StoredCapital(rounds, {k: tuple(v) for k, v in subs.items()})
+
+
+_USAGE = ("ts", "model", "tokens_in", "tokens_out", "latency_s", "cost_usd")
+
+
+def _call(c: Mapping[str, Any]) -> StoredCall:
+    return StoredCall(int(c.get("attempt", 0)), c.get("step"), c.get("input_sha256"),
+                      c.get("raw_response"), c.get("error"), c.get("finish_reason"),
+                      c.get("outcome"), {k: c[k] for k in _USAGE if k in c})
+
+
+class _StoredTimes(BaseTrigger):  # type: ignore[misc]
+    """Fire at the given times only."""
+
+    def __init__(self, times: list[float]) -> None:
+        self.times = sorted(times)
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None,
+                           now: datetime) -> datetime | None:
+        """Return the first time after ``previous_fire_time`` (none: at or after ``now``)."""
+        after = previous_fire_time.timestamp() if previous_fire_time else None
+        for t in self.times:
+            if (t > after) if after is not None else (t >= now.timestamp()):
+                return utc_datetime(t)
+        return None
+
+
+def replay_capital(engine: Any, sched: Any, job: JobCallback, clock: SimClock,
+                   stored: StoredCapital, rounds_dir: Path, live: bool) -> None:
+    """Make ``engine``'s CapitalBench runner repeat the stored rounds (see the module doc).
+
+    ``sched``/``job``: the replay's scheduler and job callback; ``live``: the stored run was
+    live (its rounds were not built from history).
+    """
+    runner = engine.capital
+    if runner is None:
+        return
+    runner.retrospective = not live
+    runner.cap = runner.cap.model_copy(update={"rounds_dir": str(rounds_dir)})
+    current: list[str | None] = [None]
+    used: dict[tuple[str, str], int] = {}
+    own_build = runner._build
+
+    async def no_fetch(*_: Any) -> Any:
+        from feeds.daily_bars import HistoryError
+
+        raise HistoryError("a replay fetches no prices")
+
+    runner.adjusted = no_fetch
+
+    def build(acfg: Any) -> Any:
+        agent = own_build(acfg)
+        _answer_stored(agent, stored, current, used, clock)
+        return agent
+
+    runner._build = build
+    runner.reload()
+
+    async def on_job(job_id: str, fire_ts: float, missed: bool) -> None:
+        current[0] = stored.rounds.get((job_id.split(":", 1)[1], fire_ts))
+        try:
+            await job(job_id, fire_ts, missed)
+        finally:
+            current[0] = None
+
+    for job_id, _ in runner.triggers():
+        track = job_id.split(":", 1)[1]
+        sched.remove_job(job_id)
+        sched.add_job(job_id, _StoredTimes([t for (k, t) in stored.rounds if k == track]),
+                      on_job, start=clock.now())
+
+
+def _answer_stored(agent: Any, stored: StoredCapital, current: list[str | None],
+                   used: dict[tuple[str, str], int], clock: Any) -> None:
+    """Make ``agent`` answer each submission from the calls stored with it, in order, and
+    end it at its stored time."""
+    got: list[_Submission | None] = [None]
+    answer_from_store(agent, lambda _: None if got[0] is None else got[0].calls)
+    own = agent.submit
+
+    async def submit(*args: Any) -> Any:
+        key = (agent.id, current[0] or "")
+        k = used.get(key, 0)
+        used[key] = k + 1
+        subs = stored.submissions.get(key, ())
+        got[0] = subs[k] if k < len(subs) else None
+        res = await own(*args)
+        if got[0] is not None:
+            clock.at = got[0].ts  # the round's submissions end when they did live
+        return res
+
+    agent.submit = submit
+
+
+_ROUND = ("track", "frozen_ts", "deadline_ts", "start_day", "start_ts", "end_day", "end_ts",
+          "manifest_json", "hashes_sha256", "status", "start_prices_json", "end_prices_json")
+_SUBMISSION = ("official", "ts", "model", "outcome", "reason", "holdings_json",
+               "submission_json", "raw_responses_json", "calls_json", "tokens_in", "tokens_out",
+               "cost_usd", "template_version")
+
+
+def _rows(con: sqlite3.Connection, table: str, key: str, columns: tuple[str, ...]
+          ) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    if not _has(con, table):
+        return {}
+    n = key.count(",") + 1
+    return {tuple(r[:n]): tuple(r[n:]) for r in con.execute(
+        f"SELECT {key}, {', '.join(columns)} FROM {table} ORDER BY rowid")}
+
+
+def _from_difference(x: str, y: str, width: int = 60) -> tuple[str, str]:
+    """Return ``x`` and ``y`` from a little before their first differing character (a long
+    JSON column differs deep inside)."""
+    i = next((k for k, (a, b) in enumerate(zip(x, y, strict=False)) if a != b),
+             min(len(x), len(y)))
+    lo = max(0, i - 20)
+    pre = "..." if lo else ""
+    return pre + x[lo:lo + width], pre + y[lo:lo + width]
+
+
+def first_capital_difference(src: str, out: str) -> str | None:
+    """Return the first CapitalBench round or submission of ``out`` that is not the stored one
+    of ``src``, in one line (None: every one is)."""
+    a, b = connect_readonly(Path(src)), connect_readonly(Path(out))
+    try:
+        for table, key, columns in (
+                ("capital_rounds", "round_id", _ROUND),
+                ("capital_submissions", "round_id, agent, run_id, replicate", _SUBMISSION)):
+            want, got = _rows(a, table, key, columns), _rows(b, table, key, columns)
+            for k in [*want, *(k for k in got if k not in want)]:
+                what = (f"CapitalBench round {k[0]}" if len(k) == 1 else
+                        f"CapitalBench submission of {k[1]} in round {k[0]} ({k[2]} {k[3]})")
+                if k not in got:
+                    return f"the replay made no {what}"
+                if k not in want:
+                    return f"the replay made a {what} that is not stored"
+                for col, x, y in zip(columns, want[k], got[k], strict=True):
+                    if x != y:
+                        x, y = _from_difference(str(x), str(y))
+                        return (f"the replay's {what} differs in {col}: stored {x!r}, "
+                                f"replayed {y!r}")
+        return None
+    finally:
+        a.close()
+        b.close()

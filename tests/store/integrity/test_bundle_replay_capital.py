@@ -1,0 +1,176 @@
+"""A live season with CapitalBench rounds rebuilds its report by replay (issue 32).
+
+A live-clock season (the daemon in this process, the equity feeds and their daily history at
+the local fakes) freezes a weekly CapitalBench round a few seconds in (its trigger moved there:
+a weekly track fires on the first session of a week only) and asks three models at a fake
+OpenAI-compatible server (the protocol test's: one valid, one always invalid, one invalid then
+valid on retry), official run and a consistency repeat, while a baseline trades. ``report
+--bundle`` in a fresh process with no key and no network rebuilds its report byte for byte, the
+round frozen again at its stored time and every answer checked again by the protocol. An edited
+stored CapitalBench answer is named with its agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apscheduler.triggers.date import DateTrigger
+
+from agents.capitalbench.runner import CapitalRunner
+from daemon.app.live import LiveDaemon
+from daemon.app.sources import build_sources
+from daemon.config.settings import parse_config
+from daemon.timing.clock import utc_datetime
+from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applied
+from tests.fakes.scenario import Scenario, wait_until
+from tests.protocols.test_capitalbench import CapitalModel, _config
+from tests.store.integrity.test_bundle import _members
+from tests.store.integrity.test_bundle_replay import _env, forged, offline_cli
+from tests.store.integrity.test_bundle_replay_agents import _difference
+from tests.store.test_cli_database import cli
+
+pytestmark = pytest.mark.slow
+
+EQUITIES = {"QQQ": 300.0, "TLT": 90.0, "GLD": 180.0}
+
+
+def _status(db: Path) -> list[str]:
+    con = sqlite3.connect(db)
+    try:
+        return [s for (s,) in con.execute("SELECT status FROM capital_rounds")]
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        con.close()
+
+
+async def _live_season(tmp: Path) -> Path:
+    """Run the live daemon until its CapitalBench round is collected and a few decision rounds
+    ran; return its store."""
+    db = tmp / "live.db"
+    sc = Scenario(equities=EQUITIES)
+    await sc.start()
+    sc.serve_daily_history()
+    os.environ["CB_TEST_KEY"] = "sk-test"
+    fire: list[float] = []
+
+    def triggers(self: CapitalRunner) -> list[tuple[str, Any]]:  # a few seconds in, once
+        fire.append(time.time() + 4.0)
+        return [("capital:weekly", DateTrigger(run_date=utc_datetime(fire[0])))]
+
+    try:
+        async with CapitalModel() as model:
+            data = _config(tmp, model.api_base, repeats=1)
+            cap = {k: v for k, v in data["capitalbench"].items() if k != "show_retrospective"}
+            base = make_config(sc, db, agents=data["agents"][:1], polymarket=False,
+                               backfill=True)  # the baseline; the models with their section
+            cfg = parse_config({**base.model_dump(mode="json", exclude_none=True),
+                                "agents": data["agents"], "capitalbench": cap})
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(CapitalRunner, "triggers", triggers)
+                daemon = LiveDaemon(cfg, db=str(db),
+                                    sources=lambda eng: build_sources(cfg, eng))
+                tape = Tape()
+                await sc.wait_phase(0.2)
+                await daemon.start()
+                try:
+                    eng = daemon.engine
+                    assert eng is not None
+                    eng.bus.add_tap("#", tape)
+                    await wait_until(lambda: any(len(c.symbols) == 3
+                                                 for c in sc.yahoo.open_conns),
+                                     10, "the Yahoo subscription")
+                    for k in range(3):
+                        t = await sc.wait_phase(1.0)
+                        if k == 0:
+                            await sc.send_initial()
+                            await wait_until(lambda: prices_applied(eng, sc), 5,
+                                             "the first prices")
+                        else:
+                            await sc.burst(polymarket=False)
+                        await next_round(eng, tape, t, timeout=60)
+                    await wait_until(lambda: _status(db) == ["collected"], 120,
+                                     "the CapitalBench round collected")
+                    await sc.wait_phase(1.0)  # stop in a quiet gap
+                finally:
+                    await daemon.stop()
+            assert len(model.requests) >= 6
+            return db
+    finally:
+        os.environ.pop("CB_TEST_KEY", None)
+        await sc.stop()
+
+
+@pytest.fixture(scope="module")
+def season(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """The live store and its bundle."""
+    tmp = tmp_path_factory.mktemp("live-capital")
+    db = asyncio.run(_live_season(tmp))
+    bundle = tmp / "live.tar"
+    r = cli("export", "--db", str(db), "--bundle", str(bundle), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    yield db, bundle
+
+
+def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_a_live_capitalbench_round_is_replayed_byte_identically(
+        season: tuple[Path, Path]) -> None:
+    db, bundle = season
+    # One live round (not built from history), every agent asked twice, each outcome stored.
+    (manifest,) = [json.loads(m) for (m,) in _rows(db, "SELECT manifest_json FROM"
+                                                       " capital_rounds")]
+    assert "retrospective" not in manifest
+    subs = _rows(db, "SELECT agent, run_id, outcome FROM capital_submissions ORDER BY rowid")
+    assert {(a, o) for a, _, o in subs} == {("alpha", "ok"), ("beta", "invalid"),
+                                            ("gamma", "ok")}, subs
+    assert len(subs) == 6
+    r = offline_cli("report", "--bundle", str(bundle), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "not replayed" not in r.stderr, r.stderr
+    assert r.stdout.encode() == _members(bundle)["report.json"]
+    rounds = json.loads(r.stdout)["capitalbench"]["rounds"]
+    assert [x["agent"] for x in rounds[0]["results"]] == ["alpha", "gamma"]
+    r = cli("verify-bundle", str(bundle), timeout=300, env=_env())
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert ", report replayed from the stored answers matches" in r.stdout
+
+
+def _edit_alpha(db: Path) -> None:
+    """Make alpha's stored official answer a refusal (its calls only: the stored rows' report
+    is unchanged)."""
+    con = sqlite3.connect(db)
+    with con:
+        rowid, calls_json = con.execute(
+            "SELECT rowid, calls_json FROM capital_submissions WHERE agent='alpha' AND"
+            " run_id='official'").fetchone()
+        calls = json.loads(calls_json)
+        assert calls[-1]["outcome"] == "ok"
+        calls[-1]["raw_response"] = "<refusal>no</refusal>"
+        con.execute("UPDATE capital_submissions SET calls_json=? WHERE rowid=?",
+                    (json.dumps(calls, sort_keys=True), rowid))
+    con.close()
+
+
+def test_an_edited_capitalbench_answer_is_named(season: tuple[Path, Path],
+                                               tmp_path: Path) -> None:
+    _, bundle = season
+    edited = forged(bundle, tmp_path, _edit_alpha)
+    assert _members(edited)["report.json"] == _members(bundle)["report.json"]
+    line = _difference(edited)
+    assert line.startswith("the replay's CapitalBench submission of alpha in round weekly-"), line
+    assert "(official 1) differs in outcome: stored 'ok', replayed " in line, line
