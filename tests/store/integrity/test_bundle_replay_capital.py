@@ -174,3 +174,29 @@ def test_an_edited_capitalbench_answer_is_named(season: tuple[Path, Path],
     line = _difference(edited)
     assert line.startswith("the replay's CapitalBench submission of alpha in round weekly-"), line
     assert "(official 1) differs in outcome: stored 'ok', replayed " in line, line
+
+
+async def test_replayed_rounds_resolve_and_score_again_from_the_bundle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A season of ``paperarena replay`` (four weekly rounds built from history, three resolved
+    at the daily marks and scored, one started) rebuilds its report byte for byte."""
+    from daemon.app.replay import replay
+    from tests.protocols.test_capitalbench import _recording
+
+    monkeypatch.setenv("CB_TEST_KEY", "sk-test")
+    _recording(tmp_path / "rec.jsonl")
+    async with CapitalModel() as model:
+        cfg = parse_config(_config(tmp_path, model.api_base))
+        await replay(tmp_path / "rec.jsonl", cfg, tmp_path / "cb.db", progress=False)
+    statuses = [s for (s,) in _rows(tmp_path / "cb.db", "SELECT status FROM capital_rounds"
+                                                        " ORDER BY round_id")]
+    assert statuses == ["resolved", "resolved", "resolved", "started"], statuses
+    bundle = tmp_path / "cb.tar"
+    r = cli("export", "--db", str(tmp_path / "cb.db"), "--bundle", str(bundle), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    r = offline_cli("report", "--bundle", str(bundle), "--json")
+    assert r.returncode == 0 and "not replayed" not in r.stderr, r.stderr[-2000:]
+    assert r.stdout.encode() == _members(bundle)["report.json"]
+    scored = [i for x in json.loads(r.stdout)["capitalbench"]["rounds"] for i in x["results"]
+              if i.get("score") is not None]
+    assert len(scored) == 6  # alpha and gamma in each resolved round
