@@ -88,9 +88,16 @@ AGENTS = [
 REL = 1e-9
 
 
+#: A local port nothing listens on (the fundamentals poll fails there, one logged line).
+CLOSED_PORT = "http://127.0.0.1:9/v7/finance/quote"
+
+
 def make_config(sc: Scenario, db: Path, *, agents: list[dict[str, Any]] = AGENTS,
-                polymarket: bool = True, backfill: bool = False) -> Config:
-    """Return the daemon config: every source at the fakes, 2 s rounds in both markets."""
+                polymarket: bool = True, backfill: bool = False,
+                fundamentals_url: str = CLOSED_PORT) -> Config:
+    """Return the daemon config: every source at the fakes, 2 s rounds in both markets
+    (``fundamentals_url``: the quote endpoint a StockBench agent's fundamentals are polled from;
+    by default a closed local port, never the internet)."""
     schedule = {"kind": "interval", "every": PERIOD, "timezone": "UTC"}
     return parse_config({
         "markets": {
@@ -107,7 +114,8 @@ def make_config(sc: Scenario, db: Path, *, agents: list[dict[str, Any]] = AGENTS
         "agents": agents,
         "store": {"path": str(db), "flush_interval": 0.2},
         "http": {"enabled": False},
-        "sources": {**sc.sources_config(), "backfill": backfill},
+        "sources": {**sc.sources_config(), "backfill": backfill,
+                    "fundamentals": {"yahoo_url": fundamentals_url}},
     })
 
 

@@ -33,6 +33,7 @@ from tests.fakes.scenario import Scenario, wait_until
 from tests.protocols.test_alphaforge import TREND, StrategyModel
 from tests.protocols.test_portbench import PortBenchModel
 from tests.protocols.test_stockbench import StockBenchModel
+from tests.protocols.test_stockbench_fundamentals import FakeProviders
 from tests.store.integrity.test_bundle import _members
 from tests.store.integrity.test_bundle_replay import (
     _env,
@@ -86,7 +87,7 @@ async def _live_season(tmp: Path) -> Path:
     try:
         async with StockBenchModel() as sb, PortBenchModel() as pb, \
                 StrategyModel([TREND, TREND.replace("0.8", "0.5")]) as af, \
-                serve(SERVICE.make_app()) as url:
+                serve(SERVICE.make_app()) as url, FakeProviders() as quotes:
             llm = {"kind": "llm", "model": "openai/test-model", "api_key_env": KEY_ENV,
                    "markets": ["equity"], "max_attempts": 2, "timeout": 10.0}
             agents: list[dict[str, Any]] = [
@@ -99,10 +100,12 @@ async def _live_season(tmp: Path) -> Path:
                  "http": {"url": url, "timeout": 5}},
                 {"id": "equal_weight", "kind": "equal_weight"},
             ]
-            cfg = make_config(sc, db, agents=agents, polymarket=False, backfill=True)
+            cfg = make_config(sc, db, agents=agents, polymarket=False, backfill=True,
+                              fundamentals_url=f"{quotes.base}/v7/finance/quote")
             await _run(sc, cfg, db, 3, first=True)
             await _run(sc, cfg, db, 3, first=False)
             assert af.served >= 2 and len(sb.requests) >= 5 and len(pb.requests) >= 5
+            assert quotes.requests  # the StockBench agent's fundamentals, stored and replayed
             return db
     finally:
         os.environ.pop(KEY_ENV, None)
