@@ -8,7 +8,8 @@ the closes the replayed market state holds; every ``capitalbench`` agent is its 
 code whose model calls are answered, in order, by the calls stored with its submission
 (``capital_submissions.calls_json``, :func:`agents.prompt_replay.answer_from_store`), each
 answer checked again by the protocol; a submission ends at its stored time (a late one is late
-again); the start and end closes are stored again at the daily marks. No price is fetched: a
+again; a round the live run froze but stopped before storing its submissions is frozen only);
+the start and end closes are stored again at the daily marks. No price is fetched: a
 season with ``[capitalbench] adjusted_closes`` is refused (the trailing table's closes fetched at
 a freeze are not in the store). :func:`first_capital_difference` names the first replayed round
 or submission that is not the stored one.
@@ -138,6 +139,15 @@ def replay_capital(engine: Any, sched: Any, job: JobCallback, clock: SimClock,
 
     runner._build = build
     runner.reload()
+
+    own_collect = runner.collect
+
+    async def collect(plan: Any, rdir: Path) -> None:
+        if runner.agents and not any(rid == plan.round_id for _, rid in stored.submissions):
+            return  # the live run stopped before the round's submissions were stored
+        await own_collect(plan, rdir)
+
+    runner.collect = collect
 
     async def on_job(job_id: str, fire_ts: float, missed: bool) -> None:
         current[0] = stored.rounds.get((job_id.split(":", 1)[1], fire_ts))

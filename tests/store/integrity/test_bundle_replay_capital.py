@@ -123,7 +123,8 @@ def season(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pat
 def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
     con = sqlite3.connect(db)
     try:
-        return con.execute(sql).fetchall()
+        with con:
+            return con.execute(sql).fetchall()
     finally:
         con.close()
 
@@ -200,3 +201,10 @@ async def test_replayed_rounds_resolve_and_score_again_from_the_bundle(
     scored = [i for x in json.loads(r.stdout)["capitalbench"]["rounds"] for i in x["results"]
               if i.get("score") is not None]
     assert len(scored) == 6  # alpha and gamma in each resolved round
+    # A round frozen but whose submissions were never stored (the run stopped while it asked
+    # the models) is frozen again, and its models not asked.
+    edited = forged(bundle, tmp_path, lambda db: _rows(
+        db, "DELETE FROM capital_submissions WHERE round_id='weekly-2026-11-09' RETURNING 1"))
+    r = offline_cli("report", "--bundle", str(edited), "--json")
+    assert r.returncode == 0 and "not replayed" not in r.stderr, r.stderr[-2000:]
+    assert r.stdout.encode() == _members(edited)["report.json"] != _members(bundle)["report.json"]
