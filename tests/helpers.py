@@ -8,6 +8,7 @@ import socket
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import date, timedelta
 
 from daemon.core.bus import Bus
 from daemon.core.events import Event
@@ -62,3 +63,17 @@ def wait_ready(base: str, timeout: float = 30.0) -> None:
             pass
         assert time.monotonic() < deadline, "daemon not ready"
         time.sleep(0.2)
+
+
+def nyse_sessions(first: date, last: date) -> list[tuple[date, float, float]]:
+    """Return (day, open, close as UNIX seconds) of every NYSE session from ``first`` to
+    ``last``."""
+    from daemon.timing.nyse import get_nyse_calendar
+
+    cal, out, day = get_nyse_calendar(), [], first
+    while day <= last:
+        b = cal.session_bounds(day)
+        if b is not None:
+            out.append((day, b[0].timestamp(), b[1].timestamp()))
+        day += timedelta(days=1)
+    return out

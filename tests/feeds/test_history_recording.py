@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -15,29 +15,17 @@ import pytest
 from daemon.app.cli import main
 from daemon.core.events import ClockEvent, PriceEvent
 from daemon.core.sparse_rows import FILLS, fill_map
-from daemon.timing.nyse import get_nyse_calendar
 from feeds.recording import iter_events, read_header
 from tests.fakes.yahoo_server import FakeYahoo, chart_payload
+from tests.helpers import nyse_sessions
 
 START, END = date(2020, 3, 2), date(2020, 3, 13)
-
-
-def _sessions(first: date, last: date) -> list[tuple[date, float, float]]:
-    cal = get_nyse_calendar()
-    out = []
-    day = first
-    while day <= last:
-        b = cal.session_bounds(day)
-        if b is not None:
-            out.append((day, b[0].timestamp(), b[1].timestamp()))
-        day += timedelta(days=1)
-    return out
 
 
 #: Bars from a week before to a week after the window (the builder must keep only the window).
 BARS = {
     sym: {day: round(base * (1 + 0.03 * ((i * k) % 5 - 2)), 2)
-          for i, (day, _, _) in enumerate(_sessions(date(2020, 2, 24), date(2020, 3, 20)))}
+          for i, (day, _, _) in enumerate(nyse_sessions(date(2020, 2, 24), date(2020, 3, 20)))}
     for sym, base, k in (("AAPL", 300.0, 1), ("MSFT", 170.0, 3))
 }
 
@@ -46,7 +34,7 @@ BARS = {
 async def yahoo() -> AsyncIterator[FakeYahoo]:
     fake = FakeYahoo()
     await fake.start()
-    opens = {d: int(o) for d, o, _ in _sessions(date(2020, 2, 24), date(2020, 3, 20))}
+    opens = {d: int(o) for d, o, _ in nyse_sessions(date(2020, 2, 24), date(2020, 3, 20))}
     for sym, bars in BARS.items():
         fake.charts[sym] = chart_payload(sym, None, 0, [(opens[d], c) for d, c in bars.items()])
     yield fake
@@ -87,7 +75,7 @@ async def test_build_and_replay_daily_marks_match_bars(yahoo: FakeYahoo, tmp_pat
                       "--end", str(END), "--out", str(out), "--config", str(cfg)) == 0
     header = read_header(out)
     assert header.equities == ("AAPL", "MSFT")
-    sessions = _sessions(START, END)
+    sessions = nyse_sessions(START, END)
     events = [e for _, e in iter_events(out)]
     prices = [e for e in events if isinstance(e, PriceEvent)]
     # Each session: the opening prints (the fake's open is its close), then the closes.
@@ -132,7 +120,7 @@ async def test_crypto_bars_at_utc_midnight_keep_their_day(yahoo: FakeYahoo,
                       str(END), "--out", str(out), "--config", str(_config(tmp_path, yahoo))) == 0
     got = [(e.ts, e.price) for _, e in iter_events(out) if isinstance(e, PriceEvent)]
     # The 00:00 UTC open is printed at the NYSE open of its day (known by then), never before.
-    assert got == [(t, 8000.0 + day.day) for day, o, close in _sessions(START, END)
+    assert got == [(t, 8000.0 + day.day) for day, o, close in nyse_sessions(START, END)
                    for t in (o, close)]
 
 
@@ -189,7 +177,7 @@ async def test_opens_splits_and_missing_days(yahoo: FakeYahoo, tmp_path: Path) -
     """Distinct opens are printed at the open (a StockBench replay fills at them), a bar with a
     null open has its close only, a missing day has nothing, and a split-adjusted series (as
     Yahoo serves it: a 4:1 split on 2020-03-09) is recorded as served."""
-    sessions = _sessions(START, END)
+    sessions = nyse_sessions(START, END)
     opens = {d: int(o) for d, o, _ in sessions}
     split = date(2020, 3, 9)
     closes = {d: (400.0 + i) / 4 for i, (d, _, _) in enumerate(sessions)}  # adjusted: /4
@@ -252,7 +240,7 @@ async def test_historical_news_is_never_shown_before_it_was_published(
 
     from daemon.timing.nyse import NY
 
-    sessions = _sessions(START, END)
+    sessions = nyse_sessions(START, END)
     decision = datetime.combine(sessions[1][0], datetime.min.time(), NY).replace(
         hour=15, minute=30).timestamp()  # close-30m of the second session
     stories: list[dict[str, Any]] = [

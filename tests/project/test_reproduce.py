@@ -22,8 +22,8 @@ from daemon.app.cli import main
 from daemon.app.cli_parser import build_parser
 from daemon.app.replay import replay
 from daemon.config.settings import parse_config
-from daemon.timing.nyse import get_nyse_calendar
 from tests.fakes.yahoo_server import FakeYahoo, chart_payload
+from tests.helpers import nyse_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "reproduce.md"
@@ -56,17 +56,6 @@ def test_every_command_of_the_doc_parses() -> None:
                 assert (ROOT / a).exists(), a
 
 
-def _sessions(first: date, last: date) -> list[tuple[date, float, float]]:
-    cal = get_nyse_calendar()
-    out, day = [], first
-    while day <= last:
-        b = cal.session_bounds(day)
-        if b is not None:
-            out.append((day, b[0].timestamp(), b[1].timestamp()))
-        day += timedelta(days=1)
-    return out
-
-
 async def test_the_portbench_stress_recipe(tmp_path: Path, capsys: Any) -> None:
     """Build a COVID-window recording from the fake history, replay examples/stress.toml with a
     portbench agent: the report has the gate, the stage scores, the stress CEPS verdict against
@@ -74,7 +63,7 @@ async def test_the_portbench_stress_recipe(tmp_path: Path, capsys: Any) -> None:
     from tests.protocols.test_portbench import PortBenchModel
 
     tickers = ["SPY", "TLT", "GLD", "BIL"]
-    sessions = _sessions(date(2020, 2, 3), date(2020, 3, 13))
+    sessions = nyse_sessions(date(2020, 2, 3), date(2020, 3, 13))
     fake = FakeYahoo()
     await fake.start()
     try:
@@ -164,7 +153,7 @@ async def test_the_stockbench_recipe(tmp_path: Path, capsys: Any,
     tickers = _djia_tickers()
     assert tickers == tomllib.loads((ROOT / "examples" / "stockbench-djia.toml").read_text()
                                     )["markets"]["equity"]["assets"]
-    sessions = _sessions(date(2025, 3, 3), date(2025, 3, 11))
+    sessions = nyse_sessions(date(2025, 3, 3), date(2025, 3, 11))
     yahoo, news = FakeYahoo(), FakeNews(token="fh-test")
     await yahoo.start()
     await news.start()
@@ -273,7 +262,7 @@ async def test_the_capitalbench_recipe(tmp_path: Path, capsys: Any,
     options = [o["id"] for o in tomllib.loads((ROOT / "examples" / "capitalbench.toml")
                                               .read_text())["capitalbench"]["options"]]
     assert set(tickers) == {*options, "SPY"} - {"CASH"}
-    sessions = _sessions(date(2025, 1, 6), date(2025, 1, 24))
+    sessions = nyse_sessions(date(2025, 1, 6), date(2025, 1, 24))
     quoted: dict[str, dict[date, float]] = {}
     closes: dict[str, dict[date, float]] = {}  # dividend-adjusted, as Yahoo's adjclose
     ex = sessions[7][0]  # JNJ and SPY go ex-dividend on the 8th session (Wednesday, Jan 15)

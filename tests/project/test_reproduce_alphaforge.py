@@ -18,8 +18,9 @@ import pytest
 
 from daemon.app.cli import main
 from tests.fakes.yahoo_server import FakeYahoo, chart_payload
+from tests.helpers import nyse_sessions
 from tests.llm_server import FakeLlmServer, ok
-from tests.project.test_reproduce import DOC, ROOT, _doc_tickers, _history_build, _sessions
+from tests.project.test_reproduce import DOC, ROOT, _doc_tickers, _history_build
 
 #: Two rules whose signals the test computes itself: the close above the window's first close
 #: (all in), and the close above the previous close (half in; hold on the first bar).
@@ -93,7 +94,7 @@ async def test_the_alphaforgebench_recipe(tmp_path: Path, capsys: Any,
     agreement equal the test's own computation from the closes of the NYSE sessions."""
     tickers = _doc_tickers("build-recording", "af-history.jsonl.gz")
     assert set(tickers) == {"AAPL", "GOOGL", "MSFT", "NVDA", "TSLA", "BTC-USD", "ETH-USD"}
-    sessions = _sessions(date(2025, 3, 3), date(2025, 3, 14))
+    sessions = nyse_sessions(date(2025, 3, 3), date(2025, 3, 14))
     days = [date(2025, 3, 1) + timedelta(days=i) for i in range(15)]  # Mar 1 (Sat) .. 15
     closes: dict[str, list[float]] = {}
     fake = FakeYahoo()

@@ -19,8 +19,8 @@ from agents.capitalbench.runner import CapitalRunner
 from daemon.config.settings import parse_config
 from daemon.market.state import MarketState
 from daemon.store.store import Store
-from daemon.timing.nyse import get_nyse_calendar
 from tests.fakes.yahoo_server import FakeYahoo, chart_payload
+from tests.helpers import nyse_sessions
 from tests.protocols.test_capitalbench_checks import _data
 
 FREEZE = datetime(2026, 10, 19, 13, 30, tzinfo=UTC).timestamp()
@@ -28,17 +28,7 @@ FREEZE = datetime(2026, 10, 19, 13, 30, tzinfo=UTC).timestamp()
 DIVIDENDS = {date(2026, 9, 1): 0.30, date(2026, 10, 22): 0.31}
 
 
-def _sessions(first: date, last: date) -> list[tuple[date, float, float]]:
-    cal, out, d = get_nyse_calendar(), [], first
-    while d <= last:
-        b = cal.session_bounds(d)
-        if b is not None:
-            out.append((d, b[0].timestamp(), b[1].timestamp()))
-        d += timedelta(days=1)
-    return out
-
-
-SESSIONS = _sessions(date(2025, 9, 1), date(2026, 11, 6))
+SESSIONS = nyse_sessions(date(2025, 9, 1), date(2026, 11, 6))
 
 
 def _quoted(k: int) -> dict[date, float]:
