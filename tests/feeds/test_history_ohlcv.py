@@ -17,9 +17,10 @@ from daemon.app.cli import main
 from daemon.core.events import BarEvent, PriceEvent
 from feeds.recording import iter_events, read_header
 from tests.fakes.yahoo_server import FakeYahoo, chart_payload
-from tests.feeds.test_history_recording import END, START, _config, _sessions
+from tests.feeds.test_history_recording import END, START, _config
+from tests.helpers import nyse_sessions
 
-SESSIONS = _sessions(START, END)
+SESSIONS = nyse_sessions(START, END)
 SPLIT = date(2020, 3, 9)  # TSLA 4:1: Yahoo serves the earlier bars divided by 4
 MISSING = date(2020, 3, 5)  # no AAPL bar that day
 INVERTED = date(2020, 3, 10)  # AAPL's high below its low
