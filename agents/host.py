@@ -32,8 +32,12 @@ class StoreAccess(Protocol):
         """Return every row of ``sql``."""
         ...
 
-    async def execute_atomic(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        """Run ``statements`` in one transaction."""
+    async def execute_atomic(self, statements: Sequence[tuple[str, Sequence[Any]]], *,
+                             appends: Sequence[tuple[str, Sequence[tuple[Any, ...]]]] = (),
+                             states: Sequence[str] = ()) -> None:
+        """Run ``statements`` in one transaction, then insert the chained rows of ``appends``
+        ((table, rows of its hashed columns)) and append the state of each CapitalBench round
+        of ``states``."""
         ...
 
 

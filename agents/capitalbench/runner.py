@@ -204,14 +204,12 @@ class CapitalRunner:
             return None
         manifest = json.dumps(load_manifest(rdir), sort_keys=True)  # the store keeps JSON
         if not done:
-            await store.execute_atomic([(
-                "INSERT INTO capital_rounds(round_id, track, frozen_ts, deadline_ts, start_day,"
-                " start_ts, end_day, end_ts, dir, manifest_json, hashes_sha256, status)"
-                " VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
-                (plan.round_id, track, plan.freeze_ts, plan.deadline_ts,
-                 plan.start_day.isoformat(), plan.start_ts, plan.end_day.isoformat(),
-                 plan.end_ts, str(rdir), manifest, sha256((rdir / HASHES).read_bytes()),
-                 "frozen"))])
+            # chained as frozen; the status (and later the prices) as its first state
+            await store.execute_atomic([], appends=[("capital_rounds", [(
+                plan.round_id, track, plan.freeze_ts, plan.deadline_ts,
+                plan.start_day.isoformat(), plan.start_ts, plan.end_day.isoformat(),
+                plan.end_ts, str(rdir), manifest, sha256((rdir / HASHES).read_bytes()))])],
+                                       states=[plan.round_id])
         log.info("capitalbench round frozen", round=plan.round_id, dir=str(rdir))
         await self.collect(plan, rdir)
         return plan.round_id
@@ -318,7 +316,7 @@ class CapitalRunner:
         agents = self.agents
         runs = [(OFFICIAL, 1)] + [(CONSISTENCY, k) for k in
                                   range(1, track.consistency_repeats + 1)]
-        rows: list[tuple[str, Sequence[Any]]] = []
+        rows: list[tuple[Any, ...]] = []
         for run_id, rep in runs:
             now = self.host.clock.now()
             results = await asyncio.gather(*(
@@ -334,9 +332,9 @@ class CapitalRunner:
                 count = track.consistency_repeats if run_id == CONSISTENCY else 1
                 self._write_run_file(rdir, plan.round_id, run_id, (rep, count), agent_id,
                                      agent.cfg.model or "", res)
-        rows.append(("UPDATE capital_rounds SET status='collected' WHERE round_id=?",
-                     (plan.round_id,)))
-        await self.host.store.execute_atomic(rows)
+        await self.host.store.execute_atomic(
+            [("UPDATE capital_rounds SET status='collected' WHERE round_id=?", (plan.round_id,))],
+            appends=[("capital_submissions", rows)], states=[plan.round_id])
         log.info("capitalbench round collected", round=plan.round_id, agents=len(agents),
                  runs=len(runs))
 
@@ -356,21 +354,17 @@ class CapitalRunner:
 
     @staticmethod
     def _row(plan: RoundPlan, run_id: str, rep: int, agent_id: str, model: str, ts: float,
-             res: SubmissionResult) -> tuple[str, Sequence[Any]]:
+             res: SubmissionResult) -> tuple[Any, ...]:
         sub = res.submission
         usage = res.usage
-        return (
-            "INSERT INTO capital_submissions(round_id, run_id, agent, replicate, official, ts,"
-            " model, outcome, reason, holdings_json, submission_json, raw_responses_json,"
-            " calls_json, tokens_in, tokens_out, cost_usd, template_version)"
-            " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (plan.round_id, run_id, agent_id, rep, int(run_id == OFFICIAL), ts, model,
-             res.outcome, res.reason,
-             None if sub is None or res.outcome != "ok" else _dumps(dict(sub.holdings)),
-             None if sub is None else _dumps(sub.to_json()),
-             _dumps(list(res.raw_responses)), _dumps([dict(c) for c in res.calls]),
-             int(usage.get("tokens_in", 0)), int(usage.get("tokens_out", 0)),
-             float(usage.get("cost_usd", 0.0)), res.template_version))
+        # capital_submissions' columns, in chain order (daemon.store.integrity.chain.STREAMS)
+        return (plan.round_id, run_id, agent_id, rep, int(run_id == OFFICIAL), ts, model,
+                res.outcome, res.reason,
+                None if sub is None or res.outcome != "ok" else _dumps(dict(sub.holdings)),
+                None if sub is None else _dumps(sub.to_json()),
+                _dumps(list(res.raw_responses)), _dumps([dict(c) for c in res.calls]),
+                int(usage.get("tokens_in", 0)), int(usage.get("tokens_out", 0)),
+                float(usage.get("cost_usd", 0.0)), res.template_version)
 
     @staticmethod
     def _write_run_file(rdir: Path, round_id: str, run_id: str, replicate: tuple[int, int],
@@ -436,7 +430,8 @@ class CapitalRunner:
                 resolved.append((rid, rdir))
         if not writes:
             return
-        await store.execute_atomic(writes)
+        # each changed round's status and prices, appended to its chained states
+        await store.execute_atomic(writes, states=[p[-1] for _, p in writes])
         for rid, rdir in resolved:
             log.info("capitalbench round resolved", round=rid)
             self._write_results(rid, Path(rdir))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -190,9 +190,24 @@ ALTER TABLE runs ADD COLUMN chain BLOB;
 """
 # --- end v14 -----------------------------------------------------------------------------------
 
+# --- v15: CapitalBench chained (issue 32, point 2) ---------------------------------------------
+# ``capital_rounds`` and ``capital_submissions`` carry ``chain`` (a round's columns fixed as it
+# was frozen; a submission whole); a round's later status and prices are appended to
+# ``capital_round_states`` (chained, one row a change: the round's status and prices after it),
+# which ``verify`` holds the round's current values to (daemon.store.integrity.capital). The
+# migration chains the rows stored before and writes each round's present state.
+_V15 = """
+ALTER TABLE capital_rounds ADD COLUMN chain BLOB;
+ALTER TABLE capital_submissions ADD COLUMN chain BLOB;
+CREATE TABLE IF NOT EXISTS capital_round_states(
+  id INTEGER PRIMARY KEY, round_id TEXT NOT NULL, status TEXT NOT NULL, start_prices_json TEXT,
+  end_prices_json TEXT, chain BLOB);
+"""
+# --- end v15 -----------------------------------------------------------------------------------
+
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
                                8: _V8, 9: _V9, 10: _V10, 11: _V11, 12: _V12, 13: _V13,
-                               14: _V14}
+                               14: _V14, 15: _V15}
 
 
 def _statements(script: str) -> list[str]:

@@ -45,6 +45,7 @@ from daemon.store.dbfile import (
 )
 from daemon.store.dblock import abandon_lock, acquire_lock, claim_lock
 from daemon.store.events import event_row, insert_event_rows, price_rows
+from daemon.store.integrity.capital import append_chained, append_states, chain_existing_capital
 from daemon.store.integrity.chain import Chains, chain_existing_runs, with_chains
 from daemon.store.queries import StoreQueries
 from daemon.store.records import RoundCommit, _dumps
@@ -216,6 +217,8 @@ class Store(StoreQueries):
                     await self.db.execute(stmt)
                 if version == 14:  # the configs stored before are chained too
                     await chain_existing_runs(self.db)
+                if version == 15:  # and CapitalBench's rounds and submissions
+                    await chain_existing_capital(self.db)
                 await self.db.execute(
                     "INSERT INTO meta(key, value) VALUES('schema_version', ?) "
                     "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
@@ -584,11 +587,18 @@ class Store(StoreQueries):
                 "INSERT INTO resolutions(question_id, market, ts, payouts_json, source, chain)"
                 " VALUES(?,?,?,?,?,?)", with_chains(rows, self.chains.link("resolutions", rows)))
 
-    async def execute_atomic(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        """Run ``(sql, params)`` write statements in one transaction (e.g. CapitalBench rows)."""
+    async def execute_atomic(self, statements: Sequence[tuple[str, Sequence[Any]]], *,
+                             appends: Sequence[tuple[str, Sequence[tuple[Any, ...]]]] = (),
+                             states: Sequence[str] = ()) -> None:
+        """Run ``(sql, params)`` write statements in one transaction (e.g. CapitalBench rows),
+        then insert the chained rows of ``appends`` ((table, rows of its hashed columns)) and
+        append the state of each CapitalBench round of ``states`` (:mod:`.integrity.capital`)."""
         async def run() -> None:
             for sql, params in statements:
                 await self.db.execute(sql, params)
+            for table, rows in appends:
+                await append_chained(self.db, self.chains, table, rows)
+            await append_states(self.db, self.chains, states)
 
         await self._atomic(run)
 

@@ -20,7 +20,8 @@ from tests.pg import pg_database, requires_pg
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = requires_pg
-CHAINED = ("decisions", "llm_calls", "fills", "market_events", "equity", "resolutions", "runs")
+CHAINED = ("decisions", "llm_calls", "fills", "market_events", "equity", "resolutions", "runs",
+           "capital_rounds", "capital_submissions")
 
 
 async def _set_version(url: str, scope: str, version: int, undo: tuple[str, ...] = ()) -> None:
@@ -42,16 +43,19 @@ async def test_an_older_scope_is_migrated_and_a_newer_one_refused_by_writers_and
         for scope in ("e1", "e2"):
             store = await Store.open(url, scope=scope)
             await store.close()
-        # e1 from before the last eight migrations (v7..v14): opening it migrates it.
-        await _set_version(url, "e1", SCHEMA_VERSION - 8, undo=(
+        # e1 from before the last nine migrations (v7..v15): opening it migrates it.
+        await _set_version(url, "e1", SCHEMA_VERSION - 9, undo=(
             *(f"ALTER TABLE {{s}}.{t} DROP COLUMN chain" for t in CHAINED), "DROP TABLE {s}.season",
+            "DROP TABLE {s}.capital_round_states",
             "ALTER TABLE {s}.decisions DROP COLUMN reasoning",
             "DROP TABLE {s}.instability_runs", "DROP TABLE {s}.observations",
             "ALTER TABLE {s}.decisions DROP COLUMN observation_sha256",
             "DROP TABLE {s}.stage_scores",
             "DROP TABLE {s}.asset_sets", "ALTER TABLE {s}.fills DROP COLUMN assets_sha256"))
         store = await Store.open(url, scope="e1")
-        assert await store.schema_version() == SCHEMA_VERSION == 14
+        assert await store.schema_version() == SCHEMA_VERSION == 15
+        await store.fetchall("SELECT COUNT(chain) FROM capital_submissions")
+        await store.fetchall("SELECT COUNT(*) FROM capital_round_states")
         await store.fetchall("SELECT COUNT(reasoning) FROM decisions")
         await store.fetchall("SELECT COUNT(chain) FROM runs")
         await store.fetchall("SELECT COUNT(chain) FROM market_events")

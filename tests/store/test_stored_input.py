@@ -184,15 +184,16 @@ async def test_a_v10_store_migrates_and_reads_its_old_rows_beside_new_ones(
     con.execute("ALTER TABLE observations DROP COLUMN assets_sha256")
     con.execute("ALTER TABLE decisions DROP COLUMN reasoning")  # v12's
     for table in ("decisions", "llm_calls", "fills", "market_events", "equity", "resolutions",
-                  "runs"):
-        con.execute(f"ALTER TABLE {table} DROP COLUMN chain")  # v13's (runs: v14's)
+                  "runs", "capital_rounds", "capital_submissions"):
+        con.execute(f"ALTER TABLE {table} DROP COLUMN chain")  # v13's (runs: v14's; capital: v15's)
+    con.execute("DROP TABLE capital_round_states")  # v15's
     con.execute("DROP TABLE season")
     con.execute("CREATE INDEX fills_agent ON fills(agent, market, ts)")
     con.commit()
     con.close()
     store = await Store.open(db)
     try:
-        assert await store.schema_version() == SCHEMA_VERSION == 14
+        assert await store.schema_version() == SCHEMA_VERSION == 15
         await write("new", old=False)
     finally:
         await store.close()

@@ -15,7 +15,8 @@ The back tag lets :mod:`.verify` tell an edited row (its back tag fits, its link
 deleted one (its back tag names no row) and from one out of order (its back tag names a row found
 elsewhere). Rows written before schema v13 have no chain (NULL) and precede every chained row;
 the ``runs`` rows (a run's config, as it started) are chained since v14, the rows before it by
-the migration to v14 (:func:`chain_existing_runs`).
+the migration to v14 (:func:`chain_existing_runs`). CapitalBench's rounds and submissions
+are chained since v15 (:mod:`.capital`).
 """
 
 from __future__ import annotations
@@ -86,6 +87,20 @@ STREAMS: Final[dict[str, Stream]] = {s.table: s for s in (
     # A run's config, as it started (its stop time is written later: not hashed; schema v14).
     Stream("runs", "id", ("started_ts", "mode", "version", "config_json", "recording"),
            "fssss", ("mode", "started_ts")),
+    # CapitalBench (schema v15, :mod:`.capital`): a round as frozen (its status and prices,
+    # written later, are chained as rows of capital_round_states), and every submission.
+    Stream("capital_rounds", "rowid",
+           ("round_id", "track", "frozen_ts", "deadline_ts", "start_day", "start_ts", "end_day",
+            "end_ts", "dir", "manifest_json", "hashes_sha256"),
+           "ssffsfsfsss", ("round_id",)),
+    Stream("capital_submissions", "rowid",
+           ("round_id", "run_id", "agent", "replicate", "official", "ts", "model", "outcome",
+            "reason", "holdings_json", "submission_json", "raw_responses_json", "calls_json",
+            "tokens_in", "tokens_out", "cost_usd", "template_version"),
+           "sssiifsssssssiifs", ("round_id", "run_id", "agent", "replicate")),
+    Stream("capital_round_states", "id",
+           ("round_id", "status", "start_prices_json", "end_prices_json"), "ssss",
+           ("round_id", "status")),
 )}
 _LISTS: Final[dict[str, Any]] = {t: list[s.row_type] for t, s in STREAMS.items()}  # type: ignore[name-defined]
 _KINDS: Final[dict[str, str]] = {t: s.kinds for t, s in STREAMS.items()}

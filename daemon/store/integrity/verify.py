@@ -12,6 +12,9 @@ of a stream that does not fit is named, with why:
 - it has no chain but follows chained rows: it was **inserted** by something other than
   paperarena.
 
+A CapitalBench round's status and prices, updated after it was written, are chained as rows of
+``capital_round_states``: a round whose present ones are not its last state's was **edited**.
+
 What a chain cannot show by itself is a cut tail (the last rows deleted): compare the heads
 :func:`verify` returns with heads published earlier (docs/operations.md).
 
@@ -29,12 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from daemon.store.dbfile import connect_readonly
+from daemon.store.integrity.capital import state_problem
 from daemon.store.integrity.chain import NO_BACK, STREAMS, Stream, content_bytes, link_rows
 from daemon.store.read import is_store_url
 
 __all__ = ["RowSource", "StreamCheck", "VerifyError", "summary", "verify", "walk"]
 
 _CHUNK = 2000
+#: A CapitalBench round's state: what capital_round_states chains of it.
+_STATE_COLS = ", ".join(STREAMS["capital_round_states"].columns)
 
 #: A source of a stream's rows: (row id, chain, *hashed columns) in row-id order, in chunks.
 RowSource = Callable[[], Iterator[Sequence[tuple[Any, ...]]]]
@@ -113,8 +119,12 @@ def walk(stream: Stream, name: str, source: RowSource) -> StreamCheck:
 
 
 def _sqlite_source(con: sqlite3.Connection, stream: Stream) -> RowSource:
-    # A table chained since a later schema (runs: v14) has rows written before it, unchained.
-    chained = "chain" in {r[1] for r in con.execute(f"PRAGMA table_info({stream.table})")}
+    # A table chained since a later schema (runs: v14, CapitalBench's: v15) has rows written
+    # before it, unchained; one created since (capital_round_states) may be missing.
+    cols = {r[1] for r in con.execute(f"PRAGMA table_info({stream.table})")}
+    if not cols:
+        return lambda: iter(())
+    chained = "chain" in cols
     sql = (f"SELECT {stream.order}, {'chain' if chained else 'NULL'},"
            f" {', '.join(stream.columns)} FROM {stream.table} ORDER BY {stream.order}")
 
@@ -141,15 +151,36 @@ def _verify_sqlite(path: str) -> list[StreamCheck]:
         if "chain" not in cols:
             raise VerifyError(f"{path}: no hash chains in this store (written by a paperarena "
                               "before schema v13); open it once with this version to add them")
-        return [walk(s, s.table, _sqlite_source(con, s)) for s in STREAMS.values()]
+        checks = [walk(s, s.table, _sqlite_source(con, s)) for s in STREAMS.values()]
+        if "chain" in {r[1] for r in con.execute("PRAGMA table_info(capital_rounds)")}:
+            _check_states(checks, "", con.execute(
+                f"SELECT rowid, {_STATE_COLS} FROM capital_rounds ORDER BY rowid").fetchall(),
+                con.execute(f"SELECT {_STATE_COLS} FROM capital_round_states ORDER BY id"
+                            ).fetchall())
+        return checks
     finally:
         con.close()
+
+
+def _check_states(checks: list[StreamCheck], prefix: str, rounds: Sequence[Any],
+                  states: Sequence[Any]) -> None:
+    """Name a round whose status or prices are not its last chained state (where both its
+    streams hold)."""
+    by = {c.name: c for c in checks}
+    rc, sc = by[f"{prefix}capital_rounds"], by[f"{prefix}capital_round_states"]
+    if rc.problem is None and sc.problem is None:
+        rc.problem = state_problem(rc.name, rounds, states)
 
 
 # ------------------------------------------------------------------------------ PostgreSQL
 
 
-async def _pg_rows(url: str) -> list[tuple[str, Stream, list[tuple[Any, ...]]]]:
+_PgRows = list[tuple[str, Stream, list[tuple[Any, ...]]]]
+#: scope prefix -> (capital_rounds' present states, capital_round_states' hashed columns)
+_PgStates = dict[str, tuple[list[tuple[Any, ...]], list[Any]]]
+
+
+async def _pg_rows(url: str) -> tuple[_PgRows, _PgStates]:
     import asyncpg  # type: ignore[import-untyped]
 
     from daemon.store.pg import password_for, redact
@@ -159,7 +190,8 @@ async def _pg_rows(url: str) -> list[tuple[str, Stream, list[tuple[Any, ...]]]]:
     except Exception as exc:
         text = " ".join(str(exc).split()) or type(exc).__name__
         raise VerifyError(f"{redact(url)}: cannot connect to PostgreSQL ({text})") from None
-    out: list[tuple[str, Stream, list[tuple[Any, ...]]]] = []
+    out: _PgRows = []
+    states: _PgStates = {}
     try:
         async with con.transaction(isolation="repeatable_read", readonly=True):
             try:
@@ -174,26 +206,35 @@ async def _pg_rows(url: str) -> list[tuple[str, Stream, list[tuple[Any, ...]]]]:
                 if not has:
                     continue  # a scope never opened by this version: nothing chained
                 for s in STREAMS.values():
-                    chained = await con.fetchval(
-                        "SELECT 1 FROM information_schema.columns WHERE table_schema=$1 AND"
-                        " table_name=$2 AND column_name='chain'", schema, s.table)
-                    rows = await con.fetch(
-                        f'SELECT {s.order}, {"chain" if chained else "NULL"},'
+                    cols = {r[0] for r in await con.fetch(
+                        "SELECT column_name FROM information_schema.columns WHERE"
+                        " table_schema=$1 AND table_name=$2", schema, s.table)}
+                    rows = [] if not cols else await con.fetch(
+                        f'SELECT {s.order}, {"chain" if "chain" in cols else "NULL"},'
                         f' {", ".join(s.columns)} FROM "{schema}".{s.table} ORDER BY {s.order}')
                     out.append((f"{scope}/{s.table}", s, [tuple(r) for r in rows]))
+                if cols:  # capital_round_states (the last stream) is v15's
+                    rounds = await con.fetch(
+                        f'SELECT rowid, {_STATE_COLS} FROM "{schema}".capital_rounds'
+                        " ORDER BY rowid")
+                    states[f"{scope}/"] = ([tuple(r) for r in rounds],
+                                           [r[2:] for r in out[-1][2]])
     finally:
         await con.close()
-    return out
+    return out, states
 
 
 def _verify_pg(url: str) -> list[StreamCheck]:
     checks = []
-    for name, stream, rows in asyncio.run(_pg_rows(url)):
+    streams, states = asyncio.run(_pg_rows(url))
+    for name, stream, rows in streams:
         def source(rows: list[tuple[Any, ...]] = rows) -> Iterator[Sequence[tuple[Any, ...]]]:
             for i in range(0, len(rows), _CHUNK):
                 yield rows[i:i + _CHUNK]
 
         checks.append(walk(stream, name, source))
+    for prefix, (rounds, chained) in states.items():
+        _check_states(checks, prefix, rounds, chained)
     return checks
 
 

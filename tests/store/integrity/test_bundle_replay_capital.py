@@ -32,7 +32,7 @@ from daemon.timing.clock import utc_datetime
 from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applied
 from tests.fakes.scenario import Scenario, wait_until
 from tests.protocols.test_capitalbench import CapitalModel, _config
-from tests.store.integrity.test_bundle import _members
+from tests.store.integrity.test_bundle import _members, rechain
 from tests.store.integrity.test_bundle_replay import _env, forged, offline_cli
 from tests.store.integrity.test_bundle_replay_agents import _difference
 from tests.store.test_cli_database import cli
@@ -151,9 +151,9 @@ def test_a_live_capitalbench_round_is_replayed_byte_identically(
     assert ", report replayed from the stored answers matches" in r.stdout
 
 
-def _edit_alpha(db: Path) -> None:
+def _edit_alpha(db: Path, *, chain: bool = True) -> None:
     """Make alpha's stored official answer a refusal (its calls only: the stored rows' report
-    is unchanged)."""
+    is unchanged), and (``chain``) recompute the chain of the submissions, as a forger would."""
     con = sqlite3.connect(db)
     with con:
         rowid, calls_json = con.execute(
@@ -164,12 +164,20 @@ def _edit_alpha(db: Path) -> None:
         calls[-1]["raw_response"] = "<refusal>no</refusal>"
         con.execute("UPDATE capital_submissions SET calls_json=? WHERE rowid=?",
                     (json.dumps(calls, sort_keys=True), rowid))
+        if chain:
+            rechain(con, "capital_submissions")
     con.close()
 
 
 def test_an_edited_capitalbench_answer_is_named(season: tuple[Path, Path],
                                                tmp_path: Path) -> None:
     _, bundle = season
+    store = tmp_path / "plain.db"  # edited, its chain left as it was: verify names the row
+    store.write_bytes(_members(bundle)["store.db"])
+    _edit_alpha(store, chain=False)
+    r = cli("verify", "--db", str(store), timeout=120)
+    assert r.returncode == 1 and r.stdout.startswith("capital_submissions: row "), r.stdout
+    assert "agent='alpha', replicate=1) was edited: its content does not match" in r.stdout
     edited = forged(bundle, tmp_path, _edit_alpha)
     assert _members(edited)["report.json"] == _members(bundle)["report.json"]
     line = _difference(edited)
@@ -203,8 +211,14 @@ async def test_replayed_rounds_resolve_and_score_again_from_the_bundle(
     assert len(scored) == 6  # alpha and gamma in each resolved round
     # A round frozen but whose submissions were never stored (the run stopped while it asked
     # the models) is frozen again, and its models not asked.
-    edited = forged(bundle, tmp_path, lambda db: _rows(
-        db, "DELETE FROM capital_submissions WHERE round_id='weekly-2026-11-09' RETURNING 1"))
+    def drop(db: Path) -> None:  # and the chain recomputed
+        con = sqlite3.connect(db)
+        with con:
+            con.execute("DELETE FROM capital_submissions WHERE round_id='weekly-2026-11-09'")
+            rechain(con, "capital_submissions")
+        con.close()
+
+    edited = forged(bundle, tmp_path, drop)
     r = offline_cli("report", "--bundle", str(edited), "--json")
     assert r.returncode == 0 and "not replayed" not in r.stderr, r.stderr[-2000:]
     assert r.stdout.encode() == _members(edited)["report.json"] != _members(bundle)["report.json"]
