@@ -21,7 +21,8 @@ engine's daily closes (:class:`daemon.market.state.MarketState`): an option must
 universe to have prices. With ``[capitalbench] adjusted_closes`` (live only; a replay uses the
 recording's closes) they are Yahoo's dividend-adjusted closes instead
 (:meth:`CapitalRunner.adjusted`): the trailing table's are fetched at the freeze (a failed fetch:
-the round is not frozen), and the start and end closes are fetched together once the end
+the round is not frozen) and stored with the round (``trailing_json``: a replay freezes it again
+from them), and the start and end closes are fetched together once the end
 session has closed, on one post-window basis (a failed fetch: the round stays unresolved and
 the next daily mark tries again).
 """
@@ -196,7 +197,8 @@ class CapitalRunner:
         if done and done[0][0] != "frozen":
             return plan.round_id  # collected before a restart
         try:
-            rdir = self.freeze(plan, await self.trailing_closes(plan))
+            trailing = await self.trailing_closes(plan)
+            rdir = self.freeze(plan, trailing)
         except (OSError, UnicodeDecodeError, RoundConflict, KeyError, ValueError,
                 HistoryError) as exc:
             log.error("capitalbench round not frozen; no model called", round=plan.round_id,
@@ -208,7 +210,8 @@ class CapitalRunner:
             await store.execute_atomic([], appends=[("capital_rounds", [(
                 plan.round_id, track, plan.freeze_ts, plan.deadline_ts,
                 plan.start_day.isoformat(), plan.start_ts, plan.end_day.isoformat(),
-                plan.end_ts, str(rdir), manifest, sha256((rdir / HASHES).read_bytes()))])],
+                plan.end_ts, str(rdir), manifest, sha256((rdir / HASHES).read_bytes()),
+                None if trailing is None else trailing_json(trailing))])],
                                        states=[plan.round_id])
         log.info("capitalbench round frozen", round=plan.round_id, dir=str(rdir))
         await self.collect(plan, rdir)
@@ -447,6 +450,18 @@ class CapitalRunner:
         except Exception as exc:  # the stored prices are the record; the file is a copy
             log.warning("capitalbench results file not written", round=round_id,
                         error=str(exc))
+
+
+def trailing_json(closes: Mapping[str, Sequence[tuple[date, float]]]) -> str:
+    """Return the trailing table's closes as stored with their round (``trailing_json``)."""
+    return json.dumps({a: [[d.isoformat(), p] for d, p in days] for a, days in closes.items()},
+                      ensure_ascii=False)  # in the fetched order
+
+
+def trailing_from_json(text: str) -> dict[str, list[tuple[date, float]]]:
+    """Return the closes :func:`trailing_json` stored."""
+    return {str(a): [(date.fromisoformat(d), float(p)) for d, p in days]
+            for a, days in json.loads(text).items()}
 
 
 def _dumps(obj: Any, indent: int | None = None) -> str:

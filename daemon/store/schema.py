@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 16
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -205,9 +205,20 @@ CREATE TABLE IF NOT EXISTS capital_round_states(
 """
 # --- end v15 -----------------------------------------------------------------------------------
 
+# --- v16: a CapitalBench round's trailing closes (issue 32, point 3) ---------------------------
+# ``trailing_json``: the dividend-adjusted closes a live round's trailing-returns table was built
+# from (``[capitalbench] adjusted_closes``, fetched at the freeze), chained with the round as
+# frozen, so a replay freezes it again without fetching; NULL for a round of the daily closes the
+# store holds, and for every round stored before (a NULL is left out of the chained content:
+# their chains stand).
+_V16 = """
+ALTER TABLE capital_rounds ADD COLUMN trailing_json TEXT;
+"""
+# --- end v16 -----------------------------------------------------------------------------------
+
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
                                8: _V8, 9: _V9, 10: _V10, 11: _V11, 12: _V12, 13: _V13,
-                               14: _V14, 15: _V15}
+                               14: _V14, 15: _V15, 16: _V16}
 
 
 def _statements(script: str) -> list[str]:

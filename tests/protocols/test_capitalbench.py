@@ -437,7 +437,8 @@ async def test_api_serves_the_rounds(tmp_path: Path) -> None:
         con.execute(
             "INSERT INTO capital_rounds VALUES('weekly-x', 'weekly', 0, 1, '2026-11-02', 2,"
             " '2026-11-09', 3, ?, '{\"benchmark\": \"SPY\"}', 'h', 'resolved',"
-            " '{\"QQQ\": 100, \"SPY\": 10}', '{\"QQQ\": 110, \"SPY\": 10.5}', NULL)",  # no chain
+            " '{\"QQQ\": 100, \"SPY\": 10}', '{\"QQQ\": 110, \"SPY\": 10.5}',"
+            " NULL, NULL)",  # no chain, no trailing closes
             (str(tmp_path / "r"),))
         con.execute(
             "INSERT INTO capital_submissions VALUES('weekly-x', 'official', 'm', 1, 1, 1, 'x',"

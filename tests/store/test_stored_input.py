@@ -183,6 +183,7 @@ async def test_a_v10_store_migrates_and_reads_its_old_rows_beside_new_ones(
     con.execute("UPDATE meta SET value='10' WHERE key='schema_version'")
     con.execute("ALTER TABLE observations DROP COLUMN assets_sha256")
     con.execute("ALTER TABLE decisions DROP COLUMN reasoning")  # v12's
+    con.execute("ALTER TABLE capital_rounds DROP COLUMN trailing_json")  # v16's
     for table in ("decisions", "llm_calls", "fills", "market_events", "equity", "resolutions",
                   "runs", "capital_rounds", "capital_submissions"):
         con.execute(f"ALTER TABLE {table} DROP COLUMN chain")  # v13's (runs: v14's; capital: v15's)
@@ -193,7 +194,7 @@ async def test_a_v10_store_migrates_and_reads_its_old_rows_beside_new_ones(
     con.close()
     store = await Store.open(db)
     try:
-        assert await store.schema_version() == SCHEMA_VERSION == 15
+        assert await store.schema_version() == SCHEMA_VERSION == 16
         await write("new", old=False)
     finally:
         await store.close()

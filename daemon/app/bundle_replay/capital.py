@@ -9,10 +9,12 @@ code whose model calls are answered, in order, by the calls stored with its subm
 (``capital_submissions.calls_json``, :func:`agents.prompt_replay.answer_from_store`), each
 answer checked again by the protocol; a submission ends at its stored time (a late one is late
 again; a round the live run froze but stopped before storing its submissions is frozen only);
-the start and end closes are stored again at the daily marks. No price is fetched: a
-season with ``[capitalbench] adjusted_closes`` is refused (the trailing table's closes fetched at
-a freeze are not in the store). :func:`first_capital_difference` names the first replayed round
-or submission that is not the stored one.
+the start and end closes are stored again at the daily marks. No price is fetched: with
+``[capitalbench] adjusted_closes``, a round is frozen again from the trailing table's closes the
+live freeze fetched, stored with it (``trailing_json``, schema v16; a round stored before has
+none and is not frozen again: a named difference), and its adjusted start and end closes are
+the stored ones. :func:`first_capital_difference` names the first replayed round or submission
+that is not the stored one.
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ import json
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from apscheduler.triggers.base import BaseTrigger
 
 from agents.capitalbench.config import CapitalBenchConfig
+from agents.capitalbench.runner import trailing_from_json
 from agents.prompt_replay import StoredCall, answer_from_store
 from daemon.store.dbfile import connect_readonly
 from daemon.timing.clock import SimClock, utc_datetime
+from feeds.daily_bars import HistoryError
 
 __all__ = ["StoredCapital", "capital_refusal", "first_capital_difference", "replay_capital",
            "stored_capital"]
@@ -52,13 +56,15 @@ class StoredCapital:
     """(track, freeze time) -> round id."""
     submissions: Mapping[tuple[str, str], tuple[_Submission, ...]] = field(default_factory=dict)
     """(agent, round id) -> its submissions in the order they were asked."""
+    trailing: Mapping[str, str] = field(default_factory=dict)
+    """Round id -> the trailing table's closes its live freeze fetched (``trailing_json``)."""
+    closes: Mapping[tuple[str, str], tuple[str | None, str | None]] = field(
+        default_factory=dict)
+    """(start day, end day) -> the stored start and end closes (JSON) of a round."""
 
 
 def capital_refusal(cap: CapitalBenchConfig) -> str | None:
     """Return why the CapitalBench rounds of ``cap`` cannot be replayed here (None: they can)."""
-    if cap.adjusted_closes:
-        return ("[capitalbench] adjusted_closes: the trailing table's closes fetched at a "
-                "round's freeze are not stored, so its prompt cannot be rebuilt")
     if not Path(cap.briefing).is_file():
         return (f"the CapitalBench briefing {cap.briefing} is not here: a round's prompt is "
                 "rebuilt from it (the store holds its SHA-256 only)")
@@ -81,7 +87,12 @@ def stored_capital(con: sqlite3.Connection) -> StoredCapital:
             "SELECT round_id, agent, ts, calls_json FROM capital_submissions ORDER BY rowid"):
         calls = tuple(_call(c) for c in json.loads(calls_json or "[]"))
         subs.setdefault((agent, rid), []).append(_Submission(float(ts), calls))
-    return StoredCapital(rounds, {k: tuple(v) for k, v in subs.items()})
+    cols = {r[1] for r in con.execute("PRAGMA table_info(capital_rounds)")}
+    trailing = {} if "trailing_json" not in cols else {str(r): str(t) for r, t in con.execute(
+        "SELECT round_id, trailing_json FROM capital_rounds WHERE trailing_json IS NOT NULL")}
+    closes = {(str(a), str(b)): (s, e) for a, b, s, e in con.execute(
+        "SELECT start_day, end_day, start_prices_json, end_prices_json FROM capital_rounds")}
+    return StoredCapital(rounds, {k: tuple(v) for k, v in subs.items()}, trailing, closes)
 
 
 _USAGE = ("ts", "model", "tokens_in", "tokens_out", "latency_s", "cost_usd")
@@ -125,12 +136,26 @@ def replay_capital(engine: Any, sched: Any, job: JobCallback, clock: SimClock,
     used: dict[tuple[str, str], int] = {}
     own_build = runner._build
 
-    async def no_fetch(*_: Any) -> Any:
-        from feeds.daily_bars import HistoryError
+    async def stored_closes(first: date, last: date, assets: Any) -> dict[str, dict[date, float]]:
+        """Answer the fetch of a round's adjusted start and end closes with the stored ones."""
+        start, end = stored.closes.get((first.isoformat(), last.isoformat()), (None, None))
+        if start is None or end is None:
+            raise HistoryError("a replay fetches no prices (the round's closes are not stored)")
+        s, e = json.loads(start), json.loads(end)
+        return {a: {first: float(s[a]), last: float(e[a])} for a in assets if a in s and a in e}
 
-        raise HistoryError("a replay fetches no prices")
+    async def stored_trailing(plan: Any) -> dict[str, list[tuple[date, float]]] | None:
+        """Return the trailing table's closes stored with the round (never fetched)."""
+        if not runner.live_adjusted:
+            return None
+        got = stored.trailing.get(plan.round_id)
+        if got is None:
+            raise HistoryError("a replay fetches no prices (the round's trailing closes are "
+                               "not stored: it was stored before schema v16)")
+        return trailing_from_json(got)
 
-    runner.adjusted = no_fetch
+    runner.adjusted = stored_closes
+    runner.trailing_closes = stored_trailing
 
     def build(acfg: Any) -> Any:
         agent = own_build(acfg)
@@ -186,7 +211,8 @@ def _answer_stored(agent: Any, stored: StoredCapital, current: list[str | None],
 
 
 _ROUND = ("track", "frozen_ts", "deadline_ts", "start_day", "start_ts", "end_day", "end_ts",
-          "manifest_json", "hashes_sha256", "status", "start_prices_json", "end_prices_json")
+          "manifest_json", "hashes_sha256", "status", "start_prices_json", "end_prices_json",
+          "trailing_json")
 _SUBMISSION = ("official", "ts", "model", "outcome", "reason", "holdings_json",
                "submission_json", "raw_responses_json", "calls_json", "tokens_in", "tokens_out",
                "cost_usd", "template_version")
@@ -197,8 +223,10 @@ def _rows(con: sqlite3.Connection, table: str, key: str, columns: tuple[str, ...
     if not _has(con, table):
         return {}
     n = key.count(",") + 1
+    have = {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+    cols = ", ".join(c if c in have else "NULL" for c in columns)  # a store of an older schema
     return {tuple(r[:n]): tuple(r[n:]) for r in con.execute(
-        f"SELECT {key}, {', '.join(columns)} FROM {table} ORDER BY rowid")}
+        f"SELECT {key}, {cols} FROM {table} ORDER BY rowid")}
 
 
 def _from_difference(x: str, y: str, width: int = 60) -> tuple[str, str]:

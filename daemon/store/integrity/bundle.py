@@ -18,7 +18,7 @@ rebuilt by replaying the season from the stored answers is too (a ``replay`` cal
 :mod:`daemon.app.bundle_replay`, no model called, no key needed; the first differing line is
 named, and the first replayed decision or fill that is not the stored one), and with ``--key``
 (a PEM public key) the signature. What it does not do yet: replay a season the replay does
-not support (CapitalBench rounds of adjusted closes or without their briefing file, a resumed
+not support (CapitalBench rounds without their briefing file, a resumed
 replay, a config reloaded while running: :func:`daemon.app.bundle_replay.refusal` and the run
 checks); the callback raises :class:`NotReplayed` and the caller says the replay check was
 not done.

@@ -56,10 +56,11 @@ async def chain_existing_capital(db: Any) -> None:
     """Chain the rounds and submissions stored before schema v15 and write each round's
     present state (inside the migration's transaction on the connection ``db``)."""
     for table in ("capital_rounds", "capital_submissions"):
-        cols = STREAMS[table].columns
+        stream = STREAMS[table]
+        cols = stream.columns[:len(stream.columns) - stream.optional]  # later ones: NULL here
         async with db.execute(f"SELECT rowid, {', '.join(cols)} FROM {table} ORDER BY rowid"
                               ) as cur:
-            rows = [tuple(r) for r in await cur.fetchall()]
+            rows = [(*r, *(None,) * stream.optional) for r in await cur.fetchall()]
         if rows:
             chains = chain_rows(table, b"", [r[1:] for r in rows])
             await db.executemany(f"UPDATE {table} SET chain=? WHERE rowid=?",

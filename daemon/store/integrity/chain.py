@@ -49,6 +49,9 @@ class Stream:
     """One letter a column: ``f`` REAL, ``i`` INTEGER, ``s`` TEXT (each may be NULL)."""
     key: tuple[str, ...]
     """The columns naming a row in messages."""
+    optional: int = 0
+    """How many last columns (added after the table was first chained) are left out of the
+    content while NULL: the chains of the rows written before them stand."""
 
     @property
     def row_type(self) -> Any:
@@ -88,11 +91,12 @@ STREAMS: Final[dict[str, Stream]] = {s.table: s for s in (
     Stream("runs", "id", ("started_ts", "mode", "version", "config_json", "recording"),
            "fssss", ("mode", "started_ts")),
     # CapitalBench (schema v15, :mod:`.capital`): a round as frozen (its status and prices,
-    # written later, are chained as rows of capital_round_states), and every submission.
+    # written later, are chained as rows of capital_round_states; its trailing closes, v16,
+    # optional), and every submission.
     Stream("capital_rounds", "rowid",
            ("round_id", "track", "frozen_ts", "deadline_ts", "start_day", "start_ts", "end_day",
-            "end_ts", "dir", "manifest_json", "hashes_sha256"),
-           "ssffsfsfsss", ("round_id",)),
+            "end_ts", "dir", "manifest_json", "hashes_sha256", "trailing_json"),
+           "ssffsfsfssss", ("round_id",), optional=1),
     Stream("capital_submissions", "rowid",
            ("round_id", "run_id", "agent", "replicate", "official", "ts", "model", "outcome",
             "reason", "holdings_json", "submission_json", "raw_responses_json", "calls_json",
@@ -104,6 +108,7 @@ STREAMS: Final[dict[str, Stream]] = {s.table: s for s in (
 )}
 _LISTS: Final[dict[str, Any]] = {t: list[s.row_type] for t, s in STREAMS.items()}  # type: ignore[name-defined]
 _KINDS: Final[dict[str, str]] = {t: s.kinds for t, s in STREAMS.items()}
+_OPTIONAL: Final[dict[str, int]] = {t: s.optional for t, s in STREAMS.items() if s.optional}
 
 
 def _slow(kinds: str, row: Sequence[Any]) -> tuple[Any, ...]:
@@ -126,6 +131,23 @@ def _slow(kinds: str, row: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def _normalised(table: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """Return ``rows`` with each value of the type its column stores, a NULL optional column
+    left out (:attr:`Stream.optional`)."""
+    norm = _typed(table, rows)
+    optional = _OPTIONAL.get(table, 0)
+    if not optional:
+        return norm
+    out = []
+    for r in norm:
+        r = tuple(r)
+        n = len(r)
+        while n > len(r) - optional and r[n - 1] is None:
+            n -= 1
+        out.append(r[:n])
+    return out
+
+
+def _typed(table: str, rows: Sequence[Sequence[Any]]) -> list[Any]:
     """Return ``rows`` with each value of the type its column stores (one C call in general)."""
     try:
         return msgspec.convert(rows, _LISTS[table], strict=False)  # type: ignore[no-any-return]

@@ -118,6 +118,12 @@ def walk(stream: Stream, name: str, source: RowSource) -> StreamCheck:
 # ------------------------------------------------------------------------------ SQLite
 
 
+def _columns(stream: Stream, present: set[str]) -> str:
+    """Return the stream's hashed columns to select, NULL for one a store of an older schema
+    lacks (an optional one, :attr:`Stream.optional`)."""
+    return ", ".join(c if c in present else "NULL" for c in stream.columns)
+
+
 def _sqlite_source(con: sqlite3.Connection, stream: Stream) -> RowSource:
     # A table chained since a later schema (runs: v14, CapitalBench's: v15) has rows written
     # before it, unchained; one created since (capital_round_states) may be missing.
@@ -126,7 +132,7 @@ def _sqlite_source(con: sqlite3.Connection, stream: Stream) -> RowSource:
         return lambda: iter(())
     chained = "chain" in cols
     sql = (f"SELECT {stream.order}, {'chain' if chained else 'NULL'},"
-           f" {', '.join(stream.columns)} FROM {stream.table} ORDER BY {stream.order}")
+           f" {_columns(stream, cols)} FROM {stream.table} ORDER BY {stream.order}")
 
     def rows() -> Iterator[Sequence[tuple[Any, ...]]]:
         cur = con.execute(sql)
@@ -211,7 +217,7 @@ async def _pg_rows(url: str) -> tuple[_PgRows, _PgStates]:
                         " table_schema=$1 AND table_name=$2", schema, s.table)}
                     rows = [] if not cols else await con.fetch(
                         f'SELECT {s.order}, {"chain" if "chain" in cols else "NULL"},'
-                        f' {", ".join(s.columns)} FROM "{schema}".{s.table} ORDER BY {s.order}')
+                        f' {_columns(s, cols)} FROM "{schema}".{s.table} ORDER BY {s.order}')
                     out.append((f"{scope}/{s.table}", s, [tuple(r) for r in rows]))
                 if cols:  # capital_round_states (the last stream) is v15's
                     rounds = await con.fetch(

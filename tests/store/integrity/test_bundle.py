@@ -191,10 +191,11 @@ def test_a_season_the_replay_does_not_support_is_named_not_replayed(
     cfg = json.loads(_stored_config(bundle, tmp_path))
     capital = parse_config(tomllib.loads((ROOT / "examples" / "capitalbench.toml").read_text()))
     cfg = {**capital.model_dump(mode="json"), "store": cfg["store"]}  # CapitalBench rounds
-    cfg["capitalbench"]["adjusted_closes"] = True  # of Yahoo's adjusted closes, fetched live
+    # its briefing (a round's prompt is rebuilt from it) absent
+    cfg["capitalbench"]["briefing"] = str(tmp_path / "gone.md")
     edited = _with_runs(bundle, tmp_path, "UPDATE runs SET config_json = ?", json.dumps(cfg))
-    why = ("[capitalbench] adjusted_closes: the trailing table's closes fetched at a round's "
-           "freeze are not stored, so its prompt cannot be rebuilt")
+    why = (f"the CapitalBench briefing {tmp_path / 'gone.md'} is not here: a round's prompt is "
+           "rebuilt from it (the store holds its SHA-256 only)")
     r = cli("verify-bundle", str(edited), timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"heads and report match, not replayed: {why} (season S1)" in r.stdout
@@ -202,13 +203,6 @@ def test_a_season_the_replay_does_not_support_is_named_not_replayed(
     assert r.returncode == 0 and r.stdout.encode() == _members(edited)["report.json"]
     assert r.stderr == (f"paperarena: {edited}: not replayed ({why}): the report is recomputed "
                         "from the stored rows\n")
-    # Of closes the store holds, but its briefing (a round's prompt is rebuilt from it) absent.
-    cfg["capitalbench"] |= {"adjusted_closes": False, "briefing": str(tmp_path / "gone.md")}
-    edited = _with_runs(bundle, tmp_path, "UPDATE runs SET config_json = ?", json.dumps(cfg))
-    r = cli("verify-bundle", str(edited), timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert (f"not replayed: the CapitalBench briefing {tmp_path / 'gone.md'} is not here: a "
-            "round's prompt is rebuilt from it (the store holds its SHA-256 only)") in r.stdout
 
 
 def test_a_store_of_a_resumed_replay_is_not_replayed(season: tuple[Path, Path, Path, Path],

@@ -18,6 +18,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ import pytest
 from apscheduler.triggers.date import DateTrigger
 
 from agents.capitalbench.runner import CapitalRunner
+from daemon.app.bundle_replay import replay_store
+from daemon.app.bundle_replay.capital import first_capital_difference
 from daemon.app.live import LiveDaemon
 from daemon.app.sources import build_sources
 from daemon.config.settings import parse_config
@@ -32,6 +35,7 @@ from daemon.timing.clock import utc_datetime
 from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applied
 from tests.fakes.scenario import Scenario, wait_until
 from tests.protocols.test_capitalbench import CapitalModel, _config
+from tests.protocols.test_capitalbench_adjusted import _adjust
 from tests.store.integrity.test_bundle import _members, rechain
 from tests.store.integrity.test_bundle_replay import _env, forged, offline_cli
 from tests.store.integrity.test_bundle_replay_agents import _difference
@@ -52,13 +56,30 @@ def _status(db: Path) -> list[str]:
         con.close()
 
 
-async def _live_season(tmp: Path) -> Path:
+#: TLT's closes the chart served to the adjusted season: quoted and adjusted.
+SERVED: dict[str, list[float]] = {}
+
+
+def _serve_dividend(sc: Scenario) -> None:
+    """Make the Yahoo chart's adjusted closes of TLT those of a dividend in its served days
+    (the quoted closes unchanged): the trailing table of adjusted closes is not the quoted one."""
+    res = sc.yahoo.charts["TLT"]["chart"]["result"][0]
+    days = [date.fromtimestamp(t) for t in res["timestamp"]]
+    quoted = dict(zip(days, res["indicators"]["quote"][0]["close"], strict=True))
+    adjusted = _adjust(quoted, {days[len(days) // 2]: 0.9})
+    res["indicators"]["adjclose"] = [{"adjclose": [adjusted[d] for d in days]}]
+    SERVED.update(quoted=list(quoted.values()), adjusted=list(adjusted.values()))
+
+
+async def _live_season(tmp: Path, adjusted: bool = False) -> Path:
     """Run the live daemon until its CapitalBench round is collected and a few decision rounds
-    ran; return its store."""
+    ran; return its store. ``adjusted``: with ``[capitalbench] adjusted_closes``."""
     db = tmp / "live.db"
     sc = Scenario(equities=EQUITIES)
     await sc.start()
     sc.serve_daily_history()
+    if adjusted:
+        _serve_dividend(sc)
     os.environ["CB_TEST_KEY"] = "sk-test"
     fire: list[float] = []
 
@@ -70,6 +91,7 @@ async def _live_season(tmp: Path) -> Path:
         async with CapitalModel() as model:
             data = _config(tmp, model.api_base, repeats=1)
             cap = {k: v for k, v in data["capitalbench"].items() if k != "show_retrospective"}
+            cap["adjusted_closes"] = adjusted
             base = make_config(sc, db, agents=data["agents"][:1], polymarket=False,
                                backfill=True)  # the baseline; the models with their section
             cfg = parse_config({**base.model_dump(mode="json", exclude_none=True),
@@ -120,6 +142,17 @@ def season(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pat
     yield db, bundle
 
 
+@pytest.fixture(scope="module")
+def adjusted_season(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """The live store of a season of adjusted closes and its bundle."""
+    tmp = tmp_path_factory.mktemp("live-capital-adjusted")
+    db = asyncio.run(_live_season(tmp, adjusted=True))
+    bundle = tmp / "live.tar"
+    r = cli("export", "--db", str(db), "--bundle", str(bundle), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    yield db, bundle
+
+
 def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
     con = sqlite3.connect(db)
     try:
@@ -149,6 +182,45 @@ def test_a_live_capitalbench_round_is_replayed_byte_identically(
     r = cli("verify-bundle", str(bundle), timeout=300, env=_env())
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     assert ", report replayed from the stored answers matches" in r.stdout
+
+
+def test_a_live_round_of_adjusted_closes_is_replayed_from_its_stored_trailing_closes(
+        adjusted_season: tuple[Path, Path], tmp_path: Path) -> None:
+    db, bundle = adjusted_season
+    ((rid, rdir, trailing),) = _rows(db, "SELECT round_id, dir, trailing_json FROM"
+                                         " capital_rounds")
+    stored = json.loads(trailing)  # the closes the freeze fetched: TLT's adjusted ones
+    assert set(stored) == {"QQQ", "TLT", "GLD"}
+    closes = {p for _, p in stored["TLT"]}
+    assert len(closes) >= 5 and closes <= set(SERVED["adjusted"])
+    assert not closes <= set(SERVED["quoted"])
+    table = (Path(rdir) / "market_data" / "universe_trailing_returns.csv").read_text()
+    r = offline_cli("report", "--bundle", str(bundle), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "not replayed" not in r.stderr, r.stderr
+    assert r.stdout.encode() == _members(bundle)["report.json"]
+    r = cli("verify-bundle", str(bundle), timeout=300, env=_env())
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+    assert ", report replayed from the stored answers matches" in r.stdout
+
+    # The round frozen again is the live one (its package's hashes too), from the stored
+    # closes: other closes (the chain recomputed) freeze another table.
+    store = tmp_path / "store.db"
+    store.write_bytes(_members(bundle)["store.db"])
+    asyncio.run(replay_store(str(store), str(tmp_path / "a.db")))
+    assert first_capital_difference(str(store), str(tmp_path / "a.db")) is None
+    forged_closes = {a: [[d, p * (1.0 if k == len(days) - 1 else 1.5)]
+                         for k, (d, p) in enumerate(days)] for a, days in stored.items()}
+    con = sqlite3.connect(store)
+    with con:
+        con.execute("UPDATE capital_rounds SET trailing_json=?", (json.dumps(forged_closes),))
+        rechain(con, "capital_rounds")
+    con.close()
+    asyncio.run(replay_store(str(store), str(tmp_path / "b.db")))
+    line = first_capital_difference(str(store), str(tmp_path / "b.db"))
+    assert line is not None and line.startswith(
+        f"the replay's CapitalBench round {rid} differs in hashes_sha256"), line
+    assert "return_" in table  # the live table was built (and replayed) from them
 
 
 def _edit_alpha(db: Path, *, chain: bool = True) -> None:

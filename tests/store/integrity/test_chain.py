@@ -282,15 +282,16 @@ async def test_the_configs_of_runs_stored_before_v14_are_chained_by_the_migratio
     db = str(tmp_path / "s.db")
     await _fill(db)
     await _sql(db, [("ALTER TABLE runs DROP COLUMN chain", ()),
+                    ("ALTER TABLE capital_rounds DROP COLUMN trailing_json", ()),  # v16's
                     ("ALTER TABLE capital_rounds DROP COLUMN chain", ()),  # v15's
                     ("ALTER TABLE capital_submissions DROP COLUMN chain", ()),
                     ("DROP TABLE capital_round_states", ()),
                     ("UPDATE meta SET value='13' WHERE key='schema_version'", ())])
     checks = await _checks(db)
     assert (checks["runs"].rows, checks["runs"].legacy, checks["runs"].problem) == (0, 3, None)
-    store = await Store.open(db)  # the migrations to v14 and v15
+    store = await Store.open(db)  # the migrations to v14, v15 and v16
     try:
-        assert await store.schema_version() == 15
+        assert await store.schema_version() == 16
         await store.begin_run(mode="live", version="t", config={"n": 3}, recording=None,
                               started_ts=T0 + 3)
     finally:

@@ -1,6 +1,7 @@
-"""CapitalBench's chains (issue 32, point 2; schema v15): an edited, deleted or reordered round,
-submission or round state is named by ``verify``, on SQLite and PostgreSQL alike, and so is a
-round whose status or prices are no longer those of its last chained state."""
+"""CapitalBench's chains (issue 32, point 2; schema v15; a round's trailing closes: v16): an
+edited, deleted or reordered round, submission or round state is named by ``verify``, on SQLite
+and PostgreSQL alike, and so is a round whose status or prices are no longer those of its last
+chained state."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ CAPITAL = ("capital_rounds", "capital_submissions", "capital_round_states")
 def _round(i: int) -> tuple[Any, ...]:
     ts = T0 + 86_400 * i
     return (f"2023-11-{14 + i}-weekly", "weekly", ts, ts + 3600, f"2023-11-{15 + i}", ts + 86_400,
-            f"2023-11-{22 + i}", ts + 8 * 86_400, f"/rounds/r{i}", json.dumps({"i": i}), "h" * 64)
+            f"2023-11-{22 + i}", ts + 8 * 86_400, f"/rounds/r{i}", json.dumps({"i": i}), "h" * 64,
+            json.dumps({"QQQ": [["2023-11-13", 100.0 + i]]}) if i % 2 else None)  # v16's
 
 
 def _submission(i: int, agent: str, rep: int) -> tuple[Any, ...]:
@@ -79,6 +81,7 @@ EDITS = [("capital_submissions", "calls_json", "[]", "was edited: its content"),
          ("capital_submissions", "raw_responses_json", '["forged"]', "was edited: its content"),
          ("capital_submissions", "holdings_json", '{"AAPL": 100}', "was edited: its content"),
          ("capital_rounds", "manifest_json", "{}", "was edited: its content"),
+         ("capital_rounds", "trailing_json", '{"QQQ": []}', "was edited: its content"),
          ("capital_rounds", "start_prices_json", '{"AAPL": 1.0}', "status or prices"),
          ("capital_rounds", "end_prices_json", '{"AAPL": 1.0}', "status or prices"),
          ("capital_rounds", "status", "frozen", "status or prices"),
@@ -149,16 +152,17 @@ async def test_capital_rows_stored_before_v15_are_chained_by_the_migration(
     v15, each round's present state written; an edit of either is named after."""
     db = str(tmp_path / "s.db")
     await _fill(db)
-    await _sql(db, [("ALTER TABLE capital_rounds DROP COLUMN chain", ()),
+    await _sql(db, [("ALTER TABLE capital_rounds DROP COLUMN trailing_json", ()),  # v16's
+                    ("ALTER TABLE capital_rounds DROP COLUMN chain", ()),
                     ("ALTER TABLE capital_submissions DROP COLUMN chain", ()),
                     ("DROP TABLE capital_round_states", ()),
                     ("UPDATE meta SET value='14' WHERE key='schema_version'", ())])
     checks = await _checks(db)
     assert [(checks[t].rows, checks[t].legacy, checks[t].problem) for t in CAPITAL] == [
         (0, 3, None), (0, 6, None), (0, 0, None)]
-    store = await Store.open(db)  # the migration to v15
+    store = await Store.open(db)  # the migrations to v15 and v16
     try:
-        assert await store.schema_version() == 15
+        assert await store.schema_version() == 16
         await store.execute_atomic([], appends=[("capital_rounds", [_round(3)])],
                                    states=[_round(3)[0]])
     finally:
@@ -174,3 +178,36 @@ async def test_capital_rows_stored_before_v15_are_chained_by_the_migration(
     problem = (await _checks(db))["capital_submissions"].problem
     assert problem is not None and problem.startswith("capital_submissions: row 3 (round_id=")
     assert "was edited" in problem
+
+
+async def test_rounds_chained_before_v16_keep_their_chains(tmp_path: Path) -> None:
+    """A v15 store's chained rounds (no ``trailing_json``) verify as they are and, after the
+    migration to v16 (the column added, NULL), with the same chains; a round's stored trailing
+    closes are chained with it: dropping them is named as an edit."""
+    db = str(tmp_path / "s.db")
+    store = await Store.open(db)
+    try:
+        for i in (0, 2):
+            await store.execute_atomic([], appends=[("capital_rounds", [(*_round(i)[:-1], None)])],
+                                       states=[_round(i)[0]])
+    finally:
+        await store.close()
+    await _sql(db, [("ALTER TABLE capital_rounds DROP COLUMN trailing_json", ()),
+                    ("UPDATE meta SET value='15' WHERE key='schema_version'", ())])
+    before = await _sql(db, [("SELECT chain FROM capital_rounds ORDER BY rowid", ())])
+    checks = await _checks(db)
+    assert (checks["capital_rounds"].rows, checks["capital_rounds"].problem) == (2, None)
+    store = await Store.open(db)  # the migration to v16
+    try:
+        assert await store.schema_version() == 16
+        await store.execute_atomic([], appends=[("capital_rounds", [_round(1)])],
+                                   states=[_round(1)[0]])
+    finally:
+        await store.close()
+    after = await _sql(db, [("SELECT chain FROM capital_rounds ORDER BY rowid", ())])
+    assert after[:2] == before and len(after) == 3
+    assert all(c.problem is None for c in (await _checks(db)).values())
+    await _sql(db, [("UPDATE capital_rounds SET trailing_json=NULL WHERE rowid=3", ())])
+    problem = (await _checks(db))["capital_rounds"].problem
+    assert problem is not None and problem.startswith("capital_rounds: row 3 (round_id=")
+    assert "was edited: its content" in problem, problem
