@@ -115,18 +115,28 @@ def season(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pat
     tmp = tmp_path_factory.mktemp("live-bundle")
     db, calls = asyncio.run(_live_season(tmp))
     assert calls >= 6  # every queued answer was asked for, the bad one retried
-    bundle = tmp / "live.tar"
+    yield db, exported(db)
+
+
+def exported(db: Path) -> Path:
+    """Return the bundle ``paperarena export`` writes of ``db`` (next to it, ``live.tar``)."""
+    bundle = db.parent / "live.tar"
     r = cli("export", "--db", str(db), "--bundle", str(bundle), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    yield db, bundle
+    return bundle
+
+
+def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Return the rows ``sql`` selects from the SQLite store ``db``."""
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
 
 
 def _count(db: Path, sql: str) -> int:
-    con = sqlite3.connect(db)
-    try:
-        return int(con.execute(sql).fetchone()[0])
-    finally:
-        con.close()
+    return int(rows(db, sql)[0][0])
 
 
 def test_a_live_bundle_rebuilds_its_report_by_replay_with_no_model(

@@ -38,9 +38,11 @@ from tests.store.integrity.test_bundle import _members
 from tests.store.integrity.test_bundle_replay import (
     _env,
     edit_answer,
+    exported,
     forged,
     offline_cli,
     rechain,
+    rows,
 )
 from tests.store.test_cli_database import cli
 
@@ -117,30 +119,19 @@ def season(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pat
     """The live store and its bundle."""
     tmp = tmp_path_factory.mktemp("live-agents")
     db = asyncio.run(_live_season(tmp))
-    bundle = tmp / "live.tar"
-    r = cli("export", "--db", str(db), "--bundle", str(bundle), timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    yield db, bundle
-
-
-def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    con = sqlite3.connect(db)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
+    yield db, exported(db)
 
 
 def test_every_kind_of_agent_is_replayed_byte_identically(season: tuple[Path, Path]) -> None:
     db, bundle = season
     # Two runs, each of which decided rounds (the second also the one due while stopped).
-    runs = _rows(db, "SELECT r.id, COUNT(DISTINCT d.scheduled_ts), MIN(d.scheduled_ts) <"
+    runs = rows(db, "SELECT r.id, COUNT(DISTINCT d.scheduled_ts), MIN(d.scheduled_ts) <"
                      " r.started_ts FROM runs r JOIN decisions d ON d.run_id = r.id GROUP BY r.id")
     assert [(n >= 3, settled) for _, n, settled in runs] == [(True, 0), (True, 1)], runs
     # Every agent traded; every protocol's steps and the HTTP agent's requests were stored.
-    traded = {a for (a,) in _rows(db, "SELECT agent FROM fills WHERE traded_value > 0")}
+    traded = {a for (a,) in rows(db, "SELECT agent FROM fills WHERE traded_value > 0")}
     assert traded == {"sb", "pb", "af", "remote", "equal_weight"}, traded
-    steps = {(a, s) for a, s in _rows(db, "SELECT DISTINCT agent, step FROM llm_calls")}
+    steps = {(a, s) for a, s in rows(db, "SELECT DISTINCT agent, step FROM llm_calls")}
     assert {("sb", "overview"), ("sb", "decision"), ("pb", "views"), ("pb", "weights"),
             ("af", "strategy"), ("remote", None)} <= steps, steps
     r = offline_cli("report", "--bundle", str(bundle), "--json")

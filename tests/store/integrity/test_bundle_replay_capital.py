@@ -37,7 +37,7 @@ from tests.fakes.scenario import Scenario, wait_until
 from tests.protocols.test_capitalbench import CapitalModel, _config
 from tests.protocols.test_capitalbench_adjusted import _adjust
 from tests.store.integrity.test_bundle import _members, rechain
-from tests.store.integrity.test_bundle_replay import _env, forged, offline_cli
+from tests.store.integrity.test_bundle_replay import _env, exported, forged, offline_cli, rows
 from tests.store.integrity.test_bundle_replay_agents import _difference
 from tests.store.test_cli_database import cli
 
@@ -136,10 +136,7 @@ def season(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pat
     """The live store and its bundle."""
     tmp = tmp_path_factory.mktemp("live-capital")
     db = asyncio.run(_live_season(tmp))
-    bundle = tmp / "live.tar"
-    r = cli("export", "--db", str(db), "--bundle", str(bundle), timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    yield db, bundle
+    yield db, exported(db)
 
 
 @pytest.fixture(scope="module")
@@ -147,29 +144,17 @@ def adjusted_season(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
     """The live store of a season of adjusted closes and its bundle."""
     tmp = tmp_path_factory.mktemp("live-capital-adjusted")
     db = asyncio.run(_live_season(tmp, adjusted=True))
-    bundle = tmp / "live.tar"
-    r = cli("export", "--db", str(db), "--bundle", str(bundle), timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    yield db, bundle
-
-
-def _rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    con = sqlite3.connect(db)
-    try:
-        with con:
-            return con.execute(sql).fetchall()
-    finally:
-        con.close()
+    yield db, exported(db)
 
 
 def test_a_live_capitalbench_round_is_replayed_byte_identically(
         season: tuple[Path, Path]) -> None:
     db, bundle = season
     # One live round (not built from history), every agent asked twice, each outcome stored.
-    (manifest,) = [json.loads(m) for (m,) in _rows(db, "SELECT manifest_json FROM"
+    (manifest,) = [json.loads(m) for (m,) in rows(db, "SELECT manifest_json FROM"
                                                        " capital_rounds")]
     assert "retrospective" not in manifest
-    subs = _rows(db, "SELECT agent, run_id, outcome FROM capital_submissions ORDER BY rowid")
+    subs = rows(db, "SELECT agent, run_id, outcome FROM capital_submissions ORDER BY rowid")
     assert {(a, o) for a, _, o in subs} == {("alpha", "ok"), ("beta", "invalid"),
                                             ("gamma", "ok")}, subs
     assert len(subs) == 6
@@ -187,7 +172,7 @@ def test_a_live_capitalbench_round_is_replayed_byte_identically(
 def test_a_live_round_of_adjusted_closes_is_replayed_from_its_stored_trailing_closes(
         adjusted_season: tuple[Path, Path], tmp_path: Path) -> None:
     db, bundle = adjusted_season
-    ((rid, rdir, trailing),) = _rows(db, "SELECT round_id, dir, trailing_json FROM"
+    ((rid, rdir, trailing),) = rows(db, "SELECT round_id, dir, trailing_json FROM"
                                          " capital_rounds")
     stored = json.loads(trailing)  # the closes the freeze fetched: TLT's adjusted ones
     assert set(stored) == {"QQQ", "TLT", "GLD"}
@@ -269,7 +254,7 @@ async def test_replayed_rounds_resolve_and_score_again_from_the_bundle(
     async with CapitalModel() as model:
         cfg = parse_config(_config(tmp_path, model.api_base))
         await replay(tmp_path / "rec.jsonl", cfg, tmp_path / "cb.db", progress=False)
-    statuses = [s for (s,) in _rows(tmp_path / "cb.db", "SELECT status FROM capital_rounds"
+    statuses = [s for (s,) in rows(tmp_path / "cb.db", "SELECT status FROM capital_rounds"
                                                         " ORDER BY round_id")]
     assert statuses == ["resolved", "resolved", "resolved", "started"], statuses
     bundle = tmp_path / "cb.tar"
