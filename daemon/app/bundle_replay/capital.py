@@ -32,6 +32,7 @@ from apscheduler.triggers.base import BaseTrigger
 from agents.capitalbench.config import CapitalBenchConfig
 from agents.capitalbench.runner import trailing_from_json
 from agents.prompt_replay import StoredCall, answer_from_store
+from daemon.app.bundle_replay.rows import first_row_difference
 from daemon.store.dbfile import connect_readonly
 from daemon.timing.clock import SimClock, utc_datetime
 from feeds.daily_bars import HistoryError
@@ -248,18 +249,13 @@ def first_capital_difference(src: str, out: str) -> str | None:
                 ("capital_rounds", "round_id", _ROUND),
                 ("capital_submissions", "round_id, agent, run_id, replicate", _SUBMISSION)):
             want, got = _rows(a, table, key, columns), _rows(b, table, key, columns)
-            for k in [*want, *(k for k in got if k not in want)]:
-                what = (f"CapitalBench round {k[0]}" if len(k) == 1 else
-                        f"CapitalBench submission of {k[1]} in round {k[0]} ({k[2]} {k[3]})")
-                if k not in got:
-                    return f"the replay made no {what}"
-                if k not in want:
-                    return f"the replay made a {what} that is not stored"
-                for col, x, y in zip(columns, want[k], got[k], strict=True):
-                    if x != y:
-                        x, y = _from_difference(str(x), str(y))
-                        return (f"the replay's {what} differs in {col}: stored {x!r}, "
-                                f"replayed {y!r}")
+            found = first_row_difference(
+                want, got, columns, [*want, *(k for k in got if k not in want)],
+                lambda k: (f"CapitalBench round {k[0]}" if len(k) == 1 else
+                           f"CapitalBench submission of {k[1]} in round {k[0]} ({k[2]} {k[3]})"),
+                _from_difference)
+            if found:
+                return found
         return None
     finally:
         a.close()

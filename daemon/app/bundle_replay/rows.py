@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from agents.prompt_replay import StoredCall, StoredDecision
 from daemon.core.events import Event, PriceEvent, decode_event
@@ -26,9 +28,8 @@ from daemon.core.price_bursts import (
 from daemon.core.sparse_rows import DECISIONS, fill_map
 from daemon.store.dbfile import connect_readonly
 
-__all__ = ["StoredRound", "failed_bars", "first_decision_difference", "stored_calls",
-           "stored_decisions",
-           "stored_events", "stored_rounds"]
+__all__ = ["StoredRound", "failed_bars", "first_decision_difference", "first_row_difference",
+           "stored_calls", "stored_decisions", "stored_events", "stored_rounds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +161,34 @@ def _rows(con: sqlite3.Connection, table: str, columns: Sequence[str]
         f"SELECT agent, market, scheduled_ts, {', '.join(columns)} FROM {table}")}
 
 
+def first_row_difference(want: Mapping[Any, Sequence[object]],
+                         got: Mapping[Any, Sequence[object]], columns: Sequence[str],
+                         order: Iterable[Any], what: Callable[[Any], str],
+                         shown: Callable[[str, str], tuple[str, str]]) -> str | None:
+    """Return, in one line, the first key of ``order`` whose stored row (``want``) the replay
+    (``got``) did not make, made unstored, or made with another value of ``columns``; None when
+    none. ``what(key)`` names the row; ``shown(x, y)`` cuts the differing values for the line."""
+    for key in order:
+        if key not in got:
+            return f"the replay made no {what(key)}"
+        if key not in want:
+            return f"the replay made a {what(key)} that is not stored"
+        for col, x, y in zip(columns, want[key], got[key], strict=True):
+            if x != y:
+                sx, sy = shown(str(x), str(y))
+                return (f"the replay's {what(key)} differs in {col}: stored {sx!r}, "
+                        f"replayed {sy!r}")
+    return None
+
+
+def _row_name(kind: str, key: tuple[str, str, float]) -> str:
+    return f"{kind} of {key[0]} in {key[1]} at {key[2]!r}"
+
+
+def _heads(x: str, y: str) -> tuple[str, str]:
+    return x[:60], y[:60]
+
+
 def first_decision_difference(src: str, out: str) -> str | None:
     """Return the first (by time) decision or fill of ``out`` that is not the stored one of
     ``src``, in one line (None: every one is)."""
@@ -169,16 +198,12 @@ def first_decision_difference(src: str, out: str) -> str | None:
     try:
         for table, columns in (("decisions", _DECISION), ("fills", _FILL)):
             want, got = _rows(a, table, columns), _rows(b, table, columns)
-            for key in sorted(want.keys() | got.keys(), key=lambda k: (k[2], k[0], k[1])):
-                what = f"{table[:-1]} of {key[0]} in {key[1]} at {key[2]!r}"
-                if key not in got:
-                    return f"the replay made no {what}"
-                if key not in want:
-                    return f"the replay made a {what} that is not stored"
-                for col, x, y in zip(columns, want[key], got[key], strict=True):
-                    if x != y:
-                        return (f"the replay's {what} differs in {col}: stored "
-                                f"{str(x)[:60]!r}, replayed {str(y)[:60]!r}")
+            found = first_row_difference(
+                want, got, columns,
+                sorted(want.keys() | got.keys(), key=lambda k: (k[2], k[0], k[1])),
+                partial(_row_name, table[:-1]), _heads)
+            if found:
+                return found
         return None
     finally:
         a.close()
