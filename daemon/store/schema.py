@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 17
 
 _V1 = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -216,9 +216,25 @@ ALTER TABLE capital_rounds ADD COLUMN trailing_json TEXT;
 """
 # --- end v16 -----------------------------------------------------------------------------------
 
+# --- v17: a reload's config and CapitalBench's briefing in the store (issue 32, point 3) --------
+# ``config_reloads``: the config a running daemon took at a reload (``SIGHUP``), one row a
+# reload, with the run it amended and when, chained like ``runs``, so a replay switches config
+# where the live run did. ``capital_briefings``: each CapitalBench briefing file a round was
+# frozen from, once per content (its SHA-256, the name it had, its text), chained, so a bundle's
+# store holds every round's prompt input and replays without the file.
+_V17 = """
+CREATE TABLE IF NOT EXISTS config_reloads(
+  id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, ts REAL NOT NULL, config_json TEXT NOT NULL,
+  chain BLOB);
+CREATE TABLE IF NOT EXISTS capital_briefings(
+  id INTEGER PRIMARY KEY, sha256 TEXT NOT NULL UNIQUE, name TEXT NOT NULL, text TEXT NOT NULL,
+  chain BLOB);
+"""
+# --- end v17 -----------------------------------------------------------------------------------
+
 MIGRATIONS: dict[int, str] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
                                8: _V8, 9: _V9, 10: _V10, 11: _V11, 12: _V12, 13: _V13,
-                               14: _V14, 15: _V15, 16: _V16}
+                               14: _V14, 15: _V15, 16: _V16, 17: _V17}
 
 
 def _statements(script: str) -> list[str]:

@@ -43,8 +43,9 @@ async def test_an_older_scope_is_migrated_and_a_newer_one_refused_by_writers_and
         for scope in ("e1", "e2"):
             store = await Store.open(url, scope=scope)
             await store.close()
-        # e1 from before the last ten migrations (v7..v16): opening it migrates it.
-        await _set_version(url, "e1", SCHEMA_VERSION - 10, undo=(
+        # e1 from before the last eleven migrations (v7..v17): opening it migrates it.
+        await _set_version(url, "e1", SCHEMA_VERSION - 11, undo=(
+            "DROP TABLE {s}.config_reloads", "DROP TABLE {s}.capital_briefings",
             "ALTER TABLE {s}.capital_rounds DROP COLUMN trailing_json",
             *(f"ALTER TABLE {{s}}.{t} DROP COLUMN chain" for t in CHAINED), "DROP TABLE {s}.season",
             "DROP TABLE {s}.capital_round_states",
@@ -54,9 +55,11 @@ async def test_an_older_scope_is_migrated_and_a_newer_one_refused_by_writers_and
             "DROP TABLE {s}.stage_scores",
             "DROP TABLE {s}.asset_sets", "ALTER TABLE {s}.fills DROP COLUMN assets_sha256"))
         store = await Store.open(url, scope="e1")
-        assert await store.schema_version() == SCHEMA_VERSION == 16
+        assert await store.schema_version() == SCHEMA_VERSION == 17
         await store.fetchall("SELECT COUNT(chain) FROM capital_submissions")
         await store.fetchall("SELECT COUNT(*) FROM capital_round_states")
+        await store.fetchall("SELECT COUNT(chain) FROM config_reloads")
+        await store.fetchall("SELECT COUNT(chain) FROM capital_briefings")
         await store.fetchall("SELECT COUNT(reasoning) FROM decisions")
         await store.fetchall("SELECT COUNT(chain) FROM runs")
         await store.fetchall("SELECT COUNT(chain) FROM market_events")

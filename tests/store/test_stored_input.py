@@ -194,7 +194,7 @@ async def test_a_v10_store_migrates_and_reads_its_old_rows_beside_new_ones(
     con.close()
     store = await Store.open(db)
     try:
-        assert await store.schema_version() == SCHEMA_VERSION == 16
+        assert await store.schema_version() == SCHEMA_VERSION == 17
         await write("new", old=False)
     finally:
         await store.close()

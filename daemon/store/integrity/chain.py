@@ -16,7 +16,8 @@ deleted one (its back tag names no row) and from one out of order (its back tag 
 elsewhere). Rows written before schema v13 have no chain (NULL) and precede every chained row;
 the ``runs`` rows (a run's config, as it started) are chained since v14, the rows before it by
 the migration to v14 (:func:`chain_existing_runs`). CapitalBench's rounds and submissions
-are chained since v15 (:mod:`.capital`).
+are chained since v15 (:mod:`.capital`); a reload's config and CapitalBench's briefings since
+v17 (their tables are new there: every row chained).
 """
 
 from __future__ import annotations
@@ -90,6 +91,10 @@ STREAMS: Final[dict[str, Stream]] = {s.table: s for s in (
     # A run's config, as it started (its stop time is written later: not hashed; schema v14).
     Stream("runs", "id", ("started_ts", "mode", "version", "config_json", "recording"),
            "fssss", ("mode", "started_ts")),
+    # A config taken at a reload while running (schema v17).
+    Stream("config_reloads", "id", ("run_id", "ts", "config_json"), "ifs", ("run_id", "ts")),
+    # A CapitalBench briefing's text, once per content (schema v17).
+    Stream("capital_briefings", "id", ("sha256", "name", "text"), "sss", ("sha256",)),
     # CapitalBench (schema v15, :mod:`.capital`): a round as frozen (its status and prices,
     # written later, are chained as rows of capital_round_states; its trailing closes, v16,
     # optional), and every submission.

@@ -47,7 +47,7 @@ def season(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, 
     r = cli("export", "--db", str(d / "s.db"), "--bundle", str(d / "b.tar"), "--config",
             str(cfg), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.endswith(", 10 heads, signed\n")  # every stream (three of CapitalBench)
+    assert r.stdout.endswith(", 12 heads, signed\n")  # every stream (four of CapitalBench)
     return d / "s.db", d / "b.tar", pub, other
 
 

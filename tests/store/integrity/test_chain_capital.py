@@ -162,7 +162,7 @@ async def test_capital_rows_stored_before_v15_are_chained_by_the_migration(
         (0, 3, None), (0, 6, None), (0, 0, None)]
     store = await Store.open(db)  # the migrations to v15 and v16
     try:
-        assert await store.schema_version() == 16
+        assert await store.schema_version() == 17
         await store.execute_atomic([], appends=[("capital_rounds", [_round(3)])],
                                    states=[_round(3)[0]])
     finally:
@@ -199,7 +199,7 @@ async def test_rounds_chained_before_v16_keep_their_chains(tmp_path: Path) -> No
     assert (checks["capital_rounds"].rows, checks["capital_rounds"].problem) == (2, None)
     store = await Store.open(db)  # the migration to v16
     try:
-        assert await store.schema_version() == 16
+        assert await store.schema_version() == 17
         await store.execute_atomic([], appends=[("capital_rounds", [_round(1)])],
                                    states=[_round(1)[0]])
     finally:
