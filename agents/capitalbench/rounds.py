@@ -6,7 +6,8 @@ path); :func:`verify_round` checks a directory against it later (``paperarena ve
 Run artifacts (answers, results) go under ``runs/`` and are not inputs. Neither side follows a
 link inside the round: entries are examined with lstat and opened with ``O_NOFOLLOW``.
 
-Input files: ``manifest.yaml`` (rules and dates), ``prompt.md`` (the exact text sent),
+Input files: ``manifest.yaml`` (rules and dates; a daemon's round also the briefing's SHA-256,
+``briefing_sha256``), ``prompt.md`` (the exact text sent),
 ``briefing.md`` (the operator's neutral briefing, copied byte for byte), ``options.yaml``,
 ``submission_schema.json`` and ``market_data/universe_trailing_returns.csv`` (7 d, 30 d, 6 m,
 1 y returns from daily closes of completed sessions before the freeze). Rounds frozen before the
@@ -237,13 +238,15 @@ def read_data(path: Path) -> Any:
 def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
                 closes: Mapping[str, Sequence[tuple[date, float]]], template: str,
                 prompt_version: str, *, retrospective: bool = False,
-                adjusted: bool = False) -> dict[str, bytes]:
+                adjusted: bool = False, name_briefing: bool = False) -> dict[str, bytes]:
     """Return relative path -> bytes of every input file of the round (hashes excluded).
 
     ``retrospective``: the round is built from history (frozen in a replay, after its window
     was known): its manifest says ``"retrospective": true`` (a live round's has no such key).
     ``adjusted``: the closes are Yahoo's dividend-adjusted ones, fetched live (the manifest's
-    ``price_basis`` says so; otherwise it is unchanged).
+    ``price_basis`` says so; otherwise it is unchanged). ``name_briefing``: the manifest names
+    the briefing's SHA-256 (``briefing_sha256``: the daemon's rounds since schema v17, whose
+    store holds the briefing's text under that hash; a round frozen before has no such key).
     """
     freeze_day = datetime.fromtimestamp(plan.freeze_ts, NY).date()
     asof = freeze_day - timedelta(days=1)
@@ -282,6 +285,8 @@ def round_files(plan: RoundPlan, cap: CapitalBenchConfig, briefing: bytes,
     }
     if retrospective:
         manifest["retrospective"] = True
+    if name_briefing:
+        manifest["briefing_sha256"] = sha256(briefing)
     return {
         MANIFEST: dump_yaml(manifest).encode("utf-8"),
         "prompt.md": prompt.encode("utf-8"),

@@ -5,7 +5,9 @@ The engine runs one scheduler job per configured track (``capital:weekly``, ``ca
 the track's time) and calls :meth:`CapitalRunner.on_mark` after each equity daily mark. A round:
 
 1. is planned and frozen (:mod:`agents.capitalbench.rounds`) before any model is called; the round
-   row is stored with the SHA-256 of its ``hashes.json``;
+   row is stored with the SHA-256 of its ``hashes.json``, and the briefing's text, once per
+   content, in ``capital_briefings`` (named by its SHA-256 in the round's manifest,
+   ``briefing_sha256``: a bundle replays the round without the file);
 2. asks every ``protocol = "capitalbench"`` agent once (the official run ``official``) and, when
    the track asks for it, ``consistency_repeats`` more times (run ``consistency``, never
    official); every submission, valid or not, is stored with every raw answer and written to
@@ -158,6 +160,9 @@ class CapitalRunner:
         self._agents: dict[str, CapitalBenchAgent] | None = None
         self._daily: dict[str, dict[str, float]] = {}
         """Option / benchmark -> NY day (ISO) -> close: a year of them (the trailing table)."""
+        self.name_briefing = True
+        """Whether a new round's manifest names its briefing's SHA-256 (a bundle replay of a
+        round stored before schema v17 freezes it without, as it was)."""
 
     @property
     def agents(self) -> dict[str, CapitalBenchAgent]:
@@ -192,13 +197,16 @@ class CapitalRunner:
             return None
         plan = plan_round(track, fire_ts, self.cap.collect_window)
         store = self.host.store
-        done = await store.fetchall("SELECT status FROM capital_rounds WHERE round_id=?",
-                                    (plan.round_id,))
+        done = await store.fetchall("SELECT status, manifest_json FROM capital_rounds WHERE"
+                                    " round_id=?", (plan.round_id,))
         if done and done[0][0] != "frozen":
             return plan.round_id  # collected before a restart
+        # a round stored before v17 (frozen again at a restart) is frozen as it was
+        named = self.name_briefing if not done else "briefing_sha256" in json.loads(done[0][1])
         try:
             trailing = await self.trailing_closes(plan)
-            rdir = self.freeze(plan, trailing)
+            name, briefing = self.read_briefing()
+            rdir = self.freeze(plan, trailing, briefing=briefing, name_briefing=named)
         except (OSError, UnicodeDecodeError, RoundConflict, KeyError, ValueError,
                 HistoryError) as exc:
             log.error("capitalbench round not frozen; no model called", round=plan.round_id,
@@ -206,30 +214,42 @@ class CapitalRunner:
             return None
         manifest = json.dumps(load_manifest(rdir), sort_keys=True)  # the store keeps JSON
         if not done:
-            # chained as frozen; the status (and later the prices) as its first state
-            await store.execute_atomic([], appends=[("capital_rounds", [(
-                plan.round_id, track, plan.freeze_ts, plan.deadline_ts,
-                plan.start_day.isoformat(), plan.start_ts, plan.end_day.isoformat(),
-                plan.end_ts, str(rdir), manifest, sha256((rdir / HASHES).read_bytes()),
-                None if trailing is None else trailing_json(trailing))])],
-                                       states=[plan.round_id])
+            # the briefing's text once per content (a bundle replays without the file), then
+            # the round, chained as frozen; the status (and later the prices) as its first state
+            await store.execute_atomic([], appends=[
+                ("capital_briefings", [(sha256(briefing), name, briefing.decode("utf-8"))]),
+                ("capital_rounds", [(
+                    plan.round_id, track, plan.freeze_ts, plan.deadline_ts,
+                    plan.start_day.isoformat(), plan.start_ts, plan.end_day.isoformat(),
+                    plan.end_ts, str(rdir), manifest, sha256((rdir / HASHES).read_bytes()),
+                    None if trailing is None else trailing_json(trailing))])],
+                states=[plan.round_id])
         log.info("capitalbench round frozen", round=plan.round_id, dir=str(rdir))
         await self.collect(plan, rdir)
         return plan.round_id
 
+    def read_briefing(self) -> tuple[str, bytes]:
+        """Return the briefing file's name and bytes (``UnicodeDecodeError``: not text)."""
+        path = Path(self.cap.briefing)
+        data = path.read_bytes()
+        data.decode("utf-8")  # a briefing must be text
+        return path.name, data
+
     def freeze(self, plan: RoundPlan,
-               closes: Mapping[str, Sequence[tuple[date, float]]] | None = None) -> Path:
+               closes: Mapping[str, Sequence[tuple[date, float]]] | None = None, *,
+               briefing: bytes | None = None, name_briefing: bool = False) -> Path:
         """Write the round package and its hashes (or re-use an identical one); ``closes``:
-        the trailing table's (default: the kept daily closes)."""
+        the trailing table's (default: the kept daily closes); ``briefing``: its bytes (default:
+        read from the file); ``name_briefing``: the manifest names the briefing's SHA-256."""
         cap = self.cap
-        briefing = Path(cap.briefing).read_bytes()
-        briefing.decode("utf-8")  # a briefing must be text
+        if briefing is None:
+            briefing = self.read_briefing()[1]
         templates, version = load_prompt_set("capitalbench")
         if closes is None:
             closes = self.closes(plan.freeze_ts, cap.tickers)
         files = round_files(plan, cap, briefing, closes, templates["round"], version,
                             retrospective=self.retrospective,
-                            adjusted=self.live_adjusted)
+                            adjusted=self.live_adjusted, name_briefing=name_briefing)
         return freeze_round(Path(cap.rounds_dir), files, plan.round_id)
 
     @property

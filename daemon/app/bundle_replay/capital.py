@@ -15,10 +15,19 @@ live freeze fetched, stored with it (``trailing_json``, schema v16; a round stor
 none and is not frozen again: a named difference), and its adjusted start and end closes are
 the stored ones. :func:`first_capital_difference` names the first replayed round or submission
 that is not the stored one.
+
+The briefing: a round frozen since schema v17 names its briefing's SHA-256 in its manifest
+(``briefing_sha256``) and the store holds that briefing's text (``capital_briefings``). When
+the configured ``briefing`` file is missing or is another text, the round is frozen again from
+the stored one, written into the replay's scratch directory (``<rounds_dir>/.briefings/<sha256>/
+<name>``) and the round code pointed at it; so a bundle replays on a machine without the file.
+A round frozen before v17 (no hash in its manifest, its briefing not stored) needs the file:
+without it the replay is refused in one line (:func:`capital_refusal`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,7 +42,9 @@ from agents.capitalbench.config import CapitalBenchConfig
 from agents.capitalbench.runner import trailing_from_json
 from agents.prompt_replay import StoredCall, answer_from_store
 from daemon.app.bundle_replay.rows import first_row_difference
+from daemon.app.replay import ReplayError
 from daemon.store.dbfile import connect_readonly
+from daemon.store.integrity.capital import round_briefing
 from daemon.timing.clock import SimClock, utc_datetime
 from feeds.daily_bars import HistoryError
 
@@ -62,13 +73,27 @@ class StoredCapital:
     closes: Mapping[tuple[str, str], tuple[str | None, str | None]] = field(
         default_factory=dict)
     """(start day, end day) -> the stored start and end closes (JSON) of a round."""
+    briefings: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """SHA-256 -> (file name, text) of every stored briefing (``capital_briefings``, v17)."""
+    round_briefings: Mapping[str, str] = field(default_factory=dict)
+    """Round id -> the SHA-256 of the briefing its manifest names (a round since v17)."""
 
 
-def capital_refusal(cap: CapitalBenchConfig) -> str | None:
-    """Return why the CapitalBench rounds of ``cap`` cannot be replayed here (None: they can)."""
-    if not Path(cap.briefing).is_file():
-        return (f"the CapitalBench briefing {cap.briefing} is not here: a round's prompt is "
-                "rebuilt from it (the store holds its SHA-256 only)")
+def capital_refusal(cap: CapitalBenchConfig, stored: StoredCapital | None = None
+                    ) -> str | None:
+    """Return why the stored CapitalBench rounds of ``cap`` cannot be replayed here (None:
+    they can): a round whose briefing is neither in the configured file nor in the store.
+
+    Without ``stored`` nothing is known of the rounds: None (:func:`replay_capital` asks again
+    with them before any round is replayed, and raises :class:`~daemon.app.replay.ReplayError`).
+    """
+    if stored is None or Path(cap.briefing).is_file():
+        return None
+    for rid in sorted(set(stored.rounds.values())):
+        if stored.round_briefings.get(rid) not in stored.briefings:
+            return (f"the CapitalBench briefing {cap.briefing} is not here and the store holds "
+                    f"no copy of the briefing round {rid} was frozen from (a store written "
+                    "before schema v17 keeps only its SHA-256)")
     return None
 
 
@@ -93,7 +118,36 @@ def stored_capital(con: sqlite3.Connection) -> StoredCapital:
         "SELECT round_id, trailing_json FROM capital_rounds WHERE trailing_json IS NOT NULL")}
     closes = {(str(a), str(b)): (s, e) for a, b, s, e in con.execute(
         "SELECT start_day, end_day, start_prices_json, end_prices_json FROM capital_rounds")}
-    return StoredCapital(rounds, {k: tuple(v) for k, v in subs.items()}, trailing, closes)
+    briefings = {} if not _has(con, "capital_briefings") else {
+        str(h): (str(n), str(t)) for h, n, t in con.execute(
+            "SELECT sha256, name, text FROM capital_briefings ORDER BY id")}
+    named = {str(r): sha for r, m in con.execute(
+        "SELECT round_id, manifest_json FROM capital_rounds")
+        if (sha := round_briefing(m)) is not None}
+    return StoredCapital(rounds, {k: tuple(v) for k, v in subs.items()}, trailing, closes,
+                         briefings, named)
+
+
+def _briefing_path(own: str, stored: StoredCapital, rid: str | None, scratch: Path) -> str:
+    """Return the briefing file round ``rid`` is frozen again from: the configured one
+    (``own``) unless it is missing or another text than the one the round's manifest names and
+    the store holds, which is then written under ``scratch`` (once)."""
+    sha = None if rid is None else stored.round_briefings.get(rid)
+    if sha is None or sha not in stored.briefings:
+        return own  # a round stored before v17 (or its briefing not stored: named later)
+    try:
+        if hashlib.sha256(Path(own).read_bytes()).hexdigest() == sha:
+            return own
+    except OSError:
+        pass
+    name, text = stored.briefings[sha]
+    base = Path(name).name
+    path = scratch / ".briefings" / sha / (base if base not in ("", ".", "..") else
+                                           "briefing.md")
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text.encode("utf-8"))
+    return str(path)
 
 
 _USAGE = ("ts", "model", "tokens_in", "tokens_out", "latency_s", "cost_usd")
@@ -131,7 +185,11 @@ def replay_capital(engine: Any, sched: Any, job: JobCallback, clock: SimClock,
     runner = engine.capital
     if runner is None:
         return
+    why = capital_refusal(runner.cap, stored)
+    if why:  # before any round (the caller's refusal, given the stored rows, comes earlier)
+        raise ReplayError(why)
     runner.retrospective = not live
+    own_briefing = runner.cap.briefing
     runner.cap = runner.cap.model_copy(update={"rounds_dir": str(rounds_dir)})
     current: list[str | None] = [None]
     used: dict[tuple[str, str], int] = {}
@@ -176,7 +234,13 @@ def replay_capital(engine: Any, sched: Any, job: JobCallback, clock: SimClock,
     runner.collect = collect
 
     async def on_job(job_id: str, fire_ts: float, missed: bool) -> None:
-        current[0] = stored.rounds.get((job_id.split(":", 1)[1], fire_ts))
+        current[0] = rid = stored.rounds.get((job_id.split(":", 1)[1], fire_ts))
+        # frozen from the briefing it was (the stored text when the file is not it), its
+        # manifest naming the briefing's hash as the stored one does (not before v17)
+        runner.cap = runner.cap.model_copy(update={
+            "rounds_dir": str(rounds_dir),
+            "briefing": _briefing_path(own_briefing, stored, rid, rounds_dir)})
+        runner.name_briefing = rid is None or rid in stored.round_briefings
         try:
             await job(job_id, fire_ts, missed)
         finally:

@@ -14,6 +14,9 @@ of a stream that does not fit is named, with why:
 
 A CapitalBench round's status and prices, updated after it was written, are chained as rows of
 ``capital_round_states``: a round whose present ones are not its last state's was **edited**.
+A CapitalBench briefing (``capital_briefings``, v17) whose text does not hash to its ``sha256``
+was **edited** (even with its chain recomputed), and a round whose manifest names a briefing no
+row holds names it as **deleted** (:func:`~daemon.store.integrity.capital.briefing_problem`).
 
 What a chain cannot show by itself is a cut tail (the last rows deleted): compare the heads
 :func:`verify` returns with heads published earlier (docs/operations.md).
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.store.dbfile import connect_readonly
-from daemon.store.integrity.capital import state_problem
+from daemon.store.integrity.capital import BRIEFINGS_SQL, briefing_problem, state_problem
 from daemon.store.integrity.chain import NO_BACK, STREAMS, Stream, content_bytes, link_rows
 from daemon.store.read import is_store_url
 
@@ -163,6 +166,10 @@ def _verify_sqlite(path: str) -> list[StreamCheck]:
                 f"SELECT rowid, {_STATE_COLS} FROM capital_rounds ORDER BY rowid").fetchall(),
                 con.execute(f"SELECT {_STATE_COLS} FROM capital_round_states ORDER BY id"
                             ).fetchall())
+        if {r[1] for r in con.execute("PRAGMA table_info(capital_briefings)")}:
+            _check_briefings(checks, "", con.execute(BRIEFINGS_SQL).fetchall(), con.execute(
+                "SELECT rowid, round_id, manifest_json FROM capital_rounds ORDER BY rowid"
+            ).fetchall())
         return checks
     finally:
         con.close()
@@ -176,6 +183,15 @@ def _check_states(checks: list[StreamCheck], prefix: str, rounds: Sequence[Any],
     rc, sc = by[f"{prefix}capital_rounds"], by[f"{prefix}capital_round_states"]
     if rc.problem is None and sc.problem is None:
         rc.problem = state_problem(rc.name, rounds, states)
+
+
+def _check_briefings(checks: list[StreamCheck], prefix: str, briefings: Sequence[Any],
+                     rounds: Sequence[Any]) -> None:
+    """Name a briefing whose text is not its hash, or one a round names that is not stored
+    (where the briefings' chain holds)."""
+    check = {c.name: c for c in checks}[f"{prefix}capital_briefings"]
+    if check.problem is None:
+        check.problem = briefing_problem(check.name, briefings, rounds)
 
 
 # ------------------------------------------------------------------------------ PostgreSQL
@@ -241,7 +257,20 @@ def _verify_pg(url: str) -> list[StreamCheck]:
         checks.append(walk(stream, name, source))
     for prefix, (rounds, chained) in states.items():
         _check_states(checks, prefix, rounds, chained)
+    _pg_briefings(checks, streams)
     return checks
+
+
+def _pg_briefings(checks: list[StreamCheck], streams: _PgRows) -> None:
+    """Check each scope's briefings against its rounds (from the rows the walk read)."""
+    briefings = {n.rsplit("/", 1)[0]: rows for n, s, rows in streams
+                 if s.table == "capital_briefings"}
+    manifest = STREAMS["capital_rounds"].columns.index("manifest_json")
+    for name, stream, rows in streams:
+        scope = name.rsplit("/", 1)[0]
+        if stream.table == "capital_rounds" and scope in briefings:
+            _check_briefings(checks, f"{scope}/", [(r[0], *r[2:]) for r in briefings[scope]],
+                             [(r[0], r[2], r[2 + manifest]) for r in rows])
 
 
 def verify(db: str | Path) -> list[StreamCheck]:
