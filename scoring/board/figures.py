@@ -38,13 +38,7 @@ from scoring.stats.diversification import (
     signed_question_rows,
 )
 from scoring.stats.inference import relative_figures
-from scoring.stats.metrics import (
-    drawdown_series,
-    periods_per_year,
-    simple_returns,
-    starts_at_initial,
-    summarise,
-)
+from scoring.stats.metrics import periods_per_year, starts_at_initial, summary_parts
 
 FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sortino",
           "sortino_stockbench",
@@ -321,10 +315,13 @@ def _regime_by_mark(store: _Store) -> tuple[np.ndarray, list[str], np.ndarray]:
     return panel.marks, labels, idx
 
 
-def _label_at(marks: np.ndarray, labels: Sequence[str], ts: float) -> str:
-    """Return the label of the latest equity mark at or before ``ts``."""
-    i = int(np.searchsorted(marks, ts, side="right")) - 1
-    return labels[i] if i >= 0 else REGIME_UNKNOWN
+def _labels_at(marks: np.ndarray, labels: Sequence[str], ts: Sequence[float]) -> list[str]:
+    """Return the label of the latest equity mark at or before each time of ``ts`` (unknown
+    before the first), one ``searchsorted`` for all."""
+    if not ts:
+        return []
+    at = (np.searchsorted(marks, np.asarray(ts, dtype=float), side="right") - 1).tolist()
+    return [labels[i] if i >= 0 else REGIME_UNKNOWN for i in at]
 
 
 def _window_regime(marks: np.ndarray, index: np.ndarray, labels: Sequence[str], lo: float,
@@ -385,8 +382,8 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
                       and starts_at_initial(pts[0][0], first_fill.ts))
     values = [start_value] + [v for _, v, _ in pts] if from_start else [v for _, v, _ in pts]
     traded = [f.traded_value for f in fills if f is not first_fill]  # building it: not counted
-    summary = summarise(values, n, rf.get(market, 0.0), weights, traded).to_dict()
-    r = simple_returns(values)
+    perf, r, dd = summary_parts(values, n, rf.get(market, 0.0), weights, traded)
+    summary = perf.to_dict()
     agent_cfg = store.agents_cfg.get(agent, {})
     mark_ts = [t for t, _, _ in pts]
     panel = store.panels.get(market)
@@ -412,9 +409,8 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
                     "s_inter": _NAN, "s_corr": _NAN}
     var95 = historical_var(r, VAR_LEVEL, VAR_WINDOW, min_periods=VAR_MIN_PERIODS)
     mdd = summary["max_drawdown"]
-    dd = drawdown_series(values)
     ends = mark_ts[-len(r):] if len(r) else []
-    labels = [_label_at(regime[0], regime[1], t) for t in ends]
+    labels = _labels_at(regime[0], regime[1], ends)
     consistency = store.probes.get((agent, market)) or store.probes.get((agent, ""))
     outcomes = {k: sum(lo <= t <= hi for t in ts)
                 for k, ts in store.outcomes.get(key, {}).items()}

@@ -1,0 +1,140 @@
+"""Issue 27, point 1: the per-row figures computed together equal the per-figure functions.
+
+``summary_parts`` computes each summary figure with the mean, standard deviation, drawdowns and
+growth of the returns computed once; every figure must still be its own function's bit for bit
+(``repr`` equal, NaN where it gave NaN) on fixed data with the edge cases: no value, one value,
+a zero, NaN, a constant series, a total loss. ``_labels_at`` looks every regime label up with
+one ``searchsorted``; it must equal the lookup per time it replaced. The rolling-k figures
+compounded once equal the one-figure functions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from scoring.board.figures import REGIME_UNKNOWN, _labels_at
+from scoring.stats.benchmarks import (
+    ROLLING_KS,
+    rolling_k_delta,
+    rolling_k_figures,
+    rolling_k_return,
+)
+from scoring.stats.metrics import (
+    annualised_return,
+    calmar,
+    cumulative_return,
+    drawdown_series,
+    flip_rate,
+    max_drawdown,
+    mean_daily_turnover,
+    mean_turnover,
+    sharpe,
+    simple_returns,
+    sortino,
+    sortino_stockbench,
+    summarise,
+    summary_parts,
+    volatility,
+    win_rate,
+)
+
+
+def _reference(values: list[float], n: int, rf: float, weights: list[dict[str, float]],
+               traded: list[float] | None) -> dict[str, Any]:
+    """Return the summary as summarise first computed it: one function per figure."""
+    r = simple_returns(values)
+    return {
+        "cumulative_return": cumulative_return(values),
+        "annualised_return": annualised_return(r, n),
+        "volatility": volatility(r, n, annualise=True),
+        "sharpe": sharpe(r, n, rf),
+        "sortino": sortino(r, n, rf),
+        "sortino_stockbench": sortino_stockbench(r, n, rf),
+        "max_drawdown": max_drawdown(values),
+        "calmar": calmar(r, values, n),
+        "win_rate": win_rate(r),
+        "mean_turnover": mean_daily_turnover(traded, values) if traded is not None else math.nan,
+        "target_turnover": mean_turnover(weights),
+        "flip_rate": flip_rate(weights),
+        "n_periods": int(r.size),
+    }
+
+
+def _check(values: list[float], n: int = 252, rf: float = 0.0,
+           weights: list[dict[str, float]] | None = None,
+           traded: list[float] | None = None) -> None:
+    w = weights or []
+    perf, r, dd = summary_parts(values, n, rf, w, traded)
+    want = _reference(values, n, rf, w, traded)
+    got = {k: getattr(perf, k) for k in want}
+    assert repr(got) == repr(want), values
+    assert repr(summarise(values, n, rf, w, traded)) == repr(perf)
+    assert repr(r.tolist()) == repr(simple_returns(values).tolist())
+    assert repr(dd.tolist()) == repr(drawdown_series(values).tolist())
+    assert list(perf.to_dict()) == list(want)  # the same keys in the same order
+    assert all(v is None or v == v for v in perf.to_dict().values())  # NaN -> None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_summary_parts_equal_the_functions_on_random_series(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(0, 120))
+    values = (1000.0 * np.cumprod(1.0 + rng.normal(0.0, 0.02, size))).tolist()
+    weights = [{"A": float(x), "B": 1.0 - float(x)} for x in rng.random(int(rng.integers(0, 6)))]
+    traded = [float(x) for x in rng.random(3) * 100.0] if seed % 2 else None
+    _check(values, int(rng.choice([252, 365, 12])), float(rng.choice([0.0, 0.04, -0.01])),
+           weights, traded)
+
+
+def test_summary_parts_edge_cases_equal_the_functions() -> None:
+    for values in ([], [100.0], [100.0, 100.0], [100.0, 100.0, 100.0], [100.0, 0.0, 50.0],
+                   [0.0, 10.0, 20.0], [100.0, math.nan, 110.0], [100.0, 110.0, 121.0],
+                   [100.0, 90.0, 81.0, 72.9], [100.0, 0.0], [100.0, 101.0], [-5.0, 5.0, 10.0],
+                   [100.0, math.inf, 100.0], [1.0, 1.0 + 1e-15, 1.0]):
+        for rf in (0.0, 0.04):
+            _check(values, 252, rf)
+            _check(values, 252, rf, [{"A": 1.0}, {"B": 1.0}, {"A": 0.5, "B": 0.5}], [1.0, 2.0])
+
+
+def test_labels_at_equals_the_lookup_per_time() -> None:
+    marks = np.array([10.0, 20.0, 30.0, 40.0])
+    labels = ["a", "b", "c", "d"]
+
+    def one(ts: float) -> str:  # the lookup as it was done for each time
+        i = int(np.searchsorted(marks, ts, side="right")) - 1
+        return labels[i] if i >= 0 else REGIME_UNKNOWN
+
+    times = [5.0, 10.0, 15.0, 20.0, 29.999, 30.0, 40.0, 99.0, -1.0, 10, 40]
+    assert _labels_at(marks, labels, times) == [one(t) for t in times]
+    assert _labels_at(marks, labels, []) == []
+    assert _labels_at(np.empty(0), [], [1.0, 2.0]) == [REGIME_UNKNOWN] * 2
+    assert _labels_at(marks[:1], labels[:1], [10.0]) == ["a"]
+
+
+def _same_k(got: float, want: float) -> bool:
+    """Tell whether two figures are the same float (NaN equal to NaN)."""
+    return (math.isnan(got) and math.isnan(want)) or got == want
+
+
+@pytest.mark.parametrize(("steps", "bad"), [(1, False), (3, False), (12, False), (40, False),
+                                            (40, True), (85, False)])
+def test_rolling_k_figures_equal_each_figure_alone(steps: int, bad: bool) -> None:
+    rng = np.random.default_rng(steps)
+    prices = np.cumprod(1.0 + rng.normal(0.0, 0.02, (steps, 4)), axis=0)
+    prices[:, 0] = 1.0  # cash
+    held = rng.uniform(0.0, 10.0, (steps, 4))
+    if bad:
+        held[7] = 0.0  # a step with nothing held: a denominator of 0, NaN from there
+    got = rolling_k_figures(held, prices, ROLLING_KS)
+    assert _same_k(got["cr0"], rolling_k_return(held, prices, 0))
+    for k in ROLLING_KS:
+        assert _same_k(got["cr"][str(k)], rolling_k_return(held, prices, k))
+        assert _same_k(got["delta"][str(k)], rolling_k_delta(held, prices, k))
+        assert _same_k(got["delta_same_window"][str(k)],
+                     rolling_k_delta(held, prices, k, same_window=True))
+    finite = [v for v in got["delta_same_window"].values() if math.isfinite(v)]
+    assert len(finite) == sum(1 for k in ROLLING_KS if steps - 1 - 2 * k >= 1) or bad
