@@ -34,7 +34,8 @@ def _report(args: argparse.Namespace) -> int:
         if (not args.db.startswith(("postgresql://", "postgres://")) and  # shared store
                 inspect_database(args.db, create=False, schema_version=SCHEMA_VERSION) == 0):
             return _fail(f"--db {args.db}: not a paperarena database (no tables)")
-        report = load_report(args.db, window=(args.start, args.end))
+        # one thread here: the markets may be computed in forked processes (same bytes)
+        report = load_report(args.db, window=(args.start, args.end), parallel=True)
     except StoreOpenError as exc:
         return _fail(f"--db {exc}")
     except FileNotFoundError as exc:

@@ -43,11 +43,14 @@ def _read(db: str | Path, compute: Callable[[sqlite3.Connection], T]) -> T:
 
 
 def load_report(db: str | Path, *, window: tuple[float | None, float | None] = (None, None),
-                min_valid_rate: float | None = None, min_days: int | None = None) -> Report:
+                min_valid_rate: float | None = None, min_days: int | None = None,
+                parallel: bool = False) -> Report:
     """Return the leaderboard and chart series of the store ``db``
-    (:func:`scoring.board.leaderboard.report_of`)."""
+    (:func:`scoring.board.leaderboard.report_of`; ``parallel``: its markets in forked
+    processes when this process runs one thread, for the CLI only)."""
     return _read(db, lambda con: board.report_of(
-        con, window=window, min_valid_rate=min_valid_rate, min_days=min_days))
+        con, window=window, min_valid_rate=min_valid_rate, min_days=min_days,
+        parallel=parallel))
 
 
 def leaderboard(db: str | Path, *, window: tuple[float | None, float | None] = (None, None),

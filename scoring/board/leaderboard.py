@@ -35,7 +35,10 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from scoring.board.batched_rows import score_pending
 from scoring.board.extras import board_extras
@@ -51,9 +54,10 @@ from scoring.board.figures import (
     _window_dates,
     _window_regime,
 )
-from scoring.board.load import AgentCurves, Key, Report, _load_store
+from scoring.board.forked import map_forked
+from scoring.board.load import AgentCurves, Key, Report, _load_store, _Store
 from scoring.board.rank import _rank, _standing
-from scoring.board.significance import infer
+from scoring.board.significance import infer, preload_imports
 from scoring.board.text import _clean, _conventions
 from scoring.stats.benchmarks import ROLLING_KS
 
@@ -107,13 +111,41 @@ def _risk_free(cfg: dict[str, Any]) -> dict[str, float]:
 
 
 
+def _market_rows(store: _Store, keys: Sequence[Key], lo: float, hi: float, whole: bool,
+                 rf: dict[str, float], initial: dict[str, float],
+                 classes: Mapping[str, Mapping[str, str]], regimes: tuple[np.ndarray, list[str]],
+                 min_valid_rate: float,
+                 min_days: int, market: str
+                 ) -> tuple[list[dict[str, Any]], dict[Key, AgentCurves], dict[str, Any]]:
+    """Return one market's ranked rows (with their inference), curves and market section."""
+    rows: list[dict[str, Any]] = []
+    curves: dict[Key, AgentCurves] = {}
+    store.div_jobs = []  # the rows' diversification, scored together after the loop
+    for key in keys:
+        row, curve = _row(store, key, lo, hi, whole, rf, initial, classes, regimes)
+        _standing(row, min_valid_rate, min_days)
+        rows.append(row)
+        if curve is not None:
+            curves[key] = curve
+    score_pending(store.div_jobs)
+    store.div_jobs = None
+    _rank(rows)
+    inferred = infer(rows, curves, store.agents_cfg, rf,
+                     {market: _periods(store.markets_cfg, market)})
+    return rows, curves, inferred.get(market, {})
+
+
 def report_of(con: sqlite3.Connection, *,
               window: tuple[float | None, float | None] = (None, None),
-              min_valid_rate: float | None = None, min_days: int | None = None) -> Report:
+              min_valid_rate: float | None = None, min_days: int | None = None,
+              parallel: bool = False) -> Report:
     """Compute the leaderboard and the chart series of the store read through ``con``.
 
     ``min_valid_rate`` / ``min_days`` override the ``[leaderboard]`` settings of the store's
-    latest run (defaults :data:`MIN_VALID_RATE`, :data:`MIN_DAYS`). Open a store by name with
+    latest run (defaults :data:`MIN_VALID_RATE`, :data:`MIN_DAYS`). With ``parallel`` the
+    markets' rows and inference are computed in forked processes when this process may fork
+    (:func:`scoring.board.forked.map_forked`: a single-threaded caller such as the CLI; the
+    same figures bit for bit). Open a store by name with
     :func:`daemon.store.reports.load_report`.
     """
     lo = -math.inf if window[0] is None else window[0]
@@ -130,26 +162,26 @@ def report_of(con: sqlite3.Connection, *,
     classes = _asset_classes(store)
     store.bench = {m: _benchmarks(store, m) for m in store.panels}
     eq_marks, eq_labels, eq_index = _regime_by_mark(store)
-    rows: list[dict[str, Any]] = []
-    curves: dict[Key, AgentCurves] = {}
-    store.div_jobs = []  # the rows' diversification, scored together after the loop
-    for key in sorted(set(store.series) | set(store.outcomes)):
-        if not (any(lo <= p[0] <= hi for p in store.series.get(key, []))
-                or any(lo <= t <= hi for ts in store.outcomes.get(key, {}).values() for t in ts)):
-            continue
-        row, curve = _row(store, key, lo, hi, window[0] is None, rf, initial, classes,
-                          (eq_marks, eq_labels))
-        _standing(row, min_valid_rate, min_days)
-        rows.append(row)
-        if curve is not None:
-            curves[key] = curve
-    score_pending(store.div_jobs)
-    store.div_jobs = None
+    keys = [key for key in sorted(set(store.series) | set(store.outcomes))
+            if any(lo <= p[0] <= hi for p in store.series.get(key, []))
+            or any(lo <= t <= hi for ts in store.outcomes.get(key, {}).values() for t in ts)]
+    by_market: dict[str, list[Key]] = {}
+    for key in keys:
+        by_market.setdefault(key[1], []).append(key)
+    # Each market's rows, ranks and inference depend on that market's data only.
+    markets_of = sorted(by_market)
+    if parallel and len(markets_of) > 1:
+        preload_imports()  # imported once here, not once per process
+    parts = map_forked(lambda m: _market_rows(
+        store, by_market[m], lo, hi, window[0] is None, rf, initial, classes,
+        (eq_marks, eq_labels), min_valid_rate, min_days, m), markets_of, parallel=parallel)
+    rows: list[dict[str, Any]] = [r for part in parts for r in part[0]]  # by market, as _rank
+    found = {k: c for part in parts for k, c in part[1].items()}
+    curves = {k: found[k] for k in keys if k in found}
     markets = {m: _market_summary(store, m, lo, hi) for m in sorted({r["market"] for r in rows})}
-    _rank(rows)
-    inferred = infer(rows, curves, store.agents_cfg, rf, {m: _periods(cfg, m) for m in markets})
-    for m, extra in inferred.items():
-        markets[m] |= extra
+    for m, (_, _, extra) in zip(markets_of, parts, strict=True):
+        if m in markets:
+            markets[m] |= extra
     regime = _window_regime(eq_marks, eq_index, eq_labels, lo, hi)
     board = _clean({
         "conventions": _conventions(rf, min_valid_rate, min_days,

@@ -1,19 +1,35 @@
 """Issue 27, point 1: every batched form of the report's statistics equals the per-item
 computation it replaced, element by element and bit for bit, on fixed data: order statistics
 from windows (and the percentiles built on them), rank stability in one pass, the Model
-Confidence Set's steps in blocks of draws, the resampled figures computed in place, and the
-rows' diversification scored together."""
+Confidence Set's steps in blocks of draws, the resampled figures computed in place, the
+rows' diversification scored together; and a report's markets computed in forked processes
+(``scoring.board.forked``) give the same bytes as in this process, forking only where it is
+safe. The tests that must fork use pytest-timeout's signal method: its default thread method
+runs a timer thread beside the test, and a process with a second thread never forks."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+import os
+import struct
+import threading
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+import scoring.board.forked as forked
+from daemon.app.replay import replay
+from daemon.config.settings import load_config
+from daemon.store.reports import load_report
 from scoring.board.batched_rows import score_pending
 from scoring.board.figures import _mean_scores
+from scoring.board.forked import fork_safe, map_forked
+from scoring.board.report_html import render_html
 from scoring.board.significance import _CHUNK, _Market
+from scoring.board.text import to_json, to_table
 from scoring.stats.diversification import (
     class_correlations,
     diversification_rows,
@@ -23,6 +39,10 @@ from scoring.stats.inference import quantile_rows
 from scoring.stats.metrics import DDOF, STD_ZERO_RTOL
 from scoring.stats.multiple import _step_draws
 from scoring.stats.order_stats import MIN_WINDOW_N, rank_counts, transposed, window_order_stats
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "examples" / "sample.jsonl.gz"
+SAMPLE_CONFIG = ROOT / "examples" / "sample-replay.toml"
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -330,3 +350,111 @@ def test_holdings_in_python_floats_equal_float64_items() -> None:
             e += 1
         want[row] = q
     assert np.array_equal(_bits(got), _bits(want))
+
+
+# ----------------------------------------------------------------------------- forked markets
+
+
+def _figures(x: int) -> tuple[int, list[float], dict[str, Any]]:
+    """Return this process's id and floats whose bits a lossy transfer would change."""
+    v = [math.pi * x, -0.0, math.nan, math.inf, 1e-310 * x, 0.1 + 0.2 * x]
+    return os.getpid(), v, {"nested": {"x": x, "ok": x % 2 == 0, "none": None}}
+
+
+def _float_bits(v: list[float]) -> list[bytes]:
+    return [struct.pack("<d", f) for f in v]
+
+
+class _Forks:
+    """Count the forks this process makes (the real ``os.fork``, counted)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = os.fork
+
+        def fork() -> int:
+            self.count += 1
+            return real()
+
+        monkeypatch.setattr(forked.os, "fork", fork)
+
+
+@pytest.mark.timeout(300, method="signal")
+def test_forked_results_equal_in_process_bit_for_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    forks = _Forks(monkeypatch)
+    assert fork_safe()
+    got = map_forked(_figures, [1, 2, 3], parallel=True)
+    here = [_figures(x) for x in [1, 2, 3]]
+    assert forks.count == 2  # one child per item after the first
+    assert got[0][0] == os.getpid() and {g[0] for g in got[1:]}.isdisjoint({os.getpid()})
+    assert len({g[0] for g in got}) == 3
+    for (_, v, extra), (_, w, extra_here) in zip(got, here, strict=True):
+        assert _float_bits(v) == _float_bits(w) and extra == extra_here
+        assert [type(f) for f in v] == [type(f) for f in w]
+
+
+@pytest.mark.timeout(300, method="signal")
+def test_a_failed_child_is_computed_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    forks = _Forks(monkeypatch)
+    parent = os.getpid()
+
+    def fails_in_a_child(x: int) -> tuple[int, int]:
+        if os.getpid() != parent and x == 2:
+            raise RuntimeError("only in the child")
+        if os.getpid() != parent and x == 3:
+            return os.getpid(), (lambda: x)  # type: ignore[return-value]  # cannot be pickled
+        return os.getpid(), x * x
+
+    got = map_forked(fails_in_a_child, [1, 2, 3, 4], parallel=True)
+    assert forks.count == 3
+    assert [g[1] for g in got] == [1, 4, 9, 16]
+    assert got[1][0] == parent and got[2][0] == parent  # failed in the child: computed here
+    assert got[3][0] != parent
+
+
+@pytest.mark.timeout(300, method="signal")
+def test_an_error_of_fn_is_raised_as_in_process() -> None:
+    def boom(x: int) -> int:
+        raise ValueError(f"bad {x}")
+
+    with pytest.raises(ValueError, match="bad 1"):
+        map_forked(boom, [1, 2], parallel=True)
+
+
+def test_no_fork_beside_another_thread_or_without_opt_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    forks = _Forks(monkeypatch)
+    assert map_forked(_figures, [1, 2], parallel=False)[1][0] == os.getpid()  # not opted in
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not fork_safe()
+        got = map_forked(_figures, [1, 2, 3], parallel=True)
+    finally:
+        stop.set()
+        other.join()
+    assert forks.count == 0 and {g[0] for g in got} == {os.getpid()}
+
+
+@pytest.fixture(scope="module")
+def sample_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("sample") / "sample.db"
+    asyncio.run(replay(SAMPLE, load_config(SAMPLE_CONFIG), db, progress=False))
+    return db
+
+
+@pytest.mark.timeout(600, method="signal")
+@pytest.mark.parametrize("window", [(None, None), (1793600000.0, None)])
+def test_report_of_two_markets_forked_equals_in_process(
+        sample_db: Path, monkeypatch: pytest.MonkeyPatch,
+        window: tuple[float | None, float | None]) -> None:
+    here = load_report(sample_db, window=window)
+    forks = _Forks(monkeypatch)
+    there = load_report(sample_db, window=window, parallel=True)
+    assert forks.count == 1  # the second market in a child
+    assert set(here.board["markets"]) == {"equity", "polymarket"}
+    assert to_json(there.board) == to_json(here.board)
+    assert to_table(there.board) == to_table(here.board)
+    assert render_html(there) == render_html(here)
+    assert list(there.curves) == list(here.curves)
+    assert there.labels == here.labels

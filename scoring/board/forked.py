@@ -1,0 +1,100 @@
+"""Independent parts of a report computed in forked processes, when forking is safe.
+
+A report's markets are independent (their rows and their inference share nothing but what
+was read before), so a single-threaded caller (``paperarena report``) may compute them on
+several cores: :func:`map_forked` runs ``fn`` on the first item in this process and on each
+other item in a child made by ``fork`` (the same code on the same data, so the same results
+bit for bit), and takes the children's results back through a pipe (``pickle``, which keeps
+every float, its sign and its type). Forking is done only when the caller opts in and this
+process runs a single thread: a process with other threads (the daemon's event loop, its
+worker and SQLite threads) could fork while one of them holds a lock, so there ``fn`` runs
+here, item after item. A child that fails or dies gives no result; its item is then computed
+here, so a result (or the error ``fn`` raises) never depends on the children.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+__all__ = ["fork_safe", "map_forked"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def fork_safe() -> bool:
+    """Tell whether this process may fork: the platform forks and only this thread runs."""
+    return hasattr(os, "fork") and threading.active_count() == 1
+
+
+def _child(fn: Callable[[T], R], item: T, w: int) -> None:
+    """Compute ``fn(item)`` in a forked child, write its pickle to ``w`` and exit (never
+    returns; exit status 1 and nothing written when ``fn`` or the pickling fails)."""
+    code = 1
+    try:
+        data = pickle.dumps(fn(item), protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(w, view) :]
+        code = 0
+    except BaseException:  # the parent computes the item itself
+        code = 1
+    finally:
+        os._exit(code)  # no atexit, no flushing of the parent's buffers
+
+
+def _collect(pid: int, r: int) -> tuple[bool, object]:
+    """Read a child's pickled result from ``r`` and reap it; ``(False, None)`` if it failed."""
+    chunks: list[bytes] = []
+    with os.fdopen(r, "rb") as f:
+        while chunk := f.read(1 << 20):
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        return False, None
+    try:
+        return True, pickle.loads(b"".join(chunks))
+    except Exception:  # a truncated result: computed here instead
+        return False, None
+
+
+def map_forked(fn: Callable[[T], R], items: Sequence[T], *, parallel: bool = False) -> list[R]:
+    """Return ``[fn(x) for x in items]``, items after the first in forked children when
+    ``parallel`` and :func:`fork_safe` (else all in this process, in order).
+
+    ``fn`` must compute its result from data this process holds (a child's side effects are
+    lost) and return something ``pickle`` can carry.
+    """
+    if not parallel or len(items) < 2 or not fork_safe():
+        return [fn(x) for x in items]
+    children: list[tuple[int, int]] = []  # (pid, read end) per item after the first
+    try:
+        for item in items[1:]:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child
+                os.close(r)
+                for _, other in children:
+                    os.close(other)
+                _child(fn, item, w)
+            os.close(w)
+            children.append((pid, r))
+        results: list[R] = [fn(items[0])]
+        for item in items[1:]:
+            pid, r = children.pop(0)
+            ok, value = _collect(pid, r)
+            results.append(value if ok else fn(item))  # type: ignore[arg-type]
+        return results
+    finally:  # an error or interrupt here: stop and reap the children not collected
+        for pid, r in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            os.close(r)
