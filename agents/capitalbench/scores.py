@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.capitalbench.rounds import LEGACY_OPTIONS, read_data
+from daemon.core.run_configs import run_configs
 
 CASH = "CASH"
 #: Shared resolved rounds a comparison set needs to qualify, per track (seed 004).
@@ -230,9 +231,10 @@ def _consistency(rounds: Sequence[Mapping[str, Any]], track: str) -> list[dict[s
 
 
 def _latest_cap(con: sqlite3.Connection) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Return (config, its ``[capitalbench]`` section) of the latest run (``{}``: none)."""
-    row = con.execute("SELECT config_json FROM runs ORDER BY id DESC LIMIT 1").fetchone()
-    cfg = json.loads(row[0]) if row and row[0] else {}
+    """Return (config, its ``[capitalbench]`` section) of the latest config the store ran with
+    (a run's or a reload's; ``{}``: none)."""
+    configs = run_configs(con)
+    cfg = json.loads(configs[-1]) if configs and configs[-1] else {}
     return cfg, cfg.get("capitalbench") or {}
 
 

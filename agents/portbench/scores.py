@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from daemon.core.price_bursts import read_prices
+from daemon.core.run_configs import run_configs
 from scoring.stats.benchmarks import historical_var
 from scoring.stats.diversification import diversification_from_returns
 
@@ -390,7 +391,7 @@ def score_connection(
     ``stored=False``: every score computed from the store now.
     """
     protocol, own = portbench_agents(
-        con.execute("SELECT config_json FROM runs ORDER BY id").fetchall())
+        [(text,) for text in run_configs(con)])
     if not protocol:  # no portbench agent was ever configured: nothing to parse
         return {}
     decisions = parse_decisions(con.execute(

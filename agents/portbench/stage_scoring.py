@@ -17,6 +17,7 @@ worker thread (the maximum-Sharpe solver may take a while); ``scored_ts`` is the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
@@ -37,6 +38,7 @@ from agents.portbench.scores import (
     score_rows,
 )
 from daemon.core.price_bursts import read_prices_async
+from daemon.core.run_configs import fetch_run_configs
 
 
 class ScoringHost(Protocol):
@@ -109,13 +111,16 @@ _CONFIGS: weakref.WeakKeyDictionary[Any, tuple[Any, tuple[set[str], dict[str, An
 
 
 async def _configured(store: StoreAccess) -> tuple[set[str], dict[str, Any]]:
-    """Return :func:`portbench_agents` of the store's runs, parsed again only when a run was
-    added (a large config is not parsed at every mark)."""
-    key = tuple((await store.fetchall("SELECT COUNT(*), MAX(id) FROM runs"))[0])
+    """Return :func:`portbench_agents` of the configs the store ran with (its runs' and
+    reloads'), parsed again only when one was added (a large config is not parsed at every
+    mark)."""
+    key: tuple[Any, ...] = tuple((await store.fetchall("SELECT COUNT(*), MAX(id) FROM runs"))[0])
+    with contextlib.suppress(Exception):  # a store older than schema v17 has no reloads
+        key += tuple((await store.fetchall("SELECT COUNT(*), MAX(id) FROM config_reloads"))[0])
     cached = _CONFIGS.get(store)
     if cached is None or cached[0] != key:
-        cached = (key, portbench_agents(await store.fetchall(
-            "SELECT config_json FROM runs ORDER BY id")))
+        cached = (key, portbench_agents([(text,) for text in await fetch_run_configs(
+            store.fetchall)]))
         _CONFIGS[store] = cached
     protocol, own = cached[1]
     return set(protocol), own

@@ -6,7 +6,9 @@ the sources settle, one line sums up their health (``sources: 0/4 live (yahoo: c
 ...)``), again on every change (rate-limited) and as a reminder while one is down.
 SIGINT/SIGTERM stop scheduling, let in-flight rounds finish within a bound (or abandon them,
 recorded with outcome ``abandoned``), flush the store, stop sources, and exit 0 with state
-committed. SIGHUP reloads the agent and alert configuration, validated first.
+committed. SIGHUP reloads the agent and alert configuration, validated first; once applied,
+the season's amendment (if the lineup changed) and the new config are stored (``config_reloads``,
+at the clock's time of the reload), so a bundle's replay applies it there too.
 """
 
 from __future__ import annotations
@@ -132,15 +134,17 @@ class LiveDaemon:
                  agents=sorted({a for m in engine.slots.values() for a in m}),
                  sources=[s.name for s in self.sources])
 
-    async def _season(self, store: Store, config: Config, *, record: bool = True) -> None:
+    async def _season(self, store: Store, config: Config, *, record: bool = True,
+                      ts: float | None = None) -> None:
         """Freeze the season's lineup, or check ``config``'s against it (issue 32, point 1):
-        a refusal raises :class:`~daemon.store.integrity.season.SeasonError` (one line)."""
+        a refusal raises :class:`~daemon.store.integrity.season.SeasonError` (one line).
+        ``ts``: when an amendment is recorded (now by default)."""
         from daemon.config.season import lineup
         from daemon.store.integrity.season import open_season
 
         line = await open_season(store, self.db, config.season.name, lineup(config),
-                                 amendments=config.season.amendments, ts=self.clock.now(),
-                                 record=record)
+                                 amendments=config.season.amendments,
+                                 ts=self.clock.now() if ts is None else ts, record=record)
         if line:  # an amendment is worth a warning, a new season a line
             (log.warning if "amendment" in line else log.info)(line)
 
@@ -235,7 +239,11 @@ class LiveDaemon:
             # change is recorded as an amendment once it is
             await self._season(self.engine.store, new, record=False)
             changes = await self.engine.reload(new)
-            await self._season(self.engine.store, new)
+            # Applied now: the amendment, then the config itself (in the form of a run's), so
+            # that a bundle's replay applies it at the same moment (issue 32).
+            at = self.clock.now()
+            await self._season(self.engine.store, new, ts=at)
+            await self.engine.store.record_reload(at, new.model_dump(mode="json"))
             for comp in self._started_components:
                 comp_reload = getattr(comp, "reload", None)
                 if comp_reload is not None:

@@ -284,6 +284,20 @@ class Store(StoreQueries):
             await self._atomic(self.db.execute, "UPDATE runs SET stopped_ts=? WHERE id=?",
                                (stopped_ts, self.run_id))
 
+    async def record_reload(self, ts: float, config: dict[str, Any]) -> None:
+        """Store the config a reload applied at ``ts`` in the current run (``config_reloads``,
+        chained; the form of :meth:`begin_run`'s config), so a replay applies it there too."""
+        if self.run_id is None:
+            raise StoreWriteError(f"{self.path}: a reload's config needs a run to belong to")
+        row = (self.run_id, ts, _dumps(config))
+
+        async def insert() -> None:
+            await self.db.execute(
+                "INSERT INTO config_reloads(run_id, ts, config_json, chain) VALUES(?,?,?,?)",
+                with_chains([row], self.chains.link("config_reloads", [row]))[0])
+
+        await self._atomic(insert)
+
     async def get_meta(self, key: str) -> str | None:
         """Return the value of ``key`` in the meta table, if set."""
         rows = await self.fetchall("SELECT value FROM meta WHERE key=?", (key,))

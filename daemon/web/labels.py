@@ -2,10 +2,10 @@
 
 The same lookup as the HTML report (:func:`scoring.board.figures._labels`): a book's
 ``questions`` map each question id to its tokens (YES first, then NO); the title comes from the
-run's config (``markets.polymarket.questions``) or the ``MarketListed`` events recorded when the
-question was listed. :class:`AssetLabels` reads them through the server's store, remembers them,
-and reads again only the events stored since (by row id) when a token is not known yet, at most
-once every :data:`RETRY` seconds.
+configs the store ran with (``markets.polymarket.questions``, :mod:`daemon.core.run_configs`)
+or the ``MarketListed`` events recorded when the question was listed. :class:`AssetLabels`
+reads them through the server's store, remembers them, and reads again only the events stored
+since (by row id) when a token is not known yet, at most once every :data:`RETRY` seconds.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
+
+from daemon.core.run_configs import fetch_run_configs
 
 #: The sides of a question's tokens, in the order a book lists them.
 SIDES = ("YES", "NO")
@@ -47,7 +49,7 @@ class AssetLabels:
                     self.tokens[str(token)] = (str(q), side)
         if not self._config_read:
             self._config_read = True
-            for (text,) in await fetch("SELECT config_json FROM runs ORDER BY id"):
+            for text in await fetch_run_configs(fetch):  # every run's and reload's
                 try:
                     cfg = json.loads(text or "{}")
                 except ValueError:

@@ -26,6 +26,7 @@ from daemon.core.price_bursts import (
     expand_price_rows,
     read_asset_sets,
 )
+from daemon.core.run_configs import run_configs
 from daemon.core.sparse_rows import FILLS
 from scoring.stats.metrics import drawdown_series
 
@@ -163,10 +164,10 @@ class _FillDecoder:
 
 def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
     """Read configs, series, fills, resolutions, books, probes and price panels."""
-    runs = [json.loads(r[0]) for r in con.execute("SELECT config_json FROM runs ORDER BY id")]
+    runs = [json.loads(text) for text in run_configs(con)]  # every run's and reload's
     markets_cfg = runs[0].get("markets", {}) if runs else {}
     agents_cfg: dict[str, dict[str, Any]] = {}
-    for cfg in runs:  # later runs (reloads, restarts) override earlier ones
+    for cfg in runs:  # later configs (reloads, restarts) override earlier ones
         for a in cfg.get("agents", []):
             agents_cfg[str(a.get("id"))] = a
     series: dict[Key, list[tuple[float, float, float]]] = defaultdict(list)
@@ -267,6 +268,28 @@ def _with_bursts(con: sqlite3.Connection, market: str, marks: list[float],
     return list(best.values())
 
 
+def _latest_by_mark(rows: Sequence[tuple[Any, Any, Any, Any]], marks: Sequence[float]
+                    ) -> list[tuple[Any, ...]]:
+    """Return, per asset and mark, the latest of ``rows`` ((asset, ts, price, id), every ts at
+    or before the last mark) bucketed at the first mark at or after it, the last stored (highest
+    id) among equal times, as ``(asset, mark, ts, price, id)``, in no particular order.
+
+    The selection the store's query made with a window function (``ROW_NUMBER() OVER
+    (PARTITION BY asset, mark ORDER BY ts DESC, id DESC)``), one ``searchsorted`` for all rows.
+    """
+    if not rows:
+        return []
+    at = np.searchsorted(np.asarray(marks, dtype=float),
+                         np.fromiter((r[1] for r in rows), dtype=float, count=len(rows)),
+                         side="left").tolist()
+    best: dict[tuple[Any, int], tuple[Any, ...]] = {}
+    for (asset, ts, price, id_), i in zip(rows, at, strict=True):
+        got = best.get((asset, i))
+        if got is None or ts > got[2] or (ts == got[2] and id_ > got[4]):
+            best[(asset, i)] = (asset, marks[i], ts, price, id_)
+    return list(best.values())
+
+
 def _load_panel(con: sqlite3.Connection, market: str, marks: list[float],
                 resolutions: list[tuple[float, dict[str, float]]]) -> _Panel:
     """Return the last price of every asset at each mark (one grouped scan of market_events)."""
@@ -275,19 +298,9 @@ def _load_panel(con: sqlite3.Connection, market: str, marks: list[float],
     # The last price of each asset before or at each mark: rows are bucketed by the first mark
     # at or after them, so a print after a mark (a closing auction, an after-hours trade) never
     # hides the price the mark used.
-    con.execute("CREATE TEMP TABLE IF NOT EXISTS panel_marks(m REAL PRIMARY KEY)")
-    try:
-        con.executemany("INSERT OR IGNORE INTO panel_marks(m) VALUES(?)", [(m,) for m in marks])
-        rows = con.execute(  # per asset and mark: the latest time, the last stored among ties
-            "SELECT asset, upto, ts, price, id FROM (SELECT asset, upto, ts, price, id,"
-            " ROW_NUMBER() OVER (PARTITION BY asset, upto ORDER BY ts DESC, id DESC) AS n FROM"
-            " (SELECT asset, (SELECT MIN(m) FROM panel_marks WHERE m >= ts) AS upto, ts, price,"
-            " id FROM market_events WHERE kind='price' AND market=? AND ts <= ?)) WHERE n = 1",
-            (market, marks[-1]),
-        ).fetchall()
-    finally:
-        con.execute("DROP TABLE panel_marks")
-        con.commit()
+    rows = _latest_by_mark(con.execute(
+        "SELECT asset, ts, price, id FROM market_events WHERE kind='price' AND market=?"
+        " AND ts <= ?", (market, marks[-1])).fetchall(), marks)
     rows = _with_bursts(con, market, marks, rows)
     rows.sort(key=lambda r: (r[2], r[0]))
     assets = sorted({r[0] for r in rows} | {a for _, p in resolutions for a in p})
