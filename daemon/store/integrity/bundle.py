@@ -17,11 +17,12 @@ report recomputed from the stored rows is byte-identical to ``report.json``, tha
 rebuilt by replaying the season from the stored answers is too (a ``replay`` callback:
 :mod:`daemon.app.bundle_replay`, no model called, no key needed; the first differing line is
 named, and the first replayed decision or fill that is not the stored one), and with ``--key``
-(a PEM public key) the signature. What it does not do yet: replay a season the replay does
-not support (CapitalBench rounds without their briefing file, a resumed
-replay, a config reloaded while running: :func:`daemon.app.bundle_replay.refusal` and the run
-checks); the callback raises :class:`NotReplayed` and the caller says the replay check was
-not done.
+(a PEM public key) the signature. The store is self-contained: CapitalBench rounds frozen
+since schema v17 are replayed from the briefing text it holds (``capital_briefings``), the
+briefing file not needed. What it does not do yet: replay a season the replay does not support
+(CapitalBench rounds frozen before v17 without their briefing file, a resumed replay, a config
+reloaded while running: :func:`daemon.app.bundle_replay.refusal` and the run checks); the
+callback raises :class:`NotReplayed` and the caller says the replay check was not done.
 """
 
 from __future__ import annotations

@@ -7,12 +7,15 @@ OpenAI-compatible server (the protocol test's: one valid, one always invalid, on
 valid on retry), official run and a consistency repeat, while a baseline trades. ``report
 --bundle`` in a fresh process with no key and no network rebuilds its report byte for byte, the
 round frozen again at its stored time and every answer checked again by the protocol. An edited
-stored CapitalBench answer is named with its agent.
+stored CapitalBench answer is named with its agent. The briefing's text is in the store (schema
+v17): the bundle rebuilds on a machine without the briefing file, and a store that holds
+neither (written before v17) is refused in one line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import sqlite3
@@ -242,21 +245,105 @@ def test_an_edited_capitalbench_answer_is_named(season: tuple[Path, Path],
     assert "(official 1) differs in outcome: stored 'ok', replayed " in line, line
 
 
+def _briefing(db: Path) -> Path:
+    """Return the briefing file the stored run's config names."""
+    ((config_json,),) = rows(db, "SELECT config_json FROM runs")
+    return Path(json.loads(config_json)["capitalbench"]["briefing"])
+
+
+def test_a_live_season_rebuilds_without_its_briefing_file(season: tuple[Path, Path],
+                                                          tmp_path: Path) -> None:
+    """The briefing's text is stored once, chained and named by the round's manifest; the
+    bundle rebuilds byte for byte where the file is not; a store without it refuses."""
+    db, bundle = season
+    path = _briefing(db)
+    data = path.read_bytes()
+    ((sha, name, text),) = rows(db, "SELECT sha256, name, text FROM capital_briefings")
+    assert (sha, name, text.encode()) == (hashlib.sha256(data).hexdigest(), path.name, data)
+    ((manifest,),) = rows(db, "SELECT manifest_json FROM capital_rounds")
+    assert json.loads(manifest)["briefing_sha256"] == sha
+    r = cli("verify", "--db", str(db), timeout=120)
+    assert r.returncode == 0 and "capital_briefings 1," in r.stdout, r.stdout + r.stderr
+
+    def pre_v17(store: Path) -> None:  # no briefing stored, none named (chains recomputed)
+        con = sqlite3.connect(store)
+        with con:
+            con.execute("DELETE FROM capital_briefings")
+            m = {k: v for k, v in json.loads(manifest).items() if k != "briefing_sha256"}
+            con.execute("UPDATE capital_rounds SET manifest_json=?", (json.dumps(m),))
+            rechain(con, "capital_rounds")
+        con.close()
+
+    old = forged(bundle, tmp_path, pre_v17)
+    moved = tmp_path / "moved-briefing.md"
+    path.rename(moved)
+    try:
+        r = offline_cli("report", "--bundle", str(bundle), "--json")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "not replayed" not in r.stderr, r.stderr
+        assert r.stdout.encode() == _members(bundle)["report.json"]
+        r = cli("verify-bundle", str(bundle), timeout=300, env=_env())
+        assert r.returncode == 0, r.stdout + r.stderr[-2000:]
+        assert ", report replayed from the stored answers matches" in r.stdout
+        r = offline_cli("report", "--bundle", str(old), "--json")
+        assert (f"the CapitalBench briefing {path} is not here and the store holds no copy of"
+                " the briefing round weekly-") in r.stderr, r.stderr[-2000:]
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    finally:
+        moved.rename(path)
+
+    store = tmp_path / "text.db"  # its text edited: named whether its chain is recomputed or not
+    for rechained in (False, True):
+        store.write_bytes(_members(bundle)["store.db"])
+        con = sqlite3.connect(store)
+        with con:
+            con.execute("UPDATE capital_briefings SET text='Facts: rates cut.'")
+            if rechained:
+                rechain(con, "capital_briefings")
+        con.close()
+        r = cli("verify", "--db", str(store), timeout=120)
+        why = ("was edited: its text does not hash to its sha256" if rechained
+               else "was edited: its content does not match its hash")
+        assert r.returncode == 1 and r.stdout.splitlines()[0] == (
+            f"capital_briefings: row 1 (sha256={sha!r}) {why}"), r.stdout
+
+
 async def test_replayed_rounds_resolve_and_score_again_from_the_bundle(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A season of ``paperarena replay`` (four weekly rounds built from history, three resolved
-    at the daily marks and scored, one started) rebuilds its report byte for byte."""
+    at the daily marks and scored, one started) rebuilds its report byte for byte. Its briefing
+    is rewritten before the third round: each text is stored once, and the bundle rebuilds
+    with the file gone."""
     from daemon.app.replay import replay
     from tests.protocols.test_capitalbench import _recording
 
     monkeypatch.setenv("CB_TEST_KEY", "sk-test")
     _recording(tmp_path / "rec.jsonl")
+    read = CapitalRunner.read_briefing
+    texts = ["Facts: rates unchanged (2026-10-15).\n", "Facts: rates cut (2026-11-05).\n"]
+
+    def rewritten(self: CapitalRunner) -> tuple[str, bytes]:
+        reads.append(1)
+        if len(reads) == 3:
+            Path(self.cap.briefing).write_text(texts[1])
+        return read(self)
+
+    reads: list[int] = []
     async with CapitalModel() as model:
         cfg = parse_config(_config(tmp_path, model.api_base))
-        await replay(tmp_path / "rec.jsonl", cfg, tmp_path / "cb.db", progress=False)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(CapitalRunner, "read_briefing", rewritten)
+            await replay(tmp_path / "rec.jsonl", cfg, tmp_path / "cb.db", progress=False)
     statuses = [s for (s,) in rows(tmp_path / "cb.db", "SELECT status FROM capital_rounds"
                                                         " ORDER BY round_id")]
     assert statuses == ["resolved", "resolved", "resolved", "started"], statuses
+    shas = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
+    assert rows(tmp_path / "cb.db", "SELECT sha256, text FROM capital_briefings ORDER BY id"
+                ) == list(zip(shas, texts, strict=True))
+    named = [json.loads(m)["briefing_sha256"] for (m,) in rows(
+        tmp_path / "cb.db", "SELECT manifest_json FROM capital_rounds ORDER BY round_id")]
+    assert named == [shas[0], shas[0], shas[1], shas[1]]
+    Path(cfg.capitalbench.briefing).unlink()  # type: ignore[union-attr]
     bundle = tmp_path / "cb.tar"
     r = cli("export", "--db", str(tmp_path / "cb.db"), "--bundle", str(bundle), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
