@@ -138,3 +138,44 @@ def test_rolling_k_figures_equal_each_figure_alone(steps: int, bad: bool) -> Non
                      rolling_k_delta(held, prices, k, same_window=True))
     finite = [v for v in got["delta_same_window"].values() if math.isfinite(v)]
     assert len(finite) == sum(1 for k in ROLLING_KS if steps - 1 - 2 * k >= 1) or bad
+
+
+_WINDOW_SQL = (  # the store's query the panel made before: the reference
+    "SELECT asset, upto, ts, price, id FROM (SELECT asset, upto, ts, price, id,"
+    " ROW_NUMBER() OVER (PARTITION BY asset, upto ORDER BY ts DESC, id DESC) AS n FROM"
+    " (SELECT asset, (SELECT MIN(m) FROM panel_marks WHERE m >= ts) AS upto, ts, price,"
+    " id FROM market_events WHERE kind='price' AND market=? AND ts <= ?)) WHERE n = 1")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_latest_by_mark_equals_the_window_query(seed: int) -> None:
+    import sqlite3
+
+    from scoring.board.load import _latest_by_mark
+
+    rng = np.random.default_rng(seed)
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE market_events(id INTEGER PRIMARY KEY, kind TEXT, market TEXT,"
+                " asset TEXT, ts REAL, price REAL)")
+    marks = sorted({float(x) for x in rng.integers(0, 50, int(rng.integers(1, 8))) * 10.0})
+    events = []
+    for n in range(int(rng.integers(0, 300))):
+        ts = float(rng.choice([*marks, float(rng.integers(-20, 520)), marks[-1] + 1.0]))
+        if n % 7 == 0:
+            ts = float(int(ts))  # stored as an integer-valued time
+        price = None if rng.random() < 0.1 else float(rng.normal(10.0, 1.0))
+        events.append(("price" if n % 11 else "trade", "m" if n % 13 else "other",
+                       str(rng.choice(["A", "B", "C"])), ts, price))
+    events += [("price", "m", "A", marks[0], 1.0), ("price", "m", "A", marks[0], 2.0)]  # a tie
+    order = rng.permutation(len(events))  # ids not in time order
+    con.executemany("INSERT INTO market_events(kind, market, asset, ts, price) VALUES(?,?,?,?,?)",
+                    [events[i] for i in order])
+    con.execute("CREATE TEMP TABLE panel_marks(m REAL PRIMARY KEY)")
+    con.executemany("INSERT INTO panel_marks(m) VALUES(?)", [(m,) for m in marks])
+    want = con.execute(_WINDOW_SQL, ("m", marks[-1])).fetchall()
+    got = _latest_by_mark(con.execute(
+        "SELECT asset, ts, price, id FROM market_events WHERE kind='price' AND market=?"
+        " AND ts <= ?", ("m", marks[-1])).fetchall(), marks)
+    assert sorted(got, key=repr) == sorted(want, key=repr)
+    assert repr(sorted(got, key=repr)) == repr(sorted(want, key=repr))  # the same types
+    assert _latest_by_mark([], marks) == []
