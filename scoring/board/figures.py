@@ -61,6 +61,8 @@ VALID_OUTCOMES: tuple[str, ...] = ("ok", "hold")
 #: ``paused`` (daily budget) and ``halted`` (drawdown halt) are the operator's limits. Any other
 #: outcome (``invalid``, ``rejected``, ``error``...) counts against the agent.
 NOT_ASKED_OUTCOMES: tuple[str, ...] = ("skipped", "missed", "abandoned", "paused", "halted")
+#: The scorer of a row's rolling-k figures waiting in ``_Store.div_jobs`` (``score_pending``).
+ROLLING_K_JOB = "rolling_k"
 #: Fewer daily returns than this: annualised figures extrapolate noise (``annualised_flag``).
 MIN_ANNUALISED_DAYS = 20
 
@@ -370,6 +372,7 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
          classes: Mapping[str, Mapping[str, str]],
          regime: tuple[np.ndarray, list[str]]) -> tuple[dict[str, Any], AgentCurves | None]:
     agent, market = key
+    jobs_from = len(store.div_jobs or [])
     pts = [p for p in store.series.get(key, []) if lo <= p[0] <= hi]
     fills = [f for f in store.fills.get(key, []) if lo <= f.ts <= hi]
     weights = [f.weights for f in fills]
@@ -394,7 +397,11 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         cash = np.array([c for _, _, c in pts])[:, None]
         h = np.hstack([q, cash])
         pz = np.hstack([np.nan_to_num(prices, nan=0.0), np.ones((len(mark_ts), 1))])
-        figures["rolling_k"] = _rolling_k(h, pz)
+        if store.div_jobs is not None and h.shape[0] >= 2:  # with the others, after the rows
+            store.div_jobs.append([ROLLING_K_JOB, (h, pz), None])
+            figures["rolling_k"] = None  # its place in the row; set by score_pending
+        else:
+            figures["rolling_k"] = _rolling_k(h, pz)
         score, regret = _capitalbench([v for _, v, _ in pts], panel.assets, prices)
         figures |= {"capitalbench_score": score, "regret": regret}
         figures |= _diversification(h, pz, classes.get(market, {}), panel.assets,
@@ -445,8 +452,8 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
                       start_value),
         "relative": _relative(r, ends, store.bench.get(market, {}), n),
     }
-    if store.div_jobs and store.div_jobs[-1][2] is None:  # this row's scores wait there
-        store.div_jobs[-1][2] = row
+    for job in (store.div_jobs or [])[jobs_from:]:  # this row's figures wait there
+        job[2] = row
     curve = None
     if pts:
         ts = ([first_fill.ts] if from_start and first_fill is not None else []) + mark_ts

@@ -37,6 +37,7 @@ __all__ = [
     "rolling_k_delta",
     "rolling_k_deltas",
     "rolling_k_figures",
+    "rolling_k_figures_rows",
     "rolling_k_return",
 ]
 
@@ -146,6 +147,68 @@ def rolling_k_figures(holdings: ArrayLike, prices: ArrayLike, ks: Iterable[int] 
         delta[str(k)] = cr_k - cr0
         same[str(k)] = cr_k - _hold_cr(h[k : n - 1 - k], p[k : n - 1 - k], p[k + 1 : n - k])
     return {"cr0": cr0, "cr": cr, "delta": delta, "delta_same_window": same}
+
+
+def rolling_k_figures_rows(panels: Sequence[tuple[ArrayLike, ArrayLike]],
+                           ks: Iterable[int] = ROLLING_KS) -> list[dict[str, Any]]:
+    """Return :func:`rolling_k_figures` of each ``(holdings, prices)`` panel, the same figures.
+
+    Panels of one shape are stacked and each ``CR^(k)`` of all of them compounded in one pass:
+    every step's dot products are the same ``einsum`` sums of products over the assets (one per
+    stacked row and step, as per panel), the products the same sequential ``prod`` along each
+    panel's steps, a panel with a bad denominator or value NaN as alone.
+    """
+    ks = tuple(ks)
+    checked = [_check_panel(h, p) for h, p in panels]
+    out: list[dict[str, Any]] = [{} for _ in checked]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (h, _) in enumerate(checked):
+        groups.setdefault(h.shape, []).append(i)
+    for idx in groups.values():
+        h = np.stack([checked[i][0] for i in idx])
+        p = np.stack([checked[i][1] for i in idx])
+        for i, fig in zip(idx, _rolling_k_stacked(h, p, ks), strict=True):
+            out[i] = fig
+    return out
+
+
+def _hold_cr_rows(q: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> list[float]:
+    """Return :func:`_hold_cr` of each stacked panel (``panels x steps x assets``)."""
+    if q.shape[1] == 0:
+        return [_NAN] * q.shape[0]
+    den = np.einsum("rta,rta->rt", q, p0)
+    num = np.einsum("rta,rta->rt", q, p1 - p0)
+    ok = np.isfinite(den).all(axis=1) & ~(den <= 0.0).any(axis=1) & np.isfinite(num).all(axis=1)
+    with np.errstate(all="ignore"):  # the rows left out were never divided alone
+        cr = np.prod(1.0 + num / den, axis=1) - 1.0
+    return [x if good else _NAN for x, good in zip(cr.tolist(), ok.tolist(), strict=True)]
+
+
+def _rolling_k_stacked(h: np.ndarray, p: np.ndarray, ks: tuple[int, ...]
+                       ) -> list[dict[str, Any]]:
+    """Return :func:`rolling_k_figures` of each of the stacked panels ``h`` and ``p``."""
+    rows, n = h.shape[0], h.shape[1]
+    nan = [_NAN] * rows
+    cr0 = _hold_cr_rows(h[:, 0 : n - 1], p[:, 0 : n - 1], p[:, 1:n]) if n - 1 >= 1 else nan
+    out: list[dict[str, Any]] = [{"cr0": c, "cr": {}, "delta": {}, "delta_same_window": {}}
+                                 for c in cr0]
+    for k in ks:
+        if k < 0:
+            raise ValueError(f"k must be >= 0, got {k}")
+        steps = n - 1 - 2 * k
+        cr_k = (_hold_cr_rows(h[:, 0:steps], p[:, k : n - 1 - k], p[:, k + 1 : n - k])
+                if steps >= 1 else nan)
+        same = (_hold_cr_rows(h[:, k : n - 1 - k], p[:, k : n - 1 - k], p[:, k + 1 : n - k])
+                if steps >= 1 else nan)
+        key = str(k)
+        for fig, c, c0, s in zip(out, cr_k, cr0, same, strict=True):
+            fig["cr"][key] = c
+            if math.isnan(c):
+                fig["delta"][key] = fig["delta_same_window"][key] = _NAN
+            else:
+                fig["delta"][key] = c - c0
+                fig["delta_same_window"][key] = c - s
+    return out
 
 
 def rolling_k_deltas(

@@ -179,3 +179,26 @@ def test_latest_by_mark_equals_the_window_query(seed: int) -> None:
     assert sorted(got, key=repr) == sorted(want, key=repr)
     assert repr(sorted(got, key=repr)) == repr(sorted(want, key=repr))  # the same types
     assert _latest_by_mark([], marks) == []
+
+
+def test_rolling_k_figures_rows_equal_each_panel_alone() -> None:
+    from scoring.stats.benchmarks import rolling_k_figures_rows
+
+    rng = np.random.default_rng(7)
+    panels = []
+    for steps, assets in [(85, 17), (85, 17), (85, 17), (40, 4), (1, 3), (2, 3), (3, 3),
+                          (33, 17), (85, 17), (85, 1), (12, 9), (40, 4)]:
+        prices = np.cumprod(1.0 + rng.normal(0.0, 0.03, (steps, assets)), axis=0)
+        prices[:, -1] = 1.0  # cash
+        held = rng.uniform(0.0, 10.0, (steps, assets)) * (rng.random((steps, assets)) < 0.5)
+        panels.append((held, prices))
+    panels[1][0][7] = 0.0  # nothing held at a step: a zero denominator, NaN from there
+    panels[2][1][5, 0] = math.nan  # a missing price
+    panels[8][1][20, 3] = 0.0  # a price of zero
+    panels[11][0][:] = 0.0  # never held
+    got = rolling_k_figures_rows(panels, ROLLING_KS)
+    want = [rolling_k_figures(h, p, ROLLING_KS) for h, p in panels]
+    assert repr(got) == repr(want)
+    assert rolling_k_figures_rows([], ROLLING_KS) == []
+    with pytest.raises(ValueError):
+        rolling_k_figures_rows([(np.ones((3, 2)), np.ones((3, 3)))], ROLLING_KS)
