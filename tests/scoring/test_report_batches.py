@@ -26,7 +26,7 @@ from daemon.config.settings import load_config
 from daemon.store.reports import load_report
 from scoring.board.batched_rows import score_pending
 from scoring.board.figures import _mean_scores
-from scoring.board.forked import fork_safe, map_forked
+from scoring.board.forked import blas_threads, fork_safe, map_forked, one_blas_thread
 from scoring.board.report_html import render_html
 from scoring.board.significance import _CHUNK, _Market
 from scoring.board.text import to_json, to_table
@@ -434,6 +434,19 @@ def test_no_fork_beside_another_thread_or_without_opt_in(monkeypatch: pytest.Mon
         stop.set()
         other.join()
     assert forks.count == 0 and {g[0] for g in got} == {os.getpid()}
+
+
+def test_one_blas_thread_gives_the_same_products_and_restores_the_count() -> None:
+    rng = np.random.default_rng(7)
+    counts = rng.poisson(1.0, size=(10_000, 85)).astype(float)  # a count matrix's shape
+    x = rng.normal(scale=0.01, size=(85, 1_000))
+    before = blas_threads()
+    threaded = counts @ x
+    with one_blas_thread():
+        assert blas_threads() in (None, 1)
+        alone = counts @ x
+    assert blas_threads() == before
+    assert np.array_equal(_bits(alone), _bits(threaded))
 
 
 @pytest.fixture(scope="module")
