@@ -248,11 +248,15 @@ def calmar(returns: ArrayLike, values: ArrayLike, periods: int) -> float:
 def turnover(prev_weights: Mapping[str, float], new_weights: Mapping[str, float]) -> float:
     """Return ``sum_i |w_new,i - w_old,i|`` over the union of keys (missing = 0).
 
-    For two long-only allocations on the simplex the result lies in ``[0, 2]``.
+    For two long-only allocations on the simplex the result lies in ``[0, 2]``. The terms are
+    summed exactly (``math.fsum``): a plain sum followed the key set's iteration order, which
+    string hashing changes from one process to the next, so the same store's report could
+    differ in a last digit between two runs.
     """
     keys = set(prev_weights) | set(new_weights)
     return float(
-        sum(abs(float(new_weights.get(k, 0.0)) - float(prev_weights.get(k, 0.0))) for k in keys)
+        math.fsum(abs(float(new_weights.get(k, 0.0)) - float(prev_weights.get(k, 0.0)))
+                  for k in keys)
     )
 
 

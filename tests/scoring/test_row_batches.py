@@ -202,3 +202,18 @@ def test_rolling_k_figures_rows_equal_each_panel_alone() -> None:
     assert rolling_k_figures_rows([], ROLLING_KS) == []
     with pytest.raises(ValueError):
         rolling_k_figures_rows([(np.ones((3, 2)), np.ones((3, 3)))], ROLLING_KS)
+
+
+def test_turnover_does_not_depend_on_the_order_of_the_keys() -> None:
+    from scoring.stats.metrics import turnover
+
+    # Summed left to right, 1e16 + 1 + 1 stays 1e16 (ties to even) but 1 + 1 + 1e16 does not:
+    # the exact sum is the same in every order.
+    big_first = {"x": 1e16, "y": 1.0, "z": 1.0}
+    big_last = {"z": 1.0, "y": 1.0, "x": 1e16}
+    for a in (big_first, big_last):
+        assert turnover(a, {}) == 1e16 + 2.0
+        assert turnover({}, a) == 1e16 + 2.0
+    assert mean_turnover([big_first, {}, big_last]) == 1e16 + 2.0
+    assert turnover({"A": 0.5, "B": 0.5}, {"A": 0.2, "C": 0.8}) == math.fsum([0.3, 0.5, 0.8])
+    assert turnover({}, {}) == 0.0 and math.isnan(turnover({"A": math.nan}, {}))
