@@ -1,4 +1,5 @@
-"""Issue 27, point 1: the batched p-values and block lengths equal the one-at-a-time ones."""
+"""Issue 27, point 1: the batched p-values and block lengths equal the one-at-a-time ones, and
+the windows' order statistics by a row sort equal those of the partition they replaced."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import math
 import warnings
 
 import numpy as np
+import pytest
 from arch.bootstrap import optimal_block_length
 
 from scoring.stats.inference import block_length, null_p_value, null_p_values
+from scoring.stats.order_stats import _two_order_stats
 
 
 def test_null_p_values_equal_null_p_value_row_by_row() -> None:
@@ -57,3 +60,22 @@ def test_null_p_values_of_many_rows_equal_null_p_value_row_by_row() -> None:
             want = null_p_value(float(est[i]), draws[i], one_sided=one_sided)
             assert (math.isnan(got[i]) and math.isnan(want)) or got[i] == want
         assert np.isnan(got[[3, 40]]).all() and np.isfinite(got).sum() == 51
+
+
+@pytest.mark.parametrize("width", [300, 901, 2_000])
+def test_two_order_stats_equal_the_partition_bit_for_bit(width: int) -> None:
+    rng = np.random.default_rng(width)
+    packed = rng.normal(size=(40, width))
+    packed[1] = np.round(packed[1], 1)  # ties
+    packed[2] = np.where(rng.random(width) < 0.5, -0.0, 0.0)  # zeros of both signs
+    packed[3, : width // 2] = np.where(rng.random(width // 2) < 0.5, -0.0, 0.0)  # and others
+    packed[4, width // 2 :] = np.inf  # the padding of a short window
+    packed[5] = -np.abs(packed[5])
+    packed[5, :7] = 0.0
+    packed[5, 7:14] = -0.0
+    for p in (0, 3, width // 4, width // 2 - 1, width - 2):
+        want = packed.copy()
+        want.partition([p, p + 1], axis=1)
+        lo, hi = _two_order_stats(packed.copy(), p)
+        bits = np.ascontiguousarray(want[:, [p, p + 1]]).view(np.int64)
+        assert np.array_equal(np.column_stack([lo, hi]).view(np.int64), bits), p
