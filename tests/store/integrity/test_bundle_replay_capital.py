@@ -313,7 +313,7 @@ async def test_replayed_rounds_resolve_and_score_again_from_the_bundle(
     """A season of ``paperarena replay`` (four weekly rounds built from history, three resolved
     at the daily marks and scored, one started) rebuilds its report byte for byte. Its briefing
     is rewritten before the third round: each text is stored once, and the bundle rebuilds
-    with the file gone."""
+    with the file holding the other text, and with the file gone."""
     from daemon.app.replay import replay
     from tests.protocols.test_capitalbench import _recording
 
@@ -343,7 +343,8 @@ async def test_replayed_rounds_resolve_and_score_again_from_the_bundle(
     named = [json.loads(m)["briefing_sha256"] for (m,) in rows(
         tmp_path / "cb.db", "SELECT manifest_json FROM capital_rounds ORDER BY round_id")]
     assert named == [shas[0], shas[0], shas[1], shas[1]]
-    Path(cfg.capitalbench.briefing).unlink()  # type: ignore[union-attr]
+    # The file holds the second text: the first two rounds are frozen again from the stored one
+    # (a round frozen from another text would differ in its hashes: exit 1, named).
     bundle = tmp_path / "cb.tar"
     r = cli("export", "--db", str(tmp_path / "cb.db"), "--bundle", str(bundle), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -363,6 +364,7 @@ async def test_replayed_rounds_resolve_and_score_again_from_the_bundle(
         con.close()
 
     edited = forged(bundle, tmp_path, drop)
+    Path(cfg.capitalbench.briefing).unlink()  # type: ignore[union-attr]  # now none at all
     r = offline_cli("report", "--bundle", str(edited), "--json")
     assert r.returncode == 0 and "not replayed" not in r.stderr, r.stderr[-2000:]
     assert r.stdout.encode() == _members(edited)["report.json"] != _members(bundle)["report.json"]
