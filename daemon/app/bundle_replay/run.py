@@ -41,16 +41,19 @@ CapitalBench round and submission
 
 A store written by several live runs (a restart) is replayed run after run into the same
 output store, each run with its stored config, resuming from the checkpoint the run before
-left, as the daemon does at a restart (the rounds due while it was down settled first).
+left, as the daemon does at a restart (the rounds due while it was down settled first). A
+config reloaded while running (SIGHUP; stored in ``config_reloads`` since schema v17) is
+applied again inside its run at its stored time, after the events the live run had received
+by then and the rounds due before it, by the replayed engine's own reload; the agents it built
+answer from the stored rows as the others do (:mod:`daemon.app.bundle_replay.reloads`).
 
 What cannot be replayed is refused in one line (:class:`BundleReplayRefused`): CapitalBench
-rounds of adjusted closes (the trailing table's fetched closes are not stored) or whose
-briefing file is not here, a store of several runs of which one is not live (a resumed replay),
-and a season whose config was reloaded while running (an amendment no run started with: a
-reload writes no run row, so its config is not stored). An event received within a
-millisecond or so of the moment the live round read the clock may have reached the books on
-the other side of it (the stored rows do not say which came first): the check then names the
-round.
+rounds whose briefing is neither stored nor here, a store of several runs of which one is not
+live (a resumed replay), and a season amendment that neither a run's start nor a stored reload
+took (a reload by a daemon before schema v17, which stored no config). An event received
+within a millisecond or so of the moment the live round read the clock (or reloaded) may have
+reached the books on the other side of it (the stored rows do not say which came first): the
+check then names the round.
 """
 
 from __future__ import annotations
@@ -61,8 +64,8 @@ import sqlite3
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from agents.llm import LlmAgent
 from daemon.app.bundle_replay.agents import answer_llm, stand_ins, wait_for_events
@@ -71,6 +74,12 @@ from daemon.app.bundle_replay.capital import (
     first_capital_difference,
     replay_capital,
     stored_capital,
+)
+from daemon.app.bundle_replay.reloads import (
+    StoredReload,
+    apply_reload,
+    stored_reloads,
+    unmatched_amendment,
 )
 from daemon.app.bundle_replay.rows import (
     StoredRound,
@@ -151,13 +160,32 @@ def refusal(config: Config) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class _Run:
-    """One run that wrote the store (a ``runs`` row)."""
+    """One run that wrote the store (a ``runs`` row), with the reloads applied in it."""
 
     id: int
     started: float
     stopped: float | None
     mode: str
     config: Config
+    reloads: tuple[StoredReload, ...] = ()
+
+    def remote(self) -> list[str]:
+        """Return the HTTP and plugin agents of the run's configs (its start's and reloads')."""
+        return sorted({a.id for c in (self.config, *(r.config for r in self.reloads))
+                       for a in c.agents if a.kind != "llm" and a.kind not in BASELINES})
+
+
+def _parse(text: str, name: str) -> Config:
+    """Return the stored config ``text`` (``name``: what it is) if it can be replayed."""
+    try:
+        config = parse_config(json.loads(text), name)
+    except (ConfigError, ValueError) as exc:
+        raise BundleReplayError(f"{name} cannot be read: "
+                                f"{' '.join(str(exc).split())[:200]}") from None
+    why = refusal(config)
+    if why:
+        raise BundleReplayRefused(why)
+    return config
 
 
 def _season_runs(con: sqlite3.Connection) -> list[_Run]:
@@ -170,44 +198,19 @@ def _season_runs(con: sqlite3.Connection) -> list[_Run]:
         raise BundleReplayRefused(f"the store was written by {len(rows)} runs, not all live (a "
                                   "resumed replay): only live runs are replayed one after "
                                   "the other")
+    reloads = stored_reloads(con, _parse)
     runs = []
     for rid, started, stopped, mode, config_json in rows:
         name = "the stored run's config" if len(rows) == 1 else f"the config of stored run {rid}"
-        try:
-            config = parse_config(json.loads(config_json), name)
-        except (ConfigError, ValueError) as exc:
-            raise BundleReplayError(f"{name} cannot be read: "
-                                    f"{' '.join(str(exc).split())[:200]}") from None
-        why = refusal(config)
-        if why:
-            raise BundleReplayRefused(why)
         runs.append(_Run(int(rid), float(started), None if stopped is None else float(stopped),
-                         str(mode), config))
-    why = _reloaded(con, [r.started for r in runs])
+                         str(mode), _parse(config_json, name),
+                         tuple(r for r in reloads if r.run == rid)))
+    if any(r.run not in {run.id for run in runs} for r in reloads):
+        raise BundleReplayError("a stored reload names a run the store does not hold")
+    why = unmatched_amendment(con, [r.started for r in runs], [r.ts for r in reloads])
     if why:
         raise BundleReplayRefused(why)
     return runs
-
-
-#: Seconds between a season's amendment and the start of the run that recorded it (a restart
-#: records it just before its run row; a reload records none).
-_AT_START = 60.0
-
-
-def _reloaded(con: sqlite3.Connection, starts: list[float]) -> str | None:
-    """Return why the season cannot be replayed when its config was reloaded while running (an
-    amendment no run started with; None: none was)."""
-    try:
-        stamps = [t for (t,) in con.execute("SELECT ts FROM season WHERE kind='amendment'"
-                                            " ORDER BY id")]
-    except sqlite3.OperationalError:  # a store from before seasons
-        return None
-    for ts in stamps:
-        if not any(ts <= s <= ts + _AT_START for s in starts):
-            when = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-            return (f"the config was reloaded while running ({when}, a season amendment): a "
-                    "reload is not replayed yet (a restart is)")
-    return None
 
 
 class _Feed:
@@ -231,9 +234,11 @@ class _Feed:
             self.done = self._next is None
         return self._next
 
-    async def run(self, before: float | None = None) -> None:
+    async def run(self, before: float | None = None, pause: float | None = None) -> None:
         """Apply every event (``before``: every one the live run received before then), the
-        rounds due before it first (a round may take it)."""
+        rounds due before it first (a round may take it); ``pause``: return at the first one
+        applied at ``pause`` or later (a reload is applied there), ``before`` still the
+        run's bound."""
         driver = self.driver
         self.before = math.inf if before is None else before
         while (got := self._peek()) is not None:
@@ -241,6 +246,8 @@ class _Feed:
             if at is not None and at >= self.before:
                 return
             ts = at if at is not None else ev[0].ts if isinstance(ev, list) else ev.ts
+            if pause is not None and ts >= pause:
+                return
             if driver.start <= ts <= driver.end and ts > self.clock.now():
                 driver.decisions += await driver.sched.run_until(ts, inclusive=False)
                 if self._next is not got:  # applied inside a round
@@ -319,7 +326,7 @@ async def _replay_run(run: _Run, nxt: _Run | None, out: str, name: str,
                       last: float) -> None:
     """Replay the events and rounds of one stored run into ``out``."""
     config = run.config
-    remote = [a.id for a in config.agents if a.kind != "llm" and a.kind not in BASELINES]
+    remote = run.remote()
     decisions = stored_decisions(stored.con, remote, stored.calls)
     # A run followed by another: up to its stop (its last round or daily mark).
     stop = None if nxt is None else run.stopped if run.stopped is not None else nxt.started
@@ -339,27 +346,64 @@ async def _replay_run(run: _Run, nxt: _Run | None, out: str, name: str,
             driver = feed.driver = ReplayDriver(ctx, start=run.started,
                                                 end=end if stop is None else stop)
             engines.append(ctx.engine)
-            stand_ins(ctx.engine, remote, decisions)
+            hooked: dict[int, object] = {}
+
+            def hook() -> None:
+                _answer_stored(ctx.engine, remote, decisions, stored, feed, run.mode == "live",
+                               hooked)
+
+            hook()
             replay_capital(ctx.engine, ctx.sched, jobs[0], clock, stored.capital,
                            stored.rounds_dir, run.mode == "live")
-            agents = {id(s.agent): s.agent for slots in ctx.engine.slots.values()
-                      for s in slots.values()}  # an agent trading two markets is one
-            for agent in agents.values():
-                if isinstance(agent, LlmAgent):
-                    answer_llm(agent, stored.calls, stored.bars)
-                if run.mode == "live":
-                    wait_for_events(agent, feed.catch_up, stored.ends)
             # The rounds a restart settled before anything else (missed during the downtime).
             for (market, scheduled), r in sorted(stored.rounds.items(), key=lambda x: x[0][1]):
                 if r.run == run.id and scheduled < run.started:
                     await jobs[0](f"decide:{market}", scheduled, False)
-            await feed.run(None if nxt is None else nxt.started)
+            before = None if nxt is None else nxt.started
+            for reload in run.reloads:  # each at its time, after what the live run had by then
+                await feed.run(before, pause=reload.ts)
+                await _reload(driver, reload, out)
+                hook()
+            await feed.run(before)
             if stop is None:
                 await driver.finish(last)
             else:
                 await _stop(driver, end, stop)
     except ReplayError as exc:
         raise BundleReplayError(str(exc)) from None
+
+
+def _answer_stored(engine: Engine, remote: list[str], decisions: Any, stored: _Stored,
+                   feed: _Feed, live: bool, hooked: dict[int, object]) -> None:
+    """Make each agent of ``engine`` not ``hooked`` yet (the run's first, or one a reload
+    built) answer from the stored rows, and wait for the live events in a live run."""
+    slots = [s for ss in engine.slots.values() for s in ss.values()]
+    stand_ins(engine, sorted({s.agent.id for s in slots
+                              if s.agent.id in remote and id(s.agent) not in hooked}), decisions)
+    agents = {id(s.agent): s.agent for ss in engine.slots.values()
+              for s in ss.values()}  # an agent trading two markets is one
+    for key, agent in agents.items():
+        if key in hooked:
+            continue
+        hooked[key] = agent  # held: its id is not reused
+        if isinstance(agent, LlmAgent):
+            answer_llm(agent, stored.calls, stored.bars)
+        if live:
+            wait_for_events(agent, feed.catch_up, stored.ends)
+
+
+async def _reload(driver: ReplayDriver, reload: StoredReload, out: str) -> None:
+    """Run the rounds due before ``reload`` (up to the run's end), then apply it (``out``:
+    the replayed store)."""
+    if reload.ts > driver.end:
+        driver.decisions += await driver.sched.run_until(driver.end, inclusive=True)
+    else:
+        driver.decisions += await driver.sched.run_until(reload.ts, inclusive=False)
+    try:
+        await apply_reload(driver.engine, driver.clock, reload, out)
+    except (ValueError, StoreWriteError) as exc:
+        raise BundleReplayError(f"the reload of run {reload.run} cannot be applied again: "
+                                f"{' '.join(str(exc).split())[:200]}") from None
 
 
 async def _stop(driver: ReplayDriver, end: float, stop: float) -> None:
