@@ -3,11 +3,13 @@
 A live-clock season (the daemon in this process, every source at the local fakes, an LLM agent
 at the fake OpenAI-compatible server, baselines beside it) with ``[season] amendments =
 "allow"`` is reloaded (SIGHUP's :meth:`LiveDaemon.reload`) between two rounds: a refused reload
-(a market setting changed: restart required) stores nothing; the applied one adds an agent and
-changes the LLM agent's setting (it is rebuilt), records the season's amendment and stores the
-new config in ``config_reloads``, chained (``verify --db`` names an edited row). The bundle
-verifies, and ``report --bundle`` in a fresh process with no network rebuilds the report byte
-for byte, the reload applied again at its time: the added agent trades in the replayed report.
+(a market setting changed: restart required) stores nothing; the applied one adds a baseline
+and an HTTP agent (the reference agent service) and changes the LLM agent's setting (it is
+rebuilt), records the season's amendment and stores the new config in ``config_reloads``,
+chained (``verify --db`` names an edited row). The daemon is then stopped and started again
+with the reloaded config (a restart: no amendment). The bundle verifies, and ``report
+--bundle`` in a fresh process with no network rebuilds the report byte for byte, the reload
+applied again at its time: the added agents trade in the replayed report.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from daemon.app.live import LiveDaemon
 from daemon.app.sources import build_sources
 from daemon.config.settings import load_config
 from tests.agents.test_llm_agent import KEY_ENV
+from tests.agents.test_remote_agent import SERVICE, serve
 from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applied, subscribed
 from tests.fakes.scenario import Scenario, wait_until
 from tests.llm_server import FakeLlmServer, answer
@@ -64,7 +67,7 @@ async def _live_season(tmp: Path) -> Path:
     await sc.start()
     os.environ[KEY_ENV] = "sk-test"
     try:
-        async with FakeLlmServer(default=DEFAULT) as llm:
+        async with FakeLlmServer(default=DEFAULT) as llm, serve(SERVICE.make_app()) as url:
             agents: list[dict[str, Any]] = [
                 {"id": "llm", "kind": "llm", "model": "openai/test-model",
                  "api_base": llm.api_base, "api_key_env": KEY_ENV, "markets": ["equity"],
@@ -98,13 +101,33 @@ async def _live_season(tmp: Path) -> Path:
                         assert rows(db, "SELECT COUNT(*) FROM config_reloads") == [(0,)]
                         new = json.loads(json.dumps(base))
                         new["agents"][0]["max_attempts"] = 3  # rebuilt
-                        new["agents"].append({"id": "buy_and_hold", "kind": "buy_and_hold"})
+                        new["agents"] += [{"id": "buy_and_hold", "kind": "buy_and_hold"},
+                                          {"id": "remote", "kind": "http", "markets": ["equity"],
+                                           "http": {"url": url, "timeout": 5}}]
                         assert await daemon.reload(str(_write(path, new)))
                         t = await sc.wait_phase(1.6)
                     await sc.burst()
                     await wait_until(lambda: prices_applied(eng, sc), 5, "a burst")
                     await next_round(eng, tape, t)
                 await sc.wait_phase(1.0)  # stop in a quiet gap: no round in flight
+            finally:
+                await daemon.stop()
+            # a restart with the reloaded config: its lineup is the amended one
+            cfg = load_config(path)
+            daemon = LiveDaemon(cfg, db=str(db), sources=lambda eng: build_sources(cfg, eng))
+            await sc.wait_phase(0.2)
+            await daemon.start()
+            try:
+                eng = daemon.engine
+                assert eng is not None
+                eng.bus.add_tap("#", tape)
+                await subscribed(sc)
+                for _ in range(2):
+                    t = await sc.wait_phase(1.0)
+                    await sc.burst()
+                    await wait_until(lambda: prices_applied(eng, sc), 5, "a burst")
+                    await next_round(eng, tape, t)
+                await sc.wait_phase(1.0)
             finally:
                 await daemon.stop()
             return db
@@ -125,19 +148,24 @@ def test_the_reload_is_stored_chained_and_an_edit_is_named(season: tuple[Path, P
                                                            tmp_path: Path) -> None:
     db, _ = season
     (run, ts, text), = rows(db, "SELECT run_id, ts, config_json FROM config_reloads")
-    (run_id, started, run_text), = rows(db, "SELECT id, started_ts, config_json FROM runs")
+    (run_id, started, run_text), (_, restarted, again) = rows(
+        db, "SELECT id, started_ts, config_json FROM runs ORDER BY id")
     config, first = json.loads(text), json.loads(run_text)
-    assert run == run_id and ts > started
+    assert run == run_id and started < ts < restarted
+    assert again == text  # the restart ran with the reloaded config, stored alike
     # the run's config but for the reloaded agents, in the same form
-    assert [a["id"] for a in config["agents"]] == ["llm", "equal_weight", "cash", "buy_and_hold"]
+    assert [a["id"] for a in config["agents"]] == [
+        "llm", "equal_weight", "cash", "buy_and_hold", "remote"]
     assert (config["agents"][0]["max_attempts"], first["agents"][0]["max_attempts"]) == (3, 2)
     assert {k: v for k, v in config.items() if k != "agents"} == {
         k: v for k, v in first.items() if k != "agents"}
     # the amendment at the reload's time; the added agent decided only after it
     assert rows(db, "SELECT ts FROM season WHERE kind='amendment'") == [(ts,)]
-    (decided,), = rows(db, "SELECT MIN(scheduled_ts) FROM decisions WHERE agent='buy_and_hold'")
-    assert decided > ts
-    assert rows(db, "SELECT COUNT(*) FROM fills WHERE agent='buy_and_hold'")[0][0] >= 1
+    for agent in ("buy_and_hold", "remote"):
+        (decided,), = rows(db, f"SELECT MIN(scheduled_ts) FROM decisions WHERE agent='{agent}'")
+        assert decided > ts
+        assert rows(db, f"SELECT COUNT(*) FROM fills WHERE agent='{agent}' AND"
+                        " traded_value > 0")[0][0] >= 1
     r = cli("verify", "--db", str(db), timeout=120)
     assert r.returncode == 0 and ", config_reloads 1, " in r.stdout, r.stdout + r.stderr
     edited = tmp_path / "edited.db"
@@ -159,8 +187,8 @@ def test_a_reloaded_season_rebuilds_its_report_by_replay(season: tuple[Path, Pat
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.encode() == _members(bundle)["report.json"]
     assert "not replayed" not in r.stderr, r.stderr
-    board = json.loads(r.stdout)
-    assert '"buy_and_hold"' in json.dumps(board)
+    board = json.dumps(json.loads(r.stdout))
+    assert '"buy_and_hold"' in board and '"remote"' in board
     r = cli("verify-bundle", str(bundle), timeout=300, env=_env())
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     assert ", report replayed from the stored answers matches" in r.stdout
