@@ -44,7 +44,8 @@ output store, each run with its stored config, resuming from the checkpoint the 
 left, as the daemon does at a restart (the rounds due while it was down settled first). A
 config reloaded while running (SIGHUP; stored in ``config_reloads`` since schema v17) is
 applied again inside its run at its stored time, after the events the live run had received
-by then and the rounds due before it, by the replayed engine's own reload; the agents it built
+by then and the rounds due before it (but one that read the clock only after it: that round
+took the reloaded agents live), by the replayed engine's own reload; the agents it built
 answer from the stored rows as the others do (:mod:`daemon.app.bundle_replay.reloads`).
 
 What cannot be replayed is refused in one line (:class:`BundleReplayRefused`): CapitalBench
@@ -361,8 +362,9 @@ async def _replay_run(run: _Run, nxt: _Run | None, out: str, name: str,
                     await jobs[0](f"decide:{market}", scheduled, False)
             before = None if nxt is None else nxt.started
             for reload in run.reloads:  # each at its time, after what the live run had by then
-                await feed.run(before, pause=reload.ts)
-                await _reload(driver, reload, out)
+                at = _reload_point(reload, stored.rounds)
+                await feed.run(before, pause=at)
+                await _reload(driver, reload, at, out)
                 hook()
             await feed.run(before)
             if stop is None:
@@ -392,13 +394,22 @@ def _answer_stored(engine: Engine, remote: list[str], decisions: Any, stored: _S
             wait_for_events(agent, feed.catch_up, stored.ends)
 
 
-async def _reload(driver: ReplayDriver, reload: StoredReload, out: str) -> None:
-    """Run the rounds due before ``reload`` (up to the run's end), then apply it (``out``:
-    the replayed store)."""
-    if reload.ts > driver.end:
+def _reload_point(reload: StoredReload, rounds: dict[tuple[str, float], StoredRound]) -> float:
+    """Return the time before which the rounds run before ``reload`` is applied: its own, or
+    the scheduled time of a round of its run due before it that read the clock only after it
+    (a round that started late took the reloaded agents, as live)."""
+    late = [s for (_, s), r in rounds.items()
+            if r.run == reload.run and s < reload.ts <= r.decided]
+    return min([reload.ts, *late])
+
+
+async def _reload(driver: ReplayDriver, reload: StoredReload, at: float, out: str) -> None:
+    """Run the rounds due before ``at`` (up to the run's end), then apply ``reload`` at its
+    time (``out``: the replayed store)."""
+    if at > driver.end:
         driver.decisions += await driver.sched.run_until(driver.end, inclusive=True)
     else:
-        driver.decisions += await driver.sched.run_until(reload.ts, inclusive=False)
+        driver.decisions += await driver.sched.run_until(at, inclusive=False)
     try:
         await apply_reload(driver.engine, driver.clock, reload, out)
     except (ValueError, StoreWriteError) as exc:

@@ -129,3 +129,23 @@ def test_a_store_before_v17_reads_its_runs_only(tmp_path: Path) -> None:
 
     assert [json.loads(c)["n"] for c in asyncio.run(fetch_run_configs(fetch))] == [0, 1]
     con.close()
+
+
+def test_a_reload_is_replayed_before_a_late_round_that_took_it() -> None:
+    from daemon.app.bundle_replay.reloads import StoredReload
+    from daemon.app.bundle_replay.rows import StoredRound
+    from daemon.app.bundle_replay.run import _reload_point
+    from daemon.config.settings import Config
+
+    def at(decided: float, run: int = 1) -> StoredRound:
+        return StoredRound(decided, decided + 1, frozenset({"ok"}), (), run)
+
+    reload = StoredReload(1, T0 + 10, Config())
+    # rounds read the clock before the reload, or were due after it: the reload's own time
+    rounds = {("equity", T0): at(T0 + 0.01), ("equity", T0 + 12): at(T0 + 12.01),
+              ("polymarket", T0 + 8): at(T0 + 11, run=2)}
+    assert _reload_point(reload, rounds) == T0 + 10
+    # a round due at T0 + 8 that read the clock only at T0 + 10.5 took the reloaded agents
+    rounds[("equity", T0 + 8)] = at(T0 + 10.5)
+    rounds[("polymarket", T0 + 9)] = at(T0 + 10)
+    assert _reload_point(reload, rounds) == T0 + 8
