@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from itertools import pairwise
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -267,8 +266,29 @@ def mean_turnover(weight_seq: Sequence[Mapping[str, float]]) -> float:
     """
     if len(weight_seq) < 2:
         return _NAN
-    taus = [turnover(a, b) for a, b in pairwise(weight_seq)]
-    return float(np.mean(taus))
+    return _mean_turnover(_weight_matrix(weight_seq, ordered=False))
+
+
+def _weight_matrix(weight_seq: Sequence[Mapping[str, float]], *, ordered: bool = True
+                   ) -> tuple[list[str], np.ndarray]:
+    """Return the union of the keys (sorted when ``ordered``, else in first-seen order) and
+    each allocation's weights on them (missing: 0.0), one row per allocation."""
+    seen = dict.fromkeys(k for w in weight_seq for k in w)
+    keys: list[str] = sorted(seen) if ordered else list(seen)
+    return keys, np.array([[float(a.get(k, 0.0)) for k in keys] for a in weight_seq],
+                          dtype=float).reshape(len(weight_seq), len(keys))
+
+
+def _mean_turnover(matrix: tuple[list[str], np.ndarray]) -> float:
+    """Return :func:`mean_turnover` of two or more allocations from their weight matrix.
+
+    Each step's turnover is :func:`turnover`'s exact sum of the same ``|w_new - w_old|`` terms
+    (plus ``|0 - 0|`` for the keys neither allocation has, which an exact sum ignores).
+    """
+    _, w = matrix
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, silently, as in Python
+        steps = np.abs(w[1:] - w[:-1]).tolist()
+    return float(np.mean([math.fsum(terms) for terms in steps]))
 
 
 def mean_daily_turnover(traded_values: Iterable[float], values: ArrayLike) -> float:
@@ -301,12 +321,16 @@ def flip_rate(weight_seq: Sequence[Mapping[str, float]], eps: float = 1e-9) -> f
     """
     if len(weight_seq) < 2:
         return _NAN
-    keys: list[str] = sorted({k for w in weight_seq for k in w})
+    return _flip_rate(_weight_matrix(weight_seq), eps)
+
+
+def _flip_rate(matrix: tuple[list[str], np.ndarray], eps: float = 1e-9) -> float:
+    """Return :func:`flip_rate` of two or more allocations from their sorted weight matrix."""
+    keys, w = matrix
     if not keys:
         return _NAN
     # All steps of all assets at once (the same float differences and counts as a loop per
     # step and asset): an asset's counted changes in step order, column by column.
-    w = np.array([[float(a.get(k, 0.0)) for k in keys] for a in weight_seq])
     dw = (w[1:] - w[:-1]).T  # assets x steps
     counted = ~(np.abs(dw) <= eps)  # a NaN change counts (and is negative), as it always did
     col = np.nonzero(counted)[0]  # row-major over assets x steps: each asset's steps in order
@@ -385,6 +409,7 @@ def summary_parts(
     r = simple_returns(v)
     dd = drawdown_series(v)
     weights = list(weight_seq)
+    matrix = _weight_matrix(weights) if len(weights) >= 2 else None  # for both figures
     n = int(r.size)
     root = math.sqrt(periods)
     target = rf_annual / periods
@@ -420,8 +445,8 @@ def summary_parts(
         win_rate=float(np.count_nonzero(r > 0.0) / n) if n else _NAN,
         mean_turnover=(mean_daily_turnover(traded_values, v) if traded_values is not None
                        else _NAN),
-        target_turnover=mean_turnover(weights),
-        flip_rate=flip_rate(weights),
+        target_turnover=_mean_turnover(matrix) if matrix is not None else _NAN,
+        flip_rate=_flip_rate(matrix) if matrix is not None else _NAN,
         n_periods=n,
     )
     return summary, r, dd

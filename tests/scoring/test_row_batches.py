@@ -11,6 +11,7 @@ compounded once equal the one-figure functions.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,17 @@ from scoring.stats.metrics import (
     sortino_stockbench,
     summarise,
     summary_parts,
+    turnover,
     volatility,
     win_rate,
 )
+
+
+def _mean_turnover_loop(seq: list[dict[str, Any]]) -> float:
+    """Return the mean turnover as first computed: one :func:`turnover` per step."""
+    if len(seq) < 2:
+        return math.nan
+    return float(np.mean([turnover(a, b) for a, b in pairwise(seq)]))
 
 
 def _reference(values: list[float], n: int, rf: float, weights: list[dict[str, float]],
@@ -58,7 +67,7 @@ def _reference(values: list[float], n: int, rf: float, weights: list[dict[str, f
         "calmar": calmar(r, values, n),
         "win_rate": win_rate(r),
         "mean_turnover": mean_daily_turnover(traded, values) if traded is not None else math.nan,
-        "target_turnover": mean_turnover(weights),
+        "target_turnover": _mean_turnover_loop(weights),
         "flip_rate": flip_rate(weights),
         "n_periods": int(r.size),
     }
@@ -205,8 +214,6 @@ def test_rolling_k_figures_rows_equal_each_panel_alone() -> None:
 
 
 def test_turnover_does_not_depend_on_the_order_of_the_keys() -> None:
-    from scoring.stats.metrics import turnover
-
     # Summed left to right, 1e16 + 1 + 1 stays 1e16 (ties to even) but 1 + 1 + 1e16 does not:
     # the exact sum is the same in every order.
     big_first = {"x": 1e16, "y": 1.0, "z": 1.0}
@@ -273,3 +280,38 @@ def test_holdings_equal_the_row_per_mark(seed: int) -> None:
     assert got.shape == want.shape == (len(marks), len(assets))
     assert repr(got.tolist()) == repr(want.tolist())
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_mean_turnover_equals_one_turnover_per_step(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    names = [f"A{j}" if j % 3 else f"token{j * 7919}" for j in range(int(rng.integers(1, 25)))]
+    seq: list[dict[str, Any]] = []
+    for _ in range(int(rng.integers(0, 60))):
+        held = [a for a in names if rng.random() < 0.6]
+        rng.shuffle(held)  # keys in any order
+        w = rng.dirichlet(np.ones(len(held))) if held else np.empty(0)
+        scale = float(10.0 ** rng.integers(-6, 3))
+        seq.append({a: float(x) * scale for a, x in zip(held, w, strict=True)})
+    want = _mean_turnover_loop(seq)
+    assert repr(mean_turnover(seq)) == repr(want)
+    if len(seq) >= 2:
+        assert repr(summarise([1.0, 1.1], 252, 0.0, seq).target_turnover) == repr(want)
+
+
+def test_mean_turnover_edge_cases_equal_one_turnover_per_step() -> None:
+    cases: list[list[dict[str, Any]]] = [
+        [], [{}], [{"A": 1.0}], [{}, {}], [{}, {}, {}], [{"A": 1.0}, {}], [{}, {"A": 1.0}],
+        [{"A": 1}, {"A": 0, "B": 1}], [{"A": 0.0}, {"A": -0.0}],
+        [{"A": -0.5, "B": 1.5}, {"B": 1.0}], [{"A": math.nan}, {"A": 0.5}, {"B": 1.0}],
+        [{"A": math.inf}, {"A": math.inf}], [{"A": math.inf}, {"B": 1.0}],
+        [{"x": 1e16, "y": 1.0, "z": 1.0}, {}, {"z": 1.0, "y": 1.0, "x": 1e16}],
+        [{"x": 1e-300, "y": 1e300}, {"y": 1e300 + 1e284, "z": 5e-324}],
+    ]
+    for seq in cases:
+        got, want = mean_turnover(seq), _mean_turnover_loop(seq)
+        assert repr(got) == repr(want), seq
+        if len(seq) >= 2:
+            s = summarise([1.0, 1.1, 1.2], 252, 0.0, seq, [])
+            assert repr(s.target_turnover) == repr(want), seq
+            assert repr(s.flip_rate) == repr(flip_rate(seq)), seq
