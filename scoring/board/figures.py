@@ -99,37 +99,29 @@ def _model_cost(calls: Sequence[tuple[float, Any, Any, Any, Any]], lo: float, hi
 
 def _holdings(store: _Store, key: Key, ts: Sequence[float], assets: Sequence[str]
               ) -> np.ndarray:
-    """Return units held at each mark in ``ts`` (fills with ts <= mark, resolutions applied).
-
-    The marks ``ts`` are in time order. The units after each event (a fill or a resolution, in
-    time order) are kept once, and each mark takes those of the last event at or before it
-    (one ``searchsorted``), instead of copying the units into every mark's row.
-    """
+    """Return units held at each mark in ``ts`` (fills with ts <= mark, resolutions applied)."""
     col = {a: j for j, a in enumerate(assets)}
     events: list[tuple[float, int, int]] = [(f.ts, 0, n) for n, f in
                                             enumerate(store.fills.get(key, []))]
     events += [(t, 1, n) for n, (t, _) in enumerate(store.resolutions.get(key[1], []))]
     events.sort()
     q = [0.0] * len(assets)  # Python floats: the same sums as float64 items, faster
-    states = [q[:]]  # states[i]: the units after the first i events
-    last = ts[-1] if len(ts) else -math.inf
-    for t, kind, n in events:
-        if t > last:  # no mark sees it (nor did the loop over marks read it)
-            break
-        if kind == 0:
-            for a, d in store.fills[key][n].trades.items():
-                if a in col:
-                    q[col[a]] += float(d)
-        else:
-            for a in store.resolutions[key[1]][n][1]:
-                if a in col:
-                    q[col[a]] = 0.0
-        states.append(q[:])
-    if not len(ts):
-        return np.zeros((0, len(assets)))
-    at = np.searchsorted(np.array([e[0] for e in events], dtype=float),
-                         np.asarray(ts, dtype=float), side="right")
-    return np.array(states, dtype=float).reshape(len(states), len(assets))[at]
+    out = np.zeros((len(ts), len(assets)))
+    e = 0
+    for row, m in enumerate(ts):
+        while e < len(events) and events[e][0] <= m:
+            _, kind, n = events[e]
+            if kind == 0:
+                for a, d in store.fills[key][n].trades.items():
+                    if a in col:
+                        q[col[a]] += float(d)
+            else:
+                for a in store.resolutions[key[1]][n][1]:
+                    if a in col:
+                        q[col[a]] = 0.0
+            e += 1
+        out[row] = q
+    return out
 
 
 def _rolling_k(h: np.ndarray, p: np.ndarray) -> dict[str, Any]:

@@ -226,62 +226,6 @@ def test_turnover_does_not_depend_on_the_order_of_the_keys() -> None:
     assert turnover({}, {}) == 0.0 and math.isnan(turnover({"A": math.nan}, {}))
 
 
-def _holdings_per_mark(store: Any, key: tuple[str, str], ts: list[float], assets: list[str]
-                       ) -> np.ndarray:
-    """Return the units at each mark as the report first computed them: a row per mark."""
-    col = {a: j for j, a in enumerate(assets)}
-    events = [(f.ts, 0, n) for n, f in enumerate(store.fills.get(key, []))]
-    events += [(t, 1, n) for n, (t, _) in enumerate(store.resolutions.get(key[1], []))]
-    events.sort()
-    q = [0.0] * len(assets)
-    out = np.zeros((len(ts), len(assets)))
-    e = 0
-    for row, m in enumerate(ts):
-        while e < len(events) and events[e][0] <= m:
-            _, kind, n = events[e]
-            if kind == 0:
-                for a, d in store.fills[key][n].trades.items():
-                    if a in col:
-                        q[col[a]] += float(d)
-            else:
-                for a in store.resolutions[key[1]][n][1]:
-                    if a in col:
-                        q[col[a]] = 0.0
-            e += 1
-        out[row] = q
-    return out
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_holdings_equal_the_row_per_mark(seed: int) -> None:
-    from types import SimpleNamespace
-
-    from scoring.board.figures import _holdings
-
-    rng = np.random.default_rng(seed)
-    assets = ["A", "B", "C", "YES1", "NO1"][: int(rng.integers(0, 6))]
-    marks = sorted(float(x) for x in rng.choice(np.arange(0, 400, 10), int(rng.integers(0, 30)),
-                                                replace=False))
-    fills = []
-    for t in sorted(float(x) for x in rng.integers(-20, 420, int(rng.integers(0, 40)))):
-        names = [*assets, "OTHER"]
-        trades = {str(rng.choice(names)): float(rng.normal(0.0, 10.0))
-                  for _ in range(int(rng.integers(0, 4)))}
-        if rng.random() < 0.1 and trades:
-            trades[next(iter(trades))] = -0.0
-        fills.append(SimpleNamespace(ts=t, trades=trades))
-    if marks and seed % 3 == 0:
-        fills.append(SimpleNamespace(ts=marks[0], trades={"A": 1}))  # at a mark; an integer
-    fills.sort(key=lambda f: f.ts)
-    resolutions = [(float(t), {"YES1": 1.0, "NO1": 0.0}) for t in rng.integers(0, 400, 2)]
-    store = SimpleNamespace(fills={("a", "m"): fills}, resolutions={"m": sorted(resolutions)})
-    got = _holdings(store, ("a", "m"), marks, assets)  # type: ignore[arg-type]
-    want = _holdings_per_mark(store, ("a", "m"), marks, assets)
-    assert got.shape == want.shape == (len(marks), len(assets))
-    assert repr(got.tolist()) == repr(want.tolist())
-    assert np.array_equal(np.signbit(got), np.signbit(want))
-
-
 @pytest.mark.parametrize("seed", range(30))
 def test_mean_turnover_equals_one_turnover_per_step(seed: int) -> None:
     rng = np.random.default_rng(seed)
