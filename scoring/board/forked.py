@@ -14,12 +14,15 @@ here, so a result (or the error ``fn`` raises) never depends on the children.
 While the processes share the cores, numpy's OpenBLAS runs one thread in each (its threads
 would otherwise spin beside the other process's, about a fifth more CPU time); OpenBLAS
 splits a product among its threads by rows and columns of the result, never along the sum,
-so every product is the same bit for bit. The count is restored afterwards.
+so every product is the same bit for bit. The count is restored afterwards, and so is the
+garbage collector, frozen meanwhile (``gc.freeze``: it would touch every object's page in
+both processes, copying pages the fork shares).
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import pickle
 import signal
@@ -120,8 +123,12 @@ def map_forked(fn: Callable[[T], R], items: Sequence[T], *, parallel: bool = Fal
     """
     if not parallel or len(items) < 2 or not fork_safe():
         return [fn(x) for x in items]
-    with one_blas_thread():
-        return _map_forked(fn, items)
+    gc.freeze()  # the collector leaves what exists now alone: fewer shared pages copied
+    try:
+        with one_blas_thread():
+            return _map_forked(fn, items)
+    finally:
+        gc.unfreeze()
 
 
 def _map_forked(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
