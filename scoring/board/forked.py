@@ -26,6 +26,7 @@ import gc
 import os
 import pickle
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,8 +42,10 @@ R = TypeVar("R")
 
 
 def fork_safe() -> bool:
-    """Tell whether this process may fork: the platform forks and only this thread runs."""
-    return hasattr(os, "fork") and threading.active_count() == 1
+    """Tell whether this process may fork: Linux (elsewhere system libraries may not survive
+    a fork) and only this thread runs."""
+    return (sys.platform.startswith("linux") and hasattr(os, "fork")
+            and threading.active_count() == 1)
 
 
 _BLAS_CALLS = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
