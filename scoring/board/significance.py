@@ -40,7 +40,7 @@ from scoring.stats.inference import (
 )
 from scoring.stats.metrics import DDOF, STD_ZERO_RTOL, simple_returns
 from scoring.stats.multiple import holm, model_confidence_set
-from scoring.stats.order_stats import rank_counts, transposed
+from scoring.stats.order_stats import rank_counts, stacked, transposed
 from scoring.stats.sharpe_tests import (
     deflated_sharpe,
     min_track_record,
@@ -213,12 +213,14 @@ def _intervals(mk: _Market, agents: Sequence[str]) -> dict[str, dict[str, list[f
             raw = mk.raw[np.ix_(d.days, np.asarray(part, dtype=np.intp))]
             mk.stats(d, part)
             if mk.excess_is_raw:  # the same product as below, done once by stats
-                cum = _quantiles(np.vstack([d.cum[j] for j in part]))
+                cum = _quantiles(stacked([d.cum[j] for j in part]))
             else:
                 cum = _quantiles(transposed(
                     np.expm1(d.counts @ np.log1p(np.maximum(raw, -1.0 + 1e-12)))))
-            mean = _quantiles(transposed(d.counts @ raw / n))
-            shp = _quantiles(np.vstack([d.shp[j] for j in part]))
+            mean = d.counts @ raw
+            mean /= n  # counts @ raw / n, in place
+            mean = _quantiles(transposed(mean))
+            shp = _quantiles(stacked([d.shp[j] for j in part]))
             for i, j in enumerate(part):
                 out[mk.agents[j]] = {"cumulative_return_ci": cum[i].tolist(),
                                      "mean_daily_return_ci": mean[i].tolist(),

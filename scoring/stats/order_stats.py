@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["MIN_WINDOW_N", "rank_counts", "transposed", "window_order_stats"]
+__all__ = ["MIN_WINDOW_N", "rank_counts", "stacked", "transposed", "window_order_stats"]
 
 _SAMPLE = 512  # leading columns of a row that place its windows
 _SIGMAS = 5.0  # a window reaches this many standard deviations of a rank beyond its target
@@ -168,3 +168,29 @@ def transposed(m: np.ndarray) -> np.ndarray:
     for s in range(0, m.shape[0], _T_ROWS):
         out[:, s : s + _T_ROWS] = m[s : s + _T_ROWS].T
     return out
+
+
+def stacked(rows: Sequence[np.ndarray]) -> np.ndarray:
+    """Return ``np.vstack(rows)`` of 1-D rows: a view of their array when they are its
+    consecutive rows in order (as :func:`transposed` gives them; the same values, no copy),
+    else a copy. The result is for reading only."""
+    if rows:
+        first = rows[0]
+        base = first.base
+        if (isinstance(base, np.ndarray) and base.ndim == 2 and first.ndim == 1
+                and base.flags.c_contiguous and base.dtype == first.dtype
+                and first.size == base.shape[1] and base.shape[1] > 0):
+            start = _address(first) - _address(base)
+            step = base.strides[0]
+            i = start // step
+            if (start % step == 0 and i + len(rows) <= base.shape[0]
+                    and all(r.base is base and r.ndim == 1 and r.strides == first.strides
+                            and r.size == first.size and _address(r) == _address(first) + n * step
+                            for n, r in enumerate(rows))):
+                return base[i : i + len(rows)]
+    return np.vstack(rows)
+
+
+def _address(a: np.ndarray) -> int:
+    """Return the address of ``a``'s first element."""
+    return int(a.__array_interface__["data"][0])

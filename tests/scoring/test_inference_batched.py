@@ -11,7 +11,7 @@ import pytest
 from arch.bootstrap import optimal_block_length
 
 from scoring.stats.inference import block_length, null_p_value, null_p_values
-from scoring.stats.order_stats import _two_order_stats
+from scoring.stats.order_stats import _two_order_stats, stacked, transposed
 
 
 def test_null_p_values_equal_null_p_value_row_by_row() -> None:
@@ -79,3 +79,17 @@ def test_two_order_stats_equal_the_partition_bit_for_bit(width: int) -> None:
         lo, hi = _two_order_stats(packed.copy(), p)
         bits = np.ascontiguousarray(want[:, [p, p + 1]]).view(np.int64)
         assert np.array_equal(np.column_stack([lo, hi]).view(np.int64), bits), p
+
+
+def test_stacked_rows_equal_vstack_and_share_only_consecutive_rows() -> None:
+    m = transposed(np.random.default_rng(3).normal(size=(50, 12)))  # 12 rows of 50 draws
+    rows = list(m)
+    for pick in ([0, 1, 2], [4, 5, 6, 7, 8], [11], [2, 4], [3, 2, 1], [0, 0], list(range(12))):
+        got = stacked([rows[i] for i in pick])
+        assert np.array_equal(got.view(np.int64), np.vstack([rows[i] for i in pick]).view(np.int64))
+        consecutive = pick == list(range(pick[0], pick[0] + len(pick)))
+        assert np.shares_memory(got, m) == consecutive, pick
+    other = np.ones((3, 50))
+    mixed = stacked([rows[0], other[1]])
+    assert not np.shares_memory(mixed, m) and np.array_equal(mixed, np.vstack([rows[0], other[1]]))
+    assert not np.shares_memory(stacked([m[1, ::2], m[2, ::2]]), m)  # strided: copied
