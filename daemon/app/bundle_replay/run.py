@@ -71,6 +71,7 @@ from typing import Any
 from agents.llm import LlmAgent
 from daemon.app.bundle_replay.agents import answer_llm, stand_ins, wait_for_events
 from daemon.app.bundle_replay.capital import (
+    StoredCapital,
     capital_refusal,
     first_capital_difference,
     replay_capital,
@@ -148,9 +149,12 @@ class StoredTimesClock(SimClock):
         return super().now() if self.at is None else self.at
 
 
-def refusal(config: Config) -> str | None:
-    """Return why ``config``'s season cannot be replayed from stored answers (None: it can)."""
-    if config.capitalbench is not None and (why := capital_refusal(config.capitalbench)):
+def refusal(config: Config, capital: StoredCapital | None = None) -> str | None:
+    """Return why ``config``'s season cannot be replayed from stored answers (None: it can);
+    ``capital``: the store's CapitalBench rounds (a round whose briefing is neither here nor
+    stored cannot be)."""
+    if config.capitalbench is not None and (
+            why := capital_refusal(config.capitalbench, capital)):
         return why
     for a in config.agents:
         if a.kind == "llm" and a.protocol not in REPLAYED_PROTOCOLS:
@@ -176,14 +180,15 @@ class _Run:
                        for a in c.agents if a.kind != "llm" and a.kind not in BASELINES})
 
 
-def _parse(text: str, name: str) -> Config:
-    """Return the stored config ``text`` (``name``: what it is) if it can be replayed."""
+def _parse(text: str, name: str, capital: StoredCapital | None = None) -> Config:
+    """Return the stored config ``text`` (``name``: what it is) if it can be replayed
+    (``capital``: the store's CapitalBench rounds)."""
     try:
         config = parse_config(json.loads(text), name)
     except (ConfigError, ValueError) as exc:
         raise BundleReplayError(f"{name} cannot be read: "
                                 f"{' '.join(str(exc).split())[:200]}") from None
-    why = refusal(config)
+    why = refusal(config, capital)
     if why:
         raise BundleReplayRefused(why)
     return config
@@ -199,12 +204,17 @@ def _season_runs(con: sqlite3.Connection) -> list[_Run]:
         raise BundleReplayRefused(f"the store was written by {len(rows)} runs, not all live (a "
                                   "resumed replay): only live runs are replayed one after "
                                   "the other")
-    reloads = stored_reloads(con, _parse)
+    capital = stored_capital(con)
+
+    def parse(text: str, name: str) -> Config:
+        return _parse(text, name, capital)
+
+    reloads = stored_reloads(con, parse)
     runs = []
     for rid, started, stopped, mode, config_json in rows:
         name = "the stored run's config" if len(rows) == 1 else f"the config of stored run {rid}"
         runs.append(_Run(int(rid), float(started), None if stopped is None else float(stopped),
-                         str(mode), _parse(config_json, name),
+                         str(mode), parse(config_json, name),
                          tuple(r for r in reloads if r.run == rid)))
     if any(r.run not in {run.id for run in runs} for r in reloads):
         raise BundleReplayError("a stored reload names a run the store does not hold")
