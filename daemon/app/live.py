@@ -228,38 +228,55 @@ class LiveDaemon:
             return False
         notify(f"RELOADING=1\nMONOTONIC_USEC={monotonic_usec()}")
         try:
-            new = load_config(path)
-            if self.config_filter is not None:
-                new = self.config_filter(new)
-            from daemon.alerts.config import parse_alerts_config
+            try:
+                new = load_config(path)
+                if self.config_filter is not None:
+                    new = self.config_filter(new)
+                from daemon.alerts.config import parse_alerts_config
 
-            parse_alerts_config(new.alerts, source=path)  # validate all before applying any
-            register_config_secrets(new)
-            # a frozen lineup refuses the reload before anything is applied; an allowed
-            # change is recorded as an amendment once it is
-            await self._season(self.engine.store, new, record=False)
-            changes = await self.engine.reload(new)
-            # Applied now: the amendment, then the config itself (in the form of a run's), so
-            # that a bundle's replay applies it at the same moment (issue 32).
-            at = self.clock.now()
-            await self._season(self.engine.store, new, ts=at)
-            await self.engine.store.record_reload(at, new.model_dump(mode="json"))
+                parse_alerts_config(new.alerts, source=path)  # validate all before applying any
+                register_config_secrets(new)
+                # a frozen lineup refuses the reload before anything is applied; an allowed
+                # change is recorded as an amendment once it is
+                await self._season(self.engine.store, new, record=False)
+                changes = await self.engine.reload(new)
+            except ConfigError as exc:
+                log.error("config reload refused, running config kept",
+                          error="; ".join(f"{exc.source}: {p}" for p in exc.problems))
+                return False
+            except Exception as exc:
+                log.error("config reload refused, running config kept", error=str(exc))
+                return False
+            # Applied now (the engine runs the new agents): whatever fails below is said as
+            # such, never as a refusal.
+            self.config = new
+            await self._record_reload(new)
             for comp in self._started_components:
                 comp_reload = getattr(comp, "reload", None)
                 if comp_reload is not None:
-                    await comp_reload(new)
-        except ConfigError as exc:
-            log.error("config reload refused, running config kept",
-                      error="; ".join(f"{exc.source}: {p}" for p in exc.problems))
-            return False
-        except Exception as exc:
-            log.error("config reload refused, running config kept", error=str(exc))
-            return False
+                    try:
+                        await comp_reload(new)
+                    except Exception as exc:
+                        log.error("config reload applied, but a component kept its settings",
+                                  component=type(comp).__name__, error=str(exc))
         finally:
             notify("READY=1")
-        self.config = new
         log.info("config reloaded", path=path, changes=changes)
         return True
+
+    async def _record_reload(self, new: Config) -> None:
+        """Store an applied reload: the season amendment, then the config itself (in the form
+        of a run's), so that a bundle's replay applies it at the same moment (issue 32). A
+        failed write is said in one line: the reload stands, the store lacks it."""
+        assert self.engine is not None
+        at = self.clock.now()
+        try:
+            await self._season(self.engine.store, new, ts=at)
+            await self.engine.store.record_reload(at, new.model_dump(mode="json"))
+        except Exception as exc:
+            log.error("config reload applied, but not stored: the season's amendment or the"
+                      " reloaded config is missing from the store (a bundle of this season"
+                      " cannot replay it)", error=str(exc))
 
     async def wait(self, duration: float | None = None) -> None:
         """Run until a stop is requested (or ``duration`` seconds passed)."""

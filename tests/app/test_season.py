@@ -9,6 +9,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from daemon.app.live import LiveDaemon
 from daemon.config.settings import load_config
 from daemon.store.integrity.season import read_season
@@ -77,6 +79,36 @@ async def test_a_reload_with_another_lineup_is_refused_or_amends(tmp_path: Path)
         assert season is not None
         assert [a["changes"] for a in season["amendments"]] == (
             [["agents.ew.kind", "config_sha256"]] if applied else [])
+
+
+async def test_a_reload_applied_but_not_stored_says_so_and_keeps_the_new_agents(
+        tmp_path: Path) -> None:
+    cfg, db = tmp_path / "c.toml", tmp_path / "s.db"
+    cfg.write_text(QUIET + AGENTS + SEASON + 'amendments = "allow"\n')
+    daemon = LiveDaemon(load_config(cfg), db=str(db))
+    await daemon.start()
+    try:
+        con = sqlite3.connect(db)  # the store can no longer take a reload's config
+        with con:
+            con.execute("DROP TABLE config_reloads")
+        con.close()
+        cfg.write_text(QUIET + AGENTS.replace('"equal_weight"', '"buy_and_hold"') + SEASON
+                       + 'amendments = "allow"\n')
+        with capture_logs() as logs:
+            assert await daemon.reload(str(cfg)) is True
+        assert daemon.config.agents[0].kind == "buy_and_hold"  # the engine runs it
+        assert daemon.engine is not None
+        kinds = {aid: type(slot.agent).__name__ for ss in daemon.engine.slots.values()
+                 for aid, slot in ss.items()}
+        assert kinds["ew"] != "EqualWeightAgent" and "BuyAndHold" in kinds["ew"], kinds
+        said = [e for e in logs if e["event"].startswith("config reload applied, but not stored")]
+        assert [e["event"] for e in said] == [
+            "config reload applied, but not stored: the season's amendment or the reloaded"
+            " config is missing from the store (a bundle of this season cannot replay it)"]
+        assert "config_reloads" in said[0]["error"]  # and the store says its write failed
+        assert not any("refused" in e["event"] for e in logs)
+    finally:
+        await daemon.stop()
 
 
 def test_replay_report_names_the_season_in_text_and_json(tmp_path: Path) -> None:
