@@ -7,7 +7,9 @@ The store is built once: the sample recording replayed with its four baselines a
 differs), then those agents are marked as submitted agents in the stored run config (kind
 ``http``): the report compares each with the four baselines, as in an arena of submitted agents,
 rather than every agent with every other (all baselines: a quadratic number of pairs). With
-``--db`` an existing store is reused (built there first if missing).
+``--db`` an existing store is reused (built there first if missing). The report's CPU time
+counts the process it forks for its second market (``RUSAGE_CHILDREN`` takes in a grandchild
+once its parent has waited for it, as the report does); its wall time is what a user waits.
 
 Beside the report, measured in the same run in fresh processes:
 
