@@ -109,14 +109,8 @@ from daemon.store.records import DecisionRecord, RoundCommit
 from daemon.store.store import StoreWriteError
 from daemon.timing.clock import SimClock
 
-__all__ = [
-    "BundleReplayError",
-    "BundleReplayRefused",
-    "first_decision_difference",
-    "rebuilt_report",
-    "refusal",
-    "replay_store",
-]
+__all__ = ["BundleReplayError", "BundleReplayRefused", "first_decision_difference",
+           "rebuilt_report", "refusal", "replay_store"]
 
 #: The agent kinds a replay runs as they are (they call no model).
 BASELINES = frozenset({"cash", "equal_weight", "buy_and_hold", "momentum", "random_guess",
