@@ -184,7 +184,7 @@ CREATE TABLE IF NOT EXISTS season(
 # --- v14: the run's config chained (issue 32) -------------------------------------------------
 # Every ``runs`` row carries ``chain``: its config as it started, chained to the run before
 # (daemon.store.integrity.chain); the rows written before are chained by the migration itself
-# (chain_existing_runs), so ``verify`` names an edited config of any run.
+# (chain_existing), so ``verify`` names an edited config of any run.
 _V14 = """
 ALTER TABLE runs ADD COLUMN chain BLOB;
 """
@@ -221,8 +221,11 @@ ALTER TABLE capital_rounds ADD COLUMN trailing_json TEXT;
 # reload, with the run it amended and when, chained like ``runs``, so a replay switches config
 # where the live run did. ``capital_briefings``: each CapitalBench briefing file a round was
 # frozen from, once per content (its SHA-256, the name it had, its text), chained, so a bundle's
-# store holds every round's prompt input and replays without the file.
+# store holds every round's prompt input and replays without the file. ``season`` rows (its
+# start and amendments) carry ``chain`` too; the rows stored before are chained by the
+# migration itself (chain_existing), so an edited or deleted amendment is named by ``verify``.
 _V17 = """
+ALTER TABLE season ADD COLUMN chain BLOB;
 CREATE TABLE IF NOT EXISTS config_reloads(
   id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL, ts REAL NOT NULL, config_json TEXT NOT NULL,
   chain BLOB);

@@ -46,7 +46,7 @@ from daemon.store.dbfile import (
 from daemon.store.dblock import abandon_lock, acquire_lock, claim_lock
 from daemon.store.events import event_row, insert_event_rows, price_rows
 from daemon.store.integrity.capital import append_chained, append_states, chain_existing_capital
-from daemon.store.integrity.chain import Chains, chain_existing_runs, with_chains
+from daemon.store.integrity.chain import Chains, chain_existing, with_chains
 from daemon.store.queries import StoreQueries
 from daemon.store.records import RoundCommit, _dumps
 from daemon.store.round_rows import round_rows
@@ -216,9 +216,11 @@ class Store(StoreQueries):
                 for stmt in _statements(MIGRATIONS[version]):
                     await self.db.execute(stmt)
                 if version == 14:  # the configs stored before are chained too
-                    await chain_existing_runs(self.db)
+                    await chain_existing(self.db, "runs")
                 if version == 15:  # and CapitalBench's rounds and submissions
                     await chain_existing_capital(self.db)
+                if version == 17:  # and the season's start and amendments
+                    await chain_existing(self.db, "season")
                 await self.db.execute(
                     "INSERT INTO meta(key, value) VALUES('schema_version', ?) "
                     "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
@@ -283,6 +285,18 @@ class Store(StoreQueries):
         if self.run_id is not None:
             await self._atomic(self.db.execute, "UPDATE runs SET stopped_ts=? WHERE id=?",
                                (stopped_ts, self.run_id))
+
+    async def record_season(self, row: tuple[Any, ...]) -> None:
+        """Store a season row (name, kind, ts, lineup_json, lineup_sha256, changes_json: its
+        start or an amendment), chained (:mod:`daemon.store.integrity.season`)."""
+
+        async def insert() -> None:
+            await self.db.execute(
+                "INSERT INTO season(name, kind, ts, lineup_json, lineup_sha256, changes_json,"
+                " chain) VALUES(?,?,?,?,?,?,?)",
+                with_chains([row], self.chains.link("season", [row]))[0])
+
+        await self._atomic(insert)
 
     async def record_reload(self, ts: float, config: dict[str, Any]) -> None:
         """Store the config a reload applied at ``ts`` in the current run (``config_reloads``,

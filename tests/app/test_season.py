@@ -60,6 +60,33 @@ def test_run_freezes_the_lineup_then_refuses_or_records_a_change(tmp_path: Path)
                     " clean books, so use a new --db (or set [season] name = 'S1')")
 
 
+def test_the_season_rows_are_chained_so_verify_names_an_edited_or_reordered_one(
+        tmp_path: Path) -> None:
+    cfg, db = tmp_path / "c.toml", tmp_path / "live.db"
+    cfg.write_text(QUIET + AGENTS + SEASON + 'amendments = "allow"\n')
+    assert cli("run", "--config", str(cfg), "--db", str(db), "--duration", "0.3").returncode == 0
+    for new in ('id = "cash2"', 'id = "cash3"'):  # two amendments
+        cfg.write_text(QUIET + AGENTS.replace('id = "cash"', new) + SEASON
+                       + 'amendments = "allow"\n')
+        r = cli("run", "--config", str(cfg), "--db", str(db), "--duration", "0.3")
+        assert r.returncode == 0, r.stderr[-2000:]
+    r = cli("verify", "--db", str(db))
+    assert r.returncode == 0 and ", season 3, " in r.stdout, r.stdout + r.stderr
+    for i, (sql, said) in enumerate((
+            ("UPDATE season SET name='S1-clean'", "season: row 1 (kind='start', ts="),
+            ("UPDATE season SET changes_json='[]' WHERE id=2",
+             "season: row 2 (kind='amendment', ts="),
+            ("DELETE FROM season WHERE id=2", "season: a row was deleted before row 3"))):
+        edited = tmp_path / f"e{i}.db"
+        edited.write_bytes(db.read_bytes())
+        con = sqlite3.connect(edited)
+        with con:
+            con.execute(sql)
+        con.close()
+        r = cli("verify", "--db", str(edited))
+        assert r.returncode == 1 and said in r.stdout + r.stderr, r.stdout + r.stderr
+
+
 async def test_a_reload_with_another_lineup_is_refused_or_amends(tmp_path: Path) -> None:
     changed = AGENTS.replace('"equal_weight"', '"buy_and_hold"')
     for policy, applied in (("refuse", False), ("allow", True)):

@@ -7,7 +7,10 @@ reload inside its run at its time (:func:`apply_reload`): the replayed engine's 
 :meth:`~daemon.engine.engine.Engine.reload` with the stored config, on the simulated clock at
 the stored time, storing the config and the amendment in the replayed store as the live run
 did. A season amendment that no run started with and no stored reload took (a store written
-before v17) is refused (:func:`unmatched_amendment`).
+before v17) is refused (:func:`unmatched_amendment`). The replayed store's season (its name,
+start and amendments: each lineup and what changed) must be the stored one
+(:func:`first_season_difference`): an amendment deleted from a store, or a season renamed,
+before its bundle was exported is named.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Any
 from daemon.config.settings import Config
 from daemon.engine.engine import Engine
 
-__all__ = ["StoredReload", "apply_reload", "stored_reloads", "unmatched_amendment"]
+__all__ = ["StoredReload", "apply_reload", "first_season_difference", "stored_reloads",
+           "unmatched_amendment"]
 
 #: Seconds between a season's amendment and the start of the run that recorded it (a restart
 #: records it just before its run row; a reload at the time it stores its config).
@@ -85,3 +89,38 @@ async def apply_reload(engine: Engine, clock: Any, reload: StoredReload, db: str
         await engine.store.record_reload(reload.ts, new.model_dump(mode="json"))
     finally:
         clock.at = held
+
+
+#: A season row as the replay rebuilds it (its time is the replayed clock's: left out).
+_SEASON = "SELECT name, kind, lineup_sha256, changes_json FROM season ORDER BY id"
+
+
+def first_season_difference(src: str, out: str) -> str | None:
+    """Return the first row of the season of the replayed store ``out`` that is not the stored
+    one of ``src`` (its name, kind, lineup and changes), in one line (None: all are)."""
+    from daemon.store.dbfile import connect_readonly
+
+    got: list[list[Any]] = []
+    for db in (src, out):
+        con = connect_readonly(db)
+        try:
+            got.append([tuple(r) for r in con.execute(_SEASON)])
+        except sqlite3.OperationalError:  # a store from before seasons
+            got.append([])
+        finally:
+            con.close()
+    want, replayed = got
+    for i in range(max(len(want), len(replayed))):
+        a = want[i] if i < len(want) else None
+        b = replayed[i] if i < len(replayed) else None
+        if a != b:
+            return (f"the replay's season row {i + 1} is not the stored one: the store holds "
+                    f"{_season_row(a)}, the replay {_season_row(b)}")
+    return None
+
+
+def _season_row(row: tuple[Any, ...] | None) -> str:
+    if row is None:
+        return "none"
+    name, kind, sha, changes = row
+    return f"the {kind} of season {name!r} (lineup {str(sha)[:12]}, changes {changes or '-'})"

@@ -80,6 +80,7 @@ from daemon.app.bundle_replay.capital import (
 from daemon.app.bundle_replay.reloads import (
     StoredReload,
     apply_reload,
+    first_season_difference,
     stored_reloads,
     unmatched_amendment,
 )
@@ -495,4 +496,5 @@ def rebuilt_report(src: str, report_json: Callable[[str, str], str]) -> tuple[st
         out = str(Path(tmp) / "replayed.db")
         asyncio.run(replay_store(src, out))
         return report_json(out, src), (first_decision_difference(src, out)
-                                       or first_capital_difference(src, out))
+                                       or first_capital_difference(src, out)
+                                       or first_season_difference(src, out))

@@ -15,9 +15,10 @@ The back tag lets :mod:`.verify` tell an edited row (its back tag fits, its link
 deleted one (its back tag names no row) and from one out of order (its back tag names a row found
 elsewhere). Rows written before schema v13 have no chain (NULL) and precede every chained row;
 the ``runs`` rows (a run's config, as it started) are chained since v14, the rows before it by
-the migration to v14 (:func:`chain_existing_runs`). CapitalBench's rounds and submissions
+the migration to v14 (:func:`chain_existing`). CapitalBench's rounds and submissions
 are chained since v15 (:mod:`.capital`); a reload's config and CapitalBench's briefings since
-v17 (their tables are new there: every row chained).
+v17 (their tables are new there: every row chained), and the season's rows since v17 (those
+before chained by that migration).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["NO_BACK", "STREAMS", "Chains", "Stream", "chain_existing_runs", "chain_rows",
+__all__ = ["NO_BACK", "STREAMS", "Chains", "Stream", "chain_existing", "chain_rows",
            "content_bytes", "link_rows", "with_chains"]
 
 #: The back tag of a stream's first row.
@@ -91,6 +92,10 @@ STREAMS: Final[dict[str, Stream]] = {s.table: s for s in (
     # A run's config, as it started (its stop time is written later: not hashed; schema v14).
     Stream("runs", "id", ("started_ts", "mode", "version", "config_json", "recording"),
            "fssss", ("mode", "started_ts")),
+    # A season's start and amendments (schema v13, chained since v17).
+    Stream("season", "id",
+           ("name", "kind", "ts", "lineup_json", "lineup_sha256", "changes_json"), "ssfsss",
+           ("kind", "ts")),
     # A config taken at a reload while running (schema v17).
     Stream("config_reloads", "id", ("run_id", "ts", "config_json"), "ifs", ("run_id", "ts")),
     # A CapitalBench briefing's text, once per content (schema v17).
@@ -270,14 +275,15 @@ def with_chains(rows: Sequence[tuple[Any, ...]],
     return [(*r, c) for r, c in zip(rows, chains, strict=True)]
 
 
-async def chain_existing_runs(db: Any) -> None:
-    """Chain the ``runs`` rows written before schema v14 (inside the migration's transaction
-    on the connection ``db``): a season's config, stored before, is covered too."""
-    stream = STREAMS["runs"]
-    async with db.execute(f"SELECT id, {', '.join(stream.columns)} FROM runs ORDER BY id"
+async def chain_existing(db: Any, table: str) -> None:
+    """Chain the rows of ``table`` (an ``id``-ordered stream) written before it was chained
+    (inside the migration's transaction on the connection ``db``): ``runs`` at schema v14 (a
+    season's config, stored before, is covered too), ``season`` at v17."""
+    stream = STREAMS[table]
+    async with db.execute(f"SELECT id, {', '.join(stream.columns)} FROM {table} ORDER BY id"
                           ) as cur:
         rows = [tuple(r) for r in await cur.fetchall()]
     if rows:
-        chains = chain_rows("runs", b"", [r[1:] for r in rows])
-        await db.executemany("UPDATE runs SET chain=? WHERE id=?",
+        chains = chain_rows(table, b"", [r[1:] for r in rows])
+        await db.executemany(f"UPDATE {table} SET chain=? WHERE id=?",
                              [(c, r[0]) for c, r in zip(chains, rows, strict=True)])

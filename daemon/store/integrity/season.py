@@ -3,7 +3,8 @@
 Table ``season`` (schema v13) holds one ``start`` row (the name, when it was frozen: the clock of
 the run that froze it, simulated in a replay; the lineup as canonical JSON and its SHA-256) and
 one ``amendment`` row per accepted change (its date, the new lineup, and the dotted paths that
-changed). The current lineup is the last row's. A store belongs to at most one season: a new
+changed), each chained (schema v17: ``verify`` names an edited, deleted or reordered one). The
+current lineup is the last row's. A store belongs to at most one season: a new
 season starts clean books in a new store (:func:`open_season` refuses any other).
 """
 
@@ -78,9 +79,7 @@ async def open_season(store: Any, db: str, name: str | None, lineup: Mapping[str
                 f"starts clean books, so start season {name!r} with a new --db")
         if not record:
             return None
-        await store.execute_atomic([(
-            "INSERT INTO season(name, kind, ts, lineup_json, lineup_sha256, changes_json)"
-            " VALUES(?,?,?,?,?,NULL)", (name, "start", ts, text, sha))])
+        await store.record_season((name, "start", ts, text, sha, None))
         return f"season {name!r} started: lineup frozen (sha256 {sha[:12]})"
     stored = str(first[0][0])
     if name != stored:
@@ -98,9 +97,7 @@ async def open_season(store: Any, db: str, name: str | None, lineup: Mapping[str
             "amendment")
     if not record:
         return None
-    await store.execute_atomic([(
-        "INSERT INTO season(name, kind, ts, lineup_json, lineup_sha256, changes_json)"
-        " VALUES(?,?,?,?,?,?)", (stored, "amendment", ts, text, sha, json.dumps(changed)))])
+    await store.record_season((stored, "amendment", ts, text, sha, json.dumps(changed)))
     return (f"season {stored!r}: amendment recorded {_day(ts)}: {_changes_text(changed)} "
             f"(lineup sha256 {sha[:12]})")
 

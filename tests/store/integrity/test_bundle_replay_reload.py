@@ -32,8 +32,8 @@ from tests.agents.test_remote_agent import SERVICE, serve
 from tests.app.test_live_e2e import Tape, make_config, next_round, prices_applied, subscribed
 from tests.fakes.scenario import Scenario, wait_until
 from tests.llm_server import FakeLlmServer, answer
-from tests.store.integrity.test_bundle import _members
-from tests.store.integrity.test_bundle_replay import _env, exported, offline_cli, rows
+from tests.store.integrity.test_bundle import _members, rechain
+from tests.store.integrity.test_bundle_replay import _env, exported, forged, offline_cli, rows
 from tests.store.test_cli_database import cli
 
 pytestmark = pytest.mark.slow
@@ -192,3 +192,23 @@ def test_a_reloaded_season_rebuilds_its_report_by_replay(season: tuple[Path, Pat
     r = cli("verify-bundle", str(bundle), timeout=300, env=_env())
     assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     assert ", report replayed from the stored answers matches" in r.stdout
+
+
+def test_an_amendment_deleted_before_the_export_is_named_by_the_replay(
+        season: tuple[Path, Path], tmp_path: Path) -> None:
+    """A publisher who deletes the reload's amendment (and chains the season again, so
+    ``verify`` holds) and exports again is caught: the replay makes the amendment the store
+    lacks."""
+    _, bundle = season
+
+    def edit(db: Path) -> None:
+        con = sqlite3.connect(db)
+        with con:
+            assert con.execute("DELETE FROM season WHERE kind='amendment'").rowcount == 1
+            rechain(con, "season")
+        con.close()
+
+    r = cli("verify-bundle", str(forged(bundle, tmp_path, edit)), timeout=300, env=_env())
+    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    assert ("the replay's season row 2 is not the stored one: the store holds none, the replay"
+            " the amendment of season 'S1' (lineup ") in r.stdout, r.stdout

@@ -113,9 +113,9 @@ async def test_every_chain_holds_and_counts_its_rows(backend: str) -> None:
     assert {t: (c.rows, c.problem) for t, c in checks.items()} == {
         "decisions": (6, None), "llm_calls": (6, None), "fills": (6, None),
         "market_events": (9, None), "equity": (6, None), "resolutions": (3, None),
-        "runs": (3, None), "config_reloads": (0, None), "capital_briefings": (0, None),
-        "capital_rounds": (0, None), "capital_submissions": (0, None),
-        "capital_round_states": (0, None)}
+        "runs": (3, None), "season": (0, None), "config_reloads": (0, None),
+        "capital_briefings": (0, None), "capital_rounds": (0, None),
+        "capital_submissions": (0, None), "capital_round_states": (0, None)}
     # a reopened store goes on from its heads
     store = await Store.open(backend)
     try:
@@ -216,7 +216,7 @@ async def test_the_chain_is_the_same_for_the_same_rows(tmp_path: Path) -> None:
         await _fill(str(tmp_path / name))
         heads.append({t: c.head for t, c in (await _checks(str(tmp_path / name))).items()})
     assert heads[0] == heads[1]
-    unwritten = {"config_reloads"}  # and CapitalBench's: none written
+    unwritten = {"season", "config_reloads"}  # and CapitalBench's: none written
     assert all(h for t, h in heads[0].items()
                if t not in unwritten and not t.startswith("capital_"))
 
@@ -245,8 +245,9 @@ async def test_verify_command_says_ok_or_names_the_row(tmp_path: Path) -> None:
     await _fill(db)
     r = await asyncio.to_thread(_cli, "verify", "--db", db)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("ok: 39 rows in 12 chains hold (decisions 6, llm_calls 6,")
-    assert (", resolutions 3, runs 3, config_reloads 0, capital_briefings 0, capital_rounds 0,"
+    assert r.stdout.startswith("ok: 39 rows in 13 chains hold (decisions 6, llm_calls 6,")
+    assert (", resolutions 3, runs 3, season 0, config_reloads 0, capital_briefings 0,"
+            " capital_rounds 0,"
             " capital_submissions 0,"
             " capital_round_states 0)\n") in r.stdout
     ids = await _ids(db, "fills")
@@ -286,6 +287,7 @@ async def test_the_configs_of_runs_stored_before_v14_are_chained_by_the_migratio
     db = str(tmp_path / "s.db")
     await _fill(db)
     await _sql(db, [("ALTER TABLE runs DROP COLUMN chain", ()),
+                    ("ALTER TABLE season DROP COLUMN chain", ()),  # v17's
                     ("ALTER TABLE capital_rounds DROP COLUMN trailing_json", ()),  # v16's
                     ("ALTER TABLE capital_rounds DROP COLUMN chain", ()),  # v15's
                     ("ALTER TABLE capital_submissions DROP COLUMN chain", ()),

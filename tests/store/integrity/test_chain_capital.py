@@ -152,7 +152,8 @@ async def test_capital_rows_stored_before_v15_are_chained_by_the_migration(
     v15, each round's present state written; an edit of either is named after."""
     db = str(tmp_path / "s.db")
     await _fill(db)
-    await _sql(db, [("ALTER TABLE capital_rounds DROP COLUMN trailing_json", ()),  # v16's
+    await _sql(db, [("ALTER TABLE season DROP COLUMN chain", ()),  # v17's
+                    ("ALTER TABLE capital_rounds DROP COLUMN trailing_json", ()),  # v16's
                     ("ALTER TABLE capital_rounds DROP COLUMN chain", ()),
                     ("ALTER TABLE capital_submissions DROP COLUMN chain", ()),
                     ("DROP TABLE capital_round_states", ()),
@@ -192,7 +193,8 @@ async def test_rounds_chained_before_v16_keep_their_chains(tmp_path: Path) -> No
                                        states=[_round(i)[0]])
     finally:
         await store.close()
-    await _sql(db, [("ALTER TABLE capital_rounds DROP COLUMN trailing_json", ()),
+    await _sql(db, [("ALTER TABLE season DROP COLUMN chain", ()),  # v17's
+                    ("ALTER TABLE capital_rounds DROP COLUMN trailing_json", ()),
                     ("UPDATE meta SET value='15' WHERE key='schema_version'", ())])
     before = await _sql(db, [("SELECT chain FROM capital_rounds ORDER BY rowid", ())])
     checks = await _checks(db)
