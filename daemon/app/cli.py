@@ -7,6 +7,7 @@ Every error caused by bad input (config, arguments, files) prints one clear line
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -91,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `paperarena ... | head`: the reader left; no traceback
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a writer killed by it
     except Stopped as exc:  # SIGTERM: unwound like SIGINT (claims withdrawn, store consistent)
         sys.stderr.write(f"paperarena {args.cmd}: {exc}; rerun the same command to resume\n")
         return exc.exit_code

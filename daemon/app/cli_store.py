@@ -155,7 +155,8 @@ def _export_bundle(args: argparse.Namespace) -> int:
 
 
 def _verify_bundle(args: argparse.Namespace) -> int:
-    """``verify-bundle F``: exit 0 with "ok", or 1 with one line per problem."""
+    """``verify-bundle F``: exit 0 with "ok", 3 when all held but the season could not be
+    replayed (the line says why), or 1 with one line per problem."""
     from daemon.store.integrity.bundle import BundleError, verify_bundle
 
     try:
@@ -170,11 +171,14 @@ def _verify_bundle(args: argparse.Namespace) -> int:
     season = (manifest.get("season") or {}).get("name")
     replay = ("report replayed from the stored answers matches" if note == "" else
               f"not replayed: {note}")
-    sys.stdout.write(f"ok: {args.bundle}: {sum(manifest['rows'].values())} chained rows hold, "
+    # A bundle whose season was not replayed is not wholly checked: exit 3, never 0 (a
+    # publisher cannot pass a season off as one the replay does not support).
+    sys.stdout.write(f"{'ok' if note == '' else 'not wholly checked'}: {args.bundle}: "
+                     f"{sum(manifest['rows'].values())} chained rows hold, "
                      f"heads and report match, {replay}"
                      f"{', signature verified' if args.key else ''}"
                      f"{f' (season {season})' if season else ''}\n")
-    return 0
+    return 0 if note == "" else 3
 
 
 def _season_of(db: str) -> dict[str, Any] | None:

@@ -198,3 +198,20 @@ def test_good_database_still_works(tmp_path: Path) -> None:
     r = cli("report", "--db", str(db), "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     assert os.path.getsize(db) > 0
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path: Path) -> None:
+    """``paperarena verify --db S | head -0``: the pipe's reader is gone before the first
+    line; the command exits 141 (128 + SIGPIPE) with nothing on stderr."""
+    db = quiet_run_db(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "daemon.app.cli", "verify", "--db", str(db)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the command writes anything
+    try:
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 141, err
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    assert err == ""
