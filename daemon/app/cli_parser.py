@@ -273,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     vb = _command(sub, "verify-bundle", "check a season's bundle offline: hashes, chains, "
                   "heads, the rebuilt report, the season replayed from the stored answers, the "
-                  "signature", "paperarena verify-bundle "
+                  "signature (exit 0: all hold; 1: a problem, named; 3: all else holds but the "
+                  "season could not be replayed, said why)", "paperarena verify-bundle "
                   "season.tar --key publisher.pub")
     vb.add_argument("bundle", metavar="FILE", help="the bundle (paperarena export --bundle)")
     vb.add_argument("--key", default=None, metavar="PUB",
