@@ -35,7 +35,8 @@ def _report(args: argparse.Namespace) -> int:
                 inspect_database(args.db, create=False, schema_version=SCHEMA_VERSION) == 0):
             return _fail(f"--db {args.db}: not a paperarena database (no tables)")
         # one thread here: the markets may be computed in forked processes (same bytes)
-        report = load_report(args.db, window=(args.start, args.end), parallel=True)
+        report = load_report(args.db, window=(args.start, args.end), parallel=True,
+                             curves_wanted=bool(args.html))  # the curves: for the HTML only
     except StoreOpenError as exc:
         return _fail(f"--db {exc}")
     except FileNotFoundError as exc:

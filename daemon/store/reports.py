@@ -44,13 +44,14 @@ def _read(db: str | Path, compute: Callable[[sqlite3.Connection], T]) -> T:
 
 def load_report(db: str | Path, *, window: tuple[float | None, float | None] = (None, None),
                 min_valid_rate: float | None = None, min_days: int | None = None,
-                parallel: bool = False) -> Report:
+                parallel: bool = False, curves_wanted: bool = True) -> Report:
     """Return the leaderboard and chart series of the store ``db``
     (:func:`scoring.board.leaderboard.report_of`; ``parallel``: its markets in forked
-    processes when this process runs one thread, for the CLI only)."""
+    processes when this process runs one thread, for the CLI only; without ``curves_wanted``
+    the report's curves, which only the HTML report draws, are left empty)."""
     return _read(db, lambda con: board.report_of(
         con, window=window, min_valid_rate=min_valid_rate, min_days=min_days,
-        parallel=parallel))
+        parallel=parallel, curves_wanted=curves_wanted))
 
 
 def leaderboard(db: str | Path, *, window: tuple[float | None, float | None] = (None, None),

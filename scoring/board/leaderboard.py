@@ -36,10 +36,12 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from agents.portbench.stress_gate import wants_gate
 from scoring.board.batched_rows import score_pending
 from scoring.board.extras import board_extras
 from scoring.board.figures import (
@@ -135,17 +137,49 @@ def _market_rows(store: _Store, keys: Sequence[Key], lo: float, hi: float, whole
     return rows, curves, inferred.get(market, {})
 
 
+def _extras_read_rows(agents_cfg: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Tell whether :func:`board_extras` reads the rows' unrounded figures: run groups (an
+    agent with a ``run_group``) or PortBench's stress gate."""
+    return wants_gate(agents_cfg) or any((a or {}).get("run_group") for a in agents_cfg.values())
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Hold what a market's computation hands back for the report."""
+
+    rows: list[dict[str, Any]]  # cleaned (:func:`_clean`)
+    first: Key | None  # the market's first (agent, market) with a curve
+    series: tuple[str, Any]  # (market, its cleaned chart series)
+    extra: dict[str, Any]  # the market section's inference
+    curves: dict[Key, AgentCurves]  # empty unless wanted
+    raw_rows: list[dict[str, Any]] | None  # the rows unrounded, when the extras read them
+
+
+def _market_part(store: _Store, keys: Sequence[Key], lo: float, hi: float, whole: bool,
+                 rf: dict[str, float], initial: dict[str, float],
+                 classes: Mapping[str, Mapping[str, str]],
+                 regimes: tuple[np.ndarray, list[str]], min_valid_rate: float, min_days: int,
+                 market: str, *, raw_rows: bool, with_curves: bool) -> _Part:
+    """Return one market's part of the report: :func:`_market_rows` cleaned, with its series."""
+    rows, curves, extra = _market_rows(store, keys, lo, hi, whole, rf, initial, classes,
+                                       regimes, min_valid_rate, min_days, market)
+    series = _clean(_series(curves)).get(market, {})
+    return _Part(_clean(rows), min(curves) if curves else None, (market, series), extra,
+                 curves if with_curves else {}, rows if raw_rows else None)
+
+
 def report_of(con: sqlite3.Connection, *,
               window: tuple[float | None, float | None] = (None, None),
               min_valid_rate: float | None = None, min_days: int | None = None,
-              parallel: bool = False) -> Report:
+              parallel: bool = False, curves_wanted: bool = True) -> Report:
     """Compute the leaderboard and the chart series of the store read through ``con``.
 
     ``min_valid_rate`` / ``min_days`` override the ``[leaderboard]`` settings of the store's
     latest run (defaults :data:`MIN_VALID_RATE`, :data:`MIN_DAYS`). With ``parallel`` the
     markets' rows and inference are computed in forked processes when this process may fork
     (:func:`scoring.board.forked.map_forked`: a single-threaded caller such as the CLI; the
-    same figures bit for bit). Open a store by name with
+    same figures bit for bit). Without ``curves_wanted`` the report's ``curves`` (the HTML
+    report's charts) are left empty and never sent back from a child. Open a store by name with
     :func:`daemon.store.reports.load_report`.
     """
     lo = -math.inf if window[0] is None else window[0]
@@ -168,22 +202,26 @@ def report_of(con: sqlite3.Connection, *,
     by_market: dict[str, list[Key]] = {}
     for key in keys:
         by_market.setdefault(key[1], []).append(key)
-    # Each market's rows, ranks and inference depend on that market's data only.
+    # Each market's rows, ranks and inference depend on that market's data only; so do its
+    # cleaned rows and chart series, made where the market is computed (in a forked child, the
+    # child cleans them and sends back only what this process needs).
     markets_of = sorted(by_market)
     if parallel and len(markets_of) > 1:
         preload_imports()  # imported once here, not once per process
-    parts = map_forked(lambda m: _market_rows(
+    raw_rows = _extras_read_rows(store.agents_cfg)
+    parts = map_forked(lambda m: _market_part(
         store, by_market[m], lo, hi, window[0] is None, rf, initial, classes,
-        (eq_marks, eq_labels), min_valid_rate, min_days, m), markets_of, parallel=parallel)
-    rows: list[dict[str, Any]] = [r for part in parts for r in part[0]]  # by market, as _rank
-    found = {k: c for part in parts for k, c in part[1].items()}
+        (eq_marks, eq_labels), min_valid_rate, min_days, m, raw_rows=raw_rows,
+        with_curves=curves_wanted), markets_of, parallel=parallel)
+    rows: list[dict[str, Any]] = [r for part in parts for r in part.rows]  # by market, as _rank
+    found = {k: c for part in parts for k, c in part.curves.items()}
     curves = {k: found[k] for k in keys if k in found}
     markets = {m: _market_summary(store, m, lo, hi) for m in sorted({r["market"] for r in rows})}
-    for m, (_, _, extra) in zip(markets_of, parts, strict=True):
+    for m, part in zip(markets_of, parts, strict=True):
         if m in markets:
-            markets[m] |= extra
+            markets[m] |= part.extra
     regime = _window_regime(eq_marks, eq_index, eq_labels, lo, hi)
-    board = _clean({
+    head = _clean({
         "conventions": _conventions(rf, min_valid_rate, min_days,
                                     {m: _periods(cfg, m) for m in markets},
                                     {m: store.bench.get(m, {}) for m in markets}),
@@ -191,16 +229,19 @@ def report_of(con: sqlite3.Connection, *,
         "window_dates": _window_dates(store, lo, hi),
         "regime": regime,
         "markets": markets,
-        "rows": rows,
-        "series": _series(curves),
-        **board_extras(con, rows, store.agents_cfg),  # issue 13: run groups, PortBench
     })
+    extras = board_extras(con, [r for part in parts for r in part.raw_rows or ()]
+                          if raw_rows else rows, store.agents_cfg)  # issue 13: run groups
+    # The series by market in the order _series gives them (the first (agent, market) first).
+    firsts = sorted((part.first, part.series) for part in parts if part.first is not None)
+    board = {**head, "rows": rows, "series": {m: s for _, (m, s) in firsts},
+             **_clean(extras)}
     from agents.capitalbench.scores import capitalbench_section  # hook: CapitalBench rounds
 
     capital = capitalbench_section(con)
     if capital is not None:
         board["capitalbench"] = _clean(capital)
-    return Report(board, curves, _labels(store))
+    return Report(board, curves if curves_wanted else {}, _labels(store))
 
 
 # ----------------------------------------------------------------------------- output

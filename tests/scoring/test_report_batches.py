@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import scoring.board.forked as forked
+import scoring.board.leaderboard as leaderboard
 from daemon.app.replay import replay
 from daemon.config.settings import load_config
 from daemon.store.reports import load_report
@@ -471,3 +472,29 @@ def test_report_of_two_markets_forked_equals_in_process(
     assert render_html(there) == render_html(here)
     assert list(there.curves) == list(here.curves)
     assert there.labels == here.labels
+
+
+@pytest.mark.timeout(600, method="signal")
+def test_forked_report_without_curves_and_with_raw_rows_for_the_extras(
+        sample_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    here = load_report(sample_db)  # the extras read unrounded rows when they need them
+    seen: list[list[dict[str, Any]]] = []
+    real = leaderboard.board_extras
+
+    def extras(con: Any, rows: Any, agents_cfg: Any) -> dict[str, Any]:
+        seen.append(list(rows))
+        return real(con, rows, agents_cfg)
+
+    monkeypatch.setattr(leaderboard, "board_extras", extras)
+    monkeypatch.setattr(leaderboard, "_extras_read_rows", lambda cfg: True)
+    in_process = load_report(sample_db)
+    forks = _Forks(monkeypatch)
+    there = load_report(sample_db, parallel=True, curves_wanted=False)
+    assert forks.count == 1 and there.curves == {} and here.curves
+    assert to_json(there.board) == to_json(here.board) == to_json(in_process.board)
+    assert there.board == here.board and list(there.board) == list(here.board)
+    assert list(there.board["series"]) == list(here.board["series"])
+    raw_here, raw_there = seen
+    assert repr(raw_there) == repr(raw_here)  # every float unrounded, in the same order
+    assert any(isinstance(v, float) and v != float(f"{v:.12g}")
+               for r in raw_there for v in r.values())  # not the cleaned rows
