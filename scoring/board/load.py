@@ -2,7 +2,8 @@
 
 One pass over the store per report: run configs, daily equity marks, fills, decision outcomes,
 resolutions, Polymarket questions, probes, model calls, and per market the last price of every
-asset at each daily mark (the panel the benchmark figures are computed on). The data classes the
+asset at each daily mark (the panel the benchmark figures are computed on). A market's fills
+are decoded from their JSON when the market is first scored (``_Fills``). The data classes the
 board is built from and returned in (``AgentCurves``, ``Report``) live here too.
 """
 
@@ -12,7 +13,7 @@ import bisect
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,6 +163,79 @@ class _FillDecoder:
         return out
 
 
+class _Fills(dict[Key, list[_Fill]]):
+    """The fills per (agent, market), a market's decoded when one of its keys is first read.
+
+    The stored rows are read with the rest of the store; their JSON fields are decoded into
+    dicts (most of the reading's time) only when the market is scored, so a report's markets
+    computed in forked processes (:mod:`scoring.board.forked`) each decode their own. The same
+    ``_Fill`` values in the same order as decoding them all at once; a missing key reads as an
+    empty list, inserted (``defaultdict(list)``).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stored: dict[str, list[tuple[Any, ...]]] = {}  # per market, in the query's order
+        self._decode = _FillDecoder()
+
+    def _market(self, market: str) -> None:
+        """Decode the stored rows of ``market`` (once)."""
+        rows = self.stored.pop(market, None)
+        if rows is None:
+            return
+        decode = self._decode
+        for agent, mkt, ts, trades, w, cost, traded, assets in rows:
+            dict.setdefault(self, (agent, mkt), []).append(
+                _Fill(ts, decode(trades, assets), decode(w, assets), cost,
+                      float(traded or 0.0)))
+
+    def _all(self) -> None:
+        for market in sorted(self.stored):
+            self._market(market)
+
+    def __missing__(self, key: Key) -> list[_Fill]:
+        if key[1] in self.stored:
+            self._market(key[1])
+            if dict.__contains__(self, key):
+                return dict.__getitem__(self, key)  # type: ignore[no-any-return]
+        value: list[_Fill] = []
+        dict.__setitem__(self, key, value)
+        return value
+
+    def get(self, key: Key, default: Any = None) -> Any:  # type: ignore[override]
+        """Return the fills of ``key`` (``default`` when it has none)."""
+        self._market(key[1])
+        return dict.get(self, key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, tuple) and len(key) == 2:
+            self._market(key[1])
+        return dict.__contains__(self, key)
+
+    def __iter__(self) -> Iterator[Key]:
+        self._all()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._all()
+        return dict.__len__(self)
+
+    def keys(self) -> Any:
+        """Return the keys (every market decoded)."""
+        self._all()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        """Return the fill lists (every market decoded)."""
+        self._all()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        """Return the (key, fills) pairs (every market decoded)."""
+        self._all()
+        return dict.items(self)
+
+
 def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
     """Read configs, series, fills, resolutions, books, probes and price panels."""
     runs = [json.loads(text) for text in run_configs(con)]  # every run's and reload's
@@ -176,17 +250,15 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
         " ORDER BY agent, market, ts"
     ):
         series[(agent, market)].append((ts, value, cash))
-    fills: dict[Key, list[_Fill]] = defaultdict(list)
+    fills = _Fills()
     # Since v11 a fill's trades and weights name assets by index into its asset list.
     sets = (f"s.assets_json FROM {FILLS}" if "assets_sha256" in _table_columns(con, "fills")
             else "NULL FROM fills f")
-    decode = _FillDecoder()
-    for agent, market, ts, trades, w, cost, traded, assets in con.execute(
+    for row in con.execute(
         "SELECT f.agent, f.market, f.ts, f.trades_json, f.weights_json, f.cost,"
         f" f.traded_value, {sets} ORDER BY f.agent, f.market, f.scheduled_ts"
     ):
-        fills[(agent, market)].append(_Fill(ts, decode(trades, assets), decode(w, assets),
-                                            cost, float(traded or 0.0)))
+        fills.stored.setdefault(row[1], []).append(row)
     resolutions: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
     for market, ts, payouts in con.execute(
         "SELECT market, ts, payouts_json FROM resolutions ORDER BY ts, question_id"

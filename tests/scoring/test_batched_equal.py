@@ -136,6 +136,34 @@ def test_fill_decoder_equals_fill_map() -> None:
         fill_map("[[3, 0.1]]", assets)
 
 
+def test_fills_decoded_per_market_on_first_read_equal_decoding_all() -> None:
+    # A market's stored fill rows are decoded when one of its keys is first read (in the
+    # process that scores the market): the same fills as decoding every row at once.
+    from scoring.board.load import _Fill, _FillDecoder, _Fills
+
+    assets = '["AAA", "BBB"]'
+    rows = [(a, m, float(t), f'[[{t % 2}, {t * 0.1}]]', '[[0, -0.0], [1, 1e-310]]', 0.5 * t,
+             None if t % 3 else t * 10, assets)
+            for a in ("a1", "a2") for m in ("equity", "polymarket") for t in range(4)]
+    fills = _Fills()
+    for row in rows:
+        fills.stored.setdefault(row[1], []).append(row)
+    decode = _FillDecoder()
+    want: dict[tuple[str, str], list[_Fill]] = {}
+    for a, m, ts, trades, w, cost, traded, sets in rows:
+        want.setdefault((a, m), []).append(_Fill(ts, decode(trades, sets), decode(w, sets),
+                                                 cost, float(traded or 0.0)))
+    assert fills.get(("a2", "polymarket")) == want[("a2", "polymarket")]
+    assert list(fills.stored) == ["equity"]  # only the market read is decoded
+    assert ("a1", "equity") in fills and "equity" not in fills.stored
+    assert fills[("a9", "equity")] == [] and fills.get(("a9", "cash")) is None
+    assert repr({k: fills[k] for k in want}) == repr(want)  # -0.0, subnormals, floats kept
+    bad = _Fills()
+    bad.stored["equity"] = [("a1", "equity", 1.0, "[[2, 0.1]]", "[]", 0.0, 0.0, assets)]
+    with pytest.raises(ValueError, match="asset index 2 of 2"):
+        bad.get(("a1", "equity"))
+
+
 def test_sharpe_tests_with_moments_given_equal_computed() -> None:
     from scoring.stats.sharpe_tests import (
         deflated_sharpe,
