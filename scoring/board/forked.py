@@ -117,24 +117,30 @@ def _collect(pid: int, r: int) -> tuple[bool, object]:
         return False, None
 
 
-def map_forked(fn: Callable[[T], R], items: Sequence[T], *, parallel: bool = False) -> list[R]:
+def map_forked(fn: Callable[[T], R], items: Sequence[T], *, parallel: bool = False,
+               meanwhile: Callable[[], object] | None = None) -> list[R]:
     """Return ``[fn(x) for x in items]``, items after the first in forked children when
     ``parallel`` and :func:`fork_safe` (else all in this process, in order).
 
     ``fn`` must compute its result from data this process holds (a child's side effects are
-    lost) and return something ``pickle`` can carry.
+    lost) and return something ``pickle`` can carry. ``meanwhile`` (independent of the
+    results) is called once in this process: after the first item, while the children run.
     """
     if not parallel or len(items) < 2 or not fork_safe():
-        return [fn(x) for x in items]
+        results = [fn(x) for x in items]
+        if meanwhile is not None:
+            meanwhile()
+        return results
     gc.freeze()  # the collector leaves what exists now alone: fewer shared pages copied
     try:
         with one_blas_thread():
-            return _map_forked(fn, items)
+            return _map_forked(fn, items, meanwhile)
     finally:
         gc.unfreeze()
 
 
-def _map_forked(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+def _map_forked(fn: Callable[[T], R], items: Sequence[T],
+                meanwhile: Callable[[], object] | None) -> list[R]:
     """Compute :func:`map_forked` in forked children (items after the first) and here."""
     children: list[tuple[int, int]] = []  # (pid, read end) per item after the first
     try:
@@ -149,6 +155,8 @@ def _map_forked(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
             os.close(w)
             children.append((pid, r))
         results: list[R] = [fn(items[0])]
+        if meanwhile is not None:
+            meanwhile()  # while the children still compute
         for item in items[1:]:
             pid, r = children.pop(0)
             ok, value = _collect(pid, r)

@@ -209,10 +209,20 @@ def report_of(con: sqlite3.Connection, *,
     if parallel and len(markets_of) > 1:
         preload_imports()  # imported once here, not once per process
     raw_rows = _extras_read_rows(store.agents_cfg)
+    early: dict[str, Any] = {}
+
+    def meanwhile() -> None:
+        """Read the store's other sections while a child computes its market."""
+        if not raw_rows:  # then the extras never read the rows (issue 13: run groups)
+            early["extras"] = board_extras(con, [], store.agents_cfg)
+        from agents.capitalbench.scores import capitalbench_section  # hook: its rounds
+
+        early["capital"] = capitalbench_section(con)
+
     parts = map_forked(lambda m: _market_part(
         store, by_market[m], lo, hi, window[0] is None, rf, initial, classes,
         (eq_marks, eq_labels), min_valid_rate, min_days, m, raw_rows=raw_rows,
-        with_curves=curves_wanted), markets_of, parallel=parallel)
+        with_curves=curves_wanted), markets_of, parallel=parallel, meanwhile=meanwhile)
     rows: list[dict[str, Any]] = [r for part in parts for r in part.rows]  # by market, as _rank
     found = {k: c for part in parts for k, c in part.curves.items()}
     curves = {k: found[k] for k in keys if k in found}
@@ -230,15 +240,13 @@ def report_of(con: sqlite3.Connection, *,
         "regime": regime,
         "markets": markets,
     })
-    extras = board_extras(con, [r for part in parts for r in part.raw_rows or ()]
-                          if raw_rows else rows, store.agents_cfg)  # issue 13: run groups
+    extras = early["extras"] if not raw_rows else board_extras(
+        con, [r for part in parts for r in part.raw_rows or ()], store.agents_cfg)
     # The series by market in the order _series gives them (the first (agent, market) first).
     firsts = sorted((part.first, part.series) for part in parts if part.first is not None)
     board = {**head, "rows": rows, "series": {m: s for _, (m, s) in firsts},
              **_clean(extras)}
-    from agents.capitalbench.scores import capitalbench_section  # hook: CapitalBench rounds
-
-    capital = capitalbench_section(con)
+    capital = early["capital"]
     if capital is not None:
         board["capitalbench"] = _clean(capital)
     return Report(board, curves if curves_wanted else {}, _labels(store))

@@ -219,3 +219,27 @@ def test_flip_rate_equals_the_loop() -> None:
         got, want = flip_rate(seq), _flip_rate_loop(seq)
         assert (math.isnan(got) and math.isnan(want)) or got == want, seq
     assert math.isnan(flip_rate([{}, {}, {}]))
+
+
+@pytest.mark.timeout(300, method="signal")
+@pytest.mark.parametrize("parallel", [True, False])
+def test_meanwhile_runs_once_here_after_the_first_item(parallel: bool) -> None:
+    # map_forked calls ``meanwhile`` once in this process, after its own item (the children's
+    # items still being computed when forked), and the results are unchanged.
+    import os
+
+    from scoring.board.forked import map_forked
+
+    here = os.getpid()
+    calls: list[tuple[int, int]] = []
+    done: list[int] = []
+
+    def square(x: int) -> tuple[int, int]:
+        done.append(x)  # only this process's items are seen here
+        return os.getpid(), x * x
+
+    got = map_forked(square, [1, 2, 3], parallel=parallel,
+                     meanwhile=lambda: calls.append((os.getpid(), len(done))))
+    assert [g[1] for g in got] == [1, 4, 9] and got[0][0] == here
+    assert calls == [(here, 1 if parallel else 3)]
+    assert ({g[0] for g in got[1:]}.isdisjoint({here})) is parallel
