@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from daemon.app.live import LiveDaemon
 from daemon.config.settings import load_config
 from daemon.store.integrity.season import read_season
+from tests.store.integrity.test_bundle import rechain
 from tests.store.test_cli_database import QUIET, cli, one_line
 from tests.store.test_faults import TINY_CONFIG, make_recording
 
@@ -76,15 +77,26 @@ def test_the_season_rows_are_chained_so_verify_names_an_edited_or_reordered_one(
             ("UPDATE season SET name='S1-clean'", "season: row 1 (kind='start', ts="),
             ("UPDATE season SET changes_json='[]' WHERE id=2",
              "season: row 2 (kind='amendment', ts="),
-            ("DELETE FROM season WHERE id=2", "season: a row was deleted before row 3"))):
+            ("DELETE FROM season WHERE id=2", "season: a row was deleted before row 3"),
+            # every season row is hashed since v17: a hash removed is not a row from before
+            ("UPDATE season SET chain=NULL, name='S1-clean'",
+             "season: row 1 (kind='start', ts="),
+            # the lineup edited, its row's hash recomputed: the lineup is not its SHA-256
+            ("UPDATE season SET lineup_json=replace(lineup_json, 'cash2', 'cash9') WHERE id=2",
+             "season: row 2 (kind='amendment', ts="))):
         edited = tmp_path / f"e{i}.db"
         edited.write_bytes(db.read_bytes())
         con = sqlite3.connect(edited)
         with con:
-            con.execute(sql)
+            assert con.execute(sql).rowcount >= 1
+            if i == 4:
+                rechain(con, "season")
         con.close()
         r = cli("verify", "--db", str(edited))
         assert r.returncode == 1 and said in r.stdout + r.stderr, r.stdout + r.stderr
+        assert i != 3 or "has no hash, but every row of this table is hashed since schema" \
+            " v17" in r.stdout, r.stdout
+        assert i != 4 or "its lineup does not hash to its lineup_sha256" in r.stdout, r.stdout
 
 
 async def test_a_reload_with_another_lineup_is_refused_or_amends(tmp_path: Path) -> None:

@@ -54,6 +54,10 @@ class Stream:
     optional: int = 0
     """How many last columns (added after the table was first chained) are left out of the
     content while NULL: the chains of the rows written before them stand."""
+    since: int | None = None
+    """The schema version from which every row of the table is hashed (its migration chained
+    the rows before it, or the table is new there); None: rows written before v13 stay
+    unhashed."""
 
     @property
     def row_type(self) -> Any:
@@ -91,30 +95,32 @@ STREAMS: Final[dict[str, Stream]] = {s.table: s for s in (
            "ssfss", ("question_id",)),
     # A run's config, as it started (its stop time is written later: not hashed; schema v14).
     Stream("runs", "id", ("started_ts", "mode", "version", "config_json", "recording"),
-           "fssss", ("mode", "started_ts")),
+           "fssss", ("mode", "started_ts"), since=14),
     # A season's start and amendments (schema v13, chained since v17).
     Stream("season", "id",
            ("name", "kind", "ts", "lineup_json", "lineup_sha256", "changes_json"), "ssfsss",
-           ("kind", "ts")),
+           ("kind", "ts"), since=17),
     # A config taken at a reload while running (schema v17).
-    Stream("config_reloads", "id", ("run_id", "ts", "config_json"), "ifs", ("run_id", "ts")),
+    Stream("config_reloads", "id", ("run_id", "ts", "config_json"), "ifs", ("run_id", "ts"),
+           since=17),
     # A CapitalBench briefing's text, once per content (schema v17).
-    Stream("capital_briefings", "id", ("sha256", "name", "text"), "sss", ("sha256",)),
+    Stream("capital_briefings", "id", ("sha256", "name", "text"), "sss", ("sha256",),
+           since=17),
     # CapitalBench (schema v15, :mod:`.capital`): a round as frozen (its status and prices,
     # written later, are chained as rows of capital_round_states; its trailing closes, v16,
     # optional), and every submission.
     Stream("capital_rounds", "rowid",
            ("round_id", "track", "frozen_ts", "deadline_ts", "start_day", "start_ts", "end_day",
             "end_ts", "dir", "manifest_json", "hashes_sha256", "trailing_json"),
-           "ssffsfsfssss", ("round_id",), optional=1),
+           "ssffsfsfssss", ("round_id",), optional=1, since=15),
     Stream("capital_submissions", "rowid",
            ("round_id", "run_id", "agent", "replicate", "official", "ts", "model", "outcome",
             "reason", "holdings_json", "submission_json", "raw_responses_json", "calls_json",
             "tokens_in", "tokens_out", "cost_usd", "template_version"),
-           "sssiifsssssssiifs", ("round_id", "run_id", "agent", "replicate")),
+           "sssiifsssssssiifs", ("round_id", "run_id", "agent", "replicate"), since=15),
     Stream("capital_round_states", "id",
            ("round_id", "status", "start_prices_json", "end_prices_json"), "ssss",
-           ("round_id", "status")),
+           ("round_id", "status"), since=15),
 )}
 _LISTS: Final[dict[str, Any]] = {t: list[s.row_type] for t, s in STREAMS.items()}  # type: ignore[name-defined]
 _KINDS: Final[dict[str, str]] = {t: s.kinds for t, s in STREAMS.items()}

@@ -14,6 +14,10 @@ of a stream that does not fit is named, with why:
 
 A CapitalBench round's status and prices, updated after it was written, are chained as rows of
 ``capital_round_states``: a round whose present ones are not its last state's was **edited**.
+A season row (v17) whose lineup does not hash to its ``lineup_sha256`` was **edited**, and a
+row without a hash in a table whose every row is hashed at the store's schema version
+(:attr:`~daemon.store.integrity.chain.Stream.since`: ``runs`` v14, CapitalBench's v15,
+``season``, ``config_reloads`` and ``capital_briefings`` v17) had its hash **removed**.
 A CapitalBench briefing (``capital_briefings``, v17) whose text does not hash to its ``sha256``
 was **edited** (even with its chain recomputed), and a round whose manifest names a briefing no
 row holds names it as **deleted** (:func:`~daemon.store.integrity.capital.briefing_problem`).
@@ -28,6 +32,7 @@ has its own streams).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -42,6 +47,8 @@ from daemon.store.read import is_store_url
 __all__ = ["RowSource", "StreamCheck", "VerifyError", "summary", "verify", "walk"]
 
 _CHUNK = 2000
+#: A season row as :func:`_check_season` reads it.
+_SEASON_SQL = "SELECT id, kind, ts, lineup_json, lineup_sha256 FROM season ORDER BY id"
 #: A CapitalBench round's state: what capital_round_states chains of it.
 _STATE_COLS = ", ".join(STREAMS["capital_round_states"].columns)
 
@@ -63,6 +70,8 @@ class StreamCheck:
     """Chained rows checked (up to the first problem)."""
     legacy: int = 0
     """Rows written before the chain began (schema v13)."""
+    first_legacy: str | None = None
+    """The first of them, named."""
     head: bytes = b""
     """The chain of the last row checked."""
     problem: str | None = None
@@ -92,6 +101,8 @@ def walk(stream: Stream, name: str, source: RowSource) -> StreamCheck:
             if chain is None:
                 if not prev:
                     out.legacy += 1
+                    if out.first_legacy is None:
+                        out.first_legacy = _key(stream, rid, cols)
                     continue
                 out.problem = (f"{name}: {_key(stream, rid, cols)} has no hash but follows "
                                "hashed rows: inserted by something other than paperarena")
@@ -170,9 +181,38 @@ def _verify_sqlite(path: str) -> list[StreamCheck]:
             _check_briefings(checks, "", con.execute(BRIEFINGS_SQL).fetchall(), con.execute(
                 "SELECT rowid, round_id, manifest_json FROM capital_rounds ORDER BY rowid"
             ).fetchall())
+        _check_season(checks, "", con.execute(_SEASON_SQL).fetchall())
+        row = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        _check_unhashed(checks, "", int(row[0]) if row else 0)
         return checks
     finally:
         con.close()
+
+
+def _check_unhashed(checks: list[StreamCheck], prefix: str, version: int) -> None:
+    """Name an unhashed row of a table whose every row is hashed at the store's schema
+    ``version`` (:attr:`Stream.since`): its hash was removed, not written before the chain."""
+    for check in checks:
+        if not check.name.startswith(prefix) or check.problem or not check.legacy:
+            continue
+        since = STREAMS[check.name[len(prefix):]].since
+        if since is not None and version >= since:
+            check.problem = (f"{check.name}: {check.first_legacy} has no hash, but every row "
+                             f"of this table is hashed since schema v{since} (this store is "
+                             f"v{version}): its hash was removed")
+
+
+def _check_season(checks: list[StreamCheck], prefix: str, rows: Sequence[Any]) -> None:
+    """Name a season row (id, kind, ts, lineup_json, lineup_sha256) whose lineup is not its
+    SHA-256 (an edit with the chain recomputed would otherwise pass)."""
+    check = {c.name: c for c in checks}[f"{prefix}season"]
+    if check.problem is not None:
+        return
+    for rid, kind, ts, text, sha in rows:
+        if hashlib.sha256(str(text).encode()).hexdigest() != sha:
+            check.problem = (f"{check.name}: row {rid} (kind={kind!r}, ts={ts!r}) was edited: "
+                             "its lineup does not hash to its lineup_sha256")
+            return
 
 
 def _check_states(checks: list[StreamCheck], prefix: str, rounds: Sequence[Any],
@@ -202,7 +242,7 @@ _PgRows = list[tuple[str, Stream, list[tuple[Any, ...]]]]
 _PgStates = dict[str, tuple[list[tuple[Any, ...]], list[Any]]]
 
 
-async def _pg_rows(url: str) -> tuple[_PgRows, _PgStates]:
+async def _pg_rows(url: str) -> tuple[_PgRows, _PgStates, dict[str, int]]:
     import asyncpg  # type: ignore[import-untyped]
 
     from daemon.store.pg import password_for, redact
@@ -214,6 +254,7 @@ async def _pg_rows(url: str) -> tuple[_PgRows, _PgStates]:
         raise VerifyError(f"{redact(url)}: cannot connect to PostgreSQL ({text})") from None
     out: _PgRows = []
     states: _PgStates = {}
+    versions: dict[str, int] = {}
     try:
         async with con.transaction(isolation="repeatable_read", readonly=True):
             try:
@@ -227,6 +268,8 @@ async def _pg_rows(url: str) -> tuple[_PgRows, _PgStates]:
                     " table_name='decisions' AND column_name='chain'", schema)
                 if not has:
                     continue  # a scope never opened by this version: nothing chained
+                versions[f"{scope}/"] = int(await con.fetchval(
+                    f'SELECT value FROM "{schema}".meta WHERE key=\'schema_version\'') or 0)
                 for s in STREAMS.values():
                     cols = {r[0] for r in await con.fetch(
                         "SELECT column_name FROM information_schema.columns WHERE"
@@ -243,12 +286,12 @@ async def _pg_rows(url: str) -> tuple[_PgRows, _PgStates]:
                                            [r[2:] for r in out[-1][2]])
     finally:
         await con.close()
-    return out, states
+    return out, states, versions
 
 
 def _verify_pg(url: str) -> list[StreamCheck]:
     checks = []
-    streams, states = asyncio.run(_pg_rows(url))
+    streams, states, versions = asyncio.run(_pg_rows(url))
     for name, stream, rows in streams:
         def source(rows: list[tuple[Any, ...]] = rows) -> Iterator[Sequence[tuple[Any, ...]]]:
             for i in range(0, len(rows), _CHUNK):
@@ -258,6 +301,11 @@ def _verify_pg(url: str) -> list[StreamCheck]:
     for prefix, (rounds, chained) in states.items():
         _check_states(checks, prefix, rounds, chained)
     _pg_briefings(checks, streams)
+    for name, stream, rows in streams:
+        if stream.table == "season":
+            _check_season(checks, name[:-len("season")], [(r[0], *r[3:7]) for r in rows])
+    for prefix, version in versions.items():
+        _check_unhashed(checks, prefix, version)
     return checks
 
 
