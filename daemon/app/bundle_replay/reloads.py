@@ -67,8 +67,8 @@ def unmatched_amendment(con: sqlite3.Connection, starts: list[float],
         if not any(ts <= s <= ts + AT_START for s in [*starts, *reloads]):
             when = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
             return (f"the config was reloaded while running ({when}, a season amendment) and "
-                    "the store holds no config of that reload (written before schema v17): "
-                    "it cannot be replayed")
+                    "the store holds no config of that reload (a reload before schema v17 "
+                    "stored none; or the row is gone): it cannot be replayed")
     return None
 
 
