@@ -243,3 +243,34 @@ def test_meanwhile_runs_once_here_after_the_first_item(parallel: bool) -> None:
     assert [g[1] for g in got] == [1, 4, 9] and got[0][0] == here
     assert calls == [(here, 1 if parallel else 3)]
     assert ({g[0] for g in got[1:]}.isdisjoint({here})) is parallel
+
+
+def test_heap_kept_reuses_freed_memory_and_restores_the_defaults() -> None:
+    # While the markets are computed, a large temporary freed stays in glibc's heap (no
+    # new zeroed pages for the next one); mallinfo2 counts the free bytes kept.
+    import ctypes
+
+    from scoring.board.forked import _heap_kept
+
+    try:
+        libc = ctypes.CDLL(None)
+        info = libc.mallinfo2
+    except (OSError, AttributeError):
+        pytest.skip("no glibc mallinfo2")
+
+    class Info(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]
+
+    info.restype = Info
+    with _heap_kept():
+        a = np.ones(2_000_000)  # 16 MB: from the heap, not a mapping of its own
+        assert info().hblkhd < a.nbytes
+        del a
+        kept = info()
+        assert kept.fordblks >= 16_000_000  # kept, not returned
+        b = np.full(2_000_000, 2.0)  # the same memory again
+        assert info().arena == kept.arena and b.sum() == 4_000_000.0
+        del b
+    assert info().arena < kept.arena - 16_000_000  # given back afterwards
