@@ -1,6 +1,7 @@
 """A season's bundle replayed from its stored answers, no model called (issue 32, point 3):
-the replay itself (``run``), what it reads of the stored rows (``rows``) and how each kind of
-agent answers from them (``agents``)."""
+the replay itself (``run``), the stored runs it replays (``runs``: a resumed replay's as one),
+what it reads of the stored rows (``rows``) and how each kind of agent answers from them
+(``agents``)."""
 
 from daemon.app.bundle_replay.rows import first_decision_difference
 from daemon.app.bundle_replay.run import (

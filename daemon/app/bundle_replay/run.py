@@ -48,13 +48,15 @@ by then and the rounds due before it (but one that read the clock only after it:
 took the reloaded agents live), by the replayed engine's own reload; the agents it built
 answer from the stored rows as the others do (:mod:`daemon.app.bundle_replay.reloads`).
 
-What cannot be replayed is refused in one line (:class:`BundleReplayRefused`): CapitalBench
-rounds whose briefing is neither stored nor here, a store of several runs of which one is not
-live (a resumed replay), and a season amendment that neither a run's start nor a stored reload
-took (a reload by a daemon before schema v17, which stored no config). An event received
-within a millisecond or so of the moment the live round read the clock (or reloaded) may have
-reached the books on the other side of it (the stored rows do not say which came first): the
-check then names the round.
+The runs of one ``paperarena replay`` stopped and run again (all ``replay``, one config) are
+replayed as one run (:func:`~daemon.app.bundle_replay.runs.merged_runs`): a resumed replay ends
+as an uninterrupted one. What cannot be replayed is refused in one line
+(:class:`BundleReplayRefused`): CapitalBench rounds whose briefing is neither stored nor here,
+a store of live and replay runs, or of replay runs with different configs, and a season
+amendment that neither a run's start nor a stored reload took (a reload by a daemon before
+schema v17, which stored no config). An event received within a millisecond or so of the
+moment the live round read the clock (or reloaded) may have reached the books on the other side
+of it (the stored rows do not say which came first): the check then names the round.
 """
 
 from __future__ import annotations
@@ -93,10 +95,8 @@ from daemon.app.bundle_replay.rows import (
     stored_events,
     stored_rounds,
 )
+from daemon.app.bundle_replay.runs import forget_replay, merged_runs
 from daemon.app.replay import (
-    _META_COMPLETE,
-    _META_CONFIG,
-    _META_FINGERPRINT,
     JobCallback,
     ReplayDriver,
     ReplayError,
@@ -160,7 +160,8 @@ def refusal(config: Config, capital: StoredCapital | None = None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class _Run:
-    """One run that wrote the store (a ``runs`` row), with the reloads applied in it."""
+    """One run that wrote the store (a ``runs`` row; a resumed replay's rows as one), with the
+    reloads applied in it."""
 
     id: int
     started: float
@@ -191,14 +192,13 @@ def _parse(text: str, name: str, capital: StoredCapital | None = None) -> Config
 
 def _season_runs(con: sqlite3.Connection) -> list[_Run]:
     """Return the runs that wrote the store, in order, each with its config."""
-    rows = con.execute("SELECT id, started_ts, stopped_ts, mode, config_json FROM runs"
-                       " ORDER BY id").fetchall()
-    if not rows:
+    stored = con.execute("SELECT id, started_ts, stopped_ts, mode, config_json FROM runs"
+                         " ORDER BY id").fetchall()
+    if not stored:
         raise BundleReplayError("the store holds no run to replay")
-    if len(rows) > 1 and any(r[3] != "live" for r in rows):
-        raise BundleReplayRefused(f"the store was written by {len(rows)} runs, not all live (a "
-                                  "resumed replay): only live runs are replayed one after "
-                                  "the other")
+    rows, why = merged_runs(stored)  # a resumed replay's runs as one
+    if why:
+        raise BundleReplayRefused(why)
     capital = stored_capital(con)
 
     def parse(text: str, name: str) -> Config:
@@ -206,12 +206,12 @@ def _season_runs(con: sqlite3.Connection) -> list[_Run]:
 
     reloads = stored_reloads(con, parse)
     runs = []
-    for rid, started, stopped, mode, config_json in rows:
-        name = "the stored run's config" if len(rows) == 1 else f"the config of stored run {rid}"
-        runs.append(_Run(int(rid), float(started), None if stopped is None else float(stopped),
-                         str(mode), parse(config_json, name),
-                         tuple(r for r in reloads if r.run == rid)))
-    if any(r.run not in {run.id for run in runs} for r in reloads):
+    for ids, started, stopped, mode, config_json in rows:
+        name = ("the stored run's config" if len(rows) == 1
+                else f"the config of stored run {ids[0]}")
+        runs.append(_Run(ids[-1], started, stopped, mode, parse(config_json, name),
+                         tuple(r for r in reloads if r.run in ids)))
+    if any(r.run not in {i for ids, *_ in rows for i in ids} for r in reloads):
         raise BundleReplayError("a stored reload names a run the store does not hold")
     why = unmatched_amendment(con, [r.started for r in runs], [r.ts for r in reloads])
     if why:
@@ -301,7 +301,7 @@ async def replay_store(src: str, out: str) -> None:
         stored = _Stored(con, rounds, Path(rounds_dir.name))
         for k, run in enumerate(runs):
             if k:
-                _forget_replay(out)
+                forget_replay(out)
                 clock.advance(max(clock.now(), run.started))
             nxt = runs[k + 1] if k + 1 < len(runs) else None
             await _replay_run(run, nxt, out, Path(src).name, clock, feed, stored, last)
@@ -435,18 +435,6 @@ async def _stop(driver: ReplayDriver, end: float, stop: float) -> None:
         await engine.store.end_run(stop)
     except StoreWriteError as exc:
         raise BundleReplayError(str(exc)) from None
-
-
-def _forget_replay(out: str) -> None:
-    """Let the next run's replay open ``out``: it holds no finished replay, only the books
-    and checkpoint the run before left."""
-    con = sqlite3.connect(out)
-    try:
-        with con:
-            con.execute(f"DELETE FROM meta WHERE key IN ('{_META_FINGERPRINT}', '{_META_CONFIG}',"
-                        f" '{_META_COMPLETE}')")
-    finally:
-        con.close()
 
 
 async def _abandoned(engine: Engine, got: StoredRound) -> None:

@@ -232,16 +232,26 @@ def test_a_season_the_replay_does_not_support_is_named_not_replayed(
     assert "not replayed" in r.stderr, r.stderr
 
 
-def test_a_store_of_a_resumed_replay_is_not_replayed(season: tuple[Path, Path, Path, Path],
-                                                     tmp_path: Path) -> None:
+def test_a_store_of_live_and_replay_runs_or_replays_of_two_configs_is_not_replayed(
+        season: tuple[Path, Path, Path, Path], tmp_path: Path) -> None:
     _, bundle, _, _ = season
-    edited = _with_runs(bundle, tmp_path, "INSERT INTO runs(started_ts, mode, version,"
-                        " config_json) SELECT started_ts + 1, mode, version, config_json FROM runs")
-    r = cli("verify-bundle", str(edited), timeout=120)
-    assert r.returncode == 3, r.stdout + r.stderr  # not wholly checked, never 0
-    assert r.stdout.startswith(f"not wholly checked: {edited}: "), r.stdout
-    assert ("not replayed: the store was written by 2 runs, not all live (a resumed replay): "
-            "only live runs are replayed one after the other") in r.stdout
+    # A replay's store a live run went on (a mix), or a replay resumed with another config (the
+    # replay refuses that: an edit); a real resumed replay: test_bundle_resumed.
+    for mode, config, why in (
+            ("live", "config_json", "the store was written by 2 runs of modes live, replay: live "
+             "runs are replayed one after the other and the runs of one resumed replay as one, "
+             "never a mix"),
+            ("replay", "json_set(config_json, '$.agents[0].id', 'x')", "the store was written"
+             " by 2 replay runs with different configs: only the runs of one resumed replay "
+             "(one config) are replayed as one")):
+        edited = _with_runs(bundle, tmp_path, "INSERT INTO runs(started_ts, mode, version,"
+                            f" config_json) SELECT started_ts + 1, ?, version, {config}"
+                            " FROM runs", mode)
+        r = cli("verify-bundle", str(edited), timeout=120)
+        assert r.returncode == 3, r.stdout + r.stderr  # not wholly checked, never 0
+        assert r.stdout.startswith(f"not wholly checked: {edited}: "), r.stdout
+        assert f"not replayed: {why}" in r.stdout, r.stdout
+        assert r.stdout.count("\n") == 1 and "Traceback" not in r.stdout + r.stderr
 
 
 def test_a_season_whose_config_was_reloaded_is_not_replayed(
