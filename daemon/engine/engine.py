@@ -492,15 +492,22 @@ class Engine:
     async def mark(self, market: str, ts: float) -> None:
         """Record every agent's mark-to-market equity (daily snapshot) in one commit.
 
-        CASH first accrues the market's risk-free rate of one period (issue 27, point 6).
+        CASH first accrues the market's risk-free rate of one period (issue 27, point 6). A
+        mark already stored (a resume from the checkpoint its commit wrote, whose clock is the
+        mark's time) is not made again: its books, accrual included, are the checkpoint's, and
+        writing its rows again would replace stored rows (breaking their hash chain). The hooks
+        after it run as after any mark.
         """
-        mc = getattr(self.config.markets, market)
-        if mc.risk_free_rate:
-            async with self.book_lock:
-                self.books[market].accrue(mc.risk_free_rate / mc.periods_per_year)
-        rc = RoundCommit()
-        self.add_equity_rows(rc, market, ts, "daily")
-        await self.commit(rc)
+        if await self._marked(market, ts):
+            log.info("daily mark already stored: not made again", market=market, ts=ts)
+        else:
+            mc = getattr(self.config.markets, market)
+            if mc.risk_free_rate:
+                async with self.book_lock:
+                    self.books[market].accrue(mc.risk_free_rate / mc.periods_per_year)
+            rc = RoundCommit()
+            self.add_equity_rows(rc, market, ts, "daily")
+            await self.commit(rc)
         if market == "equity" and self.capital is not None:
             try:
                 await self.capital.on_mark(ts)
@@ -510,6 +517,17 @@ class Engine:
             await score_engine(self, ts)
         for listener in self.mark_listeners:
             listener(market, ts)
+
+    async def _marked(self, market: str, ts: float) -> bool:
+        """Tell whether the daily mark of ``market`` at ``ts`` is stored (its first agent's
+        row: a key lookup)."""
+        agents = self.books[market].agents
+        if not agents:
+            return False
+        rows = await self.store.fetchall(
+            "SELECT 1 FROM equity WHERE agent=? AND market=? AND kind='daily' AND ts=?",
+            (agents[0], market, ts))
+        return bool(rows)
 
     def add_equity_rows(self, rc: RoundCommit, market: str, ts: float, kind: str) -> None:
         """Append a (value, cash) snapshot of every agent in ``market`` to ``rc``."""

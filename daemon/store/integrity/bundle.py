@@ -20,10 +20,11 @@ named, and the first replayed decision or fill that is not the stored one), and 
 (a PEM public key) the signature. The store is self-contained: CapitalBench rounds frozen
 since schema v17 are replayed from the briefing text it holds (``capital_briefings``), the
 briefing file not needed. What it does not do yet: replay a season the replay does not support
-(CapitalBench rounds frozen before v17 without their briefing file, a resumed replay, a config
-reloaded while running by a daemon before v17, which stored no config:
-:func:`daemon.app.bundle_replay.refusal` and the run checks); the callback raises
-:class:`NotReplayed` and the caller says the replay check was not done.
+(CapitalBench rounds frozen before v17 without their briefing file, a store of live and replay
+runs or of replay runs with different configs, a config reloaded while running by a daemon
+before v17, which stored no config: :func:`daemon.app.bundle_replay.refusal` and the run
+checks); the callback raises :class:`NotReplayed` and the caller says the replay check was not
+done (``verify-bundle`` exits 3).
 """
 
 from __future__ import annotations

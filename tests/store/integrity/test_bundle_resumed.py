@@ -8,25 +8,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.store.integrity.test_bundle import _members
 from tests.store.test_cli_database import ROOT, cli
 
-#: ``paperarena replay ARGS`` killed (SIGKILL) right after its third equity round is committed
-#: (with the books and a checkpoint). Not right after a daily mark: the resume then takes that
-#: mark again (INSERT OR REPLACE, a new rowid) and ``verify`` finds the equity chain broken, a
-#: bug of the replay's resume, not of the bundle replay.
+#: ``paperarena replay ARGS`` killed (SIGKILL) right after the third job named ``sys.argv[1]``
+#: is committed (with the books and a checkpoint): an equity round, or a daily mark (whose
+#: checkpoint's clock is the mark's time, so the resume meets that mark again and must not
+#: store it twice: its rows replaced would break the equity chain).
 _KILLED = """
 import os, signal, sys
 from daemon.app.cli import main
 from daemon.engine.engine import Engine
 
-on_job, rounds = Engine.on_job, []
+on_job, done, kill_after = Engine.on_job, [], sys.argv.pop(1)
 
 async def killed_after(self, job_id, fire_ts, missed):
     await on_job(self, job_id, fire_ts, missed)
-    if job_id == "decide:equity":
-        rounds.append(fire_ts)
-        if len(rounds) == 3:
+    if job_id == kill_after:
+        done.append(fire_ts)
+        if len(done) == 3:
             os.kill(os.getpid(), signal.SIGKILL)
 
 Engine.on_job = killed_after
@@ -43,18 +45,24 @@ def _count(db: Path, sql: str) -> int:
         con.close()
 
 
-def test_a_resumed_replay_season_replays_from_its_bundle(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kill_after", ["decide:equity", "mark:polymarket", "mark:equity"])
+def test_a_resumed_replay_season_replays_from_its_bundle(tmp_path: Path, kill_after: str
+                                                         ) -> None:
     cfg = tmp_path / "season.toml"
     cfg.write_text((ROOT / "examples" / "sample-replay.toml").read_text()
                    + '\n[season]\nname = "S1"\n')
     db = tmp_path / "s.db"
     args = ("replay", str(ROOT / "examples" / "sample.jsonl.gz"), "--config", str(cfg),
             "--db", str(db), "--no-progress")
-    r = subprocess.run([sys.executable, "-c", _KILLED, *args], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", _KILLED, kill_after, *args], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == -9, r.stderr[-2000:]  # killed part-way, not finished
-    assert _count(db, "SELECT COUNT(DISTINCT scheduled_ts) FROM decisions"
-                      " WHERE market = 'equity'") == 3
+    if kill_after == "decide:equity":
+        assert _count(db, "SELECT COUNT(DISTINCT scheduled_ts) FROM decisions"
+                          " WHERE market = 'equity'") == 3
+    else:
+        assert _count(db, "SELECT COUNT(DISTINCT ts) FROM equity WHERE kind = 'daily' AND"
+                          f" market = '{kill_after.split(':')[1]}'") == 3
     r = cli(*args, timeout=120)  # the same command again: it resumes
     assert r.returncode == 0, r.stderr[-2000:]
     assert "resumed at 0)" not in r.stderr and "(resumed at " in r.stderr, r.stderr[-500:]
@@ -62,6 +70,8 @@ def test_a_resumed_replay_season_replays_from_its_bundle(tmp_path: Path) -> None
         db, "SELECT COUNT(*) FROM runs WHERE mode = 'replay'") == 2
     assert _count(db, "SELECT COUNT(DISTINCT run_id) FROM decisions") == 2
 
+    r = cli("verify", "--db", str(db), timeout=120)  # every chain holds: nothing stored twice
+    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
     bundle = tmp_path / "b.tar"
     r = cli("export", "--db", str(db), "--bundle", str(bundle), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
