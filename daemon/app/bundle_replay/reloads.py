@@ -92,35 +92,31 @@ async def apply_reload(engine: Engine, clock: Any, reload: StoredReload, db: str
 
 
 #: A season row as the replay rebuilds it (its time is the replayed clock's: left out).
-_SEASON = "SELECT name, kind, lineup_sha256, changes_json FROM season ORDER BY id"
+_SEASON_COLUMNS = ("name", "kind", "lineup_sha256", "changes_json")
+_SEASON = f"SELECT {', '.join(_SEASON_COLUMNS)} FROM season ORDER BY id"
 
 
 def first_season_difference(src: str, out: str) -> str | None:
     """Return the first row of the season of the replayed store ``out`` that is not the stored
     one of ``src`` (its name, kind, lineup and changes), in one line (None: all are)."""
+    from daemon.app.bundle_replay.rows import first_row_difference
     from daemon.store.dbfile import connect_readonly
 
-    got: list[list[Any]] = []
+    got: list[dict[int, tuple[Any, ...]]] = []
     for db in (src, out):
         con = connect_readonly(db)
         try:
-            got.append([tuple(r) for r in con.execute(_SEASON)])
+            got.append({i: tuple(r) for i, r in enumerate(con.execute(_SEASON), 1)})
         except sqlite3.OperationalError:  # a store from before seasons
-            got.append([])
+            got.append({})
         finally:
             con.close()
     want, replayed = got
-    for i in range(max(len(want), len(replayed))):
-        a = want[i] if i < len(want) else None
-        b = replayed[i] if i < len(replayed) else None
-        if a != b:
-            return (f"the replay's season row {i + 1} is not the stored one: the store holds "
-                    f"{_season_row(a)}, the replay {_season_row(b)}")
-    return None
 
+    def what(i: int) -> str:
+        name, kind, *_ = want.get(i) or replayed[i]
+        return f"season row {i} (the {kind} of season {name!r})"
 
-def _season_row(row: tuple[Any, ...] | None) -> str:
-    if row is None:
-        return "none"
-    name, kind, sha, changes = row
-    return f"the {kind} of season {name!r} (lineup {str(sha)[:12]}, changes {changes or '-'})"
+    return first_row_difference(want, replayed, _SEASON_COLUMNS,
+                                range(1, max(len(want), len(replayed)) + 1), what,
+                                lambda x, y: (x[:60], y[:60]))

@@ -203,5 +203,5 @@ def test_an_amendment_deleted_before_the_export_is_named_by_the_replay(
 
     r = cli("verify-bundle", str(forged(bundle, tmp_path, edit)), timeout=300, env=_env())
     assert r.returncode == 1, r.stdout + r.stderr[-2000:]
-    assert ("the replay's season row 2 is not the stored one: the store holds none, the replay"
-            " the amendment of season 'S1' (lineup ") in r.stdout, r.stdout
+    assert ("the replay made a season row 2 (the amendment of season 'S1') that is not stored"
+            ) in r.stdout, r.stdout
