@@ -289,28 +289,15 @@ class Store(StoreQueries):
     async def record_season(self, row: tuple[Any, ...]) -> None:
         """Store a season row (name, kind, ts, lineup_json, lineup_sha256, changes_json: its
         start or an amendment), chained (:mod:`daemon.store.integrity.season`)."""
-
-        async def insert() -> None:
-            await self.db.execute(
-                "INSERT INTO season(name, kind, ts, lineup_json, lineup_sha256, changes_json,"
-                " chain) VALUES(?,?,?,?,?,?,?)",
-                with_chains([row], self.chains.link("season", [row]))[0])
-
-        await self._atomic(insert)
+        await self._atomic(append_chained, self.db, self.chains, "season", [row])
 
     async def record_reload(self, ts: float, config: dict[str, Any]) -> None:
         """Store the config a reload applied at ``ts`` in the current run (``config_reloads``,
         chained; the form of :meth:`begin_run`'s config), so a replay applies it there too."""
         if self.run_id is None:
             raise StoreWriteError(f"{self.path}: a reload's config needs a run to belong to")
-        row = (self.run_id, ts, _dumps(config))
-
-        async def insert() -> None:
-            await self.db.execute(
-                "INSERT INTO config_reloads(run_id, ts, config_json, chain) VALUES(?,?,?,?)",
-                with_chains([row], self.chains.link("config_reloads", [row]))[0])
-
-        await self._atomic(insert)
+        await self._atomic(append_chained, self.db, self.chains, "config_reloads",
+                           [(self.run_id, ts, _dumps(config))])
 
     async def get_meta(self, key: str) -> str | None:
         """Return the value of ``key`` in the meta table, if set."""
