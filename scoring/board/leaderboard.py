@@ -59,7 +59,7 @@ from scoring.board.figures import (
 from scoring.board.forked import map_forked
 from scoring.board.load import AgentCurves, Key, Report, _load_store, _Store
 from scoring.board.rank import _rank, _standing
-from scoring.board.significance import infer, preload_imports
+from scoring.board.significance import infer
 from scoring.board.text import _clean, _conventions
 from scoring.stats.benchmarks import ROLLING_KS
 
@@ -206,8 +206,6 @@ def report_of(con: sqlite3.Connection, *,
     # cleaned rows and chart series, made where the market is computed (in a forked child, the
     # child cleans them and sends back only what this process needs).
     markets_of = sorted(by_market)
-    if parallel and len(markets_of) > 1:
-        preload_imports()  # imported once here, not once per process
     raw_rows = _extras_read_rows(store.agents_cfg)
     early: dict[str, Any] = {}
 

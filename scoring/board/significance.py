@@ -378,13 +378,6 @@ def _stability(mk: _Market, ranked: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def preload_imports() -> None:
-    """Import what the inference imports on first use (``arch``, ``scipy.stats``), so that
-    processes forked afterwards share it instead of each importing it."""
-    import arch.bootstrap  # noqa: F401
-    import scipy.stats  # noqa: F401
-
-
 def _daily(curve: AgentCurves | None) -> dict[float, float]:
     """Return the curve's daily returns keyed by the mark each one ends at."""
     if curve is None:

@@ -2,7 +2,9 @@
 
 Resampling is ``arch``'s (:class:`arch.bootstrap.StationaryBootstrap`, Politis and Romano 1994,
 with the expected block length of :func:`arch.bootstrap.optimal_block_length`, Politis and White
-2004 with Patton, Politis and White 2009's correction). The draws are seeded and returned as an
+2004 with Patton, Politis and White 2009's correction), its draws and block lengths reproduced
+bit for bit in numpy for every draw at once (tests compare them with arch's; importing arch
+alone cost a report more than a second). The draws are seeded and returned as an
 index matrix so that one draw serves every agent of a market (each statistic is then a product
 of the count matrix with the agents' return matrix). Percentile intervals, two-sided paired
 p-values from the resampled null (never below ``1 / (B + 1)``) and an agent's figures relative
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -85,21 +86,35 @@ def stationary_indices(n_obs: int, block: float, reps: int = BOOTSTRAP_REPS, see
     """Return ``reps x n_obs`` day indices of seeded stationary bootstrap draws.
 
     The draws of ``arch.bootstrap.StationaryBootstrap(block, arange(n_obs), seed=seed)``, in
-    order: blocks of geometric length with mean ``block`` starting at uniform days, wrapping
-    around the end. ``block = 1`` is i.i.d. resampling.
+    order and bit for bit: blocks of geometric length with mean ``block`` starting at uniform
+    days, wrapping around the end; ``block = 1`` is i.i.d. resampling. Each draw makes arch's
+    two generator calls on ``numpy.random.default_rng(seed)`` (the start days, then the
+    uniforms that end a block where ``u <= 1 / block``) in arch's order; the blocks are then laid
+    out for every draw at once (arch's compiled loop, vectorised) rather than draw by draw
+    through arch, whose import alone (statsmodels, scipy.stats, pandas) cost a report more than
+    a second. Tests compare every draw with arch's.
     """
-    from arch.bootstrap import StationaryBootstrap
-
     if n_obs < 1 or reps < 1:
         return np.empty((max(reps, 0), max(n_obs, 0)), dtype=np.int64)
-    # arch types block_size as int; the stationary bootstrap takes any expected length >= 1.
-    expected = cast("int", max(float(block), 1.0))
-    bs = StationaryBootstrap(expected, np.arange(n_obs), seed=seed)
-    # bs.bootstrap(reps) yields update_indices() of each draw (and the data they index):
-    # the same generator calls in the same order, without building the resampled data
-    out = np.empty((reps, n_obs), dtype=np.int64)
-    for i in range(reps):
-        out[i] = bs.update_indices()
+    p = 1.0 / max(float(block), 1.0)  # arch: _p = 1.0 / block_size
+    gen = np.random.default_rng(seed)  # arch's generator of an int seed
+    starts = np.empty((reps, n_obs), dtype=np.int64)
+    u = np.empty((reps, n_obs))
+    integers, uniform = gen.integers, gen.random
+    for i in range(reps):  # StationaryBootstrap.update_indices: these two calls, in order
+        starts[i] = integers(n_obs, size=n_obs, dtype=np.int64)
+        u[i] = uniform(n_obs)
+    # arch's stationary_bootstrap_sample: day t continues day t - 1's block (the next day,
+    # wrapping) unless u[t] <= p, when it takes its own start; day 0 always takes its own.
+    # So day t is day s's start + (t - s), s the last day at or before t that took its own.
+    day = np.arange(n_obs, dtype=np.int64)
+    took = u <= p
+    took[:, 0] = True
+    own = np.where(took, day, 0)
+    np.maximum.accumulate(own, axis=1, out=own)
+    out = np.take_along_axis(starts, own, axis=1)
+    out += day - own
+    out %= n_obs
     return out
 
 

@@ -256,7 +256,7 @@ def test_transposed_equals_a_contiguous_transpose(shape: tuple[int, int]) -> Non
 
 
 @pytest.mark.parametrize(("n_obs", "block", "seed"), [(85, 3.7, 0), (29, 1.0, 0), (22, 2.2, 5),
-                                                      (1, 1.0, 0)])
+                                                      (1, 1.0, 0), (200, 50.0, 3), (3, 0.5, 2)])
 def test_stationary_indices_equal_arch_bootstrap_draws(n_obs: int, block: float, seed: int
                                                        ) -> None:
     from arch.bootstrap import StationaryBootstrap

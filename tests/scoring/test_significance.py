@@ -132,6 +132,28 @@ def test_psr_dsr_and_min_trl_by_bailey_and_lopez_de_prado() -> None:
     assert math.isnan(probabilistic_sharpe(np.full(30, 0.001)))  # no spread: undefined
 
 
+def test_normal_quantiles_equal_scipys_and_a_report_imports_neither_arch_nor_scipy() -> None:
+    import subprocess
+    import sys
+
+    from scoring.stats.sharpe_tests import _norm_ppf
+
+    qs = [0.0, 1e-9, 0.025, 0.05, 0.5, 0.9, 0.95, 1 - 1 / 1000, 1 - 1 / (1000 * math.e), 1.0]
+    assert [_norm_ppf(q) for q in qs] == pytest.approx(list(norm.ppf(qs)), rel=1e-14)
+    assert math.isnan(_norm_ppf(-0.1)) and math.isnan(_norm_ppf(1.5))
+    # The draws and the normal quantiles without arch (statsmodels, pandas) or scipy: a
+    # report's imports (issue 27, point 1); the figures stay arch's and scipy's (above).
+    code = ("import sys; from scoring.board.leaderboard import report_of; "
+            "from scoring.stats.inference import stationary_indices as s; s(30, 2.5, 100); "
+            "from scoring.stats.sharpe_tests import min_track_record as m; "
+            "import numpy; m(numpy.linspace(-0.01, 0.03, 40)); "
+            "print(sorted({n.split('.')[0] for n in sys.modules} & {'arch', 'scipy', 'pandas', "
+            "'statsmodels'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"
+
+
 def _hac_by_hand(a: np.ndarray, b: np.ndarray, lags: int) -> tuple[float, float]:
     """Ledoit and Wolf (2008) Section 3.1, written out with loops."""
     n = a.size
