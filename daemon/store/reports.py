@@ -8,6 +8,7 @@ one consistent snapshot (:func:`daemon.store.read.open_for_reading`).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from agents.alphaforgebench import report as alphaforge_report
 from agents.portbench.scores import HORIZON, StageScores, score_connection
 from daemon.store.read import open_for_reading
 from scoring.board import leaderboard as board
+from scoring.board.forked import collector_paused
 from scoring.board.load import Key, Report
 from scoring.board.report_html import render_html
 
@@ -48,10 +50,12 @@ def load_report(db: str | Path, *, window: tuple[float | None, float | None] = (
     """Return the leaderboard and chart series of the store ``db``
     (:func:`scoring.board.leaderboard.report_of`; ``parallel``: its markets in forked
     processes when this process runs one thread, for the CLI only; without ``curves_wanted``
-    the report's curves, which only the HTML report draws, are left empty)."""
-    return _read(db, lambda con: board.report_of(
-        con, window=window, min_valid_rate=min_valid_rate, min_days=min_days,
-        parallel=parallel, curves_wanted=curves_wanted))
+    the report's curves, which only the HTML report draws, are left empty; it also pauses the
+    cyclic garbage collector meanwhile, :func:`scoring.board.forked.collector_paused`)."""
+    with collector_paused() if parallel else contextlib.nullcontext():
+        return _read(db, lambda con: board.report_of(
+            con, window=window, min_valid_rate=min_valid_rate, min_days=min_days,
+            parallel=parallel, curves_wanted=curves_wanted))
 
 
 def leaderboard(db: str | Path, *, window: tuple[float | None, float | None] = (None, None),

@@ -16,7 +16,10 @@ would otherwise spin beside the other process's, about a fifth more CPU time); O
 splits a product among its threads by rows and columns of the result, never along the sum,
 so every product is the same bit for bit. The count is restored afterwards, and so is the
 garbage collector, frozen meanwhile (``gc.freeze``: it would touch every object's page in
-both processes, copying pages the fork shares). Meanwhile glibc's allocator keeps the memory
+both processes, copying pages the fork shares). A one-shot caller may also pause the cyclic
+collector for the whole report (:func:`collector_paused`: the rows' many small dicts set off
+collections that scan every object alive, about a tenth of a market's time; reference
+counting still frees all that is not a cycle). Meanwhile glibc's allocator keeps the memory
 freed at the top of its heap (``mallopt``; blocks under 32 MiB from the heap): the large
 temporaries of the inference reuse pages already mapped instead of faulting in new zeroed ones
 (less system time); afterwards the defaults are set again and the memory given back.
@@ -38,7 +41,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["blas_threads", "fork_safe", "map_forked", "one_blas_thread"]
+__all__ = ["blas_threads", "collector_paused", "fork_safe", "map_forked", "one_blas_thread"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -121,6 +124,20 @@ def _heap_kept() -> Iterator[None]:
             trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
             if trim is not None:
                 trim(0)  # what was kept goes back to the system
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run the block with the cyclic garbage collector disabled, then as it was (for a
+    one-shot process such as ``paperarena report``; never in the daemon, whose other threads
+    would lose their collections meanwhile)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _child(fn: Callable[[T], R], item: T, w: int) -> None:

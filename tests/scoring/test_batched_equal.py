@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -274,3 +276,36 @@ def test_heap_kept_reuses_freed_memory_and_restores_the_defaults() -> None:
         assert info().arena == kept.arena and b.sum() == 4_000_000.0
         del b
     assert info().arena < kept.arena - 16_000_000  # given back afterwards
+
+
+def test_the_cli_report_pauses_the_cyclic_collector_and_restores_it(tmp_path: Path) -> None:
+    # ``load_report(parallel=True)`` (``paperarena report``) computes with the cyclic collector
+    # off (no collections scanning every row's dict) and gives it back as it was.
+    import gc
+
+    import daemon.store.reports as reports
+    from tests.scoring.test_leaderboard import AGENTS_CFG, PLANS, PRICES, build_store
+
+    db = tmp_path / "s.db"
+    build_store(db, PRICES, PLANS, agents_cfg=AGENTS_CFG)
+    seen: list[bool] = []
+    real = reports.board.report_of
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    reports.board.report_of = spy  # type: ignore[assignment]
+    try:
+        cli = reports.load_report(db, parallel=True).board
+        assert gc.isenabled() and seen == [False]
+        gc.disable()
+        reports.load_report(db, parallel=True)
+        assert not gc.isenabled()  # left as it was
+        gc.enable()
+        inner = reports.load_report(db).board  # the daemon's: the collector runs
+        assert seen == [False, False, True]
+    finally:
+        reports.board.report_of = real  # type: ignore[assignment]
+        gc.enable()
+    assert cli == inner
