@@ -9,15 +9,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
-from daemon.config.settings import Config, ConfigError, load_config
+if TYPE_CHECKING:  # the settings import every section's types (feed adapters included): at load
+    from daemon.config.settings import Config
 
 EXIT_USAGE = 2
 
 
 def package_version() -> str:
     """Return the installed paperarena version."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("paperarena")
     except PackageNotFoundError:
@@ -27,6 +30,8 @@ def package_version() -> str:
 def _load(path: str | None, *, rounds: bool = False) -> Config:
     """Load the config; ``rounds``: a command that may freeze CapitalBench rounds (its briefing
     must be readable from the working directory)."""
+    from daemon.config.settings import ConfigError, load_config
+
     cfg = load_config(path)
     if rounds and cfg.capitalbench is not None:
         from agents.capitalbench.config import briefing_problems

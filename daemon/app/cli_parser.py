@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from daemon.app.cli_common import EXIT_USAGE, package_version
 
@@ -16,6 +17,16 @@ from daemon.app.cli_common import EXIT_USAGE, package_version
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit 2
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+class _Version(argparse._VersionAction):
+    """``--version``: the installed version, looked up when asked (importlib.metadata costs every
+    other command its import time)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        self.version = f"paperarena {package_version()}"
+        super().__call__(parser, namespace, values, option_string)
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -85,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                        " --config examples/sample-replay.toml --db sample.db\n"
                        "  paperarena report --db sample.db\n"
                        "'paperarena <command> --help' shows each command's options.")
-    p.add_argument("--version", action="version", version=f"paperarena {package_version()}")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     run = _command(sub, "run", "run the daemon on the live clock",

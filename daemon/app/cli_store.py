@@ -5,7 +5,6 @@ read, copy, move or check a store (no daemon needed).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -221,6 +220,8 @@ def _backup_or_export(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
+    import asyncio
+
     from daemon.store.pg import redact, url_problem
     from daemon.store.pg_migrate import MigrateError, migrate
 

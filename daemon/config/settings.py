@@ -28,6 +28,7 @@ from agents.config import (
     AgentConfig,
     default_agents,
 )
+from daemon.config.errors import ConfigError
 from daemon.config.markets import (
     MarketsConfig,
 )
@@ -126,15 +127,6 @@ class Config(_Frozen):
         if self.markets.polymarket.enabled:
             out.append("polymarket")
         return tuple(out)
-
-
-class ConfigError(Exception):
-    """The configuration is invalid; ``problems`` holds one line per problem."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = problems
-        super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
 
 def _format_errors(exc: ValidationError) -> list[str]:

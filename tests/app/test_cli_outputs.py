@@ -1,5 +1,6 @@
 """What the CLI says (issue 11.12): record's per-source summary and exit code, probe's pure JSON
-on stdout, report --html naming the file it wrote. Real subprocesses against local fakes."""
+on stdout, report --html naming the file it wrote; what ``report`` imports (issue 27). Real
+subprocesses against local fakes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import signal
 import socket
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -154,3 +156,50 @@ async def test_record_stops_on_sigterm_with_its_summary(tmp_path: Path) -> None:
     assert "paperarena record: recorded nothing but its own clock" in err
     read_header(out)
     assert [type(e).__name__ for _, e in iter_events(out)] == ["ClockEvent"]  # sealed
+
+
+#: Run in a fresh interpreter: import the CLI, run ``report --json`` on the store ``argv[1]``,
+#: and print the modules loaded after each step (and the command's exit code and output).
+_REPORT_MODULES = """
+import contextlib, io, json, sys
+from daemon.app.cli import main
+at_import = sorted(sys.modules)
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(["report", "--db", sys.argv[1], "--json"])
+json.dump({"code": code, "out": out.getvalue(), "at_import": at_import,
+           "after": sorted(sys.modules)}, sys.stdout)
+"""
+
+
+def _adapters(modules: list[str]) -> list[str]:
+    """Return the feed adapters, their network libraries, litellm and the whole config (which
+    imports the adapters' settings) among ``modules``."""
+    return [m for m in modules if m.split(".")[0] in ("feeds", "aiohttp", "websockets", "litellm")
+            or m == "daemon.config.settings"]
+
+
+async def test_report_imports_no_feed_adapter(tmp_path: Path) -> None:
+    """``paperarena report`` needs no feed adapter, network library, LLM client or config: the
+    CLI imports each command's handler when it runs (issue 27: the report answers in seconds)."""
+    from daemon.config.settings import load_config
+
+    rec = tmp_path / "rec.jsonl.gz"
+    make_recording(rec, days=2)
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(TINY_CONFIG)
+    db = tmp_path / "r.db"
+    await replay(rec, load_config(cfg_path), db, progress=False)
+    r = subprocess.run([sys.executable, "-c", _REPORT_MODULES, str(db)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    seen = json.loads(r.stdout)
+    assert seen["code"] == 0, r.stderr[-2000:]
+    assert json.loads(seen["out"])["rows"], "the report was made"
+    assert "daemon.app.cli" in seen["at_import"]
+    assert _adapters(seen["at_import"]) == []
+    assert "daemon.store.reports" in seen["after"]  # the report's own path was taken
+    assert _adapters(seen["after"]) == []
+    assert _adapters(["feeds.alpaca", "aiohttp", "daemon.config.settings", "feedsx"]) == [
+        "feeds.alpaca", "aiohttp", "daemon.config.settings"]  # the filter sees what it must
+
