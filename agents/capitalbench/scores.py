@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.capitalbench.rounds import LEGACY_OPTIONS, read_data
 from daemon.core.run_configs import run_configs
 
 CASH = "CASH"
@@ -137,6 +136,10 @@ def _options(manifest: Mapping[str, Any], rdir: str) -> list[str]:
     ids = manifest.get("option_ids")
     if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
         return list(ids)
+    # Here only: the round machinery imports the NYSE calendar (pandas), YAML and the config
+    # models, which a report of a store without such old rounds does not need (issue 27).
+    from agents.capitalbench.rounds import LEGACY_OPTIONS, read_data
+
     p = Path(rdir) / str(manifest.get("options_file", LEGACY_OPTIONS))
     try:
         return [o["id"] for o in read_data(p)["options"]]
