@@ -14,7 +14,9 @@ import json
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import msgspec
@@ -32,6 +34,8 @@ from daemon.core.sparse_rows import FILLS
 from scoring.stats.metrics import drawdown_series
 
 _NAN = float("nan")
+_MMAP = 1 << 30  # bytes of a store file read memory-mapped
+_first, _second = itemgetter(0), itemgetter(1)
 
 Key = tuple[str, str]
 
@@ -128,6 +132,7 @@ def _table_columns(con: sqlite3.Connection, table: str) -> list[str]:
 
 
 _json_decode = msgspec.json.decode
+_pairs_decode = msgspec.json.Decoder(list[tuple[int, Any]]).decode
 
 
 class _FillDecoder:
@@ -135,23 +140,42 @@ class _FillDecoder:
 
     Every fill of a market names its assets by index into one of a few stored lists, which
     ``fill_map`` parses again for each field of each fill; the same dicts (keys in the same
-    order, the same values) and the same error for an index outside the list.
+    order, the same values) and the same error for an index outside the list. Pairs keyed by
+    JSON integers are read typed (``_pairs_decode`` refuses any other key, a float, a string
+    or a ``true``: those rows, and an index outside the list, go ``fill_map``'s way).
     """
 
     def __init__(self) -> None:
-        self._assets: dict[str | None, list[str]] = {}
+        self._sets: dict[str | None, tuple[Any, dict[int, str] | None]] = {}
+
+    def _set(self, assets_json: str | None) -> tuple[Any, dict[int, str] | None]:
+        """Return the parsed list of ``assets_json`` and its names by index (a list only)."""
+        got = self._sets.get(assets_json)
+        if got is None:
+            assets = json.loads(assets_json) if assets_json is not None else []
+            got = self._sets[assets_json] = (
+                assets, dict(enumerate(assets)) if type(assets) is list else None)
+        return got
 
     def __call__(self, text: str, assets_json: str | None) -> dict[str, float]:
+        try:
+            pairs = _pairs_decode(text)
+            names = self._set(assets_json)[1]
+            if names is not None:
+                return {names[k]: v for k, v in pairs}
+        except (msgspec.DecodeError, KeyError):  # not index pairs, or outside: fill_map's way
+            pass
+        return self._read(text, assets_json)
+
+    def _read(self, text: str, assets_json: str | None) -> dict[str, float]:
+        """Return ``fill_map(text, assets_json)``, the asset list parsed once."""
         try:  # msgspec: the same values as json.loads, about 5x faster (issue 27, point 1)
             value = _json_decode(text)
         except msgspec.DecodeError:  # NaN, Infinity, 1e400, ...: json's reading (or error)
             value = json.loads(text)
         if not isinstance(value, list):
             return dict(value)
-        assets = self._assets.get(assets_json)
-        if assets is None:
-            assets = json.loads(assets_json) if assets_json is not None else []
-            self._assets[assets_json] = assets
+        assets = self._set(assets_json)[0]
         n = len(assets)
         out: dict[str, float] = {}
         for key, v in value:
@@ -176,6 +200,8 @@ class _Fills(dict[Key, list[_Fill]]):
     def __init__(self) -> None:
         super().__init__()
         self.stored: dict[str, list[tuple[Any, ...]]] = {}  # per market, in the query's order
+        self.asset_sets: dict[int, str] = {}
+        """The asset lists a stored row names by row id (a row may hold the list itself)."""
         self._decode = _FillDecoder()
 
     def _market(self, market: str) -> None:
@@ -183,8 +209,9 @@ class _Fills(dict[Key, list[_Fill]]):
         rows = self.stored.pop(market, None)
         if rows is None:
             return
-        decode = self._decode
+        decode, sets = self._decode, self.asset_sets
         for agent, mkt, ts, trades, w, cost, traded, assets in rows:
+            assets = sets.get(assets, assets)  # a row id, or the list (or None) itself
             dict.setdefault(self, (agent, mkt), []).append(
                 _Fill(ts, decode(trades, assets), decode(w, assets), cost,
                       float(traded or 0.0)))
@@ -236,8 +263,45 @@ class _Fills(dict[Key, list[_Fill]]):
         return dict.items(self)
 
 
+@contextmanager
+def _one_snapshot(con: sqlite3.Connection) -> Iterator[None]:
+    """Read in one read transaction (the group counts and the rows read apart agree), the file
+    memory-mapped (no copy of each page read); the connection left as it was."""
+    was = con.execute("PRAGMA mmap_size").fetchone()  # None: not a file
+    mapped, own = was is not None and was[0] < _MMAP, not con.in_transaction
+    if mapped:
+        con.execute(f"PRAGMA mmap_size={_MMAP}")
+    if own:
+        con.execute("BEGIN")
+    try:
+        yield
+    finally:
+        if own:
+            con.execute("COMMIT")
+        if mapped:
+            con.execute(f"PRAGMA mmap_size={int(was[0])}")
+
+
+def _grouped(con: sqlite3.Connection, table: str, where: str, columns: str, order: str
+             ) -> Iterator[tuple[Key, list[tuple[Any, ...]]]]:
+    """Yield ((agent, market), rows of ``columns``) of ``table`` per (agent, market), in order:
+    slices of rows read without their keys (about half the values made into Python objects)."""
+    rows = con.execute(f"SELECT {columns} FROM {table} {where}"
+                       f" ORDER BY agent, market, {order}").fetchall()
+    at = 0
+    for agent, market, n in con.execute(f"SELECT agent, market, count(*) FROM {table} {where}"
+                                        " GROUP BY agent, market ORDER BY agent, market"):
+        yield (agent, market), rows[at:at + n]
+        at += n
+
+
 def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
     """Read configs, series, fills, resolutions, books, probes and price panels."""
+    with _one_snapshot(con):
+        return _read_store(con, hi)
+
+
+def _read_store(con: sqlite3.Connection, hi: float) -> _Store:
     runs = [json.loads(text) for text in run_configs(con)]  # every run's and reload's
     markets_cfg = runs[0].get("markets", {}) if runs else {}
     agents_cfg: dict[str, dict[str, Any]] = {}
@@ -245,19 +309,18 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
         for a in cfg.get("agents", []):
             agents_cfg[str(a.get("id"))] = a
     series: dict[Key, list[tuple[float, float, float]]] = defaultdict(list)
-    for agent, market, ts, value, cash in con.execute(
-        "SELECT agent, market, ts, value, cash FROM equity WHERE kind='daily'"
-        " ORDER BY agent, market, ts"
-    ):
-        series[(agent, market)].append((ts, value, cash))
+    series.update(_grouped(con, "equity", "WHERE kind='daily'", "ts, value, cash", "ts"))
     fills = _Fills()
-    # Since v11 a fill's trades and weights name assets by index into its asset list.
-    sets = (f"s.assets_json FROM {FILLS}" if "assets_sha256" in _table_columns(con, "fills")
-            else "NULL FROM fills f")
+    # Since v11 a fill's trades and weights name assets by index into its asset list (read
+    # once per list: the rows name it by its row id).
+    v11 = "assets_sha256" in _table_columns(con, "fills")
+    if v11:
+        fills.asset_sets = dict(con.execute("SELECT rowid, assets_json FROM asset_sets"))
+    sets = f"s.rowid FROM {FILLS}" if v11 else "NULL FROM fills f"
     for row in con.execute(
         "SELECT f.agent, f.market, f.ts, f.trades_json, f.weights_json, f.cost,"
         f" f.traded_value, {sets} ORDER BY f.agent, f.market, f.scheduled_ts"
-    ):
+    ).fetchall():
         fills.stored.setdefault(row[1], []).append(row)
     resolutions: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
     for market, ts, payouts in con.execute(
@@ -279,7 +342,7 @@ def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
             question_text.setdefault(str(ev["question_id"]), str(ev["question"]))
     marks: dict[str, set[float]] = defaultdict(set)
     for (_, market), pts in series.items():
-        marks[market].update(t for t, _, _ in pts)
+        marks[market].update(map(_first, pts))
     panels = {m: _load_panel(con, m, sorted(ts), resolutions.get(m, []))
               for m, ts in sorted(marks.items())}
     board_cfg = dict(runs[-1].get("leaderboard") or {}) if runs else {}
@@ -306,11 +369,13 @@ def _load_llm_calls(con: sqlite3.Connection) -> dict[Key, list[tuple[float, Any,
 def _load_outcomes(con: sqlite3.Connection) -> dict[Key, dict[str, list[float]]]:
     """Return the scheduled times of every decision per (agent, market) and outcome."""
     out: dict[Key, dict[str, list[float]]] = {}
-    for agent, market, outcome, ts in con.execute(
-        "SELECT agent, market, outcome, scheduled_ts FROM decisions"
-        " ORDER BY agent, market, scheduled_ts"
-    ):
-        out.setdefault((agent, market), {}).setdefault(outcome, []).append(ts)
+    for key, rows in _grouped(con, "decisions", "", "outcome, scheduled_ts", "scheduled_ts"):
+        if len(set(map(_first, rows))) == 1:  # one outcome throughout
+            out[key] = {rows[0][0]: list(map(_second, rows))}
+        else:
+            by = out.setdefault(key, {})
+            for outcome, ts in rows:
+                by.setdefault(outcome, []).append(ts)
     return out
 
 
@@ -362,6 +427,23 @@ def _latest_by_mark(rows: Sequence[tuple[Any, Any, Any, Any]], marks: Sequence[f
     return list(best.values())
 
 
+def _latest_in_order(rows: Sequence[tuple[Any, Any, Any]], marks: Sequence[float]
+                     ) -> list[tuple[Any, ...]]:
+    """Return :func:`_latest_by_mark` of ``rows`` ((asset, ts, price) in stored order) without
+    the ids, as ``(asset, mark, ts, price)``: the stored order breaks ties of time."""
+    if not rows:
+        return []
+    at = np.searchsorted(np.asarray(marks, dtype=float),
+                         np.fromiter(map(_second, rows), dtype=float, count=len(rows)),
+                         side="left").tolist()
+    best: dict[tuple[Any, int], tuple[Any, Any, Any]] = {}
+    for row, i in zip(rows, at, strict=True):
+        got = best.get((row[0], i))
+        if got is None or row[1] >= got[1]:
+            best[(row[0], i)] = row
+    return [(asset, marks[i], ts, price) for (_, i), (asset, ts, price) in best.items()]
+
+
 def _load_panel(con: sqlite3.Connection, market: str, marks: list[float],
                 resolutions: list[tuple[float, dict[str, float]]]) -> _Panel:
     """Return the last price of every asset at each mark (one grouped scan of market_events)."""
@@ -370,10 +452,14 @@ def _load_panel(con: sqlite3.Connection, market: str, marks: list[float],
     # The last price of each asset before or at each mark: rows are bucketed by the first mark
     # at or after them, so a print after a mark (a closing auction, an after-hours trade) never
     # hides the price the mark used.
-    rows = _latest_by_mark(con.execute(
-        "SELECT asset, ts, price, id FROM market_events WHERE kind='price' AND market=?"
-        " AND ts <= ?", (market, marks[-1])).fetchall(), marks)
-    rows = _with_bursts(con, market, marks, rows)
+    rows: list[tuple[Any, ...]] = _latest_in_order(con.execute(
+        "SELECT CASE kind WHEN 'price' THEN asset END, ts, price FROM market_events"
+        f" WHERE kind IN ('price', '{BURST_KIND}')"
+        " AND market=? AND ts <= ? ORDER BY id", (market, marks[-1])).fetchall(), marks)
+    if any(r[0] is None for r in rows):  # a burst (its asset NULL): merged by stored order
+        rows = _with_bursts(con, market, marks, _latest_by_mark(con.execute(
+            "SELECT asset, ts, price, id FROM market_events WHERE kind='price' AND market=?"
+            " AND ts <= ?", (market, marks[-1])).fetchall(), marks))
     rows.sort(key=lambda r: (r[2], r[0]))
     assets = sorted({r[0] for r in rows} | {a for _, p in resolutions for a in p})
     col = {a: j for j, a in enumerate(assets)}

@@ -15,6 +15,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import daemon.core.sparse_rows as sparse_rows
@@ -219,3 +220,109 @@ async def test_recent_allocations_read_back_dense(tmp_path: Path) -> None:
         assert [list(w) for _, w, _ in got] == [["A", "B", "CASH"], ["A", "B", "C", "CASH"]]
     finally:
         await store.close()
+
+
+def _outcome(text: str, assets: str | None) -> tuple[str, object]:
+    """Return ("ok", fill_map's dict as its repr) or ("error", the exception's type and text)."""
+    try:
+        return "ok", repr(fill_map(text, assets))
+    except Exception as exc:
+        return "error", (type(exc), str(exc))
+
+
+def test_fill_decoder_reads_what_fill_map_reads() -> None:
+    # The report's decoder (index pairs read typed, mapped in one pass) against fill_map on
+    # every kind of key: in and outside the list, negative, huge, a bool, a float, a string,
+    # repeated; asset lists that are not lists; json's own literals.
+    import random
+
+    from scoring.board.load import _FillDecoder
+
+    rng = random.Random(5)
+    lists = ['["A","B","C"]', "[]", '["A"]', None, '{"0": "A"}', '"AB"']
+    keys = ["0", "1", "2", "3", "-1", "-3", "true", "false", "1.0", '"Z"', '"A"',
+            "123456789012345678901234567890"]
+    values = ["0.5", "-0.0", "1e-320", "3", "123456789012345678901234567890", "NaN", "1e400",
+              "null", '"x"']
+    cases = [("[]", a) for a in lists] + [('{"A": 1.0, "B": -0.0}', a) for a in lists]
+    for _ in range(3000):
+        pairs = [f"[{rng.choice(keys[:4] if rng.random() < 0.7 else keys)},"
+                 f" {rng.choice(values[:4] if rng.random() < 0.9 else values)}]"
+                 for _ in range(rng.randrange(6))]
+        cases.append(("[" + ", ".join(pairs) + "]", rng.choice(lists)))
+    cases += [("[[0, 1, 2]]", lists[0]), ("[[0]]", lists[0]), ("[[0, 1]] x", lists[0])]
+    decode = _FillDecoder()
+    for text, assets in cases * 2:  # the second time with the lists parsed
+        try:
+            got: tuple[str, object] = "ok", repr(decode(text, assets))
+        except Exception as exc:
+            got = "error", (type(exc), str(exc))
+        assert got == _outcome(text, assets), (text, assets)
+    assert sum(_outcome(t, a)[0] == "ok" for t, a in cases) > 500
+
+
+def test_latest_in_stored_order_equals_the_latest_by_id() -> None:
+    from scoring.board.load import _latest_by_mark, _latest_in_order
+
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        marks = sorted({float(x) for x in rng.integers(0, 40, int(rng.integers(1, 6))) * 10.0})
+        n = int(rng.integers(0, 200))
+        ts = rng.choice([*marks, *(rng.integers(-10, int(marks[-1]) + 1, 8) * 1.0)], n)
+        rows = [(str(rng.choice(["A", "B", "C"])), float(t),
+                 None if rng.random() < 0.1 else float(rng.normal()), i)
+                for i, t in enumerate(ts)]  # in stored (id) order, times not
+        want = sorted((a, m, t, p) for a, m, t, p, _ in _latest_by_mark(rows, marks))
+        got = _latest_in_order([r[:3] for r in rows], marks)
+        assert sorted(got) == want and len(got) == len(want)
+
+
+def test_the_store_read_at_once_equals_reading_it_row_by_row(
+        dbs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """The report's store (series, outcomes, fills; counts and rows read apart, in one read
+    transaction) is what a row-by-row reading gives, and the connection is left as it was."""
+    import shutil
+
+    from scoring.board.load import _load_store
+
+    for db in dbs:
+        copy = tmp_path / db.name
+        shutil.copy(db, copy)
+        con = sqlite3.connect(copy)
+        # outcomes that alternate within an agent's decisions, and an agent sorted first
+        con.execute("UPDATE decisions SET outcome = CASE rowid % 5 WHEN 0 THEN 'hold'"
+                    " WHEN 3 THEN 'error' ELSE outcome END WHERE market = 'equity'")
+        con.execute("INSERT INTO equity(agent, market, ts, kind, value, cash)"
+                    " VALUES('!a', 'equity', 5.0, 'daily', 1.5, 0.25)")
+        con.commit()
+        series: dict[tuple[str, str], list[tuple]] = {}
+        for a, m, t, v, c in con.execute("SELECT agent, market, ts, value, cash FROM equity"
+                                         " WHERE kind='daily' ORDER BY agent, market, ts"):
+            series.setdefault((a, m), []).append((t, v, c))
+        outcomes: dict[tuple[str, str], dict[str, list[float]]] = {}
+        for a, m, o, t in con.execute("SELECT agent, market, outcome, scheduled_ts FROM"
+                                      " decisions ORDER BY agent, market, scheduled_ts"):
+            outcomes.setdefault((a, m), {}).setdefault(o, []).append(t)
+        fills: dict[tuple[str, str], list[tuple]] = {}
+        for row in con.execute(FILLS):
+            fills.setdefault((row[0], row[1]), []).append(
+                (row[3], fill_map(row[4], row[10]), fill_map(row[9], row[10]), row[6],
+                 float(row[5] or 0.0)))
+        assert sum(len(o) > 1 for o in outcomes.values()) > 3 and len(fills) > 3
+        mmap = con.execute("PRAGMA mmap_size").fetchone()
+        store = _load_store(con, float("inf"))
+        assert con.execute("PRAGMA mmap_size").fetchone() == mmap and not con.in_transaction
+        assert repr(list(store.series.items())) == repr(list(series.items()))
+        assert repr(list(store.outcomes.items())) == repr(list(outcomes.items()))
+        got = {k: [(f.ts, f.trades, f.weights, f.cost, f.traded_value) for f in v]
+               for k, v in store.fills.items()}
+        assert repr(sorted(got.items())) == repr(sorted(fills.items()))  # decoded by market
+        # inside the caller's transaction: its writes seen, the transaction left open
+        con.execute("INSERT INTO equity(agent, market, ts, kind, value, cash)"
+                    " VALUES('!a', 'equity', 6.0, 'daily', 2.5, 0.5)")
+        assert con.in_transaction
+        assert _load_store(con, float("inf")).series[("!a", "equity")] == [
+            (5.0, 1.5, 0.25), (6.0, 2.5, 0.5)]
+        assert con.in_transaction
+        con.rollback()
+        con.close()
