@@ -102,14 +102,17 @@ def pytest_args(rest: list[str]) -> list[str]:
     Most tests wait on subprocesses and servers, so two workers on two cores finish the suite
     in about 60% of the serial time. A worker that crashes ends the run (``--max-worker-restart
     0``) naming the test it died in: pytest-xdist's replacement worker can wait forever under
-    ``--dist loadfile`` (pytest-xdist issue 784), which turned one crash into a CI timeout."""
+    ``--dist loadfile`` (pytest-xdist issue 784), which turned one crash into a CI timeout.
+    The files are handed out in the order tests/conftest.py gives them, heaviest first
+    (``--no-loadscope-reorder``: pytest-xdist would otherwise sort them by their count of
+    tests, which sent a long file of three tests last, to run alone on one worker)."""
     for i, arg in enumerate(rest):
         if arg in {"-n", "--numprocesses"} or arg.startswith(("-n", "--numprocesses=")):
             return rest
         if arg == "-pno:xdist" or (arg == "-p" and rest[i + 1:i + 2] == ["no:xdist"]):
             return rest
-    return ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile", "--max-worker-restart", "0",
-            *rest]
+    return ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile", "--no-loadscope-reorder",
+            "--max-worker-restart", "0", *rest]
 
 
 def _call(args: list[str], env: dict[str, str]) -> int:

@@ -10,9 +10,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import tests.conftest as suite
 from tests.store.test_cli_database import QUIET, ROOT
 
 
@@ -82,8 +84,8 @@ def _dev_module() -> object:
 
 def test_dev_test_runs_files_in_parallel_unless_told_otherwise() -> None:
     args = _dev_module().pytest_args  # type: ignore[attr-defined]
-    parallel = ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile", "--max-worker-restart",
-                "0"]
+    parallel = ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile",
+                "--no-loadscope-reorder", "--max-worker-restart", "0"]
     assert args([]) == parallel
     assert args(["tests/core/test_bus.py", "-k", "drain"]) == [*parallel, "tests/core/test_bus.py",
     "-k",
@@ -107,3 +109,26 @@ def test_a_crashed_worker_ends_the_run_naming_its_test(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=600)  # hang guard
     assert run.returncode != 0
     assert "crashed while running 'test_crash.py::test_segfault'" in run.stdout
+
+
+def test_the_heaviest_files_are_handed_out_first(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's files ordered by their recorded seconds, a file's tests kept together in
+    their order, the files not recorded after them in collection order; a run asked to
+    records each file's seconds, its tests' setup, call and teardown added up."""
+    seconds = tmp_path / "seconds.json"
+    seconds.write_text('{"b.py": 5, "c.py": 30, "e.py": 1}')
+    monkeypatch.setattr(suite, "FILE_SECONDS", seconds)
+    ids = ["a.py::t", "b.py::t1", "c.py::t1", "d.py::t", "b.py::t2", "c.py::t2", "e.py::t"]
+    items = [SimpleNamespace(nodeid=i) for i in ids]
+    suite.pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    assert [i.nodeid for i in items] == ["c.py::t1", "c.py::t2", "b.py::t1", "b.py::t2",
+                                         "e.py::t", "a.py::t", "d.py::t"]
+
+    recorder = suite._FileSeconds()
+    for nodeid, duration in (("x.py::t", 0.5), ("x.py::t", 1.25), ("y.py::t", 0.25),
+                             ("x.py::u[1]", 2.0)):
+        recorder.pytest_runtest_logreport(SimpleNamespace(  # type: ignore[arg-type]
+            nodeid=nodeid, duration=duration))
+    recorder.pytest_sessionfinish()
+    assert seconds.read_text() == '{\n"x.py": 4\n}\n'
