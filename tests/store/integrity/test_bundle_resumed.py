@@ -45,15 +45,37 @@ def _count(db: Path, sql: str) -> int:
         con.close()
 
 
-@pytest.mark.parametrize("kill_after", ["decide:equity", "mark:polymarket", "mark:equity"])
-def test_a_resumed_replay_season_replays_from_its_bundle(tmp_path: Path, kill_after: str
-                                                         ) -> None:
-    cfg = tmp_path / "season.toml"
+def _season_config(d: Path) -> Path:
+    """Write the sample replay's config as season S1 into ``d``; return its path."""
+    cfg = d / "season.toml"
     cfg.write_text((ROOT / "examples" / "sample-replay.toml").read_text()
                    + '\n[season]\nname = "S1"\n')
-    db = tmp_path / "s.db"
-    args = ("replay", str(ROOT / "examples" / "sample.jsonl.gz"), "--config", str(cfg),
+    return cfg
+
+
+def _replay_args(cfg: Path, db: Path) -> tuple[str, ...]:
+    """Return ``paperarena replay``'s arguments: the sample season into ``db``."""
+    return ("replay", str(ROOT / "examples" / "sample.jsonl.gz"), "--config", str(cfg),
             "--db", str(db), "--no-progress")
+
+
+@pytest.fixture(scope="module")
+def whole_report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Return ``report --json`` of the season replayed uninterrupted: every kill point's
+    resumed season must report it (replayed once for them all: it is only read)."""
+    d = tmp_path_factory.mktemp("whole")
+    whole = d / "whole.db"
+    assert cli(*_replay_args(_season_config(d), whole), timeout=120).returncode == 0
+    r = cli("report", "--db", str(whole), "--json", timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+@pytest.mark.parametrize("kill_after", ["decide:equity", "mark:polymarket", "mark:equity"])
+def test_a_resumed_replay_season_replays_from_its_bundle(tmp_path: Path, kill_after: str,
+                                                         whole_report: str) -> None:
+    db = tmp_path / "s.db"
+    args = _replay_args(_season_config(tmp_path), db)
     r = subprocess.run([sys.executable, "-c", _KILLED, kill_after, *args], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == -9, r.stderr[-2000:]  # killed part-way, not finished
@@ -82,7 +104,4 @@ def test_a_resumed_replay_season_replays_from_its_bundle(tmp_path: Path, kill_af
     r = cli("report", "--bundle", str(bundle), "--json", timeout=180)
     assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
     assert r.stdout.encode() == _members(bundle)["report.json"]
-    # and the resumed season's report is the uninterrupted replay's
-    whole = tmp_path / "whole.db"
-    assert cli(*args[:-2], str(whole), "--no-progress", timeout=120).returncode == 0
-    assert cli("report", "--db", str(whole), "--json", timeout=120).stdout == r.stdout
+    assert r.stdout == whole_report  # the resumed season's report is the uninterrupted one's
