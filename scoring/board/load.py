@@ -276,7 +276,7 @@ def _one_snapshot(con: sqlite3.Connection) -> Iterator[None]:
     try:
         yield
     finally:
-        if own:
+        if own and con.in_transaction:  # (an error may have ended it)
             con.execute("COMMIT")
         if mapped:
             con.execute(f"PRAGMA mmap_size={int(was[0])}")

@@ -325,4 +325,9 @@ def test_the_store_read_at_once_equals_reading_it_row_by_row(
             (5.0, 1.5, 0.25), (6.0, 2.5, 0.5)]
         assert con.in_transaction
         con.rollback()
+        con.execute("DROP TABLE books")  # a failed reading ends its transaction too
+        con.commit()
+        with pytest.raises(sqlite3.OperationalError, match="books"):
+            _load_store(con, float("inf"))
+        assert con.execute("PRAGMA mmap_size").fetchone() == mmap and not con.in_transaction
         con.close()
