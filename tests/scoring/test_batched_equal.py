@@ -309,3 +309,21 @@ def test_the_cli_report_pauses_the_cyclic_collector_and_restores_it(tmp_path: Pa
         reports.board.report_of = real  # type: ignore[assignment]
         gc.enable()
     assert cli == inner
+
+
+@pytest.mark.timeout(300, method="signal")
+def test_forked_markets_run_without_huge_page_advice_and_restore_it() -> None:
+    # The markets' temporaries get small pages (no 2 MiB page zeroed whole at its first
+    # touch); numpy's switch is back as it was afterwards, and the results are the same.
+    from numpy._core.multiarray import _get_madvise_hugepage
+
+    from scoring.board.forked import map_forked
+
+    before = _get_madvise_hugepage()
+
+    def square(x: int) -> tuple[int, bool]:
+        return x * x, bool(_get_madvise_hugepage())
+
+    assert map_forked(square, [2, 3], parallel=True) == [(4, False), (9, False)]
+    assert _get_madvise_hugepage() == before
+    assert map_forked(square, [2, 3]) == [(4, before), (9, before)]  # not forked: untouched
