@@ -83,8 +83,9 @@ def _dev_module() -> object:
 
 
 def test_dev_test_runs_files_in_parallel_unless_told_otherwise() -> None:
-    args = _dev_module().pytest_args  # type: ignore[attr-defined]
-    parallel = ["-n", "auto", "--maxprocesses", "4", "--dist", "loadfile",
+    dev = _dev_module()
+    args = dev.pytest_args  # type: ignore[attr-defined]
+    parallel = ["-n", str(dev.workers()), "--dist", "loadfile",  # type: ignore[attr-defined]
                 "--no-loadscope-reorder", "--max-worker-restart", "0"]
     assert args([]) == parallel
     assert args(["tests/core/test_bus.py", "-k", "drain"]) == [*parallel, "tests/core/test_bus.py",
@@ -93,6 +94,13 @@ def test_dev_test_runs_files_in_parallel_unless_told_otherwise() -> None:
     for own in (["-n", "0"], ["-n3", "tests"], ["--numprocesses=2"], ["-p", "no:xdist"],
                 ["-x", "-pno:xdist"]):
         assert args(own) == own
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(1, 2), (2, 3), (3, 4), (4, 4), (16, 4)])
+def test_three_workers_for_every_two_cores(cores: int, workers: int,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    assert _dev_module().workers() == workers  # type: ignore[attr-defined]
 
 
 def test_a_crashed_worker_ends_the_run_naming_its_test(tmp_path: Path) -> None:
@@ -104,7 +112,7 @@ def test_a_crashed_worker_ends_the_run_naming_its_test(tmp_path: Path) -> None:
         "import ctypes\n\ndef test_fine():\n    pass\n\n"
         "def test_segfault():\n    ctypes.string_at(0)\n\ndef test_after():\n    pass\n")
     args = _dev_module().pytest_args(["-p", "no:cacheprovider", str(tmp_path)])  # type: ignore[attr-defined]
-    args[args.index("auto")] = "2"
+    args[args.index("-n") + 1] = "2"
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", *args], cwd=tmp_path,
                          capture_output=True, text=True, timeout=600)  # hang guard
     assert run.returncode != 0
