@@ -113,6 +113,16 @@ class Arena:
             await close_engine(self.engine)
         await self.llm.__aexit__(None, None, None)
 
+    def close(self) -> None:
+        """Stop the daemon, then its loop and thread, and close the loop: its executor's
+        threads end too (left running, they made a later test in this worker believe it could
+        not fork, as scoring's forked reports check)."""
+        self.run(self.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.run_until_complete(self.loop.shutdown_default_executor())
+        self.loop.close()
+
     @property
     def url(self) -> str:
         assert self.obs is not None and self.obs.url is not None
@@ -129,9 +139,7 @@ def running_arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Arena]:
             a.run(a.next_day())
         yield a
     finally:
-        a.run(a.stop())
-        a.loop.call_soon_threadsafe(a.loop.stop)
-        a.thread.join(10)
+        a.close()
         os.environ.pop(KEY_ENV, None)
 
 

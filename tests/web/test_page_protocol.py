@@ -60,9 +60,7 @@ def arena(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pb.Arena]:
             a.run(a.next_day())
         yield a
     finally:
-        a.run(a.stop())
-        a.loop.call_soon_threadsafe(a.loop.stop)
-        a.thread.join(10)
+        a.close()
         os.environ.pop(KEY_ENV, None)
 
 

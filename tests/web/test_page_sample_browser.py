@@ -64,6 +64,8 @@ class Served:
         asyncio.run_coroutine_threadsafe(cancel(), self.loop).result(60)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.run_until_complete(self.loop.shutdown_default_executor())
+        self.loop.close()  # its executor's threads end too (a later test may need to fork)
 
 
 @pytest.fixture(scope="module")
