@@ -109,7 +109,10 @@ def write_config(tmp_path: Path, agent_toml: str) -> Path:
 async def test_the_sample_plugin_is_loaded_by_kind_and_decides(site: Path) -> None:
     agent = build_agent(agent_cfg("tilt", settings={"cash": 0.3, "top": 1}))
     assert isinstance(agent, GuardedAgent) and agent.id == "p1"
-    dec = await agent.decide(obs())
+    try:
+        dec = await agent.decide(obs())
+    finally:
+        await agent.aclose()  # its worker thread ends (a later test in this process may fork)
     assert dec.outcome == "ok" and dec.allocation is not None
     weights = validate_allocation(dec.allocation, obs())
     assert weights == {"AAPL": pytest.approx(0.7), "MSFT": 0.0, "NVDA": 0.0, CASH: 0.3}
@@ -193,7 +196,12 @@ async def test_a_plugin_that_raises_hangs_or_returns_garbage_gives_a_one_line_er
         ("sleeper", "plugin 'sleeper': no answer within 0.2s (timeout)"),
         ("garbage", "plugin 'garbage' returned dict, not an AgentDecision"),
     ):
-        dec = await build_agent(agent_cfg(kind, timeout=0.2)).decide(obs())
+        agent = build_agent(agent_cfg(kind, timeout=0.2))
+        assert isinstance(agent, GuardedAgent)
+        try:
+            dec = await agent.decide(obs())
+        finally:
+            await agent.aclose()  # its worker thread ends (a later test may fork)
         assert (dec.outcome, dec.reason, dec.allocation) == ("error", reason, None)
 
 
