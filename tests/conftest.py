@@ -29,9 +29,15 @@ def _file(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+#: Files whose tests fork (the report's markets in forked processes): handed out first, so each
+#: is a worker's first file and no thread an earlier file left running makes the worker unsafe
+#: to fork (``scoring.board.forked.fork_safe``; their tests then assert that it forked).
+FORKING_FILES = ("tests/scoring/test_report_batches.py", "tests/scoring/test_batched_equal.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Order the files by their recorded seconds, heaviest first (a file's tests keep their
-    order; files not recorded follow in collection order).
+    order; files not recorded follow in collection order), the :data:`FORKING_FILES` before all.
 
     ``python3 dev.py test`` runs pytest-xdist with ``--dist loadfile --no-loadscope-reorder``,
     which hands out whole files in this order: the long files start at once and the run ends on
@@ -41,7 +47,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     files: dict[str, list[pytest.Item]] = defaultdict(list)
     for item in items:
         files[_file(item.nodeid)].append(item)
-    order = sorted(files, key=lambda f: -seconds.get(f, 0.0))  # stable: ties keep their order
+    order = sorted(files, key=lambda f: (f not in FORKING_FILES, -seconds.get(f, 0.0)))
     items[:] = [item for f in order for item in files[f]]
 
 

@@ -132,6 +132,13 @@ def test_the_heaviest_files_are_handed_out_first(tmp_path: Path,
     suite.pytest_collection_modifyitems(items)  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == ["c.py::t1", "c.py::t2", "b.py::t1", "b.py::t2",
                                          "e.py::t", "a.py::t", "d.py::t"]
+    # the files whose tests fork come first, whatever their seconds: a worker's first files,
+    # before any other file could leave a thread running there
+    monkeypatch.setattr(suite, "FORKING_FILES", ("d.py", "e.py"))
+    items = [SimpleNamespace(nodeid=i) for i in ids]
+    suite.pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    assert [i.nodeid for i in items] == ["e.py::t", "d.py::t", "c.py::t1", "c.py::t2",
+                                         "b.py::t1", "b.py::t2", "a.py::t"]
 
     recorder = suite._FileSeconds()
     for nodeid, duration in (("x.py::t", 0.5), ("x.py::t", 1.25), ("y.py::t", 0.25),
@@ -140,3 +147,13 @@ def test_the_heaviest_files_are_handed_out_first(tmp_path: Path,
             nodeid=nodeid, duration=duration))
     recorder.pytest_sessionfinish()
     assert seconds.read_text() == '{\n"x.py": 4\n}\n'
+
+
+def test_every_test_file_that_forks_is_handed_out_first() -> None:
+    """A test file that asks for forked markets (``parallel=True``) is in FORKING_FILES, so no
+    earlier file's leftover thread makes its worker refuse to fork."""
+    root = Path(__file__).resolve().parents[2]
+    forking = sorted(str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py")
+                     if "parallel=True" in p.read_text(encoding="utf-8")
+                     and p.name != Path(__file__).name)
+    assert forking and set(forking) <= set(suite.FORKING_FILES), forking
