@@ -114,7 +114,8 @@ async def test_probe_prints_only_json_on_stdout(tmp_path: Path) -> None:
     assert err.strip(), "the logs go to stderr"
 
 
-async def test_report_html_says_where_it_wrote(tmp_path: Path) -> None:
+async def _tiny_store(tmp_path: Path) -> Path:
+    """Replay a two-day recording with the tiny config into ``tmp_path/r.db``; return it."""
     from daemon.config.settings import load_config
 
     rec = tmp_path / "rec.jsonl.gz"
@@ -123,6 +124,11 @@ async def test_report_html_says_where_it_wrote(tmp_path: Path) -> None:
     cfg_path.write_text(TINY_CONFIG)
     db = tmp_path / "r.db"
     await replay(rec, load_config(cfg_path), db, progress=False)
+    return db
+
+
+async def test_report_html_says_where_it_wrote(tmp_path: Path) -> None:
+    db = await _tiny_store(tmp_path)
     html = tmp_path / "board.html"
     code, stdout, err = await cli("report", "--db", str(db), "--html", str(html), "--json")
     assert code == 0, err
@@ -182,14 +188,7 @@ def _adapters(modules: list[str]) -> list[str]:
 async def test_report_imports_no_feed_adapter(tmp_path: Path) -> None:
     """``paperarena report`` needs no feed adapter, network library, LLM client or config: the
     CLI imports each command's handler when it runs (issue 27: the report answers in seconds)."""
-    from daemon.config.settings import load_config
-
-    rec = tmp_path / "rec.jsonl.gz"
-    make_recording(rec, days=2)
-    cfg_path = tmp_path / "c.toml"
-    cfg_path.write_text(TINY_CONFIG)
-    db = tmp_path / "r.db"
-    await replay(rec, load_config(cfg_path), db, progress=False)
+    db = await _tiny_store(tmp_path)
     r = subprocess.run([sys.executable, "-c", _REPORT_MODULES, str(db)], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
