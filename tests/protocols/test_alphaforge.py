@@ -479,3 +479,24 @@ async def test_a_replayed_strategy_cannot_carry_the_provider_key_out(
     out, err = capfd.readouterr()
     for text in (dump, out, err):
         assert canary not in text and canary[::-1] not in text
+
+
+def test_a_store_without_strategy_versions_reads_no_fill_or_mark() -> None:
+    # Every report reads the AlphaForgeBench section; a store without a strategy version
+    # (no decision carrying the marker) reads neither its fills nor its equity marks.
+    from agents.alphaforgebench.report import DECISIONS_SQL, board_section, load
+
+    asked: list[str] = []
+
+    def fetchall(sql: str, params: Any) -> list[tuple[Any, ...]]:
+        asked.append(sql)
+        if sql == DECISIONS_SQL:
+            return []
+        if "instability_runs" in sql:
+            return []
+        return [("x", 1.0, 100.0)]  # a fill or mark: would be read for a version
+
+    assert load(fetchall) == {"versions": [], "instability": None}
+    assert asked == [DECISIONS_SQL, "SELECT ts, result_json FROM instability_runs ORDER BY id "
+                                    "DESC LIMIT 1"]
+    assert board_section(fetchall) is None
