@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib
 import os
 import pickle
 import signal
@@ -134,9 +135,13 @@ def _small_pages() -> Iterator[None]:
     """Run the block with numpy's ``madvise(MADV_HUGEPAGE)`` on large arrays off, then as it
     was (numpy's runtime switch of ``NUMPY_MADVISE_HUGEPAGE``; without it, the block as it is).
     Only the kernel's page size changes, never a value."""
-    import numpy._core.multiarray as multiarray
-
-    switch = getattr(multiarray, "_set_madvise_hugepage", None)
+    switch = None
+    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):  # numpy 2, numpy 1
+        try:
+            switch = getattr(importlib.import_module(name), "_set_madvise_hugepage", None)
+            break
+        except ImportError:
+            continue
     before = switch(False) if switch is not None else None
     try:
         yield
