@@ -489,12 +489,8 @@ def test_a_store_without_strategy_versions_reads_no_fill_or_mark() -> None:
     asked: list[str] = []
 
     def fetchall(sql: str, params: Any) -> list[tuple[Any, ...]]:
-        asked.append(sql)
-        if sql == DECISIONS_SQL:
-            return []
-        if "instability_runs" in sql:
-            return []
-        return [("x", 1.0, 100.0)]  # a fill or mark: would be read for a version
+        asked.append(sql)  # no decision, no instability run; a fill or mark otherwise
+        return [] if sql == DECISIONS_SQL or "instability_runs" in sql else [("x", 1.0, 9.0)]
 
     assert load(fetchall) == {"versions": [], "instability": None}
     assert asked == [DECISIONS_SQL, "SELECT ts, result_json FROM instability_runs ORDER BY id "
