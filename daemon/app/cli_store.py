@@ -35,7 +35,8 @@ def _report(args: argparse.Namespace) -> int:
             return _fail(f"--db {args.db}: not a paperarena database (no tables)")
         # one thread here: the markets may be computed in forked processes (same bytes)
         report = load_report(args.db, window=(args.start, args.end), parallel=True,
-                             curves_wanted=bool(args.html))  # the curves: for the HTML only
+                             curves_wanted=bool(args.html),  # the curves: for the HTML only
+                             json_wanted=bool(args.json))
     except StoreOpenError as exc:
         return _fail(f"--db {exc}")
     except FileNotFoundError as exc:

@@ -46,16 +46,18 @@ def _read(db: str | Path, compute: Callable[[sqlite3.Connection], T]) -> T:
 
 def load_report(db: str | Path, *, window: tuple[float | None, float | None] = (None, None),
                 min_valid_rate: float | None = None, min_days: int | None = None,
-                parallel: bool = False, curves_wanted: bool = True) -> Report:
+                parallel: bool = False, curves_wanted: bool = True,
+                json_wanted: bool = False) -> Report:
     """Return the leaderboard and chart series of the store ``db``
     (:func:`scoring.board.leaderboard.report_of`; ``parallel``: its markets in forked
     processes when this process runs one thread, for the CLI only; without ``curves_wanted``
     the report's curves, which only the HTML report draws, are left empty; it also pauses the
-    cyclic garbage collector meanwhile, :func:`scoring.board.forked.collector_paused`)."""
+    cyclic garbage collector meanwhile, :func:`scoring.board.forked.collector_paused`;
+    ``json_wanted``: the markets' rows and series also encoded as JSON where computed)."""
     with collector_paused() if parallel else contextlib.nullcontext():
         return _read(db, lambda con: board.report_of(
             con, window=window, min_valid_rate=min_valid_rate, min_days=min_days,
-            parallel=parallel, curves_wanted=curves_wanted))
+            parallel=parallel, curves_wanted=curves_wanted, json_wanted=json_wanted))
 
 
 def leaderboard(db: str | Path, *, window: tuple[float | None, float | None] = (None, None),

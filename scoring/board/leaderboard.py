@@ -33,6 +33,7 @@ renders the JSON and the text table. This module is the entry: :func:`report_of`
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,7 @@ from scoring.board.figures import (
     _window_regime,
 )
 from scoring.board.forked import map_forked
+from scoring.board.json_text import EncodedDict, EncodedList, compact
 from scoring.board.load import AgentCurves, Key, Report, _load_store, _Store
 from scoring.board.rank import _rank, _standing
 from scoring.board.significance import infer
@@ -153,25 +155,36 @@ class _Part:
     extra: dict[str, Any]  # the market section's inference
     curves: dict[Key, AgentCurves]  # empty unless wanted
     raw_rows: list[dict[str, Any]] | None  # the rows unrounded, when the extras read them
+    rows_text: str | None = None  # the cleaned rows' compact JSON, unbracketed, when wanted
+    series_text: str | None = None  # the cleaned series' compact JSON, when wanted
 
 
 def _market_part(store: _Store, keys: Sequence[Key], lo: float, hi: float, whole: bool,
                  rf: dict[str, float], initial: dict[str, float],
                  classes: Mapping[str, Mapping[str, str]],
                  regimes: tuple[np.ndarray, list[str]], min_valid_rate: float, min_days: int,
-                 market: str, *, raw_rows: bool, with_curves: bool) -> _Part:
-    """Return one market's part of the report: :func:`_market_rows` cleaned, with its series."""
+                 market: str, *, raw_rows: bool, with_curves: bool, with_json: bool) -> _Part:
+    """Return one market's part of the report: :func:`_market_rows` cleaned, with its series
+    (and, ``with_json``, both as compact JSON, encoded where they were computed)."""
     rows, curves, extra = _market_rows(store, keys, lo, hi, whole, rf, initial, classes,
                                        regimes, min_valid_rate, min_days, market)
     series = _clean(_series(curves)).get(market, {})
-    return _Part(_clean(rows), min(curves) if curves else None, (market, series), extra,
-                 curves if with_curves else {}, rows if raw_rows else None)
+    cleaned = _clean(rows)
+    rows_text = series_text = None
+    if with_json:
+        # (what cannot be encoded is left to the whole board's encoding: its error)
+        with contextlib.suppress(ValueError, TypeError, RecursionError):
+            rows_text, series_text = compact(cleaned)[1:-1], compact(series)
+    return _Part(cleaned, min(curves) if curves else None, (market, series), extra,
+                 curves if with_curves else {}, rows if raw_rows else None, rows_text,
+                 series_text)
 
 
 def report_of(con: sqlite3.Connection, *,
               window: tuple[float | None, float | None] = (None, None),
               min_valid_rate: float | None = None, min_days: int | None = None,
-              parallel: bool = False, curves_wanted: bool = True) -> Report:
+              parallel: bool = False, curves_wanted: bool = True,
+              json_wanted: bool = False) -> Report:
     """Compute the leaderboard and the chart series of the store read through ``con``.
 
     ``min_valid_rate`` / ``min_days`` override the ``[leaderboard]`` settings of the store's
@@ -179,8 +192,10 @@ def report_of(con: sqlite3.Connection, *,
     markets' rows and inference are computed in forked processes when this process may fork
     (:func:`scoring.board.forked.map_forked`: a single-threaded caller such as the CLI; the
     same figures bit for bit). Without ``curves_wanted`` the report's ``curves`` (the HTML
-    report's charts) are left empty and never sent back from a child. Open a store by name with
-    :func:`daemon.store.reports.load_report`.
+    report's charts) are left empty and never sent back from a child. With ``json_wanted`` each
+    market's rows and series are also encoded as JSON where they are computed
+    (:class:`scoring.board.json_text.EncodedList`: the same text, less of it made after the
+    markets). Open a store by name with :func:`daemon.store.reports.load_report`.
     """
     lo = -math.inf if window[0] is None else window[0]
     hi = math.inf if window[1] is None else window[1]
@@ -220,8 +235,12 @@ def report_of(con: sqlite3.Connection, *,
     parts = map_forked(lambda m: _market_part(
         store, by_market[m], lo, hi, window[0] is None, rf, initial, classes,
         (eq_marks, eq_labels), min_valid_rate, min_days, m, raw_rows=raw_rows,
-        with_curves=curves_wanted), markets_of, parallel=parallel, meanwhile=meanwhile)
+        with_curves=curves_wanted, with_json=json_wanted), markets_of, parallel=parallel,
+        meanwhile=meanwhile)
     rows: list[dict[str, Any]] = [r for part in parts for r in part.rows]  # by market, as _rank
+    texts = [part.rows_text for part in parts]
+    if json_wanted and all(t is not None for t in texts):
+        rows = EncodedList(rows, "[" + ",".join(t for t in texts if t) + "]")
     found = {k: c for part in parts for k, c in part.curves.items()}
     curves = {k: found[k] for k in keys if k in found}
     markets = {m: _market_summary(store, m, lo, hi) for m in sorted({r["market"] for r in rows})}
@@ -241,8 +260,10 @@ def report_of(con: sqlite3.Connection, *,
     extras = early["extras"] if not raw_rows else board_extras(
         con, [r for part in parts for r in part.raw_rows or ()], store.agents_cfg)
     # The series by market in the order _series gives them (the first (agent, market) first).
-    firsts = sorted((part.first, part.series) for part in parts if part.first is not None)
-    board = {**head, "rows": rows, "series": {m: s for _, (m, s) in firsts},
+    firsts = sorted((part.first, part.series, part.series_text) for part in parts
+                    if part.first is not None)
+    board = {**head, "rows": rows,
+             "series": {m: s if t is None else EncodedDict(s, t) for _, (m, s), t in firsts},
              **_clean(extras)}
     capital = early["capital"]
     if capital is not None:

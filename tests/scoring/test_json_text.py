@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from scoring.board.json_text import dumps_indented
+from scoring.board.json_text import EncodedDict, EncodedList, compact, dumps_indented
 
 
 def _reference(x: Any) -> str:
@@ -96,3 +97,44 @@ def test_clean_equals_the_reference(seed: int) -> None:
     assert repr(got) == repr(want)
     assert got["floats"][0] == float(f"{x['floats'][0]:.12g}") and got["floats"][-1] is None
     assert type(got["np"][1]) is int and type(got["od"]) is dict
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_encoded_parts_are_spliced_as_json_writes_them(seed: int) -> None:
+    # A board whose rows and per-market series arrive as compact text made elsewhere: the
+    # text is the one json writes for the plain board.
+    rng = np.random.default_rng(seed)
+    rows = [{"a": _random(rng, 2), "b": i} for i in range(int(rng.integers(0, 4)))]
+    series = {m: {"x": _random(rng, 2)} for m in ("equity", "polymarket")[: seed % 3]}
+    plain = {"rows": rows, "series": series, "head": _random(rng, 1), "z": [1.5]}
+    encoded = {**plain, "rows": EncodedList(rows, compact(rows)),
+               "series": {m: EncodedDict(s, compact(s)) for m, s in series.items()}}
+    assert compact(rows) == json.dumps(rows, sort_keys=True, separators=(",", ":"))
+    assert dumps_indented(encoded) == _reference(plain)
+
+
+def test_the_encoded_text_is_what_is_written_and_a_bad_board_still_fails() -> None:
+    # The carried text is trusted (made where the items were): it, not the items, is written.
+    board = {"rows": EncodedList([{"a": 1}], '[{"a":2}]'), "k": 1}
+    assert json.loads(dumps_indented(board)) == {"rows": [{"a": 2}], "k": 1}
+    # Beside an unsortable key, or a non-finite number elsewhere: json's own error.
+    with pytest.raises(TypeError):
+        dumps_indented({"rows": EncodedList([], "[]"), 1: 2})
+    with pytest.raises(ValueError):
+        dumps_indented({"rows": EncodedList([], "[]"), "x": math.nan})
+
+
+def test_a_report_with_its_rows_encoded_where_computed_writes_json_text(tmp_path: Path) -> None:
+    # ``load_report(json_wanted=True)`` (``report --json``): each market's rows and series
+    # carry their text; the report's JSON is the text json writes for the same board.
+    from daemon.store.reports import load_report
+    from scoring.board.text import to_json
+    from tests.scoring.test_leaderboard import AGENTS_CFG, PLANS, PRICES, build_store
+
+    db = tmp_path / "s.db"
+    build_store(db, PRICES, PLANS, agents_cfg=AGENTS_CFG)
+    plain, encoded = load_report(db).board, load_report(db, json_wanted=True).board
+    assert type(plain["rows"]) is list and isinstance(encoded["rows"], EncodedList)
+    assert all(isinstance(s, EncodedDict) for s in encoded["series"].values())
+    assert encoded == plain and len(plain["rows"]) == len(PLANS)
+    assert to_json(encoded) == to_json(plain) == _reference(plain) + "\n"
