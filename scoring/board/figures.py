@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import add
 from typing import Any
 
 import numpy as np
@@ -37,8 +39,14 @@ from scoring.stats.diversification import (
     diversification_rows,
     signed_question_rows,
 )
-from scoring.stats.inference import relative_figures
-from scoring.stats.metrics import periods_per_year, starts_at_initial, summary_parts
+from scoring.stats.metrics import (
+    DDOF,
+    STD_ZERO_RTOL,
+    periods_per_year,
+    starts_at_initial,
+    summary_parts,
+)
+from scoring.stats.small_sums import np_mean, np_prod, np_std, np_var
 
 FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sortino",
           "sortino_stockbench",
@@ -90,7 +98,7 @@ def _model_cost(calls: Sequence[tuple[float, Any, Any, Any, Any]], lo: float, hi
         "llm_tokens_in": int(sum(int(c[1] or 0) for c in inside)),
         "llm_tokens_out": int(sum(int(c[2] or 0) for c in inside)),
         "llm_cost_usd": usd,
-        "llm_latency_mean_s": float(np.mean(lats)) if lats else None,
+        "llm_latency_mean_s": np_mean(lats) if lats else None,
         "llm_cost_share": share,
         "net_return": (cumulative - share if share is not None and cumulative is not None
                        and math.isfinite(cumulative) else None),
@@ -99,29 +107,35 @@ def _model_cost(calls: Sequence[tuple[float, Any, Any, Any, Any]], lo: float, hi
 
 def _holdings(store: _Store, key: Key, ts: Sequence[float], assets: Sequence[str]
               ) -> np.ndarray:
-    """Return units held at each mark in ``ts`` (fills with ts <= mark, resolutions applied)."""
+    """Return units held at each mark in ``ts`` (fills with ts <= mark, resolutions applied).
+
+    A fill adds its trades to every asset at once (``q + 0.0`` where it has none: ``q`` itself,
+    never ``-0.0`` from a start at ``0.0``), the same Python float sums as one asset at a time.
+    """
     col = {a: j for j, a in enumerate(assets)}
-    events: list[tuple[float, int, int]] = [(f.ts, 0, n) for n, f in
-                                            enumerate(store.fills.get(key, []))]
-    events += [(t, 1, n) for n, (t, _) in enumerate(store.resolutions.get(key[1], []))]
+    fills = store.fills.get(key, [])
+    resolved = store.resolutions.get(key[1], [])
+    events: list[tuple[float, int, int]] = [(f.ts, 0, n) for n, f in enumerate(fills)]
+    events += [(t, 1, n) for n, (t, _) in enumerate(resolved)]
     events.sort()
-    q = [0.0] * len(assets)  # Python floats: the same sums as float64 items, faster
-    out = np.zeros((len(ts), len(assets)))
-    e = 0
-    for row, m in enumerate(ts):
-        while e < len(events) and events[e][0] <= m:
+    none = [0.0] * len(assets)
+    q = none  # Python floats: the same sums as float64 items, faster
+    rows: list[list[float]] = []
+    e, last = 0, len(events)
+    for m in ts:
+        while e < last and events[e][0] <= m:
             _, kind, n = events[e]
             if kind == 0:
-                for a, d in store.fills[key][n].trades.items():
-                    if a in col:
-                        q[col[a]] += float(d)
+                q = list(map(add, q, map(fills[n].trades.get, assets, none)))
             else:
-                for a in store.resolutions[key[1]][n][1]:
-                    if a in col:
-                        q[col[a]] = 0.0
+                q = q[:]  # (the rows before keep theirs)
+                for a in resolved[n][1]:
+                    j = col.get(a)
+                    if j is not None:
+                        q[j] = 0.0
             e += 1
-        out[row] = q
-    return out
+        rows.append(q)
+    return np.array(rows, dtype=float).reshape(len(ts), len(assets))
 
 
 def _rolling_k(h: np.ndarray, p: np.ndarray) -> dict[str, Any]:
@@ -160,50 +174,82 @@ def _first_priced(prices: np.ndarray) -> int:
     return int(rows[0]) if len(rows) else -1
 
 
-def _capitalbench(values: Sequence[float], assets: Sequence[str], prices: np.ndarray
-                  ) -> tuple[float, float]:
+def _capitalbench(values: Sequence[float], assets: Sequence[str], prices: np.ndarray,
+                  window: tuple[int, float] | None = None) -> tuple[float, float]:
     """Score the realised window return the way capitalbench_score scores ``sum(w r)``.
 
     The window runs from the first mark with a price in the market to the last mark; the
     portfolio return is the agent's value ratio over it, the universe every asset priced at both
-    ends plus CASH (return 0).
+    ends plus CASH (return 0). ``window``: :func:`_capitalbench_window` of the prices, if known.
     """
-    i = _first_priced(prices)
+    i, best = window if window is not None else _capitalbench_window(assets, prices)
     if i < 0 or len(values) - i < 2 or values[i] <= 0:
         return _NAN, _NAN
     pr = values[-1] / values[i] - 1.0
-    rets = _window_asset_returns(assets, prices[i], prices[-1])
-    _, best = capitalbench_score({}, rets)  # empty weights: regret = best - 0 = best
     return (100.0 * pr / best if best > 0 else _NAN), best - pr
 
 
-def _diversification(h: np.ndarray, pz: np.ndarray, classes: Mapping[str, str],
-                     assets: list[str], returns: np.ndarray,
-                     questions: Mapping[str, Sequence[str]] | None = None,
+def _capitalbench_window(assets: Sequence[str], prices: np.ndarray) -> tuple[int, float]:
+    """Return the CapitalBench window's first row and its best return (NaN without two rows)."""
+    i = _first_priced(prices)
+    if i < 0 or prices.shape[0] - i < 2:
+        return i, _NAN
+    rets = _window_asset_returns(assets, prices[i], prices[-1])
+    _, best = capitalbench_score({}, rets)  # empty weights: regret = best - 0 = best
+    return i, best
+
+
+@dataclass
+class _Window:
+    """What every row with the same marks of a market shares (:func:`_window`): never written
+    to by a row."""
+
+    prices: np.ndarray  # the panel's rows at the marks
+    pz: np.ndarray  # the prices, 0 where missing, with CASH's 1 last
+    returns: np.ndarray  # :func:`_asset_returns` of the prices
+    best: tuple[int, float]  # :func:`_capitalbench_window` of the prices
+    corr: dict[Any, Any] = field(default_factory=dict)  # :func:`_diversification`'s
+
+
+def _window(store: _Store, market: str, mark_ts: list[float]) -> _Window:
+    """Return the market's :class:`_Window` at the marks ``mark_ts``, made once per report (kept
+    in ``store.corr_cache``)."""
+    key = ("window", market, tuple(mark_ts))
+    win: _Window | None = store.corr_cache.get(key)
+    if win is None:
+        panel = store.panels[market]
+        prices = panel.rows(mark_ts)
+        pz = np.hstack([np.nan_to_num(prices, nan=0.0), np.ones((len(mark_ts), 1))])
+        win = _Window(prices, pz, _asset_returns(prices),
+                      _capitalbench_window(panel.assets, prices))
+        store.corr_cache[key] = win
+    return win
+
+
+def _diversification(held: np.ndarray, classes: Mapping[str, str], assets: list[str],
+                     returns: np.ndarray, questions: Mapping[str, Sequence[str]] | None = None,
                      cache: dict[Any, Any] | None = None,
                      jobs: list[list[Any]] | None = None) -> dict[str, float]:
     """Return the mean over marks of s_intra / s_inter / s_corr of the portfolio held.
 
-    ``h`` and ``pz`` are the units and prices panels (CASH last); correlations come from the
-    window's mark-to-mark asset returns ``returns``. With ``questions`` (Polymarket: question
-    -> its YES and NO tokens) each question is one signed exposure
-    (:func:`scoring.stats.diversification.signed_question_exposures`).
+    ``held`` is the value held per asset and mark (units times prices, CASH last); correlations
+    come from the window's mark-to-mark asset returns ``returns`` (kept in ``cache``, the
+    window's). With ``questions`` (Polymarket: question -> its YES and NO tokens) each question
+    is one signed exposure (:func:`scoring.stats.diversification.signed_question_exposures`).
     """
     if questions is not None:
-        return _question_diversification(h * pz, assets, returns, questions, cache, jobs)
-    panel = np.column_stack([returns, np.zeros(returns.shape[0])])
+        return _question_diversification(held, assets, returns, questions, cache, jobs)
+    if returns.shape[0] < 2:
+        return {"s_intra": _NAN, "s_inter": _NAN, "s_corr": _NAN}
     names = [*assets, CASH]
-    cls = {**{a: classes.get(a, a) for a in assets}, CASH: "cash"}
-    acc: dict[str, list[float]] = {"s_intra": [], "s_inter": [], "s_corr": []}
-    if panel.shape[0] < 2:
-        return {k: _NAN for k in acc}
-    key = ("assets", returns.shape, returns.tobytes())  # the same window: the same classes
-    corr = cache.get(key) if cache is not None else None
+    corr = cache.get("assets") if cache is not None else None
     if corr is None:
+        panel = np.column_stack([returns, np.zeros(returns.shape[0])])
+        cls = {**{a: classes.get(a, a) for a in assets}, CASH: "cash"}
         corr = class_correlations(panel, names, cls)  # the whole class's, once for the window
         if cache is not None:
-            cache[key] = corr
-    return _scores(diversification_rows, (_row_weights(h * pz), names, corr, _HELD_EPS), jobs)
+            cache["assets"] = corr
+    return _scores(diversification_rows, (_row_weights(held), names, corr, _HELD_EPS), jobs)
 
 
 def _scores(score_rows: Any, args: tuple[Any, ...], jobs: list[list[Any]] | None
@@ -241,13 +287,28 @@ def _question_diversification(held: np.ndarray, assets: list[str], returns: np.n
 
     A question's series is its YES token's mark-to-mark return (its NO token's, negated, when
     the YES token has no price); every question is its own class, so one question held is
-    concentrated (``rho_intra`` 1); the held exposure is ``w_YES - w_NO``, signed.
+    concentrated (``rho_intra`` 1); the held exposure is ``w_YES - w_NO``, signed. The
+    correlations are kept in ``cache`` (the window's; ``None`` there: no question held).
     """
+    if "questions" in (cache or {}):
+        corr = cache["questions"]  # type: ignore[index]
+    else:
+        corr = _question_correlations(assets, returns, questions)
+        if cache is not None:
+            cache["questions"] = corr
+    if corr is None:
+        return {"s_intra": _NAN, "s_inter": _NAN, "s_corr": _NAN}
+    return _scores(signed_question_rows, (_row_weights(held), assets, questions, corr), jobs)
+
+
+def _question_correlations(assets: list[str], returns: np.ndarray,
+                           questions: Mapping[str, Sequence[str]]) -> Any:
+    """Return the class correlations of the questions' series (None: fewer than two returns or
+    no question among ``assets``)."""
     col = {a: j for j, a in enumerate(assets)}
     names = sorted(q for q, toks in questions.items() if any(t in col for t in toks))
-    acc: dict[str, list[float]] = {"s_intra": [], "s_inter": [], "s_corr": []}
     if returns.shape[0] < 2 or not names:
-        return {k: _NAN for k in acc}
+        return None
     series = np.full((returns.shape[0], len(names)), np.nan)
     for i, q in enumerate(names):
         toks = list(questions[q])
@@ -256,14 +317,7 @@ def _question_diversification(held: np.ndarray, assets: list[str], returns: np.n
         elif len(toks) > 1 and toks[1] in col:
             series[:, i] = -returns[:, col[toks[1]]]
     panel = np.column_stack([series, np.zeros(series.shape[0])])
-    key = ("questions", tuple(names), panel.shape, panel.tobytes())
-    corr = cache.get(key) if cache is not None else None
-    if corr is None:
-        corr = class_correlations(panel, [*names, CASH],
-                                  {**{q: q for q in names}, CASH: "cash"})
-        if cache is not None:
-            cache[key] = corr
-    return _scores(signed_question_rows, (_row_weights(held), assets, questions, corr), jobs)
+    return class_correlations(panel, [*names, CASH], {**{q: q for q in names}, CASH: "cash"})
 
 
 def _profile(agent_cfg: Mapping[str, Any], mdd: float, var95: float) -> dict[str, Any]:
@@ -289,7 +343,7 @@ def _by_regime(r: np.ndarray, labels: Sequence[str]) -> dict[str, dict[str, floa
     for x, lab in zip(r.tolist(), labels, strict=True):
         if math.isfinite(x):
             groups[lab].append(x)
-    return {lab: {"days": len(xs), "mean_daily_return": float(np.mean(xs))}
+    return {lab: {"days": len(xs), "mean_daily_return": np_mean(xs)}
             for lab, xs in sorted(groups.items())}
 
 
@@ -392,28 +446,31 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
     panel = store.panels.get(market)
     figures: dict[str, Any] = {}
     if panel is not None and mark_ts:
-        prices = panel.rows(mark_ts)
+        win = _window(store, market, mark_ts)
         q = _holdings(store, key, mark_ts, panel.assets)
         cash = np.array([c for _, _, c in pts])[:, None]
         h = np.hstack([q, cash])
-        pz = np.hstack([np.nan_to_num(prices, nan=0.0), np.ones((len(mark_ts), 1))])
+        pz = win.pz
         if store.div_jobs is not None and h.shape[0] >= 2:  # with the others, after the rows
             store.div_jobs.append([ROLLING_K_JOB, (h, pz), None])
             figures["rolling_k"] = None  # its place in the row; set by score_pending
         else:
             figures["rolling_k"] = _rolling_k(h, pz)
-        score, regret = _capitalbench([v for _, v, _ in pts], panel.assets, prices)
+        score, regret = _capitalbench([v for _, v, _ in pts], panel.assets, win.prices,
+                                      win.best)
         figures |= {"capitalbench_score": score, "regret": regret}
-        figures |= _diversification(h, pz, classes.get(market, {}), panel.assets,
-                                    _asset_returns(prices),
+        held = h * pz
+        figures |= _diversification(held, classes.get(market, {}), panel.assets, win.returns,
                                     store.questions.get(market, {}) if market == "polymarket"
-                                    else None, store.corr_cache, store.div_jobs)
+                                    else None, win.corr, store.div_jobs)
         if market == "polymarket":
-            figures |= _brier(store, market, mark_ts, h * pz, [*panel.assets, CASH], hi)
+            figures |= _brier(store, market, mark_ts, held, [*panel.assets, CASH], hi)
     else:
         figures["rolling_k"] = _rolling_k(np.empty((0, 1)), np.empty((0, 1)))
         figures |= {"capitalbench_score": _NAN, "regret": _NAN, "s_intra": _NAN,
                     "s_inter": _NAN, "s_corr": _NAN}
+    rl = r.tolist()
+    excess = rf.get(market, 0.0) / n
     var95 = historical_var(r, VAR_LEVEL, VAR_WINDOW, min_periods=VAR_MIN_PERIODS)
     mdd = summary["max_drawdown"]
     ends = mark_ts[-len(r):] if len(r) else []
@@ -437,9 +494,9 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         **summary,
         "annualised_flag": int(r.size) < MIN_ANNUALISED_DAYS,
         "current_drawdown": float(dd[-1]) if dd.size else None,
-        "mean_daily_return": float(np.mean(r)) if r.size else None,
-        "cumulative_excess_return": (float(np.prod(1.0 + r - rf.get(market, 0.0) / n) - 1.0)
-                                     if r.size else None),
+        "mean_daily_return": np_mean(rl) if rl else None,
+        "cumulative_excess_return": (np_prod([1.0 + x - excess for x in rl]) - 1.0
+                                     if rl else None),
         **figures,
         "var_95": var95,
         **_profile(agent_cfg, mdd if mdd is not None else _NAN, var95),
@@ -450,7 +507,7 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
         "brier_annulled": figures.pop("brier_annulled", 0 if market == "polymarket" else None),
         **_model_cost(store.llm.get(key, []), lo, hi, summary["cumulative_return"],
                       start_value),
-        "relative": _relative(r, ends, store.bench.get(market, {}), n),
+        "relative": _relative(r, ends, store.bench.get(market, {}), n, store.corr_cache),
     }
     for job in (store.div_jobs or [])[jobs_from:]:  # this row's figures wait there
         job[2] = row
@@ -500,10 +557,11 @@ def _brier(store: _Store, market: str, mark_ts: Sequence[float], held: np.ndarra
     errors: list[float] = []
     annulled = 0
     members = store.questions.get(market, {})
+    marks = np.asarray(mark_ts)
     for ts, payouts in store.resolutions.get(market, []):
         if ts > hi:
             continue
-        i = int(np.searchsorted(np.asarray(mark_ts), ts, side="left")) - 1
+        i = int(np.searchsorted(marks, ts, side="left")) - 1
         if i < 0:
             continue
         row = held[i]
@@ -521,7 +579,7 @@ def _brier(store: _Store, market: str, mark_ts: Sequence[float], held: np.ndarra
             w_no = float(row[col[no]]) / value if no in col else 0.0
             p = min(1.0, max(0.0, (1.0 + w_yes - w_no) / 2.0))
             errors.append((p - float(payouts[yes])) ** 2)
-    return {"brier": float(np.mean(errors)) if errors else None,
+    return {"brier": np_mean(errors) if errors else None,
             "brier_questions": len(errors), "brier_annulled": annulled}
 
 
@@ -558,15 +616,69 @@ def _benchmarks(store: _Store, market: str) -> dict[str, dict[float, float]]:
 
 
 def _relative(r: np.ndarray, ends: Sequence[float], bench: Mapping[str, Mapping[float, float]],
-              n: int) -> dict[str, dict[str, Any]]:
-    """Return the agent's figures relative to each benchmark over the days both have."""
+              n: int, cache: dict[Any, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """Return the agent's figures relative to each benchmark over the days both have.
+
+    Each benchmark's :func:`scoring.stats.inference.relative_figures` bit for bit
+    (:func:`_relative_figures`), its side computed once per set of days with ``cache``.
+    """
     out: dict[str, dict[str, Any]] = {}
+    rl = r.tolist()
     for name, series in bench.items():
-        days = [(x, series[t]) for x, t in zip(r.tolist(), ends, strict=True) if t in series]
-        fig: dict[str, Any] = relative_figures([a for a, _ in days], [b for _, b in days], n)
+        days = [(x, t) for x, t in zip(rl, ends, strict=True) if t in series]
+        fig = _relative_figures([a for a, _ in days], [series[t] for _, t in days], n,
+                                (name, tuple(t for _, t in days)), cache)
         fig["days"] = len(days)
         out[name] = fig
     return out
+
+
+def _relative_figures(r: list[float], b: list[float], periods: int, key: tuple[Any, ...],
+                      cache: dict[Any, Any] | None) -> dict[str, Any]:
+    """Return :func:`scoring.stats.inference.relative_figures` of ``r`` and ``b``, bit for bit.
+
+    Its means, variances and products on Python floats in numpy's order
+    (:mod:`scoring.stats.small_sums`) and its covariance by :func:`numpy.cov`'s own operations;
+    the benchmark's product and variance from ``cache`` when its days (``key``) were seen.
+    """
+    keep = [math.isfinite(x) and math.isfinite(y) for x, y in zip(r, b, strict=True)]
+    if not all(keep):
+        r = [x for x, k in zip(r, keep, strict=True) if k]
+        b = [y for y, k in zip(b, keep, strict=True) if k]
+        key = (*key, tuple(keep))
+    m = len(r)
+    out = {"days": float(m), "excess_return": _NAN, "beta": _NAN,
+           "tracking_error": _NAN, "information_ratio": _NAN}
+    if m == 0:
+        return out
+    side = cache.get(("bench_side", key)) if cache is not None else None
+    if side is None:
+        side = (np_prod([1.0 + y for y in b]), np_var(b, DDOF) if m >= 2 else _NAN)
+        if cache is not None:
+            cache[("bench_side", key)] = side
+    prod_b, var_b = side
+    out["excess_return"] = np_prod([1.0 + x for x in r]) - prod_b
+    if m < 2:
+        return out
+    if var_b > STD_ZERO_RTOL**2:
+        out["beta"] = _cov(r, b) / var_b
+    active = [x - y for x, y in zip(r, b, strict=True)]
+    sd = np_std(active, DDOF)
+    mean = np_mean(active)
+    out["tracking_error"] = sd * math.sqrt(periods)
+    if sd > STD_ZERO_RTOL * max(1.0, abs(mean)):
+        out["information_ratio"] = mean / sd * math.sqrt(periods)
+    return out
+
+
+def _cov(r: list[float], b: list[float]) -> float:
+    """Return ``float(np.cov(r, b, ddof=1)[0, 1])`` by :func:`numpy.cov`'s own operations (the
+    same mean, centring, ``dot`` and scaling), without its checks."""
+    x = np.array([r, b], dtype=float)
+    x -= x.mean(axis=1)[:, None]
+    c = np.dot(x, x.T.conj())
+    c *= np.true_divide(1, x.shape[1] - 1)
+    return float(c[0, 1])
 
 
 def _series(curves: Mapping[Key, AgentCurves]) -> dict[str, dict[str, list[list[float]]]]:

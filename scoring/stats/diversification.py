@@ -333,6 +333,22 @@ def _score_groups(groups: Sequence[tuple[np.ndarray, list[str], dict[str, np.nda
     return out
 
 
+def _same_rows(held: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Return each distinct row of the boolean matrix ``held`` with the indices of the rows
+    equal to it (in order); the rows read as integers (one bit a column) when they fit in 62
+    bits, a sort of numbers instead of ``np.unique``'s of whole rows."""
+    if held.shape[1] > 62:
+        patterns, inverse = np.unique(held, axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    else:
+        codes = held.astype(np.int64) @ (np.int64(1) << np.arange(held.shape[1], dtype=np.int64))
+        _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        patterns = held[first]
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.cumsum(np.bincount(inverse, minlength=len(patterns)))[:-1]
+    return list(zip(patterns, np.split(order, bounds), strict=True))
+
+
 def diversification_rows(weights: np.ndarray, assets: Sequence[str], corr: ClassCorrelations,
                          held_eps: float = 0.0) -> np.ndarray:
     """Return ``T x 3`` (s_intra, s_inter, s_corr) of each row of a ``T x A`` weights matrix.
@@ -346,12 +362,10 @@ def diversification_rows(weights: np.ndarray, assets: Sequence[str], corr: Class
     held = w > max(held_eps, 0.0)
     groups: list[tuple[np.ndarray, list[str], dict[str, np.ndarray]]] = []
     if w.shape[0]:
-        patterns, inverse = np.unique(held, axis=0, return_inverse=True)
-        for g, pattern in enumerate(patterns):
+        for pattern, rows in _same_rows(held):
             cols = np.flatnonzero(pattern).tolist()
             if not cols or all(assets[j] in corr.riskless for j in cols):
                 continue
-            rows = np.flatnonzero(inverse.reshape(-1) == g)
             cw: dict[str, np.ndarray] = {}
             for j in cols:
                 a = assets[j]

@@ -19,9 +19,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from itertools import accumulate, pairwise, repeat
 
 import numpy as np
 from numpy.typing import ArrayLike
+
+from scoring.stats.small_sums import np_mean, np_prod, np_std
 
 __all__ = [
     "DDOF",
@@ -266,29 +269,28 @@ def mean_turnover(weight_seq: Sequence[Mapping[str, float]]) -> float:
     """
     if len(weight_seq) < 2:
         return _NAN
-    return _mean_turnover(_weight_matrix(weight_seq, ordered=False))
+    return _mean_turnover_of(_weight_steps(weight_seq)[1])
 
 
-def _weight_matrix(weight_seq: Sequence[Mapping[str, float]], *, ordered: bool = True
-                   ) -> tuple[list[str], np.ndarray]:
-    """Return the union of the keys (sorted when ``ordered``, else in first-seen order) and
-    each allocation's weights on them (missing: 0.0), one row per allocation."""
-    seen = dict.fromkeys(k for w in weight_seq for k in w)
-    keys: list[str] = sorted(seen) if ordered else list(seen)
-    return keys, np.array([[float(a.get(k, 0.0)) for k in keys] for a in weight_seq],
-                          dtype=float).reshape(len(weight_seq), len(keys))
-
-
-def _mean_turnover(matrix: tuple[list[str], np.ndarray]) -> float:
-    """Return :func:`mean_turnover` of two or more allocations from their weight matrix.
-
-    Each step's turnover is :func:`turnover`'s exact sum of the same ``|w_new - w_old|`` terms
-    (plus ``|0 - 0|`` for the keys neither allocation has, which an exact sum ignores).
-    """
-    _, w = matrix
+def _weight_steps(weight_seq: Sequence[Mapping[str, float]]
+                  ) -> tuple[np.ndarray, list[list[float]]]:
+    """Return the changes ``w_t - w_{t-1}`` of two or more allocations (steps x the sorted union
+    of their keys, a missing weight 0.0) and their absolute values, as lists."""
+    keys = sorted(set().union(*weight_seq))
+    w = np.array([list(map(a.get, keys, repeat(0.0))) for a in weight_seq],
+                 dtype=float).reshape(len(weight_seq), len(keys))
     with np.errstate(invalid="ignore"):  # inf - inf: NaN, silently, as in Python
-        steps = np.abs(w[1:] - w[:-1]).tolist()
-    return float(np.mean([math.fsum(terms) for terms in steps]))
+        dw = w[1:] - w[:-1]
+        return dw, np.abs(dw).tolist()
+
+
+def _mean_turnover_of(steps: list[list[float]]) -> float:
+    """Return :func:`mean_turnover` from the ``|w_new - w_old|`` terms of each step.
+
+    Each step's turnover is :func:`turnover`'s exact sum of the same terms (plus ``|0 - 0|``
+    for the keys neither allocation has, which an exact sum ignores); the mean is numpy's.
+    """
+    return np_mean([math.fsum(terms) for terms in steps])
 
 
 def mean_daily_turnover(traded_values: Iterable[float], values: ArrayLike) -> float:
@@ -300,13 +302,17 @@ def mean_daily_turnover(traded_values: Iterable[float], values: ArrayLike) -> fl
     ``[0, 2]`` per-rebalance scale of :func:`turnover`. 0 without a trade; NaN for fewer than
     two values or a non-positive mean equity.
     """
-    v = _as_1d(values)
-    if v.size < 2:
+    return _mean_daily_turnover(traded_values, _as_1d(values).tolist())
+
+
+def _mean_daily_turnover(traded_values: Iterable[float], values: list[float]) -> float:
+    """Return :func:`mean_daily_turnover` of the equity series as a list of floats."""
+    if len(values) < 2:
         return _NAN
-    mean_equity = float(np.mean(v))
+    mean_equity = np_mean(values)
     if not math.isfinite(mean_equity) or mean_equity <= 0.0:
         return _NAN
-    return float(sum(float(x) for x in traded_values)) / mean_equity / (v.size - 1)
+    return float(sum(float(x) for x in traded_values)) / mean_equity / (len(values) - 1)
 
 
 def flip_rate(weight_seq: Sequence[Mapping[str, float]], eps: float = 1e-9) -> float:
@@ -321,17 +327,16 @@ def flip_rate(weight_seq: Sequence[Mapping[str, float]], eps: float = 1e-9) -> f
     """
     if len(weight_seq) < 2:
         return _NAN
-    return _flip_rate(_weight_matrix(weight_seq), eps)
+    return _flip_rate_of(_weight_steps(weight_seq), eps)
 
 
-def _flip_rate(matrix: tuple[list[str], np.ndarray], eps: float = 1e-9) -> float:
-    """Return :func:`flip_rate` of two or more allocations from their sorted weight matrix."""
-    keys, w = matrix
-    if not keys:
+def _flip_rate_of(steps: tuple[np.ndarray, list[list[float]]], eps: float = 1e-9) -> float:
+    """Return :func:`flip_rate` of two or more allocations from their :func:`_weight_steps`."""
+    if steps[0].shape[1] == 0:
         return _NAN
     # All steps of all assets at once (the same float differences and counts as a loop per
     # step and asset): an asset's counted changes in step order, column by column.
-    dw = (w[1:] - w[:-1]).T  # assets x steps
+    dw = steps[0].T  # assets x steps
     counted = ~(np.abs(dw) <= eps)  # a NaN change counts (and is negative), as it always did
     col = np.nonzero(counted)[0]  # row-major over assets x steps: each asset's steps in order
     up = dw[counted] > 0.0
@@ -403,38 +408,48 @@ def summary_parts(
 
     Each figure is its function's (:func:`sharpe`, :func:`sortino`, ...) bit for bit: the same
     expressions on the same operands, with the mean and standard deviation of the returns, the
-    drawdowns and the growth ``prod(1 + r)`` computed once instead of once per figure.
+    drawdowns and the growth ``prod(1 + r)`` computed once instead of once per figure, on
+    Python floats in numpy's order (:mod:`scoring.stats.small_sums`: a few dozen returns cost
+    less so than through numpy's calls).
     """
     v = _as_1d(values)
-    r = simple_returns(v)
-    dd = drawdown_series(v)
+    vl: list[float] = v.tolist()
+    if all(0.0 < x < math.inf for x in vl):  # numpy's operations, in Python: no 0, inf or NaN
+        rl = [b / a - 1.0 for a, b in pairwise(vl)]
+        peaks = list(accumulate(vl, max))
+        ddl = [(p - x) / p for p, x in zip(peaks, vl, strict=True)]
+        r, dd = np.array(rl, dtype=float), np.array(ddl, dtype=float)
+        mdd = max(ddl) if len(vl) >= 2 else _NAN  # no NaN, no -0.0 (np.max's pick of zeros)
+    else:
+        r, dd = simple_returns(v), drawdown_series(v)
+        rl = r.tolist()
+        mdd = _NAN if v.size < 2 or np.isnan(dd).any() else float(np.max(dd))
     weights = list(weight_seq)
-    matrix = _weight_matrix(weights) if len(weights) >= 2 else None  # for both figures
-    n = int(r.size)
+    n = len(rl)
     root = math.sqrt(periods)
     target = rf_annual / periods
-    mean = float(np.mean(r)) if n else _NAN
-    std = float(np.std(r, ddof=DDOF)) if n >= 2 else _NAN
+    mean = np_mean(rl) if n else _NAN
+    std = np_std(rl, DDOF) if n >= 2 else _NAN
     if n < 2 or not math.isfinite(std) or _std_is_zero(std, mean):
         sharpe_ = _NAN
     else:
         sharpe_ = (mean - rf_annual / periods) / std * root
     sortino_ = sortino_sb = annualised = _NAN
     if n:
-        down = np.minimum(r - target, 0.0)
-        ddev = math.sqrt(float(np.mean(down**2)))
+        down = [d if not d > 0.0 else 0.0 for d in [x - target for x in rl]]  # np.minimum
+        ddev = math.sqrt(np_mean([d * d for d in down]))
         if math.isfinite(ddev) and not _std_is_zero(ddev, mean - target):
             sortino_ = (mean - target) / ddev * root
-        neg = r[r < 0.0]
-        if neg.size:
-            sortino_sb = (mean - rf_annual / periods) / math.sqrt(float(np.mean(neg**2)))
-        growth = float(np.prod(1.0 + r))
+        neg = [x for x in rl if x < 0.0]
+        if neg:
+            sortino_sb = (mean - rf_annual / periods) / math.sqrt(np_mean([x * x for x in neg]))
+        growth = np_prod([1.0 + x for x in rl])
         if math.isfinite(growth) and growth >= 0.0:
             annualised = growth ** (periods / n) - 1.0
-    mdd = _NAN if v.size < 2 or np.isnan(dd).any() else float(np.max(dd))
     calmar_ = _NAN if not math.isfinite(mdd) or mdd == 0.0 else annualised / mdd
+    steps = _weight_steps(weights) if len(weights) >= 2 else None  # for both figures
     summary = PerformanceSummary(
-        cumulative_return=cumulative_return(v),
+        cumulative_return=(_NAN if len(vl) < 2 or vl[0] == 0.0 else vl[-1] / vl[0] - 1.0),
         annualised_return=annualised,
         volatility=std * root if n >= 2 else _NAN,
         sharpe=sharpe_,
@@ -442,11 +457,11 @@ def summary_parts(
         sortino_stockbench=sortino_sb,
         max_drawdown=mdd,
         calmar=calmar_,
-        win_rate=float(np.count_nonzero(r > 0.0) / n) if n else _NAN,
-        mean_turnover=(mean_daily_turnover(traded_values, v) if traded_values is not None
+        win_rate=sum(x > 0.0 for x in rl) / n if n else _NAN,
+        mean_turnover=(_mean_daily_turnover(traded_values, vl) if traded_values is not None
                        else _NAN),
-        target_turnover=_mean_turnover(matrix) if matrix is not None else _NAN,
-        flip_rate=_flip_rate(matrix) if matrix is not None else _NAN,
+        target_turnover=_mean_turnover_of(steps[1]) if steps is not None else _NAN,
+        flip_rate=_flip_rate_of(steps) if steps is not None else _NAN,
         n_periods=n,
     )
     return summary, r, dd

@@ -56,3 +56,18 @@ def test_question_rows_equal_the_scalar_signed_exposures() -> None:
         weights = {a: float(w[t, j]) for j, a in enumerate(assets)} | {"CASH": float(w[t, -1])}
         _same(got[t], signed_question_exposures(weights, questions, corr))
     assert got[7, 0] == 0.0  # s_intra of one question: 1 - 1 * rho_intra(1)
+
+
+def test_rows_of_more_assets_than_a_pattern_number_holds_equal_the_scalar_scores() -> None:
+    rng = np.random.default_rng(17)  # 70 columns: the held patterns grouped by np.unique's rows
+    assets = [f"A{j}" for j in range(69)] + ["CASH"]
+    classes = {a: f"c{j % 7}" for j, a in enumerate(assets[:-1])} | {"CASH": "cash"}
+    panel = np.column_stack([rng.normal(0, 0.01, (40, 69)), np.zeros(40)])
+    corr = class_correlations(panel, assets, classes)
+    w = rng.dirichlet(np.ones(70), 50)
+    w[rng.random((50, 70)) < 0.9] = 0.0
+    w[7] = w[3]  # two rows holding the same assets
+    got = diversification_rows(w, assets, corr, 1e-12)
+    for t in range(50):
+        _same(got[t], diversification({a: float(x) for a, x in zip(assets, w[t], strict=True)
+                                       if x > 1e-12}, corr))

@@ -5,7 +5,9 @@ growth of the returns computed once; every figure must still be its own function
 (``repr`` equal, NaN where it gave NaN) on fixed data with the edge cases: no value, one value,
 a zero, NaN, a constant series, a total loss. ``_labels_at`` looks every regime label up with
 one ``searchsorted``; it must equal the lookup per time it replaced. The rolling-k figures
-compounded once equal the one-figure functions.
+compounded once equal the one-figure functions. numpy's sums, means, variances and products
+repeated on Python lists (``scoring.stats.small_sums``), and the rows' benchmark-relative
+figures computed from them, equal numpy's bit for bit.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from scoring.board.figures import REGIME_UNKNOWN, _labels_at
+from scoring.board.figures import REGIME_UNKNOWN, _labels_at, _relative
 from scoring.stats.benchmarks import (
     ROLLING_KS,
     rolling_k_delta,
@@ -43,6 +45,7 @@ from scoring.stats.metrics import (
     volatility,
     win_rate,
 )
+from scoring.stats.small_sums import np_mean, np_prod, np_std, np_sum, np_var
 
 
 def _mean_turnover_loop(seq: list[dict[str, Any]]) -> float:
@@ -259,3 +262,87 @@ def test_mean_turnover_edge_cases_equal_one_turnover_per_step() -> None:
             s = summarise([1.0, 1.1, 1.2], 252, 0.0, seq, [])
             assert repr(s.target_turnover) == repr(want), seq
             assert repr(s.flip_rate) == repr(flip_rate(seq)), seq
+
+
+# ----------------------------------------------------------------------------- small sums
+
+
+def _fbits(x: float) -> tuple[bool, float, float]:
+    """Return what tells two floats apart: NaN, the value and the sign of a zero."""
+    return (math.isnan(x), 0.0 if math.isnan(x) else x, math.copysign(1.0, x))
+
+
+def _lists(rng: np.random.Generator, n: int, trial: int) -> np.ndarray:
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, n)
+    if trial % 3 == 0:
+        x = rng.standard_normal(n) * 0.01
+    if trial % 7 == 0 and n:
+        x[rng.integers(0, n)] = (math.nan, math.inf, -math.inf, 0.0, -0.0)[trial % 5]
+    if trial % 11 == 0:
+        x = -np.zeros(n)  # all -0.0: numpy's sum starts from 0.0
+    return x
+
+
+def test_sums_means_variances_and_products_equal_numpy() -> None:
+    rng = np.random.default_rng(5)
+    for trial in range(3000):
+        n = int(rng.integers(0, 300)) if trial % 2 else int(rng.integers(0, 40))
+        x = _lists(rng, n, trial)
+        a = x.tolist()
+        with np.errstate(all="ignore"):
+            assert _fbits(np_sum(a)) == _fbits(float(np.sum(x))), (trial, n)
+            assert _fbits(np_prod(a)) == _fbits(float(np.prod(x))), (trial, n)
+            assert _fbits(np_prod((1.0 + x).tolist())) == _fbits(float(np.prod(1.0 + x)))
+            if n:
+                assert _fbits(np_mean(a)) == _fbits(float(np.mean(x))), (trial, n)
+            for ddof in (0, 1):
+                if n > ddof:
+                    assert _fbits(np_var(a, ddof)) == _fbits(float(np.var(x, ddof=ddof)))
+                    assert _fbits(np_std(a, ddof)) == _fbits(float(np.std(x, ddof=ddof)))
+
+
+def _numpy_relative(r: list[float], b: list[float], n: int) -> dict[str, float]:
+    """Return the relative figures written plainly with numpy (docs/scoring.md's formulas)."""
+    x, y = np.asarray(r), np.asarray(b)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    out = {"days": float(x.size), "excess_return": math.nan, "beta": math.nan,
+           "tracking_error": math.nan, "information_ratio": math.nan}
+    if x.size:
+        out["excess_return"] = float(np.prod(1.0 + x) - np.prod(1.0 + y))
+    if x.size >= 2:
+        var_b = float(np.var(y, ddof=1))
+        if var_b > 1e-12**2:
+            out["beta"] = float(np.cov(x, y, ddof=1)[0, 1]) / var_b
+        a = x - y
+        sd = float(np.std(a, ddof=1))
+        out["tracking_error"] = sd * math.sqrt(n)
+        if sd > 1e-12 * max(1.0, abs(float(np.mean(a)))):
+            out["information_ratio"] = float(np.mean(a)) / sd * math.sqrt(n)
+    return out
+
+
+def test_relative_figures_equal_numpy_with_the_benchmark_side_remembered() -> None:
+    rng = np.random.default_rng(9)
+    marks = [float(86400 * t) for t in range(60)]
+    bench = {"ew": {t: float(v) for t, v in zip(marks, rng.normal(0, 0.01, 60), strict=True)},
+             "flat": dict.fromkeys(marks[::2], 0.001),  # a constant benchmark: no beta
+             "gappy": {t: (math.nan if i % 9 == 0 else float(rng.normal(0, 0.02)))
+                       for i, t in enumerate(marks) if i % 3}}
+    cache: dict[object, object] = {}
+    for trial in range(400):
+        lo = int(rng.integers(0, 20)) if trial % 2 else 0  # most rows share their days
+        hi = int(rng.integers(lo, 61))
+        r = rng.normal(0, 0.02, hi - lo)
+        if trial % 5 == 0 and r.size:
+            r[rng.integers(0, r.size)] = math.nan
+        ends = marks[lo:hi]
+        got = _relative(r, ends, bench, 252, cache if trial % 3 else None)
+        assert list(got) == list(bench)
+        for name, series in bench.items():
+            days = [(x, series[t]) for x, t in zip(r.tolist(), ends, strict=True) if t in series]
+            want = _numpy_relative([a for a, _ in days], [b for _, b in days], 252)
+            want["days"] = len(days)
+            assert list(got[name]) == list(want)
+            assert [_fbits(float(v)) for v in got[name].values()] == [
+                _fbits(float(v)) for v in want.values()], (trial, name)
