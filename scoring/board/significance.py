@@ -40,7 +40,7 @@ from scoring.stats.inference import (
 )
 from scoring.stats.metrics import DDOF, STD_ZERO_RTOL, simple_returns
 from scoring.stats.multiple import holm, model_confidence_set
-from scoring.stats.order_stats import rank_counts, stacked, transposed
+from scoring.stats.order_stats import rank_counts, stacked
 from scoring.stats.sharpe_tests import (
     deflated_sharpe,
     min_track_record,
@@ -69,6 +69,8 @@ BASELINE_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "mome
                                    "sixty_forty", "risk_parity", "equal_risk_contribution",
                                    "min_variance", "random_guess")
 _CHUNK = 256  # columns per matrix product (bounds the memory of a large market)
+_BAND = 8  # agents per product of the resampled statistics: the band's draws stay in cache
+_P_BAND = 16  # agents per product of an interval computed on the fly
 _Two = tuple[np.ndarray, np.ndarray]  # two agents' draws of one statistic
 
 
@@ -120,40 +122,62 @@ class _Market:
         return self._draws[key]
 
     def stats(self, d: _Draws, cols: Iterable[int]) -> None:
-        """Fill the resampled cumulative excess return and Sharpe of ``cols`` on ``d``."""
+        """Fill the resampled cumulative excess return and Sharpe of ``cols`` on ``d``.
+
+        Each agent's draws are one contiguous row of ``B``: the products are
+        ``x.T @ counts.T`` (``k x B``; ``counts.T`` a view, no transposed copy), a band of
+        ``_BAND`` agents at a time, their three products (log growth, centred and squared
+        centred returns) stacked into one, the band's arithmetic in cache. The same
+        expressions as in the comments; BLAS sums each product in its own order (a few
+        units in the last place from ``counts @ x``).
+        """
         todo = sorted({j for j in cols if j not in d.cum})
+        if not todo:
+            return
         n = int(d.days.sum())
+        ct = d.counts.T  # n x B, a view
+        reps = ct.shape[1]
+        root = math.sqrt(self.periods)
+        band = min(_BAND, len(todo))
+        a = np.empty((3 * band, n))  # a band's rows: centred, squared centred, log growth
+        prod = np.empty((3 * band, reps))
+        low = np.empty((band, reps), dtype=bool)
         for s in range(0, len(todo), _CHUNK):
             part = todo[s : s + _CHUNK]
             x = self.excess[np.ix_(d.days, np.asarray(part, dtype=np.intp))]
-            # in place where a fresh B x 256 array would only be filled once: the same
-            # operations in the same order as the expressions in the comments
-            cum = d.counts @ np.log1p(np.maximum(x, -1.0 + 1e-12))
-            np.expm1(cum, out=cum)  # expm1(counts @ log1p(max(x, -1 + 1e-12)))
             centre = x.mean(axis=0)
-            xc = x - centre  # centred first: a constant column has exactly zero spread
-            mc = d.counts @ xc
-            mc /= n  # counts @ xc / n
-            var = d.counts @ xc**2
-            tmp = np.square(mc)
-            tmp *= n
-            var -= tmp
-            var /= n - DDOF  # (counts @ xc**2 - n * mc**2) / (n - DDOF)
-            mc += centre  # mean = mc + centre
-            mean = mc
-            sd = np.maximum(var, 0.0, out=var)
-            np.sqrt(sd, out=sd)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                shp = np.divide(mean, sd, out=tmp)
-                shp *= math.sqrt(self.periods)  # mean / sd * sqrt(N)
-            small = np.abs(mean, out=mean)
-            np.maximum(small, 1.0, out=small)
-            small *= STD_ZERO_RTOL
-            shp[sd <= small] = np.nan  # sd <= RTOL * max(1, |mean|)
-            cum_rows, shp_rows = transposed(cum), transposed(shp)
-            for i, j in enumerate(part):  # one contiguous row of B draws per agent
-                d.cum[j] = cum_rows[i]
-                d.shp[j] = shp_rows[i]
+            xc = (x - centre).T  # centred first: a constant column has exactly zero spread
+            growth = np.log1p(np.maximum(x, -1.0 + 1e-12)).T
+            cum = np.empty((len(part), reps))  # one contiguous row of B draws per agent
+            shp = np.empty((len(part), reps))
+            for b in range(0, len(part), band):
+                m = min(band, len(part) - b)
+                a[:m], a[2 * m : 3 * m] = xc[b : b + m], growth[b : b + m]
+                np.square(a[:m], out=a[m : 2 * m])
+                mc, var, tmp = prod[:m], prod[m : 2 * m], prod[2 * m : 3 * m]
+                np.matmul(a[: 3 * m], ct, out=prod[: 3 * m])
+                np.expm1(tmp, out=cum[b : b + m])  # expm1(counts @ log1p(max(x, -1 + 1e-12)))
+                mc /= n  # counts @ xc / n
+                np.square(mc, out=tmp)
+                tmp *= n
+                var -= tmp
+                var /= n - DDOF  # (counts @ xc**2 - n * mc**2) / (n - DDOF)
+                mc += centre[b : b + m, None]  # mean = mc + centre
+                mean = mc
+                sd = np.maximum(var, 0.0, out=var)
+                np.sqrt(sd, out=sd)
+                out = shp[b : b + m]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    np.divide(mean, sd, out=out)
+                    out *= root  # mean / sd * sqrt(N)
+                small = np.abs(mean, out=mean)
+                np.maximum(small, 1.0, out=small)
+                small *= STD_ZERO_RTOL
+                np.less_equal(sd, small, out=low[:m])
+                out[low[:m]] = np.nan  # sd <= RTOL * max(1, |mean|)
+            for i, j in enumerate(part):
+                d.cum[j] = cum[i]
+                d.shp[j] = shp[i]
 
     def estimate(self, mask: np.ndarray, j: int) -> tuple[float, float]:
         """Return the observed cumulative excess return and Sharpe of column ``j`` on ``mask``."""
@@ -191,6 +215,26 @@ def _quantiles(x: np.ndarray, level: float = BOOTSTRAP_LEVEL) -> np.ndarray:
     return out
 
 
+def _product_quantiles(rows: np.ndarray, counts: np.ndarray, *, growth: bool) -> np.ndarray:
+    """Return :func:`_quantiles` of the resampled sums of ``rows`` (``k x n``): the draws
+    ``expm1(rows @ counts.T)`` (``growth``: the rows are log growth) or ``rows @ counts.T / n``,
+    computed and summarised ``_P_BAND`` rows at a time (each draw a row of ``B``, in cache)."""
+    k, n = rows.shape
+    ct = counts.T  # a view: no transposed copy
+    buf = np.empty((min(_P_BAND, k), ct.shape[1]))
+    out = np.empty((k, 2))
+    for s in range(0, k, _P_BAND):
+        m = min(_P_BAND, k - s)
+        draws = buf[:m]
+        np.matmul(rows[s : s + m], ct, out=draws)
+        if growth:
+            np.expm1(draws, out=draws)
+        else:
+            draws /= n
+        out[s : s + m] = _quantiles(draws)
+    return out
+
+
 def _intervals(mk: _Market, agents: Sequence[str]) -> dict[str, dict[str, list[float]]]:
     """Return each agent's block-bootstrap intervals over its own days.
 
@@ -207,19 +251,16 @@ def _intervals(mk: _Market, agents: Sequence[str]) -> dict[str, dict[str, list[f
         d = mk.draws(mk.has[:, cols[0]])
         if d is None:
             continue
-        n = int(d.days.sum())
         for s in range(0, len(cols), _CHUNK):
             part = cols[s : s + _CHUNK]
-            raw = mk.raw[np.ix_(d.days, np.asarray(part, dtype=np.intp))]
+            raw = mk.raw[np.ix_(d.days, np.asarray(part, dtype=np.intp))].T  # k x n
             mk.stats(d, part)
             if mk.excess_is_raw:  # the same product as below, done once by stats
                 cum = _quantiles(stacked([d.cum[j] for j in part]))
-            else:
-                cum = _quantiles(transposed(
-                    np.expm1(d.counts @ np.log1p(np.maximum(raw, -1.0 + 1e-12)))))
-            mean = d.counts @ raw
-            mean /= n  # counts @ raw / n, in place
-            mean = _quantiles(transposed(mean))
+            else:  # expm1(counts @ log1p(max(raw, -1 + 1e-12)))
+                cum = _product_quantiles(np.log1p(np.maximum(raw, -1.0 + 1e-12)), d.counts,
+                                         growth=True)
+            mean = _product_quantiles(raw, d.counts, growth=False)  # counts @ raw / n
             shp = _quantiles(stacked([d.shp[j] for j in part]))
             for i, j in enumerate(part):
                 out[mk.agents[j]] = {"cumulative_return_ci": cum[i].tolist(),
@@ -348,10 +389,14 @@ def _stability(mk: _Market, ranked: Sequence[dict[str, Any]]) -> dict[str, Any]:
     mk.stats(d, cols)
     rows = [d.cum[j] for j in cols]  # one contiguous row of B draws per agent
     est = [mk.estimate(mask, j)[0] for j in cols]
-    # p to the best: every agent's one-sided test, a block of agents at a time (no k x B copy)
+    # p to the best: every agent's one-sided test, a block of agents at a time (no k x B copy;
+    # the differences written into one reused block)
     p_best: list[float] = []
+    buf = np.empty((min(_CHUNK, max(len(cols) - 1, 0)), rows[0].size))
     for s in range(1, len(cols), _CHUNK):
-        block = rows[0] - np.vstack(rows[s : s + _CHUNK])
+        block = buf[: len(rows[s : s + _CHUNK])]
+        for i, row in enumerate(rows[s : s + _CHUNK]):
+            np.subtract(rows[0], row, out=block[i])  # rows[0] - vstack(rows[s : s + _CHUNK])
         p_best += null_p_values([est[0] - e for e in est[s : s + _CHUNK]], block,
                                 one_sided=True).tolist()
     adj = holm(p_best)
