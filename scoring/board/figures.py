@@ -46,7 +46,7 @@ from scoring.stats.metrics import (
     starts_at_initial,
     summary_parts,
 )
-from scoring.stats.small_sums import np_mean, np_prod, np_std, np_var
+from scoring.stats.small_sums import np_mean, np_prod, np_std, np_sum, np_var
 
 FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sortino",
           "sortino_stockbench",
@@ -272,10 +272,9 @@ def _row_weights(held: np.ndarray) -> np.ndarray:
 def _mean_scores(scores: np.ndarray) -> dict[str, float]:
     """Return the mean over rows of each finite s_intra / s_inter / s_corr (NaN if none)."""
     out = {}
-    for i, k in enumerate(("s_intra", "s_inter", "s_corr")):
-        col = scores[:, i]
-        col = col[np.isfinite(col)]
-        out[k] = float(np.mean(col)) if col.size else _NAN
+    for k, col in zip(("s_intra", "s_inter", "s_corr"), scores.T.tolist(), strict=True):
+        finite = [x for x in col if math.isfinite(x)]
+        out[k] = np_mean(finite) if finite else _NAN  # np.mean of the finite ones, in Python
     return out
 
 
@@ -474,7 +473,10 @@ def _row(store: _Store, key: Key, lo: float, hi: float, from_start: bool,
     var95 = historical_var(r, VAR_LEVEL, VAR_WINDOW, min_periods=VAR_MIN_PERIODS)
     mdd = summary["max_drawdown"]
     ends = mark_ts[-len(r):] if len(r) else []
-    labels = _labels_at(regime[0], regime[1], ends)
+    labels_key = ("labels", id(regime[1]), tuple(ends))  # the rows of the same days: once
+    labels = store.corr_cache.get(labels_key)
+    if labels is None:
+        labels = store.corr_cache[labels_key] = _labels_at(regime[0], regime[1], ends)
     consistency = store.probes.get((agent, market)) or store.probes.get((agent, ""))
     outcomes = {k: sum(lo <= t <= hi for t in ts)
                 for k, ts in store.outcomes.get(key, {}).items()}
@@ -564,8 +566,8 @@ def _brier(store: _Store, market: str, mark_ts: Sequence[float], held: np.ndarra
         i = int(np.searchsorted(marks, ts, side="left")) - 1
         if i < 0:
             continue
-        row = held[i]
-        value = float(row.sum())
+        row = held[i].tolist()
+        value = np_sum(row)  # float(held[i].sum()), in Python
         if not value > 0:
             continue
         for tokens in members.values():
@@ -575,8 +577,8 @@ def _brier(store: _Store, market: str, mark_ts: Sequence[float], held: np.ndarra
             if float(payouts[yes]) not in (0.0, 1.0):
                 annulled += 1
                 continue
-            w_yes = float(row[col[yes]]) / value if yes in col else 0.0
-            w_no = float(row[col[no]]) / value if no in col else 0.0
+            w_yes = row[col[yes]] / value if yes in col else 0.0
+            w_no = row[col[no]] / value if no in col else 0.0
             p = min(1.0, max(0.0, (1.0 + w_yes - w_no) / 2.0))
             errors.append((p - float(payouts[yes])) ** 2)
     return {"brier": np_mean(errors) if errors else None,
@@ -672,13 +674,13 @@ def _relative_figures(r: list[float], b: list[float], periods: int, key: tuple[A
 
 
 def _cov(r: list[float], b: list[float]) -> float:
-    """Return ``float(np.cov(r, b, ddof=1)[0, 1])`` by :func:`numpy.cov`'s own operations (the
-    same mean, centring, ``dot`` and scaling), without its checks."""
-    x = np.array([r, b], dtype=float)
-    x -= x.mean(axis=1)[:, None]
+    """Return ``float(np.cov(r, b, ddof=1)[0, 1])`` by :func:`numpy.cov`'s own operations: the
+    rows centred on their means (numpy's, :func:`np_mean`), the same ``dot`` of the centred rows
+    with their transpose, scaled by ``1 / (n - 1)``; without its checks."""
+    mr, mb = np_mean(r), np_mean(b)
+    x = np.array([[v - mr for v in r], [v - mb for v in b]], dtype=float)
     c = np.dot(x, x.T.conj())
-    c *= np.true_divide(1, x.shape[1] - 1)
-    return float(c[0, 1])
+    return float(c[0, 1]) * (1 / (len(r) - 1))
 
 
 def _series(curves: Mapping[Key, AgentCurves]) -> dict[str, dict[str, list[list[float]]]]:
