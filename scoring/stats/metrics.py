@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from itertools import accumulate, pairwise, repeat
+from itertools import accumulate, chain, pairwise
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -274,11 +274,24 @@ def mean_turnover(weight_seq: Sequence[Mapping[str, float]]) -> float:
 
 def _weight_steps(weight_seq: Sequence[Mapping[str, float]]
                   ) -> tuple[np.ndarray, list[list[float]]]:
-    """Return the changes ``w_t - w_{t-1}`` of two or more allocations (steps x the sorted union
-    of their keys, a missing weight 0.0) and their absolute values, as lists."""
-    keys = sorted(set().union(*weight_seq))
-    w = np.array([list(map(a.get, keys, repeat(0.0))) for a in weight_seq],
-                 dtype=float).reshape(len(weight_seq), len(keys))
+    """Return the changes ``w_t - w_{t-1}`` of two or more allocations (steps x the union of
+    their keys, a missing weight 0.0) and their absolute values, as lists.
+
+    The keys are in the allocations' own order when they all list the same keys in the same
+    order (then their values are read as they are), else sorted: neither figure made of the
+    changes depends on the order of the assets (a turnover is an exact sum over them, a flip
+    a change of one asset's sign).
+    """
+    first = list(weight_seq[0])
+    if all(list(a) == first for a in weight_seq):
+        width = len(first)
+        flat = chain.from_iterable([a.values() for a in weight_seq])
+    else:
+        keys = sorted(set().union(*weight_seq))
+        width, zeros = len(keys), [0.0] * len(keys)
+        flat = chain.from_iterable([map(a.get, keys, zeros) for a in weight_seq])
+    w = np.fromiter(flat, dtype=float, count=len(weight_seq) * width)
+    w = w.reshape(len(weight_seq), width)
     with np.errstate(invalid="ignore"):  # inf - inf: NaN, silently, as in Python
         dw = w[1:] - w[:-1]
         return dw, np.abs(dw).tolist()

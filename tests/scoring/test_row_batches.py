@@ -246,6 +246,39 @@ def test_mean_turnover_equals_one_turnover_per_step(seed: int) -> None:
         assert repr(summarise([1.0, 1.1], 252, 0.0, seq).target_turnover) == repr(want)
 
 
+def _flip_rate_loop(seq: list[dict[str, Any]], eps: float = 1e-9) -> float:
+    """Return the flip rate as its docstring defines it: one asset and one step at a time."""
+    flips = eligible = 0
+    for k in sorted(set().union(*seq)):
+        last = None
+        for a, b in pairwise(seq):
+            dw = float(b.get(k, 0.0)) - float(a.get(k, 0.0))
+            if not abs(dw) > eps:
+                continue
+            if last is not None:
+                eligible += 1
+                flips += (dw > 0.0) != last
+            last = dw > 0.0
+    return flips / eligible if eligible else math.nan
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_turnover_and_flip_rate_of_one_key_order_equal_the_loops(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)  # every allocation lists the same keys in one order
+    names = [f"A{j}" for j in range(int(rng.integers(1, 20)))]
+    rng.shuffle(names)
+    seq = [{a: float(x) for a, x in zip(names, rng.dirichlet(np.ones(len(names))) *
+                                        (rng.random(len(names)) < 0.7), strict=True)}
+           for _ in range(int(rng.integers(2, 40)))]
+    shuffled = [dict(sorted(w.items(), key=lambda kv: rng.random())) for w in seq]
+    for s in (seq, shuffled):  # the values as they are, and by key
+        assert repr(mean_turnover(s)) == repr(_mean_turnover_loop(seq))
+        assert repr(flip_rate(s)) == repr(_flip_rate_loop(seq))
+        got = summarise([1.0, 1.1], 252, 0.0, s)
+        assert repr((got.target_turnover, got.flip_rate)) == repr(
+            (_mean_turnover_loop(seq), _flip_rate_loop(seq)))
+
+
 def test_mean_turnover_edge_cases_equal_one_turnover_per_step() -> None:
     cases: list[list[dict[str, Any]]] = [
         [], [{}], [{"A": 1.0}], [{}, {}], [{}, {}, {}], [{"A": 1.0}, {}], [{}, {"A": 1.0}],
