@@ -46,7 +46,7 @@ from scoring.stats.sharpe_tests import (
     min_track_record,
     probabilistic_sharpe,
     sharpe_difference_hac_rows,
-    sharpe_moments,
+    sharpe_moments_many,
 )
 
 #: Draws of every interval and test; their seed; the level of the intervals.
@@ -317,23 +317,26 @@ def _pair_tests(todo: Sequence[tuple[dict[str, Any], float, float, _Two, _Two]],
     """Set the interval and both p-values of a chunk of comparisons from their draws.
 
     Each comparison brings both agents' draws of the cumulative return and of the Sharpe
-    ratio; their differences are written into ``bufs`` (kept for the next chunk)."""
+    ratio; their differences are written into ``bufs`` (kept for the next chunk), ``_P_BAND``
+    comparisons at a time, each band tested and summarised while in cache."""
     if not todo:
         return
     reps = todo[0][3][0].size
     if "cum" not in bufs or bufs["cum"].shape[1] != reps:
-        bufs["cum"] = np.empty((_CHUNK, reps))
-        bufs["shp"] = np.empty((_CHUNK, reps))
-    dc, ds = bufs["cum"][: len(todo)], bufs["shp"][: len(todo)]
-    for i, (_, _, _, (ca, cb), (sa, sb)) in enumerate(todo):
-        np.subtract(ca, cb, out=dc[i])
-        np.subtract(sa, sb, out=ds[i])
-    pc = null_p_values([t[1] for t in todo], dc)
-    ps = null_p_values([t[2] for t in todo], ds)
-    qc = _quantiles(dc)
-    for i, (vs, *_) in enumerate(todo):
-        vs |= {"difference_ci": qc[i].tolist(), "p_value": float(pc[i]),
-               "sharpe_p_value": float(ps[i])}
+        bufs["cum"] = np.empty((_P_BAND, reps))
+        bufs["shp"] = np.empty((_P_BAND, reps))
+    for s in range(0, len(todo), _P_BAND):
+        band = todo[s : s + _P_BAND]
+        dc, ds = bufs["cum"][: len(band)], bufs["shp"][: len(band)]
+        for i, (_, _, _, (ca, cb), (sa, sb)) in enumerate(band):
+            np.subtract(ca, cb, out=dc[i])
+            np.subtract(sa, sb, out=ds[i])
+        pc = null_p_values([t[1] for t in band], dc)
+        ps = null_p_values([t[2] for t in band], ds)
+        qc = _quantiles(dc)
+        for i, (vs, *_) in enumerate(band):
+            vs |= {"difference_ci": qc[i].tolist(), "p_value": float(pc[i]),
+                   "sharpe_p_value": float(ps[i])}
 
 
 def _holm_family(comparisons: Sequence[tuple[str, str, dict[str, Any]]], name: str) -> None:
@@ -360,7 +363,7 @@ def _significant(p: float) -> bool:
 
 def _track_record(rows: Sequence[dict[str, Any]], excess: Mapping[str, np.ndarray]) -> None:
     """Set PSR, DSR (trials: the market's agents) and the minimum track record length."""
-    moments = [sharpe_moments(excess[r["agent"]]) for r in rows]  # once per row
+    moments = sharpe_moments_many([excess[r["agent"]] for r in rows])  # once per row
     finite = [m[0] for m in moments if math.isfinite(m[0])]
     var = float(np.var(finite, ddof=DDOF)) if len(finite) > 1 else 0.0
     for r, mom in zip(rows, moments, strict=True):

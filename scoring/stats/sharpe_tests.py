@@ -13,6 +13,7 @@ exception.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from statistics import NormalDist
 
 import numpy as np
@@ -30,6 +31,8 @@ __all__ = [
     "sharpe_difference_hac",
     "sharpe_difference_hac_rows",
     "sharpe_moments",
+    "sharpe_moments_many",
+    "sharpe_moments_rows",
 ]
 
 #: The Euler-Mascheroni constant of the expected maximum Sharpe ratio (DSR).
@@ -72,6 +75,50 @@ def sharpe_moments(returns: ArrayLike) -> tuple[float, float, float, int]:
     c = r - m
     s0 = math.sqrt(float(np.mean(c**2)))
     return m / sd, float(np.mean(c**3)) / s0**3, float(np.mean(c**4)) / s0**4, int(r.size)
+
+
+def sharpe_moments_rows(rows: np.ndarray) -> list[Moments]:
+    """Return :func:`sharpe_moments` of each row of ``rows`` (``k x T``, every value finite).
+
+    The same figures: numpy reduces each contiguous row as it reduces one series (pairwise
+    sums), so the matrix's reductions along its rows replace ``k`` calls.
+    """
+    x = np.ascontiguousarray(rows, dtype=float)
+    k, t = x.shape
+    undefined = (_NAN, _NAN, _NAN, t)
+    if t < 3:
+        return [undefined] * k
+    m = np.mean(x, axis=1)
+    sd = np.std(x, axis=1, ddof=DDOF)
+    c = x - m[:, None]
+    m2, m3, m4 = np.mean(c**2, axis=1), np.mean(c**3, axis=1), np.mean(c**4, axis=1)
+    out: list[Moments] = []
+    for mi, sdi, v2, v3, v4 in zip(m.tolist(), sd.tolist(), m2.tolist(), m3.tolist(),
+                                   m4.tolist(), strict=True):
+        if sdi <= STD_ZERO_RTOL * max(1.0, abs(mi)):
+            out.append(undefined)
+            continue
+        s0 = math.sqrt(v2)
+        out.append((mi / sdi, v3 / s0**3, v4 / s0**4, t))
+    return out
+
+
+def sharpe_moments_many(series: Sequence[np.ndarray]) -> list[Moments]:
+    """Return :func:`sharpe_moments` of each 1-D series: those of one length at once
+    (:func:`sharpe_moments_rows`, the same figures), a series with a non-finite value alone."""
+    out: list[Moments | None] = [None] * len(series)
+    by_size: dict[int, list[int]] = {}
+    for i, x in enumerate(series):
+        by_size.setdefault(x.size, []).append(i)
+    for idx in by_size.values():
+        block = np.vstack([series[i] for i in idx])
+        if np.isfinite(block).all():
+            for i, mom in zip(idx, sharpe_moments_rows(block), strict=True):
+                out[i] = mom
+        else:
+            for i in idx:
+                out[i] = sharpe_moments(series[i])
+    return [m for m in out if m is not None]
 
 
 def _dispersion(sr: float, skew: float, kurt: float) -> float:

@@ -184,6 +184,39 @@ def test_sharpe_tests_with_moments_given_equal_computed() -> None:
             assert (math.isnan(a) and math.isnan(b)) or a == b
 
 
+@pytest.mark.parametrize("t", [2, 3, 7, 8, 9, 22, 29, 128, 129, 300])
+def test_sharpe_moments_rows_equal_each_series_and_plain_moments(t: int) -> None:
+    from scoring.stats.sharpe_tests import (
+        sharpe_moments,
+        sharpe_moments_many,
+        sharpe_moments_rows,
+    )
+
+    rng = np.random.default_rng(t)
+    x = rng.normal(3e-4, 0.01, (12, t)) + rng.standard_t(3, (12, t)) * 1e-3
+    x[3], x[4] = 0.001, 0.0  # no spread: undefined
+    got = sharpe_moments_rows(x)
+    assert len(got) == 12
+    for i, (row, g) in enumerate(zip(x, got, strict=True)):
+        want = sharpe_moments(row)  # bit for bit the same figures
+        assert g[3] == want[3] == t
+        assert all((math.isnan(a) and math.isnan(b)) or a == b
+                   for a, b in zip(g, want, strict=True))
+        if t < 3 or i in (3, 4):
+            assert all(math.isnan(v) for v in g[:3])
+            continue
+        c = row - row.mean()  # the moments written plainly
+        s0 = math.sqrt(float(np.mean(c**2)))
+        assert g[0] == pytest.approx(row.mean() / row.std(ddof=1), rel=1e-12, abs=0)
+        assert g[1] == pytest.approx(float(np.mean(c**3)) / s0**3, rel=1e-9, abs=1e-12)
+        assert g[2] == pytest.approx(float(np.mean(c**4)) / s0**4, rel=1e-12, abs=0)
+    mixed = [x[0], x[1, :-1], x[2], np.r_[x[3, :-1], np.inf]]  # two lengths, a non-finite
+    for g, row in zip(sharpe_moments_many(mixed), mixed, strict=True):
+        want = sharpe_moments(row)
+        assert all((math.isnan(a) and math.isnan(b)) or a == b
+                   for a, b in zip(g, want, strict=True))
+
+
 def _flip_rate_loop(weight_seq: list[dict[str, float]], eps: float = 1e-9) -> float:
     """flip_rate as first written: a loop per step and asset."""
     from itertools import pairwise

@@ -268,7 +268,7 @@ def test_stationary_indices_equal_arch_bootstrap_draws(n_obs: int, block: float,
 
 
 def test_pair_tests_in_reused_buffers_equal_each_pair() -> None:
-    from scoring.board.significance import _pair_tests
+    from scoring.board.significance import _P_BAND, _pair_tests
     from scoring.stats.inference import null_p_value
 
     rng = np.random.default_rng(7)
@@ -291,7 +291,7 @@ def test_pair_tests_in_reused_buffers_equal_each_pair() -> None:
             q = [(1.0 - 0.95) / 2.0, 1.0 - (1.0 - 0.95) / 2.0]  # the report's level
             want_ci = np.quantile(fin, q).tolist() if fin.size else [math.nan] * 2
             assert np.array_equal(_bits(np.array(vs["difference_ci"])), _bits(np.array(want_ci)))
-    assert bufs["cum"].shape == (_CHUNK, 10_000)
+    assert bufs["cum"].shape == (_P_BAND, 10_000)  # one band of differences, reused
 
 
 def test_linear_quantile_equals_np_quantile() -> None:
