@@ -629,7 +629,7 @@ def _relative(r: np.ndarray, ends: Sequence[float], bench: Mapping[str, Mapping[
     for name, series in bench.items():
         days = [(x, t) for x, t in zip(rl, ends, strict=True) if t in series]
         fig = _relative_figures([a for a, _ in days], [series[t] for _, t in days], n,
-                                (name, tuple(t for _, t in days)), cache)
+                                (name, id(series), tuple(t for _, t in days)), cache)
         fig["days"] = len(days)
         out[name] = fig
     return out

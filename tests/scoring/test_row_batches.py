@@ -362,6 +362,8 @@ def test_relative_figures_equal_numpy_with_the_benchmark_side_remembered() -> No
              "flat": dict.fromkeys(marks[::2], 0.001),  # a constant benchmark: no beta
              "gappy": {t: (math.nan if i % 9 == 0 else float(rng.normal(0, 0.02)))
                        for i, t in enumerate(marks) if i % 3}}
+    other = {name: {t: v * 2.0 + 0.001 for t, v in series.items()}  # another market's, the
+             for name, series in bench.items()}  # same names and marks: its own side
     cache: dict[object, object] = {}
     for trial in range(400):
         lo = int(rng.integers(0, 20)) if trial % 2 else 0  # most rows share their days
@@ -370,6 +372,8 @@ def test_relative_figures_equal_numpy_with_the_benchmark_side_remembered() -> No
         if trial % 5 == 0 and r.size:
             r[rng.integers(0, r.size)] = math.nan
         ends = marks[lo:hi]
+        if trial % 4 == 1:
+            bench, other = other, bench
         got = _relative(r, ends, bench, 252, cache if trial % 3 else None)
         assert list(got) == list(bench)
         for name, series in bench.items():
