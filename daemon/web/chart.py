@@ -66,7 +66,7 @@ def benchmark_curve(panel_prices: Any, marks: list[float]) -> list[list[float]]:
 def board_with_benchmarks(path: str | Path) -> dict[str, Any]:
     """Return the leaderboard of the store at ``path`` with ``benchmark_curves`` per market."""
     from daemon.store.reports import leaderboard, reading
-    from scoring.board.load import _load_panel
+    from scoring.board.panels import _load_panel
 
     board = leaderboard(path)
     curves: dict[str, list[list[float]]] = {}

@@ -26,7 +26,7 @@ from daemon.core.price_columns import AssetTable, PriceColumns
 from daemon.store.read import open_for_reading
 from daemon.store.spill import read_spill, spill_unwritten
 from daemon.store.store import Store
-from scoring.board.load import _load_panel
+from scoring.board.panels import _load_panel
 from tests.pg import pg_database, requires_pg
 
 DAY = 86_400.0

@@ -262,7 +262,7 @@ def test_fill_decoder_reads_what_fill_map_reads() -> None:
 
 
 def test_latest_in_stored_order_equals_the_latest_by_id() -> None:
-    from scoring.board.load import _latest_by_mark, _latest_in_order
+    from scoring.board.panels import _latest_by_mark, _latest_in_order
 
     rng = np.random.default_rng(3)
     for _ in range(40):

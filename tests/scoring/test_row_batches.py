@@ -163,7 +163,7 @@ _WINDOW_SQL = (  # the store's query the panel made before: the reference
 def test_latest_by_mark_equals_the_window_query(seed: int) -> None:
     import sqlite3
 
-    from scoring.board.load import _latest_by_mark
+    from scoring.board.panels import _latest_by_mark
 
     rng = np.random.default_rng(seed)
     con = sqlite3.connect(":memory:")
