@@ -1,52 +1,67 @@
 """Per-agent figures of the leaderboard: one row per (agent, market) from the loaded store.
 
-Performance summary, bootstrap intervals, rolling-k, CapitalBench score, diversification, VaR
-and risk profile, Brier score, model cost, benchmark-relative figures, and the market regime
-(equal-weight index of the equity universe) with each agent's per-regime split. Conventions:
-docs/scoring.md, section "Leaderboard".
-
-Why one module over 500 lines: the figures of one leaderboard row are computed together from one
-agent's curves and share the row's intermediate series (returns, drawdowns, benchmark and regime
-splits); reading rows is :mod:`.load`, standings :mod:`.rank`, rendering :mod:`.text`.
+Each row is assembled here (:func:`_row`) from one agent's curves: performance summary,
+rolling-k, CapitalBench score, VaR and risk profile, Brier score, model cost and decisions, with
+the figures read against the market's window (prices, CapitalBench window, diversification:
+:mod:`scoring.board.market_window`) and against its benchmarks and regime
+(:mod:`scoring.board.benchmark_figures`); also the report's market summaries, dates and token
+labels. Conventions: docs/scoring.md, section "Leaderboard". Reading rows is :mod:`.load`,
+standings :mod:`.rank`, rendering :mod:`.text`.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import add
 from typing import Any
 
 import numpy as np
 
+from scoring.board.benchmark_figures import (
+    REGIME_MIN_RETURNS,
+    REGIME_UNKNOWN,
+    REGIME_WINDOW,
+    _benchmarks,
+    _by_regime,
+    _labels_at,
+    _regime_by_mark,
+    _relative,
+    _window_regime,
+)
 from scoring.board.load import _NAN, AgentCurves, Key, _Store
+from scoring.board.market_window import (
+    _capitalbench,
+    _diversification,
+    _first_priced,
+    _mean_scores,
+    _window,
+    _window_asset_returns,
+)
 from scoring.stats.benchmarks import (
     CASH,
     RISK_PROFILES,
     ROLLING_KS,
     RiskProfile,
-    capitalbench_score,
     historical_var,
     profile_alignment,
-    regime_label,
     rolling_k_figures,
 )
-from scoring.stats.diversification import (
-    class_correlations,
-    diversification_rows,
-    signed_question_rows,
-)
-from scoring.stats.metrics import (
-    DDOF,
-    STD_ZERO_RTOL,
-    periods_per_year,
-    starts_at_initial,
-    summary_parts,
-)
-from scoring.stats.small_sums import np_mean, np_prod, np_std, np_sum, np_var
+from scoring.stats.metrics import periods_per_year, starts_at_initial, summary_parts
+from scoring.stats.small_sums import np_mean, np_prod, np_sum
+
+#: The parts' names the entry (leaderboard), the renderer (text), batched_rows and tests import
+#: from here: re-exported, so they stay importable here.
+__all__ = [
+    "REGIME_MIN_RETURNS",
+    "REGIME_UNKNOWN",
+    "REGIME_WINDOW",
+    "_benchmarks",
+    "_mean_scores",
+    "_regime_by_mark",
+    "_window_regime",
+]
 
 FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sortino",
           "sortino_stockbench",
@@ -55,12 +70,8 @@ FIELDS = ("cumulative_return", "annualised_return", "volatility", "sharpe", "sor
 VAR_LEVEL = 0.95
 VAR_WINDOW = 60
 VAR_MIN_PERIODS = 20
-REGIME_WINDOW = 20
-REGIME_MIN_RETURNS = 5
-REGIME_UNKNOWN = "unknown"
 POLYMARKET_SIDES = ("YES", "NO")
 _DAY = 86400.0
-_HELD_EPS = 1e-12
 
 #: Decision outcomes that are valid: applied (``ok``) or held on purpose (``hold``).
 VALID_OUTCOMES: tuple[str, ...] = ("ok", "hold")
@@ -147,178 +158,6 @@ def _rolling_k(h: np.ndarray, p: np.ndarray) -> dict[str, Any]:
     return rolling_k_figures(h, p, ROLLING_KS)
 
 
-def _asset_returns(prices: np.ndarray) -> np.ndarray:
-    """Return mark-to-mark simple returns per asset (NaN where a price is missing or 0)."""
-    if prices.shape[0] < 2:
-        return np.empty((0, prices.shape[1]))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = prices[1:] / prices[:-1] - 1.0
-    r[~np.isfinite(r)] = np.nan
-    return r
-
-
-def _window_asset_returns(assets: Sequence[str], p0: np.ndarray, p1: np.ndarray
-                          ) -> dict[str, float]:
-    """Return each asset's return between two price rows, CASH (0) included."""
-    out = {CASH: 0.0}
-    for j, a in enumerate(assets):
-        if math.isfinite(p0[j]) and math.isfinite(p1[j]) and p0[j] > 0:
-            out[a] = float(p1[j] / p0[j] - 1.0)
-    return out
-
-
-def _first_priced(prices: np.ndarray) -> int:
-    """Return the first row with any finite price (the CapitalBench window start), else -1."""
-    rows: Sequence[int] = (np.flatnonzero(np.isfinite(prices).any(axis=1)).tolist()
-                           if prices.size else [])
-    return int(rows[0]) if len(rows) else -1
-
-
-def _capitalbench(values: Sequence[float], assets: Sequence[str], prices: np.ndarray,
-                  window: tuple[int, float] | None = None) -> tuple[float, float]:
-    """Score the realised window return the way capitalbench_score scores ``sum(w r)``.
-
-    The window runs from the first mark with a price in the market to the last mark; the
-    portfolio return is the agent's value ratio over it, the universe every asset priced at both
-    ends plus CASH (return 0). ``window``: :func:`_capitalbench_window` of the prices, if known.
-    """
-    i, best = window if window is not None else _capitalbench_window(assets, prices)
-    if i < 0 or len(values) - i < 2 or values[i] <= 0:
-        return _NAN, _NAN
-    pr = values[-1] / values[i] - 1.0
-    return (100.0 * pr / best if best > 0 else _NAN), best - pr
-
-
-def _capitalbench_window(assets: Sequence[str], prices: np.ndarray) -> tuple[int, float]:
-    """Return the CapitalBench window's first row and its best return (NaN without two rows)."""
-    i = _first_priced(prices)
-    if i < 0 or prices.shape[0] - i < 2:
-        return i, _NAN
-    rets = _window_asset_returns(assets, prices[i], prices[-1])
-    _, best = capitalbench_score({}, rets)  # empty weights: regret = best - 0 = best
-    return i, best
-
-
-@dataclass
-class _Window:
-    """What every row with the same marks of a market shares (:func:`_window`): never written
-    to by a row."""
-
-    prices: np.ndarray  # the panel's rows at the marks
-    pz: np.ndarray  # the prices, 0 where missing, with CASH's 1 last
-    returns: np.ndarray  # :func:`_asset_returns` of the prices
-    best: tuple[int, float]  # :func:`_capitalbench_window` of the prices
-    corr: dict[Any, Any] = field(default_factory=dict)  # :func:`_diversification`'s
-
-
-def _window(store: _Store, market: str, mark_ts: list[float]) -> _Window:
-    """Return the market's :class:`_Window` at the marks ``mark_ts``, made once per report (kept
-    in ``store.corr_cache``)."""
-    key = ("window", market, tuple(mark_ts))
-    win: _Window | None = store.corr_cache.get(key)
-    if win is None:
-        panel = store.panels[market]
-        prices = panel.rows(mark_ts)
-        pz = np.hstack([np.nan_to_num(prices, nan=0.0), np.ones((len(mark_ts), 1))])
-        win = _Window(prices, pz, _asset_returns(prices),
-                      _capitalbench_window(panel.assets, prices))
-        store.corr_cache[key] = win
-    return win
-
-
-def _diversification(held: np.ndarray, classes: Mapping[str, str], assets: list[str],
-                     returns: np.ndarray, questions: Mapping[str, Sequence[str]] | None = None,
-                     cache: dict[Any, Any] | None = None,
-                     jobs: list[list[Any]] | None = None) -> dict[str, float]:
-    """Return the mean over marks of s_intra / s_inter / s_corr of the portfolio held.
-
-    ``held`` is the value held per asset and mark (units times prices, CASH last); correlations
-    come from the window's mark-to-mark asset returns ``returns`` (kept in ``cache``, the
-    window's). With ``questions`` (Polymarket: question -> its YES and NO tokens) each question
-    is one signed exposure (:func:`scoring.stats.diversification.signed_question_exposures`).
-    """
-    if questions is not None:
-        return _question_diversification(held, assets, returns, questions, cache, jobs)
-    if returns.shape[0] < 2:
-        return {"s_intra": _NAN, "s_inter": _NAN, "s_corr": _NAN}
-    names = [*assets, CASH]
-    corr = cache.get("assets") if cache is not None else None
-    if corr is None:
-        panel = np.column_stack([returns, np.zeros(returns.shape[0])])
-        cls = {**{a: classes.get(a, a) for a in assets}, CASH: "cash"}
-        corr = class_correlations(panel, names, cls)  # the whole class's, once for the window
-        if cache is not None:
-            cache["assets"] = corr
-    return _scores(diversification_rows, (_row_weights(held), names, corr, _HELD_EPS), jobs)
-
-
-def _scores(score_rows: Any, args: tuple[Any, ...], jobs: list[list[Any]] | None
-            ) -> dict[str, float]:
-    """Return :func:`_mean_scores` of ``score_rows(*args)``; with ``jobs``, NaN for now and
-    the call left in ``jobs`` (its row is set by :func:`_row`) to be scored with others."""
-    if jobs is None:
-        return _mean_scores(score_rows(*args))
-    jobs.append([score_rows, args, None])
-    return {"s_intra": _NAN, "s_inter": _NAN, "s_corr": _NAN}
-
-
-def _row_weights(held: np.ndarray) -> np.ndarray:
-    """Return the weights (row / its sum) of the rows holding a positive value, in order."""
-    v = held.sum(axis=1)
-    ok = v > 0
-    return held[ok] / v[ok, None]
-
-
-def _mean_scores(scores: np.ndarray) -> dict[str, float]:
-    """Return the mean over rows of each finite s_intra / s_inter / s_corr (NaN if none)."""
-    out = {}
-    for k, col in zip(("s_intra", "s_inter", "s_corr"), scores.T.tolist(), strict=True):
-        finite = [x for x in col if math.isfinite(x)]
-        out[k] = np_mean(finite) if finite else _NAN  # np.mean of the finite ones, in Python
-    return out
-
-
-def _question_diversification(held: np.ndarray, assets: list[str], returns: np.ndarray,
-                              questions: Mapping[str, Sequence[str]],
-                              cache: dict[Any, Any] | None = None,
-                              jobs: list[list[Any]] | None = None) -> dict[str, float]:
-    """Return the mean s_intra / s_inter / s_corr with questions as the unit of exposure.
-
-    A question's series is its YES token's mark-to-mark return (its NO token's, negated, when
-    the YES token has no price); every question is its own class, so one question held is
-    concentrated (``rho_intra`` 1); the held exposure is ``w_YES - w_NO``, signed. The
-    correlations are kept in ``cache`` (the window's; ``None`` there: no question held).
-    """
-    if "questions" in (cache or {}):
-        corr = cache["questions"]  # type: ignore[index]
-    else:
-        corr = _question_correlations(assets, returns, questions)
-        if cache is not None:
-            cache["questions"] = corr
-    if corr is None:
-        return {"s_intra": _NAN, "s_inter": _NAN, "s_corr": _NAN}
-    return _scores(signed_question_rows, (_row_weights(held), assets, questions, corr), jobs)
-
-
-def _question_correlations(assets: list[str], returns: np.ndarray,
-                           questions: Mapping[str, Sequence[str]]) -> Any:
-    """Return the class correlations of the questions' series (None: fewer than two returns or
-    no question among ``assets``)."""
-    col = {a: j for j, a in enumerate(assets)}
-    names = sorted(q for q, toks in questions.items() if any(t in col for t in toks))
-    if returns.shape[0] < 2 or not names:
-        return None
-    series = np.full((returns.shape[0], len(names)), np.nan)
-    for i, q in enumerate(names):
-        toks = list(questions[q])
-        if toks and toks[0] in col and np.isfinite(returns[:, col[toks[0]]]).sum() >= 2:
-            series[:, i] = returns[:, col[toks[0]]]
-        elif len(toks) > 1 and toks[1] in col:
-            series[:, i] = -returns[:, col[toks[1]]]
-    panel = np.column_stack([series, np.zeros(series.shape[0])])
-    return class_correlations(panel, [*names, CASH], {**{q: q for q in names}, CASH: "cash"})
-
-
 def _profile(agent_cfg: Mapping[str, Any], mdd: float, var95: float) -> dict[str, Any]:
     """Return the configured risk profile, its alignment and the checks against every profile."""
     name = str(agent_cfg.get("risk_profile") or "balanced")
@@ -334,62 +173,6 @@ def _profile(agent_cfg: Mapping[str, Any], mdd: float, var95: float) -> dict[str
         }
     return {"risk_profile": base.name, "max_drawdown_limit": own.max_drawdown,
             "profile_alignment": profile_alignment(mdd, var95, own), "profile_checks": checks}
-
-
-def _by_regime(r: np.ndarray, labels: Sequence[str]) -> dict[str, dict[str, float | int]]:
-    """Group daily returns by regime label: days and mean per label."""
-    groups: dict[str, list[float]] = defaultdict(list)
-    for x, lab in zip(r.tolist(), labels, strict=True):
-        if math.isfinite(x):
-            groups[lab].append(x)
-    return {lab: {"days": len(xs), "mean_daily_return": np_mean(xs)}
-            for lab, xs in sorted(groups.items())}
-
-
-# ----------------------------------------------------------------------------- regime
-
-
-def _regime_by_mark(store: _Store) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """Return (equity marks, trailing regime label at each mark, equal-weight index returns)."""
-    panel = store.panels.get("equity")
-    if panel is None or panel.marks.size == 0:
-        return np.empty(0), [], np.empty(0)
-    universe = store.markets_cfg.get("equity", {}).get("assets") or panel.assets
-    cols = [j for j, a in enumerate(panel.assets) if a in set(universe)]
-    r = _asset_returns(panel.prices[:, cols])
-    idx = np.full(panel.marks.size, np.nan)  # idx[t]: index return from mark t-1 to mark t
-    for t in range(1, panel.marks.size):
-        row = r[t - 1][np.isfinite(r[t - 1])]
-        if row.size:
-            idx[t] = float(np.mean(row))
-    labels = [REGIME_UNKNOWN]
-    for t in range(1, panel.marks.size):
-        hist = idx[1 : t + 1]
-        labels.append(regime_label(hist, window=min(REGIME_WINDOW, t))
-                      if t >= REGIME_MIN_RETURNS else REGIME_UNKNOWN)
-    return panel.marks, labels, idx
-
-
-def _labels_at(marks: np.ndarray, labels: Sequence[str], ts: Sequence[float]) -> list[str]:
-    """Return the label of the latest equity mark at or before each time of ``ts`` (unknown
-    before the first), one ``searchsorted`` for all."""
-    if not ts:
-        return []
-    at = (np.searchsorted(marks, np.asarray(ts, dtype=float), side="right") - 1).tolist()
-    return [labels[i] if i >= 0 else REGIME_UNKNOWN for i in at]
-
-
-def _window_regime(marks: np.ndarray, index: np.ndarray, labels: Sequence[str], lo: float,
-                   hi: float) -> dict[str, Any]:
-    """Label the window's regime from the index returns between its equity marks."""
-    inside = [t for t in range(marks.size) if lo <= marks[t] <= hi]
-    r = index[inside[1:]] if len(inside) >= 2 else np.empty(0)
-    label = regime_label(r, window=max(r.size, 2)) if r.size >= 2 else REGIME_UNKNOWN
-    days: dict[str, int] = defaultdict(int)
-    for t in inside:
-        days[labels[t]] += 1
-    return {"label": label, "index_return": float(np.prod(1.0 + r) - 1.0) if r.size else None,
-            "index_days": int(r.size), "days_by_label": dict(sorted(days.items()))}
 
 
 # ----------------------------------------------------------------------------- rows
@@ -583,104 +366,6 @@ def _brier(store: _Store, market: str, mark_ts: Sequence[float], held: np.ndarra
             errors.append((p - float(payouts[yes])) ** 2)
     return {"brier": np_mean(errors) if errors else None,
             "brier_questions": len(errors), "brier_annulled": annulled}
-
-
-def _benchmark_asset(markets_cfg: Mapping[str, Any], market: str) -> str:
-    """Return the market's configured benchmark asset (SPY for equities by default)."""
-    cfg = markets_cfg.get(market) or {}
-    return str(cfg.get("benchmark", "SPY" if market == "equity" else "") or "")
-
-
-def _benchmarks(store: _Store, market: str) -> dict[str, dict[float, float]]:
-    """Return the market's benchmark daily returns keyed by the mark each ends at.
-
-    ``equal_weight``: the mean of the mark-to-mark returns of the market's assets priced at
-    both marks (the configured equity universe; every Polymarket token), rebalanced daily;
-    the benchmark asset's own returns when it is in the universe.
-    """
-    panel = store.panels[market]
-    universe = set(store.markets_cfg.get(market, {}).get("assets") or panel.assets)
-    cols = [j for j, a in enumerate(panel.assets) if a in universe]
-    r = _asset_returns(panel.prices[:, cols])
-    ew: dict[float, float] = {}
-    for t in range(1, panel.marks.size):
-        row = r[t - 1][np.isfinite(r[t - 1])]
-        if row.size:
-            ew[float(panel.marks[t])] = float(np.mean(row))
-    out = {"equal_weight": ew}
-    asset = _benchmark_asset(store.markets_cfg, market)
-    if asset and asset in universe and asset in panel.assets:
-        j = panel.assets.index(asset)
-        own = _asset_returns(panel.prices[:, [j]])[:, 0]
-        out[asset] = {float(panel.marks[t]): float(own[t - 1])
-                      for t in range(1, panel.marks.size) if math.isfinite(own[t - 1])}
-    return out
-
-
-def _relative(r: np.ndarray, ends: Sequence[float], bench: Mapping[str, Mapping[float, float]],
-              n: int, cache: dict[Any, Any] | None = None) -> dict[str, dict[str, Any]]:
-    """Return the agent's figures relative to each benchmark over the days both have.
-
-    Each benchmark's :func:`scoring.stats.inference.relative_figures` bit for bit
-    (:func:`_relative_figures`), its side computed once per set of days with ``cache``.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    rl = r.tolist()
-    for name, series in bench.items():
-        days = [(x, t) for x, t in zip(rl, ends, strict=True) if t in series]
-        fig = _relative_figures([a for a, _ in days], [series[t] for _, t in days], n,
-                                (name, id(series), tuple(t for _, t in days)), cache)
-        fig["days"] = len(days)
-        out[name] = fig
-    return out
-
-
-def _relative_figures(r: list[float], b: list[float], periods: int, key: tuple[Any, ...],
-                      cache: dict[Any, Any] | None) -> dict[str, Any]:
-    """Return :func:`scoring.stats.inference.relative_figures` of ``r`` and ``b``, bit for bit.
-
-    Its means, variances and products on Python floats in numpy's order
-    (:mod:`scoring.stats.small_sums`) and its covariance by :func:`numpy.cov`'s own operations;
-    the benchmark's product and variance from ``cache`` when its days (``key``) were seen.
-    """
-    keep = [math.isfinite(x) and math.isfinite(y) for x, y in zip(r, b, strict=True)]
-    if not all(keep):
-        r = [x for x, k in zip(r, keep, strict=True) if k]
-        b = [y for y, k in zip(b, keep, strict=True) if k]
-        key = (*key, tuple(keep))
-    m = len(r)
-    out = {"days": float(m), "excess_return": _NAN, "beta": _NAN,
-           "tracking_error": _NAN, "information_ratio": _NAN}
-    if m == 0:
-        return out
-    side = cache.get(("bench_side", key)) if cache is not None else None
-    if side is None:
-        side = (np_prod([1.0 + y for y in b]), np_var(b, DDOF) if m >= 2 else _NAN)
-        if cache is not None:
-            cache[("bench_side", key)] = side
-    prod_b, var_b = side
-    out["excess_return"] = np_prod([1.0 + x for x in r]) - prod_b
-    if m < 2:
-        return out
-    if var_b > STD_ZERO_RTOL**2:
-        out["beta"] = _cov(r, b) / var_b
-    active = [x - y for x, y in zip(r, b, strict=True)]
-    sd = np_std(active, DDOF)
-    mean = np_mean(active)
-    out["tracking_error"] = sd * math.sqrt(periods)
-    if sd > STD_ZERO_RTOL * max(1.0, abs(mean)):
-        out["information_ratio"] = mean / sd * math.sqrt(periods)
-    return out
-
-
-def _cov(r: list[float], b: list[float]) -> float:
-    """Return ``float(np.cov(r, b, ddof=1)[0, 1])`` by :func:`numpy.cov`'s own operations: the
-    rows centred on their means (numpy's, :func:`np_mean`), the same ``dot`` of the centred rows
-    with their transpose, scaled by ``1 / (n - 1)``; without its checks."""
-    mr, mb = np_mean(r), np_mean(b)
-    x = np.array([[v - mr for v in r], [v - mb for v in b]], dtype=float)
-    c = np.dot(x, x.T.conj())
-    return float(c[0, 1]) * (1 / (len(r) - 1))
 
 
 def _series(curves: Mapping[Key, AgentCurves]) -> dict[str, dict[str, list[list[float]]]]:
