@@ -32,7 +32,8 @@ def _file(nodeid: str) -> str:
 #: Files whose tests fork (the report's markets in forked processes): handed out first, so each
 #: is a worker's first file and no thread an earlier file left running makes the worker unsafe
 #: to fork (``scoring.board.forked.fork_safe``; their tests then assert that it forked).
-FORKING_FILES = ("tests/scoring/test_report_batches.py", "tests/scoring/test_batched_equal.py")
+FORKING_FILES = ("tests/scoring/test_report_batches.py", "tests/scoring/test_batched_equal.py",
+                 "tests/scoring/test_leaderboard.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -59,7 +59,15 @@ from scoring.board.figures import (
 )
 from scoring.board.forked import map_forked
 from scoring.board.json_text import EncodedDict, EncodedList, compact
-from scoring.board.load import AgentCurves, Key, Report, _load_store, _Store
+from scoring.board.load import (
+    AgentCurves,
+    Key,
+    Report,
+    _load_store,
+    _Store,
+    one_snapshot,
+    read_later,
+)
 from scoring.board.rank import _rank, _standing
 from scoring.board.significance import infer
 from scoring.board.text import _clean, _conventions
@@ -196,10 +204,30 @@ def report_of(con: sqlite3.Connection, *,
     market's rows and series are also encoded as JSON where they are computed
     (:class:`scoring.board.json_text.EncodedList`: the same text, less of it made after the
     markets). Open a store by name with :func:`daemon.store.reports.load_report`.
+
+    With ``parallel`` the store is read in one read transaction for the whole report, and the
+    first market's agents' rows are read by this process after the fork, while the children
+    compute theirs (:func:`scoring.board.load.read_later`; the same data).
     """
+    with one_snapshot(con) if parallel else contextlib.nullcontext():
+        return _report_of(con, window, min_valid_rate, min_days, parallel, curves_wanted,
+                          json_wanted)
+
+
+def _keys_in(store: _Store, lo: float, hi: float) -> list[Key]:
+    """Return the (agent, market) pairs with a mark or a decision in ``[lo, hi]``, sorted."""
+    return [key for key in sorted(set(store.series) | set(store.outcomes))
+            if any(lo <= p[0] <= hi for p in store.series.get(key, []))
+            or any(lo <= t <= hi for ts in store.outcomes.get(key, {}).values() for t in ts)]
+
+
+def _report_of(con: sqlite3.Connection, window: tuple[float | None, float | None],
+               min_valid_rate: float | None, min_days: int | None, parallel: bool,
+               curves_wanted: bool, json_wanted: bool) -> Report:
+    """Compute :func:`report_of`."""
     lo = -math.inf if window[0] is None else window[0]
     hi = math.inf if window[1] is None else window[1]
-    store = _load_store(con, hi)
+    store = _load_store(con, hi, first_later=parallel)
     if min_valid_rate is None:
         min_valid_rate = float(store.board_cfg.get("min_valid_rate", MIN_VALID_RATE))
     if min_days is None:
@@ -211,12 +239,19 @@ def report_of(con: sqlite3.Connection, *,
     classes = _asset_classes(store)
     store.bench = {m: _benchmarks(store, m) for m in store.panels}
     eq_marks, eq_labels, eq_index = _regime_by_mark(store)
-    keys = [key for key in sorted(set(store.series) | set(store.outcomes))
-            if any(lo <= p[0] <= hi for p in store.series.get(key, []))
-            or any(lo <= t <= hi for ts in store.outcomes.get(key, {}).values() for t in ts)]
+    keys = _keys_in(store, lo, hi)
     by_market: dict[str, list[Key]] = {}
     for key in keys:
         by_market.setdefault(key[1], []).append(key)
+    if store.later is not None:  # its rows read by this process, computing the first market
+        if by_market and min(by_market) < store.later:  # not the first: its rows read now
+            read_later(con, store)
+            keys = _keys_in(store, lo, hi)
+            by_market = {}
+            for key in keys:
+                by_market.setdefault(key[1], []).append(key)
+        else:
+            by_market[store.later] = []  # its keys once read (none: an empty part)
     # Each market's rows, ranks and inference depend on that market's data only; so do its
     # cleaned rows and chart series, made where the market is computed (in a forked child, the
     # child cleans them and sends back only what this process needs).
@@ -232,11 +267,17 @@ def report_of(con: sqlite3.Connection, *,
 
         early["capital"] = capitalbench_section(con)
 
-    parts = map_forked(lambda m: _market_part(
-        store, by_market[m], lo, hi, window[0] is None, rf, initial, classes,
-        (eq_marks, eq_labels), min_valid_rate, min_days, m, raw_rows=raw_rows,
-        with_curves=curves_wanted, with_json=json_wanted), markets_of, parallel=parallel,
-        meanwhile=meanwhile)
+    def market_part(m: str) -> _Part:
+        """Compute market ``m``'s part (its agents' rows read first when left for later)."""
+        if m == store.later:
+            read_later(con, store)
+            by_market[m] = [k for k in _keys_in(store, lo, hi) if k[1] == m]
+        return _market_part(store, by_market[m], lo, hi, window[0] is None, rf, initial,
+                            classes, (eq_marks, eq_labels), min_valid_rate, min_days, m,
+                            raw_rows=raw_rows, with_curves=curves_wanted, with_json=json_wanted)
+
+    parts = map_forked(market_part, markets_of, parallel=parallel, meanwhile=meanwhile)
+    keys = _keys_in(store, lo, hi)  # every market's read now
     rows: list[dict[str, Any]] = [r for part in parts for r in part.rows]  # by market, as _rank
     texts = [part.rows_text for part in parts]
     if json_wanted and all(t is not None for t in texts):

@@ -2,9 +2,13 @@
 
 One pass over the store per report: run configs, daily equity marks, fills, decision outcomes,
 resolutions, Polymarket questions, probes, model calls, and per market the last price of every
-asset at each daily mark (the panel the benchmark figures are computed on). A market's fills
-are decoded from their JSON when the market is first scored (``_Fills``). The data classes the
-board is built from and returned in (``AgentCurves``, ``Report``) live here too.
+asset at each daily mark (the panel the benchmark figures are computed on,
+:mod:`scoring.board.panels`). A market's fills are decoded from their JSON when the market is
+first scored (``_Fills``); a report computing its markets in forked processes leaves the first
+market's agents' rows to :func:`read_later`, read by the process that computes that market
+while the children compute theirs (in the same read transaction, :func:`one_snapshot`). The
+data classes the board is built from and returned in (``AgentCurves``, ``Report``) live here
+too.
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ class _Store:
     cost_usd)."""
     corr_cache: dict[Any, Any] = field(default_factory=dict)
     """Class correlations of a window's asset returns, computed once for every agent."""
+    later: str | None = None
+    """The market whose agents' rows :func:`read_later` still has to read (None: all read)."""
     div_jobs: list[list[Any]] | None = None
     """With a list: the rows' diversification scores wait there, scored together
     (:mod:`scoring.board.batched_rows`)."""
@@ -242,7 +248,7 @@ class _Fills(dict[Key, list[_Fill]]):
 
 
 @contextmanager
-def _one_snapshot(con: sqlite3.Connection) -> Iterator[None]:
+def one_snapshot(con: sqlite3.Connection) -> Iterator[None]:
     """Read in one read transaction (the group counts and the rows read apart agree), the file
     memory-mapped (no copy of each page read); the connection left as it was."""
     was = con.execute("PRAGMA mmap_size").fetchone()  # None: not a file
@@ -260,45 +266,90 @@ def _one_snapshot(con: sqlite3.Connection) -> Iterator[None]:
             con.execute(f"PRAGMA mmap_size={int(was[0])}")
 
 
-def _grouped(con: sqlite3.Connection, table: str, where: str, columns: str, order: str
-             ) -> Iterator[tuple[Key, list[tuple[Any, ...]]]]:
+def _grouped(con: sqlite3.Connection, table: str, where: str, columns: str, order: str,
+             params: tuple[Any, ...] = ()) -> Iterator[tuple[Key, list[tuple[Any, ...]]]]:
     """Yield ((agent, market), rows of ``columns``) of ``table`` per (agent, market), in order:
     slices of rows read without their keys (about half the values made into Python objects)."""
     rows = con.execute(f"SELECT {columns} FROM {table} {where}"
-                       f" ORDER BY agent, market, {order}").fetchall()
+                       f" ORDER BY agent, market, {order}", params).fetchall()
     at = 0
     for agent, market, n in con.execute(f"SELECT agent, market, count(*) FROM {table} {where}"
-                                        " GROUP BY agent, market ORDER BY agent, market"):
+                                        " GROUP BY agent, market ORDER BY agent, market",
+                                        params):
         yield (agent, market), rows[at:at + n]
         at += n
 
 
-def _load_store(con: sqlite3.Connection, hi: float) -> _Store:
-    """Read configs, series, fills, resolutions, books, probes and price panels."""
-    with _one_snapshot(con):
-        return _read_store(con, hi)
+def _market_filter(market: str | None, keep: bool, column: str = "market"
+                   ) -> tuple[str, tuple[Any, ...]]:
+    """Return the SQL condition (`` AND ...``) and its parameters that keep only ``market``'s
+    rows (``keep``) or all but its rows; no condition without a market."""
+    if market is None:
+        return "", ()
+    return (f" AND {column} IS ?" if keep else f" AND {column} IS NOT ?"), (market,)
 
 
-def _read_store(con: sqlite3.Connection, hi: float) -> _Store:
+def _series_rows(con: sqlite3.Connection, market: str | None, keep: bool
+                 ) -> Iterator[tuple[Key, list[tuple[float, float, float]]]]:
+    """Yield the daily marks (ts, value, cash) per (agent, market) (:func:`_market_filter`)."""
+    cond, params = _market_filter(market, keep)
+    yield from _grouped(con, "equity", "WHERE kind='daily'" + cond, "ts, value, cash", "ts",
+                        params)
+
+
+def _fill_rows(con: sqlite3.Connection, market: str | None, keep: bool) -> list[tuple[Any, ...]]:
+    """Return the stored fills (:class:`_Fills`'s rows) in order (:func:`_market_filter`)."""
+    # Since v11 a fill's trades and weights name assets by index into its asset list (read
+    # once per list: the rows name it by its row id).
+    v11 = "assets_sha256" in _table_columns(con, "fills")
+    sets = f"s.rowid FROM {FILLS}" if v11 else "NULL FROM fills f"
+    cond, params = _market_filter(market, keep, "f.market")
+    return con.execute(
+        "SELECT f.agent, f.market, f.ts, f.trades_json, f.weights_json, f.cost,"
+        f" f.traded_value, {sets} WHERE 1{cond} ORDER BY f.agent, f.market, f.scheduled_ts",
+        params).fetchall()
+
+
+def _load_store(con: sqlite3.Connection, hi: float, *, first_later: bool = False) -> _Store:
+    """Read configs, series, fills, resolutions, books, probes and price panels.
+
+    With ``first_later`` the first configured market's (in sorted order) agents' series,
+    fills and decisions are left for :func:`read_later` (``_Store.later`` names it; its price
+    panel is read now): a caller that computes that market itself reads them while forked
+    children compute the others. It must then hold one read transaction
+    (:func:`one_snapshot`) until :func:`read_later` has read them.
+    """
+    with one_snapshot(con):
+        return _read_store(con, hi, first_later)
+
+
+def read_later(con: sqlite3.Connection, store: _Store) -> None:
+    """Read the series, fills and decisions :func:`_load_store` left for later into ``store``
+    (nothing when it left none); ``store.later`` is then None."""
+    market, store.later = store.later, None
+    if market is None:
+        return
+    store.series.update(_series_rows(con, market, True))
+    rows = _fill_rows(con, market, True)
+    if rows and isinstance(store.fills, _Fills):  # (a store read by _read_store: always)
+        store.fills.stored[market] = rows
+    store.outcomes.update(_load_outcomes(con, market, True))
+
+
+def _read_store(con: sqlite3.Connection, hi: float, first_later: bool) -> _Store:
     runs = [json.loads(text) for text in run_configs(con)]  # every run's and reload's
     markets_cfg = runs[0].get("markets", {}) if runs else {}
     agents_cfg: dict[str, dict[str, Any]] = {}
     for cfg in runs:  # later configs (reloads, restarts) override earlier ones
         for a in cfg.get("agents", []):
             agents_cfg[str(a.get("id"))] = a
+    later = min(markets_cfg) if first_later and markets_cfg else None
     series: dict[Key, list[tuple[float, float, float]]] = defaultdict(list)
-    series.update(_grouped(con, "equity", "WHERE kind='daily'", "ts, value, cash", "ts"))
+    series.update(_series_rows(con, later, False))
     fills = _Fills()
-    # Since v11 a fill's trades and weights name assets by index into its asset list (read
-    # once per list: the rows name it by its row id).
-    v11 = "assets_sha256" in _table_columns(con, "fills")
-    if v11:
+    if "assets_sha256" in _table_columns(con, "fills"):
         fills.asset_sets = dict(con.execute("SELECT rowid, assets_json FROM asset_sets"))
-    sets = f"s.rowid FROM {FILLS}" if v11 else "NULL FROM fills f"
-    for row in con.execute(
-        "SELECT f.agent, f.market, f.ts, f.trades_json, f.weights_json, f.cost,"
-        f" f.traded_value, {sets} ORDER BY f.agent, f.market, f.scheduled_ts"
-    ).fetchall():
+    for row in _fill_rows(con, later, False):
         fills.stored.setdefault(row[1], []).append(row)
     resolutions: dict[str, list[tuple[float, dict[str, float]]]] = defaultdict(list)
     for market, ts, payouts in con.execute(
@@ -321,12 +372,17 @@ def _read_store(con: sqlite3.Connection, hi: float) -> _Store:
     marks: dict[str, set[float]] = defaultdict(set)
     for (_, market), pts in series.items():
         marks[market].update(map(_first, pts))
+    if later is not None:  # its marks without its rows
+        ts = [t for (t,) in con.execute("SELECT DISTINCT ts FROM equity WHERE kind='daily'"
+                                        " AND market IS ?", (later,))]
+        if ts:
+            marks[later].update(ts)
     panels = {m: _load_panel(con, m, sorted(ts), resolutions.get(m, []))
               for m, ts in sorted(marks.items())}
     board_cfg = dict(runs[-1].get("leaderboard") or {}) if runs else {}
-    return _Store(markets_cfg, agents_cfg, series, fills, _load_outcomes(con), resolutions,
-                  questions, question_text, _load_probes(con, hi), panels, board_cfg,
-                  llm=_load_llm_calls(con))
+    return _Store(markets_cfg, agents_cfg, series, fills, _load_outcomes(con, later, False),
+                  resolutions, questions, question_text, _load_probes(con, hi), panels,
+                  board_cfg, llm=_load_llm_calls(con), later=later)
 
 
 def _load_llm_calls(con: sqlite3.Connection) -> dict[Key, list[tuple[float, Any, Any, Any, Any]]]:
@@ -344,10 +400,14 @@ def _load_llm_calls(con: sqlite3.Connection) -> dict[Key, list[tuple[float, Any,
     return dict(out)
 
 
-def _load_outcomes(con: sqlite3.Connection) -> dict[Key, dict[str, list[float]]]:
-    """Return the scheduled times of every decision per (agent, market) and outcome."""
+def _load_outcomes(con: sqlite3.Connection, market: str | None = None, keep: bool = False
+                   ) -> dict[Key, dict[str, list[float]]]:
+    """Return the scheduled times of every decision per (agent, market) and outcome
+    (:func:`_market_filter`)."""
+    cond, params = _market_filter(market, keep)
     out: dict[Key, dict[str, list[float]]] = {}
-    for key, rows in _grouped(con, "decisions", "", "outcome, scheduled_ts", "scheduled_ts"):
+    for key, rows in _grouped(con, "decisions", "WHERE 1" + cond, "outcome, scheduled_ts",
+                              "scheduled_ts", params):
         if len(set(map(_first, rows))) == 1:  # one outcome throughout
             out[key] = {rows[0][0]: list(map(_second, rows))}
         else:

@@ -393,3 +393,67 @@ def test_asset_classes_config() -> None:
     assert cfg.markets.equity.asset_classes == {"AAPL": "phones"}
     with pytest.raises(ConfigError):
         parse_config({"markets": {"equity": {"asset_classes": {"AAPL": " "}}}})
+
+
+def test_a_market_read_later_gives_the_rows_read_at_once(
+        hand: tuple[Path, list[float]], monkeypatch: pytest.MonkeyPatch) -> None:
+    # ``report --json`` reads the first market's agents' rows after the fork (issue 27,
+    # point 1): the same series, fills and decisions as one read, and the same report.
+    from scoring.board.load import _load_store, one_snapshot, read_later
+
+    db, marks = hand
+    con = sqlite3.connect(db)
+    at_once = _load_store(con, math.inf)
+    with one_snapshot(con):
+        later = _load_store(con, math.inf, first_later=True)
+        assert later.later == "equity" and not later.series and not later.outcomes
+        assert list(later.panels) == ["equity"]  # its panel read at once, from its marks
+        assert later.panels["equity"].marks.tolist() == at_once.panels["equity"].marks.tolist()
+        read_later(con, later)
+    assert later.later is None and at_once.later is None
+    assert dict(later.series) == dict(at_once.series) and len(at_once.series) == len(PLANS)
+    assert later.outcomes == at_once.outcomes
+    assert dict(later.fills.items()) == dict(at_once.fills.items()) and any(at_once.fills.values())
+    con.close()
+    for window in ((None, None), (marks[1], None), (marks[-1] + DAY, None)):
+        seen = _calls(monkeypatch)
+        assert (to_json(load_report(db, window=window, parallel=True).board)
+                == to_json(load_report(db, window=window).board))
+        assert seen == ["map", "read", "map"]  # read in the first market's computation
+        monkeypatch.undo()
+
+
+def _calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the order of ``read_later`` and ``map_forked`` in the leaderboard."""
+    import scoring.board.leaderboard as board
+
+    seen: list[str] = []
+    for name, tag in (("read_later", "read"), ("map_forked", "map")):
+        real = getattr(board, name)
+        monkeypatch.setattr(board, name, lambda *a, _r=real, _t=tag, **k: (seen.append(_t),
+                                                                           _r(*a, **k))[1])
+    return seen
+
+
+def test_a_first_market_not_configured_first_is_read_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The market left for later must be the first computed; when a market with rows sorts
+    # before it, its rows are read before the markets are computed: the same report.
+    from scoring.board.load import _load_store
+
+    db = tmp_path / "s.db"
+    build_store(db, PRICES, PLANS, agents_cfg=AGENTS_CFG)
+    con = sqlite3.connect(db)
+    cfg = json.loads(con.execute("SELECT config_json FROM runs").fetchone()[0])
+    cfg["markets"] = {"polymarket": cfg["markets"]["equity"]}  # first configured, no rows
+    con.execute("UPDATE runs SET config_json=?", (json.dumps(cfg),))
+    con.commit()
+    con.close()
+    with sqlite3.connect(db) as con:
+        assert _load_store(con, math.inf, first_later=True).later == "polymarket"
+    seen = _calls(monkeypatch)
+    got = load_report(db, parallel=True).board
+    assert seen == ["read", "map"]  # read before the markets are computed
+    assert {r["market"] for r in got["rows"]} == {"equity"}
+    assert [r["agent"] for r in got["rows"]] == [r["agent"] for r in leaderboard(db)["rows"]]
+    assert to_json(got) == to_json(leaderboard(db)) and len(got["rows"]) == len(PLANS)
