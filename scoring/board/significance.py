@@ -247,7 +247,8 @@ def _intervals(mk: _Market, agents: Sequence[str]) -> dict[str, dict[str, list[f
     groups: dict[bytes, list[int]] = {}
     for a in agents:
         groups.setdefault(mk.has[:, mk.col[a]].tobytes(), []).append(mk.col[a])
-    for cols in groups.values():
+    for group in groups.values():
+        cols = sorted(group)  # as stats lays the draws out: their rows read as one view
         d = mk.draws(mk.has[:, cols[0]])
         if d is None:
             continue
