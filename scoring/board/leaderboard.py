@@ -203,7 +203,9 @@ def report_of(con: sqlite3.Connection, *,
     report's charts) are left empty and never sent back from a child. With ``json_wanted`` each
     market's rows and series are also encoded as JSON where they are computed
     (:class:`scoring.board.json_text.EncodedList`: the same text, less of it made after the
-    markets). Open a store by name with :func:`daemon.store.reports.load_report`.
+    markets; that text is what :func:`scoring.board.text.to_json` writes, so the board's
+    ``rows`` and ``series`` must then be left as they are). Open a store by name with
+    :func:`daemon.store.reports.load_report`.
 
     With ``parallel`` the store is read in one read transaction for the whole report, and the
     first market's agents' rows are read by this process after the fork, while the children
@@ -243,15 +245,20 @@ def _report_of(con: sqlite3.Connection, window: tuple[float | None, float | None
     by_market: dict[str, list[Key]] = {}
     for key in keys:
         by_market.setdefault(key[1], []).append(key)
-    if store.later is not None:  # its rows read by this process, computing the first market
-        if by_market and min(by_market) < store.later:  # not the first: its rows read now
+    if store.later is not None:
+        # The market left for later is computed first, by this process, which reads its rows
+        # while the children compute; unless it has no daily marks (few rows, if any) or
+        # another market with rows sorts before it: then its rows are read now.
+        if store.later not in store.panels or (by_market and min(by_market) < store.later):
             read_later(con, store)
             keys = _keys_in(store, lo, hi)
             by_market = {}
             for key in keys:
                 by_market.setdefault(key[1], []).append(key)
         else:
-            by_market[store.later] = []  # its keys once read (none: an empty part)
+            # its keys are known once its rows are read (none in the window: an empty part,
+            # which adds nothing to the report)
+            by_market[store.later] = []
     # Each market's rows, ranks and inference depend on that market's data only; so do its
     # cleaned rows and chart series, made where the market is computed (in a forked child, the
     # child cleans them and sends back only what this process needs).

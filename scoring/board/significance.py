@@ -128,8 +128,8 @@ class _Market:
         ``x.T @ counts.T`` (``k x B``; ``counts.T`` a view, no transposed copy), a band of
         ``_BAND`` agents at a time, their three products (log growth, centred and squared
         centred returns) stacked into one, the band's arithmetic in cache. The same
-        expressions as in the comments; BLAS sums each product in its own order (a few
-        units in the last place from ``counts @ x``).
+        expressions as in the comments; BLAS sums each product in its own order (the
+        rounding of ``counts @ x``'s sums may differ: about 1e-16 of the operands' scale).
         """
         todo = sorted({j for j in cols if j not in d.cum})
         if not todo:

@@ -416,11 +416,41 @@ def test_a_market_read_later_gives_the_rows_read_at_once(
     assert dict(later.fills.items()) == dict(at_once.fills.items()) and any(at_once.fills.values())
     con.close()
     for window in ((None, None), (marks[1], None), (marks[-1] + DAY, None)):
+        want = to_json(load_report(db, window=window).board)
         seen = _calls(monkeypatch)
-        assert (to_json(load_report(db, window=window, parallel=True).board)
-                == to_json(load_report(db, window=window).board))
-        assert seen == ["map", "read", "map"]  # read in the first market's computation
+        assert to_json(load_report(db, window=window, parallel=True).board) == want
+        assert seen == ["map", "read"]  # read in the first market's computation
         monkeypatch.undo()
+
+
+def test_the_rows_read_later_are_of_the_report_s_snapshot(
+        hand: tuple[Path, list[float]], monkeypatch: pytest.MonkeyPatch) -> None:
+    # One read transaction for the whole report: a mark, a fill's decision and a new agent
+    # committed by a writer while the report waits to read the first market's rows are not
+    # in it (the report equals the one before the writes, and a later one shows them).
+    import scoring.board.leaderboard as board
+
+    db, marks = hand
+    with sqlite3.connect(db) as con:
+        con.execute("PRAGMA journal_mode=WAL")  # a live store: readers beside a writer
+    before = to_json(load_report(db).board)
+    real = board.read_later
+
+    def write_then_read(con: sqlite3.Connection, store: Any) -> None:
+        with sqlite3.connect(db) as writer:
+            writer.execute("INSERT INTO equity(agent, market, ts, kind, value, cash)"
+                           " VALUES('late', 'equity', ?, 'daily', 900.0, 900.0)", (marks[-1],))
+            writer.execute("INSERT INTO decisions(agent, market, scheduled_ts, decided_ts,"
+                           " outcome) VALUES('allA', 'equity', ?, ?, 'ok')",
+                           (marks[-1] + 1.0, marks[-1] + 1.0))
+            writer.execute("UPDATE equity SET value = value + 1 WHERE agent='half'")
+        real(con, store)
+
+    monkeypatch.setattr(board, "read_later", write_then_read)
+    assert to_json(load_report(db, parallel=True).board) == before
+    monkeypatch.undo()
+    after = load_report(db).board
+    assert to_json(after) != before and "late" in {r["agent"] for r in after["rows"]}
 
 
 def _calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
