@@ -223,6 +223,14 @@ def _keys_in(store: _Store, lo: float, hi: float) -> list[Key]:
             or any(lo <= t <= hi for ts in store.outcomes.get(key, {}).values() for t in ts)]
 
 
+def _by_market(keys: Sequence[Key]) -> dict[str, list[Key]]:
+    """Return ``keys`` grouped by market, in their order."""
+    out: dict[str, list[Key]] = {}
+    for key in keys:
+        out.setdefault(key[1], []).append(key)
+    return out
+
+
 def _report_of(con: sqlite3.Connection, window: tuple[float | None, float | None],
                min_valid_rate: float | None, min_days: int | None, parallel: bool,
                curves_wanted: bool, json_wanted: bool) -> Report:
@@ -241,20 +249,14 @@ def _report_of(con: sqlite3.Connection, window: tuple[float | None, float | None
     classes = _asset_classes(store)
     store.bench = {m: _benchmarks(store, m) for m in store.panels}
     eq_marks, eq_labels, eq_index = _regime_by_mark(store)
-    keys = _keys_in(store, lo, hi)
-    by_market: dict[str, list[Key]] = {}
-    for key in keys:
-        by_market.setdefault(key[1], []).append(key)
+    by_market = _by_market(_keys_in(store, lo, hi))
     if store.later is not None:
         # The market left for later is computed first, by this process, which reads its rows
         # while the children compute; unless it has no daily marks (few rows, if any) or
         # another market with rows sorts before it: then its rows are read now.
         if store.later not in store.panels or (by_market and min(by_market) < store.later):
             read_later(con, store)
-            keys = _keys_in(store, lo, hi)
-            by_market = {}
-            for key in keys:
-                by_market.setdefault(key[1], []).append(key)
+            by_market = _by_market(_keys_in(store, lo, hi))
         else:
             # its keys are known once its rows are read (none in the window: an empty part,
             # which adds nothing to the report)
@@ -278,19 +280,18 @@ def _report_of(con: sqlite3.Connection, window: tuple[float | None, float | None
         """Compute market ``m``'s part (its agents' rows read first when left for later)."""
         if m == store.later:
             read_later(con, store)
-            by_market[m] = [k for k in _keys_in(store, lo, hi) if k[1] == m]
+            by_market[m] = _by_market(_keys_in(store, lo, hi)).get(m, [])
         return _market_part(store, by_market[m], lo, hi, window[0] is None, rf, initial,
                             classes, (eq_marks, eq_labels), min_valid_rate, min_days, m,
                             raw_rows=raw_rows, with_curves=curves_wanted, with_json=json_wanted)
 
     parts = map_forked(market_part, markets_of, parallel=parallel, meanwhile=meanwhile)
-    keys = _keys_in(store, lo, hi)  # every market's read now
     rows: list[dict[str, Any]] = [r for part in parts for r in part.rows]  # by market, as _rank
     texts = [part.rows_text for part in parts]
     if json_wanted and all(t is not None for t in texts):
         rows = EncodedList(rows, "[" + ",".join(t for t in texts if t) + "]")
     found = {k: c for part in parts for k, c in part.curves.items()}
-    curves = {k: found[k] for k in keys if k in found}
+    curves = {k: found[k] for k in sorted(found)}
     markets = {m: _market_summary(store, m, lo, hi) for m in sorted({r["market"] for r in rows})}
     for m, part in zip(markets_of, parts, strict=True):
         if m in markets:
