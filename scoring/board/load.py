@@ -99,7 +99,9 @@ class _Store:
     """Model calls per (agent, market): (scheduled_ts, tokens_in, tokens_out, latency_s,
     cost_usd)."""
     corr_cache: dict[Any, Any] = field(default_factory=dict)
-    """Class correlations of a window's asset returns, computed once for every agent."""
+    """What the rows of one set of marks share, computed once per report: a window's prices,
+    returns and class correlations (:mod:`scoring.board.market_window`), regime labels and
+    benchmark sides (:mod:`scoring.board.benchmark_figures`)."""
     later: str | None = None
     """The market whose agents' rows :func:`read_later` still has to read (None: all read)."""
     div_jobs: list[list[Any]] | None = None
