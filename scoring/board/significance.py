@@ -71,6 +71,10 @@ BASELINE_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "mome
 _CHUNK = 256  # columns per matrix product (bounds the memory of a large market)
 _BAND = 8  # agents per product of the resampled statistics: the band's draws stay in cache
 _P_BAND = 16  # agents per product of an interval computed on the fly
+#: A resample's ``counts @ xc**2 - n * mean(xc)**2`` at or below this share of
+#: ``counts @ xc**2`` is rounding, not spread (a draw of one repeated day leaves ~1e-16 of it,
+#: a Sharpe of ~1e8): its Sharpe is undefined. Rounding stays below ``(n + 3) * eps`` of it.
+_CANCELLED = 1e-10
 _Two = tuple[np.ndarray, np.ndarray]  # two agents' draws of one statistic
 
 
@@ -142,6 +146,8 @@ class _Market:
         a = np.empty((3 * band, n))  # a band's rows: centred, squared centred, log growth
         prod = np.empty((3 * band, reps))
         low = np.empty((band, reps), dtype=bool)
+        flat = np.empty((band, reps), dtype=bool)
+        floor = np.empty((band, reps))
         for s in range(0, len(todo), _CHUNK):
             part = todo[s : s + _CHUNK]
             x = self.excess[np.ix_(d.days, np.asarray(part, dtype=np.intp))]
@@ -158,9 +164,11 @@ class _Market:
                 np.matmul(a[: 3 * m], ct, out=prod[: 3 * m])
                 np.expm1(tmp, out=cum[b : b + m])  # expm1(counts @ log1p(max(x, -1 + 1e-12)))
                 mc /= n  # counts @ xc / n
+                np.multiply(var, _CANCELLED, out=floor[:m])
                 np.square(mc, out=tmp)
                 tmp *= n
-                var -= tmp
+                var -= tmp  # counts @ xc**2 - n * mc**2
+                np.less_equal(var, floor[:m], out=flat[:m])  # no spread but rounding's
                 var /= n - DDOF  # (counts @ xc**2 - n * mc**2) / (n - DDOF)
                 mc += centre[b : b + m, None]  # mean = mc + centre
                 mean = mc
@@ -174,7 +182,8 @@ class _Market:
                 np.maximum(small, 1.0, out=small)
                 small *= STD_ZERO_RTOL
                 np.less_equal(sd, small, out=low[:m])
-                out[low[:m]] = np.nan  # sd <= RTOL * max(1, |mean|)
+                low[:m] |= flat[:m]
+                out[low[:m]] = np.nan  # sd <= RTOL * max(1, |mean|), or a flat draw
             for i, j in enumerate(part):
                 d.cum[j] = cum[i]
                 d.shp[j] = shp[i]
