@@ -79,6 +79,8 @@ def test_two_order_stats_equal_the_partition_bit_for_bit(width: int) -> None:
         lo, hi = _two_order_stats(packed.copy(), p)
         bits = np.ascontiguousarray(want[:, [p, p + 1]]).view(np.int64)
         assert np.array_equal(np.column_stack([lo, hi]).view(np.int64), bits), p
+        ordered = np.sort(packed, axis=1)  # the values (0.0 == -0.0) of a sort, row by row
+        assert np.array_equal(lo, ordered[:, p]) and np.array_equal(hi, ordered[:, p + 1]), p
 
 
 def test_stacked_rows_equal_vstack_and_share_only_consecutive_rows() -> None:
