@@ -210,11 +210,15 @@ def _quantiles(x: np.ndarray, level: float = BOOTSTRAP_LEVEL) -> np.ndarray:
     (``k x B``); NaN where a row has none."""
     a = (1.0 - level) / 2.0
     q = [a, 1.0 - a]
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = x.sum()  # finite: every draw is (one pass, about 2x faster than the mask's)
+    if math.isfinite(total):
+        return quantile_rows(x, q)  # np.quantile's figures, faster
     fin = np.isfinite(x)
     whole = fin.all(axis=1)
     out = np.full((x.shape[0], 2), np.nan)
     if whole.all():
-        return quantile_rows(x, q)  # np.quantile's figures, faster
+        return quantile_rows(x, q)
     if whole.any():
         out[whole] = quantile_rows(x[whole], q)
     for i in np.flatnonzero(~whole):  # a row with undefined draws: its finite ones only

@@ -180,7 +180,8 @@ def _null_p_block(est: np.ndarray, d: np.ndarray, one_sided: bool) -> np.ndarray
         whole = bool(np.isfinite(d.sum()))
     if whole:
         n = np.full(est.size, d.shape[1])
-        hits = np.count_nonzero(far, axis=1)
+        # row by row: numpy's count of a whole row is ~2x faster than its count along an axis
+        hits = np.array([np.count_nonzero(row) for row in far], dtype=np.intp)
     else:
         fin = np.isfinite(d)
         n = fin.sum(axis=1)
