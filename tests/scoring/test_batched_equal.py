@@ -381,3 +381,25 @@ def test_forked_markets_run_without_huge_page_advice_and_restore_it() -> None:
     assert map_forked(square, [2, 3], parallel=True) == [(4, False), (9, False)]
     assert _get_madvise_hugepage() == before
     assert map_forked(square, [2, 3]) == [(4, before), (9, before)]  # not forked: untouched
+
+
+@pytest.mark.parametrize(("n_obs", "reps", "seed"), [(29, 2_000, 0), (22, 999, 5), (1, 40, 0),
+                                                     (2, 7, 3), (3, 1, 2), (200, 64, 9),
+                                                     (150_006, 2, 0)])
+def test_starts_and_uniforms_equal_the_generators_calls_draw_by_draw(n_obs: int, reps: int,
+                                                                     seed: int) -> None:
+    from scoring.stats.inference import _drawn_at_once, _starts_and_uniforms
+
+    gen = np.random.default_rng(seed)  # arch's calls, one draw at a time
+    want_s = np.empty((reps, n_obs), dtype=np.int64)
+    want_u = np.empty((reps, n_obs))
+    for i in range(reps):
+        want_s[i] = gen.integers(n_obs, size=n_obs, dtype=np.int64)
+        want_u[i] = gen.random(n_obs)
+    starts, u = _starts_and_uniforms(n_obs, reps, seed)
+    assert starts.dtype == np.int64 and np.array_equal(starts, want_s)
+    assert np.array_equal(_bits(u), _bits(want_u))
+    # 150,006 days: 2**32 mod n_obs is most of n_obs, so numpy redraws some start (one value
+    # in about 30,000): the block refuses, the calls draw by draw give the figures
+    assert (_drawn_at_once(np.random.default_rng(seed), n_obs, reps) is None) == (
+        n_obs == 150_006)
