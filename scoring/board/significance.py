@@ -188,9 +188,10 @@ class _Market:
                 d.cum[j] = cum[i]
                 d.shp[j] = shp[i]
 
-    def estimate(self, mask: np.ndarray, j: int) -> tuple[float, float]:
-        """Return the observed cumulative excess return and Sharpe of column ``j`` on ``mask``."""
-        key = (mask.tobytes(), j)  # an agent meets every baseline over the same days
+    def estimate(self, mask: np.ndarray, j: int, days: bytes | None = None) -> tuple[float, float]:
+        """Return column ``j``'s observed cumulative excess return and Sharpe on ``mask``
+        (``days``: ``mask.tobytes()``, if known)."""
+        key = (mask.tobytes() if days is None else days, j)  # the same days: the same figures
         if key not in self._estimates:
             self._estimates[key] = self._estimate(mask, j)
         return self._estimates[key]
@@ -290,26 +291,27 @@ def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, st
     bufs: dict[str, np.ndarray] = {}  # the chunk's differences, reused chunk after chunk
     hac: dict[bytes, list[tuple[dict[str, Any], int, int]]] = {}  # by days: one batch each
     masks: dict[bytes, np.ndarray] = {}
-    by_days: dict[tuple[bytes, bytes], tuple[np.ndarray, int]] = {}  # agents' days -> common
+    # agents' days -> common days, their count, draws and bytes (most: the same, made once)
+    by_days: dict[tuple[bytes, bytes], tuple[np.ndarray, int, _Draws | None, bytes]] = {}
     for a, b in dict.fromkeys(wanted):
         ja, jb = mk.col[a], mk.col[b]
         days = (mk.days_of[ja], mk.days_of[jb])
-        if days not in by_days:  # most agents have the same days: one mask for them all
+        if days not in by_days:
             common = mk.has[:, ja] & mk.has[:, jb]
-            by_days[days] = (common, int(common.sum()))
-        mask, n = by_days[days]
+            key = masks.setdefault(common.tobytes(), common).tobytes()
+            by_days[days] = (common, int(common.sum()), mk.draws(common), key)
+        mask, n, d, key = by_days[days]
         vs: dict[str, Any] = {"agent": b, "days": n, "difference": _NAN,
                               "difference_ci": [_NAN, _NAN], "p_value": _NAN,
                               "sharpe_difference": _NAN, "sharpe_p_value": _NAN,
                               "sharpe_hac_p_value": _NAN,
                               "provisional": n < MIN_PAIRED_DAYS}
         out[(a, b)] = vs
-        d = mk.draws(mask)
         if d is None:
             continue
-        mk.stats(d, [ja, jb])
-        (ca, sa), (cb, sb) = mk.estimate(mask, ja), mk.estimate(mask, jb)
-        key = masks.setdefault(mask.tobytes(), mask).tobytes()
+        if ja not in d.cum or jb not in d.cum:
+            mk.stats(d, [ja, jb])
+        (ca, sa), (cb, sb) = mk.estimate(mask, ja, key), mk.estimate(mask, jb, key)
         hac.setdefault(key, []).append((vs, ja, jb))
         vs |= {"difference": ca - cb, "sharpe_difference": sa - sb}
         todo.append((vs, ca - cb, sa - sb, (d.cum[ja], d.cum[jb]), (d.shp[ja], d.shp[jb])))
