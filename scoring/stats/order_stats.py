@@ -22,7 +22,9 @@ import numpy as np
 __all__ = ["MIN_WINDOW_N", "rank_counts", "stacked", "window_order_stats"]
 
 _SAMPLE = 512  # leading columns of a row that place its windows
-_SIGMAS = 5.0  # a window reaches this many standard deviations of a rank beyond its target
+_SIGMAS = 3.0  # a window reaches this many standard deviations of a rank beyond its target
+# (3 rather than 5: a fifth fewer values to order, ~8 % faster in all; a row missed, 4 of the
+# 16,000 of a 1,000-agent report, takes the partition)
 _SPARE = 4  # a window holding more than this many times its expected values: partition instead
 #: Rows shorter than this take the caller's partition (the subsample would be most of the row).
 MIN_WINDOW_N = 8 * _SAMPLE
