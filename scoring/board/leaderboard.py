@@ -70,7 +70,7 @@ from scoring.board.load import (
 )
 from scoring.board.rank import _rank, _standing
 from scoring.board.significance import infer
-from scoring.board.text import _clean, _conventions
+from scoring.board.text import _clean, _clean_points, _conventions
 from scoring.stats.benchmarks import ROLLING_KS
 
 __all__ = [
@@ -176,7 +176,7 @@ def _market_part(store: _Store, keys: Sequence[Key], lo: float, hi: float, whole
     (and, ``with_json``, both as compact JSON, encoded where they were computed)."""
     rows, curves, extra = _market_rows(store, keys, lo, hi, whole, rf, initial, classes,
                                        regimes, min_valid_rate, min_days, market)
-    series = _clean(_series(curves)).get(market, {})
+    series = _clean_points(_series(curves).get(market, {}))  # _clean's values
     cleaned = _clean(rows)
     rows_text = series_text = None
     if with_json:

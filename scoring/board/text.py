@@ -102,6 +102,39 @@ def _clean(x: Any) -> Any:
     return _clean_any(x)
 
 
+_MISSING = object()
+
+
+def _clean_points(points: Mapping[Any, Any]) -> dict[Any, Any]:
+    """Return :func:`_clean` of a market's chart series (``{agent: [[ts, value], ...]}``).
+
+    The same values, faster: a point of two floats is cleaned in place of the recursion, each
+    distinct time once (the agents share their marks; ``0.0`` and ``-0.0`` not remembered, as
+    they compare equal but clean to different values); anything else by :func:`_clean`.
+    """
+    seen: dict[float, float | None] = {}
+    out = {}
+    for agent, pts in points.items():
+        if type(pts) is not list:
+            out[agent] = _clean(pts)
+            continue
+        rows: list[Any] = []
+        for pt in pts:
+            if type(pt) is list and len(pt) == 2:
+                t, v = pt
+                if type(t) is float and type(v) is float:
+                    ct = seen.get(t, _MISSING)
+                    if ct is _MISSING:
+                        ct = float(f"{t:.12g}") if _finite(t) else None
+                        if t != 0.0:
+                            seen[t] = ct
+                    rows.append([ct, float(f"{v:.12g}") if _finite(v) else None])
+                    continue
+            rows.append(_clean(pt))
+        out[agent] = rows
+    return out
+
+
 def _clean_any(x: Any) -> Any:
     """Return :func:`_clean` of any value (subclasses and numpy scalars included)."""
     if isinstance(x, bool | None):

@@ -99,6 +99,26 @@ def test_clean_equals_the_reference(seed: int) -> None:
     assert type(got["np"][1]) is int and type(got["od"]) is dict
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_clean_points_equal_clean_of_the_series(seed: int) -> None:
+    from scoring.board.text import _clean, _clean_points
+
+    rng = np.random.default_rng(seed)
+    ts = [float(t) for t in 1.7e9 + np.cumsum(rng.integers(1, 90_000, 40))]
+    odd = [0.0, -0.0, math.nan, math.inf, -math.inf, 1 / 3, 5e-324, 1e300]
+    series: dict[Any, Any] = {
+        f"a{i}": [[t, float(v)] for t, v in zip(ts, rng.normal(1e4, 3e3, 40), strict=True)]
+        for i in range(6)}
+    series["odd"] = [[t, v] for t in odd for v in odd]  # times and values of every kind
+    series["mixed"] = [[ts[0], 1], (ts[1], 2.5), [np.float64(ts[2]), 0.1], [ts[3]], 0.25,
+                       [ts[4], 0.1, 0.2], [ts[5], None], "x"]
+    series["not a list"] = (1.5, math.nan)
+    series[7] = 0.1 + 0.2
+    got, want = _clean_points(series), _clean(series)
+    assert repr(got) == repr(want)  # the same values, -0.0 and None included
+    assert got["odd"][8][0] == -0.0 and math.copysign(1.0, got["odd"][8][0]) == -1.0
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_encoded_parts_are_spliced_as_json_writes_them(seed: int) -> None:
     # A board whose rows and per-market series arrive as compact text made elsewhere: the
