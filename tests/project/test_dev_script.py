@@ -96,6 +96,22 @@ def test_dev_test_runs_files_in_parallel_unless_told_otherwise() -> None:
         assert args(own) == own
 
 
+def test_the_suite_writes_bytecode_even_where_the_environment_says_not_to(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    dev = _dev_module()
+    called: list[tuple[list[str], dict[str, str]]] = []
+    monkeypatch.setattr(dev, "ensure_venv", lambda: None)
+    monkeypatch.setattr(dev, "ensure_system_tools", lambda: None)
+    monkeypatch.setattr(dev, "_call", lambda args, env: called.append((args, env)) or 0)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert dev.main(["test", "-n", "0", "tests/project"]) == 0  # type: ignore[attr-defined]
+    assert dev.main(["paperarena", "report"]) == 0  # type: ignore[attr-defined]
+    (suite, suite_env), (_, other_env) = called
+    assert suite[-3:] == ["-n", "0", "tests/project"]
+    assert "PYTHONDONTWRITEBYTECODE" not in suite_env and suite_env["PATH"]
+    assert other_env["PYTHONDONTWRITEBYTECODE"] == "1"  # only the suite's is changed
+
+
 @pytest.mark.parametrize(("cores", "workers"), [(1, 2), (2, 3), (3, 4), (4, 4), (16, 4)])
 def test_three_workers_for_every_two_cores(cores: int, workers: int,
                                            monkeypatch: pytest.MonkeyPatch) -> None:

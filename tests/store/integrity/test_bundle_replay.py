@@ -150,15 +150,17 @@ def test_a_live_bundle_rebuilds_its_report_by_replay_with_no_model(
 
 def assert_rebuilds(bundle: Path) -> str:
     """Assert that ``report --bundle`` (offline, in a fresh process) prints the bundle's
-    ``report.json`` byte for byte, replayed from the stored answers, and that ``verify-bundle``
-    says the replay matches; return the report."""
+    ``report.json`` byte for byte, replayed from the stored answers; return the report.
+
+    ``report --bundle`` runs ``verify-bundle``'s whole check (``verify_bundle`` with the
+    replay) and exits 1 on any problem, or says "not replayed": exit 0 without that note is
+    ``verify-bundle``'s "ok ... report replayed from the stored answers matches" (whose own
+    output tests/store/integrity/test_bundle.py checks), so the season is replayed once here,
+    not twice."""
     r = offline_cli("report", "--bundle", str(bundle), "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "not replayed" not in r.stderr, r.stderr
     assert r.stdout.encode() == _members(bundle)["report.json"]
-    v = cli("verify-bundle", str(bundle), timeout=300, env=_env())
-    assert v.returncode == 0, v.stdout + v.stderr[-2000:]
-    assert ", report replayed from the stored answers matches" in v.stdout
     return r.stdout
 
 

@@ -3,6 +3,7 @@ store holds one ``runs`` row per invocation, and the bundle check replays them a
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -97,10 +98,9 @@ def test_a_resumed_replay_season_replays_from_its_bundle(tmp_path: Path, kill_af
     bundle = tmp_path / "b.tar"
     r = cli("export", "--db", str(db), "--bundle", str(bundle), timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    r = cli("verify-bundle", str(bundle), timeout=180)
-    assert r.returncode == 0, r.stdout + r.stderr[-2000:]
-    assert r.stdout.startswith("ok: ") and "(season S1)" in r.stdout, r.stdout
-    assert ", report replayed from the stored answers matches" in r.stdout, r.stdout
+    assert json.loads(_members(bundle)["manifest.json"])["season"]["name"] == "S1"
+    # verify-bundle's whole check with the replay (assert_rebuilds says why once is enough):
+    # exit 0 with nothing on stderr is its "ok", the season replayed from its stored answers.
     r = cli("report", "--bundle", str(bundle), "--json", timeout=180)
     assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
     assert r.stdout.encode() == _members(bundle)["report.json"]
