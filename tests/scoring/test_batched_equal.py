@@ -403,3 +403,23 @@ def test_starts_and_uniforms_equal_the_generators_calls_draw_by_draw(n_obs: int,
     # in about 30,000): the block refuses, the calls draw by draw give the figures
     assert (_drawn_at_once(np.random.default_rng(seed), n_obs, reps) is None) == (
         n_obs == 150_006)
+
+
+def test_draws_made_at_once_that_are_not_the_generators_are_not_used(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import scoring.stats.inference as inference
+
+    gen = np.random.default_rng(4)
+    want = [(gen.integers(9, size=9, dtype=np.int64), gen.random(9)) for _ in range(30)]
+    made = inference._drawn_at_once
+
+    def shifted(g: np.random.Generator, n_obs: int, reps: int) -> tuple[np.ndarray, np.ndarray]:
+        out = made(g, n_obs, reps)  # as another numpy's mapping might: one start off
+        assert out is not None
+        out[0][1, 3] = (out[0][1, 3] + 1) % n_obs
+        return out
+
+    monkeypatch.setattr(inference, "_drawn_at_once", shifted)
+    starts, u = inference._starts_and_uniforms(9, 30, 4)
+    assert np.array_equal(starts, np.array([s for s, _ in want]))
+    assert np.array_equal(u, np.array([x for _, x in want]))
