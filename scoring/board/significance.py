@@ -33,10 +33,11 @@ from scoring.board.load import _NAN, AgentCurves, Key
 from scoring.stats.inference import (
     BOOTSTRAP_REPS,
     block_length,
+    finite_quantiles,
     null_p_values,
-    quantile_rows,
     resample_counts,
     stationary_indices,
+    two_pass_variances,
 )
 from scoring.stats.metrics import DDOF, STD_ZERO_RTOL, simple_returns
 from scoring.stats.multiple import holm, model_confidence_set
@@ -71,10 +72,11 @@ BASELINE_KINDS: tuple[str, ...] = ("buy_and_hold", "equal_weight", "cash", "mome
 _CHUNK = 256  # columns per matrix product (bounds the memory of a large market)
 _BAND = 8  # agents per product of the resampled statistics: the band's draws stay in cache
 _P_BAND = 16  # agents per product of an interval computed on the fly
-#: A resample's ``counts @ xc**2 - n * mean(xc)**2`` at or below this share of
-#: ``counts @ xc**2`` is rounding, not spread (a draw of one repeated day leaves ~1e-16 of it,
-#: a Sharpe of ~1e8): its Sharpe is undefined. Rounding stays below ``(n + 3) * eps`` of it.
-_CANCELLED = 1e-10
+#: A resample's one-pass ``counts @ xc**2 - n * mean(xc)**2`` at or below this share of
+#: ``counts @ xc**2`` lost most of its digits (its rounding, up to ``(n + 3) * eps`` of that,
+#: is then over ``1e-9`` of it; a draw of one repeated day leaves rounding alone, ~1e-16, a
+#: Sharpe of ~1e8): that draw's variance is computed again in two passes.
+_CANCELLED = 1e-6
 _Two = tuple[np.ndarray, np.ndarray]  # two agents' draws of one statistic
 
 
@@ -168,8 +170,12 @@ class _Market:
                 np.square(mc, out=tmp)
                 tmp *= n
                 var -= tmp  # counts @ xc**2 - n * mc**2
-                np.less_equal(var, floor[:m], out=flat[:m])  # no spread but rounding's
+                np.less_equal(var, floor[:m], out=flat[:m])  # cancelled: maybe rounding's
+                flat[:m] &= floor[:m] > 0.0  # (no spread at all: exactly 0, nothing to redo)
                 var /= n - DDOF  # (counts @ xc**2 - n * mc**2) / (n - DDOF)
+                for k in np.flatnonzero(flat[:m].any(axis=1)).tolist():
+                    f = np.flatnonzero(flat[k])  # these draws' variances in two passes
+                    var[k, f] = two_pass_variances(xc[b + k], mc[k, f], d.counts[f], n)
                 mc += centre[b : b + m, None]  # mean = mc + centre
                 mean = mc
                 sd = np.maximum(var, 0.0, out=var)
@@ -182,8 +188,7 @@ class _Market:
                 np.maximum(small, 1.0, out=small)
                 small *= STD_ZERO_RTOL
                 np.less_equal(sd, small, out=low[:m])
-                low[:m] |= flat[:m]
-                out[low[:m]] = np.nan  # sd <= RTOL * max(1, |mean|), or a flat draw
+                out[low[:m]] = np.nan  # sd <= RTOL * max(1, |mean|)
             for i, j in enumerate(part):
                 d.cum[j] = cum[i]
                 d.shp[j] = shp[i]
@@ -206,31 +211,9 @@ class _Market:
         return cum, (m / sd * math.sqrt(self.periods) if ok else _NAN)
 
 
-def _quantiles(x: np.ndarray, level: float = BOOTSTRAP_LEVEL) -> np.ndarray:
-    """Return the percentile intervals (``k x 2``) of the finite values of each row of ``x``
-    (``k x B``); NaN where a row has none."""
-    a = (1.0 - level) / 2.0
-    q = [a, 1.0 - a]
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = x.sum()  # finite: every draw is (one pass, about 2x faster than the mask's)
-    if math.isfinite(total):
-        return quantile_rows(x, q)  # np.quantile's figures, faster
-    fin = np.isfinite(x)
-    whole = fin.all(axis=1)
-    out = np.full((x.shape[0], 2), np.nan)
-    if whole.all():
-        return quantile_rows(x, q)
-    if whole.any():
-        out[whole] = quantile_rows(x[whole], q)
-    for i in np.flatnonzero(~whole):  # a row with undefined draws: its finite ones only
-        row = x[i][fin[i]]
-        if row.size:
-            out[i] = np.quantile(row, q)
-    return out
-
-
 def _product_quantiles(rows: np.ndarray, counts: np.ndarray, *, growth: bool) -> np.ndarray:
-    """Return :func:`_quantiles` of the resampled sums of ``rows`` (``k x n``): the draws
+    """Return :func:`~scoring.stats.inference.finite_quantiles` of the resampled sums of
+    ``rows`` (``k x n``): the draws
     ``expm1(rows @ counts.T)`` (``growth``: the rows are log growth) or ``rows @ counts.T / n``,
     computed and summarised ``_P_BAND`` rows at a time (each draw a row of ``B``, in cache)."""
     k, n = rows.shape
@@ -245,7 +228,7 @@ def _product_quantiles(rows: np.ndarray, counts: np.ndarray, *, growth: bool) ->
             np.expm1(draws, out=draws)
         else:
             draws /= n
-        out[s : s + m] = _quantiles(draws)
+        out[s : s + m] = finite_quantiles(draws, BOOTSTRAP_LEVEL)
     return out
 
 
@@ -271,12 +254,12 @@ def _intervals(mk: _Market, agents: Sequence[str]) -> dict[str, dict[str, list[f
             raw = mk.raw[np.ix_(d.days, np.asarray(part, dtype=np.intp))].T  # k x n
             mk.stats(d, part)
             if mk.excess_is_raw:  # the same product as below, done once by stats
-                cum = _quantiles(stacked([d.cum[j] for j in part]))
+                cum = finite_quantiles(stacked([d.cum[j] for j in part]), BOOTSTRAP_LEVEL)
             else:  # expm1(counts @ log1p(max(raw, -1 + 1e-12)))
                 cum = _product_quantiles(np.log1p(np.maximum(raw, -1.0 + 1e-12)), d.counts,
                                          growth=True)
             mean = _product_quantiles(raw, d.counts, growth=False)  # counts @ raw / n
-            shp = _quantiles(stacked([d.shp[j] for j in part]))
+            shp = finite_quantiles(stacked([d.shp[j] for j in part]), BOOTSTRAP_LEVEL)
             for i, j in enumerate(part):
                 out[mk.agents[j]] = {"cumulative_return_ci": cum[i].tolist(),
                                      "mean_daily_return_ci": mean[i].tolist(),
@@ -349,7 +332,7 @@ def _pair_tests(todo: Sequence[tuple[dict[str, Any], float, float, _Two, _Two]],
             np.subtract(sa, sb, out=ds[i])
         pc = null_p_values([t[1] for t in band], dc)
         ps = null_p_values([t[2] for t in band], ds)
-        qc = _quantiles(dc)
+        qc = finite_quantiles(dc, BOOTSTRAP_LEVEL)
         for i, (vs, *_) in enumerate(band):
             vs |= {"difference_ci": qc[i].tolist(), "p_value": float(pc[i]),
                    "sharpe_p_value": float(ps[i])}
@@ -496,5 +479,7 @@ def infer(rows: list[dict[str, Any]], curves: Mapping[Key, AgentCurves],
         mcs = _stability(mk, ranked)
         family = len({frozenset((a, b)) for a, b, vs in comparisons
                       if math.isfinite(vs["p_value_holm"])})
-        out[market] = {"mcs": mcs, "comparisons": family}
+        # Holm's smallest adjusted p-value: family * 1 / (B + 1); from 0.05 on, none can pass
+        out[market] = {"mcs": mcs, "comparisons": family,
+                       "holm_floor": min(1.0, family / (BOOTSTRAP_N + 1)) if family else None}
     return out

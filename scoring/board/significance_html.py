@@ -12,6 +12,8 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
+from scoring.board.significance import SIGNIFICANCE
+
 _DASH = "–"
 
 
@@ -51,6 +53,15 @@ def significance_cells(r: Mapping[str, Any]) -> str:
             f"<td>{tests}</td>")
 
 
+def holm_floor_note(sec: Mapping[str, Any]) -> str:
+    """Return ``" (...: none can be significant)"`` when the market's family is so large that
+    the smallest Holm-adjusted p-value its draws allow is 0.05 or more ('' otherwise)."""
+    floor = sec.get("holm_floor")
+    if floor is None or floor < SIGNIFICANCE:
+        return ""
+    return (f" (the smallest adjusted p-value the draws allow is {floor:.3g}: none can be "
+            "significant)")
+
 def mcs_band(info: Mapping[str, Any]) -> str:
     """Return the market's Model Confidence Set as a band above its table ('' without one)."""
     mcs = info.get("mcs") or {}
@@ -59,4 +70,5 @@ def mcs_band(info: Mapping[str, Any]) -> str:
     return (f"<p class='mcs'><b>{100 * mcs.get('level', 0.9):.0f}% Model Confidence Set</b> "
             "(Hansen, Lunde and Nason; agents not distinguishable from the best over "
             f"{mcs.get('days')} days): {html.escape(', '.join(mcs['agents']), quote=True)}. "
-            f"{info.get('comparisons', 0)} paired comparisons, Holm-adjusted.</p>")
+            f"{info.get('comparisons', 0)} paired comparisons, Holm-adjusted"
+            f"{html.escape(holm_floor_note(info))}.</p>")

@@ -33,6 +33,7 @@ from scoring.board.significance import (
     SIGNIFICANCE,
     TOP_K,
 )
+from scoring.board.significance_html import holm_floor_note
 
 #: Every column of the text table (and its HTML twin), explained once: the legend of the table,
 #: the HTML report and docs/scoring.md. Signs only where a figure can be either (returns):
@@ -422,5 +423,7 @@ def mcs_lines(board: Mapping[str, Any]) -> list[str]:
         out.append(f"{m}: {100 * mcs.get('level', 0.9):.0f}% Model Confidence Set "
                    f"({mcs.get('days', 0)} days, block length "
                    f"{(mcs.get('block_length') or 1.0):.1f}): {', '.join(mcs['agents'])}; "
-                   f"{sec.get('comparisons', 0)} comparisons, Holm-adjusted")
+                   f"{sec.get('comparisons', 0)} comparisons, Holm-adjusted"
+                   f"{holm_floor_note(sec)}")
     return out
+

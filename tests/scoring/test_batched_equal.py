@@ -36,20 +36,20 @@ def test_quantile_rows_equal_np_quantile(n: int, q: list[float]) -> None:
 
 
 def test_significance_quantiles_equal_np_quantile_of_each_rows_finite_draws() -> None:
-    from scoring.board.significance import _quantiles
+    from scoring.stats.inference import finite_quantiles
 
-    a = (1.0 - 0.95) / 2.0  # the interval's ends as _quantiles makes them (not 0.025 exactly)
+    a = (1.0 - 0.95) / 2.0  # the interval's ends as finite_quantiles makes them (not 0.025 exactly)
     q = [a, 1.0 - a]
     rng = np.random.default_rng(27)
     x = rng.normal(size=(6, 10_000))
     want = np.quantile(x, q, axis=1).T
-    assert np.array_equal(_bits(_quantiles(x)), _bits(want))  # all finite: one pass
+    assert np.array_equal(_bits(finite_quantiles(x, 0.95)), _bits(want))  # all finite: one pass
     x[1] *= 1e305  # finite draws whose sum overflows: the mask's way, the same figures
     x[2, ::7] = np.inf
     x[3, ::3] = np.nan
     x[4] = np.nan  # no finite draw: NaN
     x[5, 0] = -np.inf
-    got = _quantiles(x)
+    got = finite_quantiles(x, 0.95)
     for i in range(6):
         row = x[i][np.isfinite(x[i])]
         ref = np.quantile(row, q) if row.size else np.full(2, np.nan)

@@ -21,7 +21,8 @@ from scipy.stats import kurtosis, norm, skew
 from daemon.config.settings import ConfigError, parse_config
 from daemon.store.reports import leaderboard, load_report
 from scoring.board.report_html import render_html
-from scoring.board.text import to_table
+from scoring.board.significance_html import mcs_band
+from scoring.board.text import mcs_lines, to_table
 from scoring.ledger.ledger import Book
 from scoring.stats.diversification import class_correlations, signed_question_exposures
 from scoring.stats.inference import (
@@ -288,6 +289,9 @@ def test_rank_stability_mcs_and_sharpe_tests_on_a_store(
     adj = holm([pairs[k]["p_value"] for k in keys])
     assert [pairs[k]["p_value_holm"] for k in keys] == pytest.approx(adj)
     assert board["markets"]["equity"]["comparisons"] == len(keys)
+    # Holm's smallest adjusted p the draws allow: the family times the smallest raw p
+    assert board["markets"]["equity"]["holm_floor"] == pytest.approx(
+        holm([1 / 10_001] + [1.0] * (len(keys) - 1))[0], rel=1e-12)
     for r in rows[:-1]:
         assert r["tied_with_next"] == (r["vs_next"]["p_value_holm"] >= 0.05)
     # vs_baselines: every baseline configured in the market, PortBench's risk parity too.
@@ -451,13 +455,17 @@ def test_a_store_from_before_the_accrual_uses_no_rate(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [4, 5, 6])
 def test_a_resample_of_one_repeated_day_has_no_sharpe(tmp_path: Path, n: int) -> None:
-    # A few days: many resamples repeat one day, whose spread is zero; the one-pass resampled
-    # variance left ~1e-20 there, a Sharpe of ~1e8 at the interval's end. Two-pass reference.
+    # A few days: many resamples repeat one day (zero spread; the one-pass variance left ~1e-20,
+    # a Sharpe of ~1e8). "dust" holds a millionth in N, then all M: a real spread of ~1e-8 in its
+    # draws without the last day, which one pass cancels; kept. Two-pass reference.
     rng = np.random.default_rng(n)
     prices = {"N": list(100 * np.cumprod(np.r_[1.0, 1.0 + rng.normal(0.002, 0.02, n - 1)])),
               "M": list(100 * np.cumprod(np.r_[1.0, 1.0 + rng.normal(0.001, 0.01, n - 1)]))}
+    prices["M"][-1] *= 1.04
     db = tmp_path / "short.db"
-    build_store(db, prices, {"noisy": {0: {"N": 1.0}}, "mild": {0: {"M": 1.0}}}, rf=0.04)
+    build_store(db, prices, {"noisy": {0: {"N": 1.0}}, "mild": {0: {"M": 1.0}},
+                             "dust": {0: {"N": 1e-6, "CASH": 1 - 1e-6}, n - 2: {"M": 1.0}}},
+                rf=0.04)
     rows = leaderboard(db)["rows"]
     con = sqlite3.connect(db)
     rets = {r["agent"]: simple_returns([v for (v,) in con.execute(
@@ -473,5 +481,20 @@ def test_a_resample_of_one_repeated_day_has_no_sharpe(tmp_path: Path, n: int) ->
         assert not defined[one_day].any()
         want = np.quantile((mean / np.where(defined, sd, 1.0) * math.sqrt(252))[defined],
                            [0.025, 0.975])
-        assert max(abs(x) for x in r["sharpe_ci"]) < 1e3
+        if r["agent"] == "dust":  # its excess returns: -rf / N plus a spread of ~1e-8
+            tiny = sd < 1e-6
+            assert defined[tiny].sum() > 1000 and np.all(sd[tiny & defined] > 1e-9)
+        else:
+            assert max(abs(x) for x in r["sharpe_ci"]) < 1e3
         assert r["sharpe_ci"] == pytest.approx(list(want), rel=1e-9)
+
+
+def test_a_family_too_large_for_its_draws_says_none_can_be_significant() -> None:
+    # 4,983 comparisons, 10,000 draws (the bench's 1,000 agents): the smallest Holm p is 0.498
+    big = {"mcs": {"agents": ["a"], "days": 84}, "comparisons": 4983, "holm_floor": 0.49825}
+    small = {**big, "comparisons": 400, "holm_floor": 400 / 10_001}
+    lines = mcs_lines({"rows": [], "markets": {"equity": big, "polymarket": small}})
+    assert lines[0].endswith("4983 comparisons, Holm-adjusted (the smallest adjusted p-value "
+                             "the draws allow is 0.498: none can be significant)"), lines
+    assert lines[1].endswith("400 comparisons, Holm-adjusted"), lines
+    assert "0.498: none can be significant" in mcs_band(big) and "none" not in mcs_band(small)

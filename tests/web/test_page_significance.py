@@ -33,6 +33,11 @@ def test_mcs_band_and_rank_stability_render_the_reports_json(
         BOARD_MARKET)
     assert band == ["mcs-band", "90% Model Confidence Set (42 days): llm, ew"]
     assert browser.execute_script("return PASIG.mcsBand({mcs: {agents: []}}, PA.el)") is None
+    big = {**BOARD_MARKET, "comparisons": 4983, "holm_floor": 4983 / 10_001}
+    assert browser.execute_script("return PASIG.mcsBand(arguments[0], PA.el).textContent",
+                                  big) == ("90% Model Confidence Set (42 days): llm, ew; 4983 "
+                                           "comparisons: the smallest Holm-adjusted p-value "
+                                           "the draws allow is 0.498, none can be significant")
     title = browser.execute_script("return PASIG.stabilityTitle(arguments[0])", ROW)
     assert title == ("#1 in 61.2% of resamples, top 3 in 97.0%; inside the Model Confidence "
                      "Set; vs next: Holm-adjusted p < 0.0001")

@@ -14,7 +14,10 @@ const PASIG = (() => {
     const level = Math.round(100 * (mcs.level || 0.9));
     return el("p", {class: "mcs-band", "data-field": "mcs",
       title: "Model Confidence Set (Hansen, Lunde and Nason): the agents not distinguishable from the best; block bootstrap of the daily excess returns"},
-    `${level}% Model Confidence Set (${mcs.days} days): ${mcs.agents.join(", ")}`);
+    `${level}% Model Confidence Set (${mcs.days} days): ${mcs.agents.join(", ")}` +
+    // a family so large that Holm's smallest adjusted p-value (m / (B + 1)) is 0.05 or more
+    (info.holm_floor >= 0.05 ? `; ${info.comparisons} comparisons: the smallest Holm-adjusted` +
+      ` p-value the draws allow is ${info.holm_floor.toPrecision(3)}, none can be significant` : ""));
   }
 
   // Return the rank stability of a row as one line for a tooltip ("" without one).
