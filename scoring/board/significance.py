@@ -281,7 +281,8 @@ def _pairs(mk: _Market, wanted: Sequence[tuple[str, str]]) -> dict[tuple[str, st
         days = (mk.days_of[ja], mk.days_of[jb])
         if days not in by_days:
             common = mk.has[:, ja] & mk.has[:, jb]
-            key = masks.setdefault(common.tobytes(), common).tobytes()
+            key = common.tobytes()
+            masks.setdefault(key, common)
             by_days[days] = (common, int(common.sum()), mk.draws(common), key)
         mask, n, d, key = by_days[days]
         vs: dict[str, Any] = {"agent": b, "days": n, "difference": _NAN,

@@ -361,11 +361,7 @@ def _partitioned(x: np.ndarray, positions: Sequence[int]) -> tuple[np.ndarray, n
 
 def _quantiles(stats: np.ndarray, level: float) -> tuple[float, float]:
     """Return the percentile interval of the finite ``stats`` (NaN, NaN if none)."""
-    s = stats[np.isfinite(stats)]
-    if s.size == 0:
-        return _NAN, _NAN
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(s, [alpha, 1.0 - alpha])
+    lo, hi = finite_quantiles(np.asarray(stats, dtype=float).reshape(1, -1), level)[0]
     return float(lo), float(hi)
 
 
