@@ -62,6 +62,7 @@ def holm_floor_note(sec: Mapping[str, Any]) -> str:
     return (f" (the smallest adjusted p-value the draws allow is {floor:.3g}: none can be "
             "significant)")
 
+
 def mcs_band(info: Mapping[str, Any]) -> str:
     """Return the market's Model Confidence Set as a band above its table ('' without one)."""
     mcs = info.get("mcs") or {}
